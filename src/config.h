@@ -1,0 +1,63 @@
+/*
+ * config.h: the policy file. config_load() turns a YAML file into an
+ * immutable, reference-counted snapshot; nothing else reads the file.
+ *
+ * Ownership: config_load returns a snapshot with one reference, owned by the
+ * caller. Every holder (the server, each check in flight) takes its own
+ * reference with config_ref and drops it with config_unref; the last unref
+ * frees it. A snapshot is never modified after config_load returns, so a
+ * reload can swap the server's pointer while older checks finish under the
+ * snapshot they started with.
+ */
+#ifndef RATELIMITD_CONFIG_H
+#define RATELIMITD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+#include "util.h"
+
+#define CONFIG_PREFIX_MAX 128
+
+enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
+
+struct config {
+    int refcount;
+    char *path;   /* the file it was loaded from */
+    char *listen; /* "host:port", "[v6]:port" or "unix:/path" */
+    char *redis_url;
+    int64_t redis_timeout_us;
+    char *key_prefix;
+    enum clock_source clock;
+    int64_t max_body;
+    size_t npolicies;
+    struct policy *policies; /* sorted by name for policy lookup */
+};
+
+/* Defaults, also written in the README and conf/ratelimitd.yaml. */
+#define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
+#define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
+#define CONFIG_DEFAULT_TIMEOUT_US 50000
+#define CONFIG_DEFAULT_PREFIX "rl:"
+#define CONFIG_DEFAULT_MAX_BODY 16384
+
+/*
+ * Loads and validates a policy file. On error returns NULL and writes
+ * "<file>:<line>:<column>: <what is wrong>" (line and column 1-based) into
+ * err. Unknown keys, wrong types, missing required fields and every invalid
+ * value are errors; nothing falls back to a default silently.
+ */
+struct config *config_load(const char *path, char *err, size_t errlen) RL_WUR;
+
+/* Same, from a buffer; `name` stands for the file in messages (for tests). */
+struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,
+                                  size_t errlen) RL_WUR;
+
+struct config *config_ref(struct config *c);
+void config_unref(struct config *c); /* NULL is a no-op */
+
+/* The policy of that name, or NULL. */
+const struct policy *config_find_policy(const struct config *c, const char *name);
+
+#endif

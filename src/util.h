@@ -1,0 +1,45 @@
+/*
+ * util.h: small helpers shared by every module: range-checked number and
+ * duration parsing, clocks, allocation that never returns NULL.
+ *
+ * Parsers never abort: they return 0 on success or -1 and write a short
+ * human-readable reason into the caller's buffer.
+ */
+#ifndef RATELIMITD_UTIL_H
+#define RATELIMITD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_ERRLEN 256
+#define RL_WUR __attribute__((warn_unused_result))
+
+/* Parses a decimal integer in [min, max], the whole string, no sign unless
+ * min < 0, no spaces. */
+int util_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
+                     size_t errlen) RL_WUR;
+
+/* Parses "<integer><unit>" with unit ms, s, m, h or d into microseconds.
+ * Zero and negative durations are rejected; so is anything above max_us. */
+int util_parse_duration(const char *s, int64_t max_us, int64_t *out_us, char *err,
+                        size_t errlen) RL_WUR;
+
+/* Microseconds on CLOCK_MONOTONIC: for deadlines and intervals only. */
+int64_t util_monotonic_us(void);
+
+/* Microseconds since the Unix epoch on CLOCK_REALTIME: for limit windows
+ * under `clock: local` only. */
+int64_t util_realtime_us(void);
+
+/* Ceiling of a / b for a >= 0, b > 0. */
+int64_t util_ceil_div(int64_t a, int64_t b);
+
+/* Allocation that aborts on out-of-memory: running out of memory is a broken
+ * invariant of the host, not bad input. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,491 @@
+/*
+ * backend_redis.c: the Redis connection. See backend_redis.h for the
+ * contract. Owns the hiredis context, the URL's credentials, the reconnect
+ * timer and every in-flight call's copy of its arguments.
+ *
+ * Commands are pipelined: hiredis writes each call into one output buffer
+ * and replies come back in order, so AUTH, SELECT and SCRIPT LOAD sent right
+ * after connect always run before any EVALSHA, and a SCRIPT LOAD sent after a
+ * NOSCRIPT always runs before the retried EVALSHA.
+ */
+#include <ctype.h>
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_redis.h"
+
+#define BACKOFF_MIN_US 50000
+#define BACKOFF_MAX_US 2000000
+#define CONNECT_TIMEOUT_US 1000000
+
+enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
+
+struct backend {
+    struct event_base *base;
+    const struct logger *log;
+    char *host; /* NULL for a unix socket */
+    int port;
+    char *unix_path;
+    char *user;
+    char *password;
+    int db;
+    char target[300];
+    char sha[41];
+
+    redisAsyncContext *ac;
+    enum conn_state state;
+    int script_loaded;
+    int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
+    int freeing;
+    struct event *reconnect_ev;
+    struct event *connect_timeout_ev;
+    int64_t backoff_us;
+    uint64_t rng;
+};
+
+/* One EVALSHA in flight; owns a copy of its arguments for a NOSCRIPT retry. */
+struct pending {
+    struct backend *b;
+    backend_done_fn done;
+    void *arg;
+    int retried;
+    int argc;
+    const char **argv;
+    size_t *lens;
+    char *mem;
+};
+
+static void start_connect(struct backend *b);
+
+/* ---- URL ---- */
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Percent-decodes s[0..n) into a new string; NULL on a bad escape or NUL. */
+static char *pct_decode(const char *s, size_t n)
+{
+    char *out = xmalloc(n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') {
+            *o++ = s[i];
+            continue;
+        }
+        int hi = i + 2 < n ? hexval((unsigned char)s[i + 1]) : -1;
+        int lo = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+            free(out);
+            return NULL;
+        }
+        *o++ = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    *o = '\0';
+    return out;
+}
+
+static int parse_url(struct backend *b, const char *url, char *err, size_t errlen)
+{
+    if (strncmp(url, "unix:", 5) == 0) {
+        const char *path = url + 5;
+        if (strncmp(path, "//", 2) == 0)
+            path += 2;
+        if (path[0] != '/') {
+            snprintf(err, errlen, "redis url %s: a unix socket path must be absolute", url);
+            return -1;
+        }
+        b->unix_path = xstrdup(path);
+        snprintf(b->target, sizeof b->target, "unix:%s", path);
+        return 0;
+    }
+    if (strncmp(url, "redis://", 8) != 0) {
+        snprintf(err, errlen, "redis url %s: must start with redis:// or unix:", url);
+        return -1;
+    }
+    const char *p = url + 8;
+    const char *at = strrchr(p, '@');
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (!colon) {
+            snprintf(err, errlen, "redis url: credentials must be [user]:password@");
+            return -1;
+        }
+        b->user = colon > p ? pct_decode(p, (size_t)(colon - p)) : NULL;
+        b->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+        if ((colon > p && !b->user) || !b->password) {
+            snprintf(err, errlen, "redis url: bad %%-escape in the credentials");
+            return -1;
+        }
+        p = at + 1;
+    }
+    const char *host_end;
+    if (*p == '[') {
+        host_end = strchr(p, ']');
+        if (!host_end) {
+            snprintf(err, errlen, "redis url %s: unterminated [ipv6] address", url);
+            return -1;
+        }
+        b->host = xstrndup(p + 1, (size_t)(host_end - p - 1));
+        host_end++;
+    } else {
+        host_end = p + strcspn(p, ":/");
+        b->host = xstrndup(p, (size_t)(host_end - p));
+    }
+    if (!b->host[0]) {
+        snprintf(err, errlen, "redis url %s: no host", url);
+        return -1;
+    }
+    b->port = 6379;
+    p = host_end;
+    int64_t v;
+    if (*p == ':') {
+        size_t n = strcspn(p + 1, "/");
+        char buf[16];
+        if (n == 0 || n >= sizeof buf) {
+            snprintf(err, errlen, "redis url %s: bad port", url);
+            return -1;
+        }
+        memcpy(buf, p + 1, n);
+        buf[n] = '\0';
+        if (util_parse_int64(buf, 1, 65535, &v, err, errlen) < 0)
+            return -1;
+        b->port = (int)v;
+        p += 1 + n;
+    }
+    if (*p == '/' && p[1]) {
+        if (util_parse_int64(p + 1, 0, 1 << 20, &v, err, errlen) < 0)
+            return -1;
+        b->db = (int)v;
+    } else if (*p && strcmp(p, "/") != 0) {
+        snprintf(err, errlen, "redis url %s: unexpected \"%s\"", url, p);
+        return -1;
+    }
+    snprintf(b->target, sizeof b->target, "%s:%d/%d", b->host, b->port, b->db);
+    return 0;
+}
+
+/* ---- connection life ---- */
+
+static uint64_t next_random(struct backend *b)
+{
+    /* xorshift64*: jitter only, no need for quality. */
+    b->rng ^= b->rng >> 12;
+    b->rng ^= b->rng << 25;
+    b->rng ^= b->rng >> 27;
+    return b->rng * 2685821657736338717ULL;
+}
+
+static void schedule_reconnect(struct backend *b)
+{
+    b->state = CONN_DOWN;
+    b->script_loaded = 0;
+    b->load_in_flight = 0;
+    b->ac = NULL;
+    event_del(b->connect_timeout_ev);
+    if (b->freeing)
+        return;
+    /* Half fixed, half random, so that many daemons restarting together do
+     * not reconnect in lockstep. */
+    int64_t d = b->backoff_us / 2 + (int64_t)(next_random(b) % (uint64_t)(b->backoff_us / 2 + 1));
+    struct timeval tv = {.tv_sec = d / 1000000, .tv_usec = d % 1000000};
+    evtimer_add(b->reconnect_ev, &tv);
+    b->backoff_us = b->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : b->backoff_us * 2;
+}
+
+static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
+{
+    start_connect(arg);
+}
+
+static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct backend *b = arg;
+    if (b->state != CONN_CONNECTING || !b->ac)
+        return;
+    log_event(b->log, LOG_LVL_WARN, "redis connect timed out", "target", b->target, NULL);
+    /* Not connected yet, so hiredis calls no disconnect callback: queued calls
+     * complete as unavailable and we schedule the retry ourselves. */
+    redisAsyncContext *ac = b->ac;
+    b->ac = NULL;
+    redisAsyncFree(ac);
+    schedule_reconnect(b);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct backend *b = ac->data;
+    if (status != REDIS_OK) {
+        log_event(b->log, LOG_LVL_WARN, "redis connect failed", "target", b->target, "error",
+                  ac->errstr, NULL);
+        /* hiredis frees the context after this callback returns. */
+        schedule_reconnect(b);
+        return;
+    }
+    event_del(b->connect_timeout_ev);
+    b->state = CONN_UP;
+    b->backoff_us = BACKOFF_MIN_US;
+    log_event(b->log, LOG_LVL_INFO, "redis connected", "target", b->target, NULL);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct backend *b = ac->data;
+    if (!b->freeing)
+        log_event(b->log, LOG_LVL_WARN, "redis connection lost", "target", b->target, "error",
+                  status == REDIS_OK ? "closed" : ac->errstr, NULL);
+    schedule_reconnect(b);
+}
+
+/* Replies to AUTH and SELECT: only failures matter, and they are logged; the
+ * EVALSHAs behind them then fail and are answered per failure_mode. */
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    struct backend *b = ac->data;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_event(b->log, LOG_LVL_ERROR, "redis setup command failed", "command",
+                  (const char *)privdata, "target", b->target, "error", r->str, NULL);
+}
+
+static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    struct backend *b = privdata;
+    if (!r)
+        return; /* connection gone; the next connect loads again */
+    b->load_in_flight = 0;
+    if (r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
+        if (!b->script_loaded)
+            log_event(b->log, LOG_LVL_INFO, "redis script loaded", "sha1", b->sha, NULL);
+        b->script_loaded = 1;
+        return;
+    }
+    log_event(b->log, LOG_LVL_ERROR, "redis SCRIPT LOAD failed", "target", b->target, "error",
+              r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", NULL);
+}
+
+static void send_script_load(struct backend *b)
+{
+    if (b->load_in_flight || !b->ac)
+        return;
+    const char *argv[] = {"SCRIPT", "LOAD", scripts_lua_source};
+    size_t lens[] = {6, 4, strlen(scripts_lua_source)};
+    if (redisAsyncCommandArgv(b->ac, on_script_loaded, b, 3, argv, lens) == REDIS_OK)
+        b->load_in_flight = 1;
+}
+
+static void start_connect(struct backend *b)
+{
+    redisAsyncContext *ac =
+        b->unix_path ? redisAsyncConnectUnix(b->unix_path) : redisAsyncConnect(b->host, b->port);
+    if (!ac || ac->err) {
+        log_event(b->log, LOG_LVL_WARN, "redis connect failed", "target", b->target, "error",
+                  ac ? ac->errstr : "out of memory", NULL);
+        if (ac)
+            redisAsyncFree(ac);
+        schedule_reconnect(b);
+        return;
+    }
+    ac->data = b;
+    b->ac = ac;
+    b->state = CONN_CONNECTING;
+    redisLibeventAttach(ac, b->base);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_US / 1000000,
+                         .tv_usec = CONNECT_TIMEOUT_US % 1000000};
+    evtimer_add(b->connect_timeout_ev, &tv);
+
+    /* Queued now, sent as soon as the socket connects, ahead of any check. */
+    if (b->password) {
+        const char *argv[] = {"AUTH", b->user, b->password};
+        if (b->user) {
+            size_t lens[] = {4, strlen(b->user), strlen(b->password)};
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, argv, lens);
+        } else {
+            argv[1] = b->password;
+            size_t lens[] = {4, strlen(b->password)};
+            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, argv, lens);
+        }
+    }
+    if (b->db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", b->db);
+        const char *argv[] = {"SELECT", db};
+        size_t lens[] = {6, strlen(db)};
+        redisAsyncCommandArgv(ac, on_setup_reply, "SELECT", 2, argv, lens);
+    }
+    send_script_load(b);
+}
+
+/* ---- calls ---- */
+
+static void pending_free(struct pending *p)
+{
+    free(p->argv);
+    free(p->lens);
+    free(p->mem);
+    free(p);
+}
+
+static int send_pending(struct pending *p);
+
+static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    struct pending *p = privdata;
+    struct backend *b = p->b;
+
+    if (!r) {
+        p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        /* After SCRIPT FLUSH or a restart of Redis, reload and retry once:
+         * the caller never sees NOSCRIPT. */
+        if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !p->retried && b->ac == ac) {
+            p->retried = 1;
+            b->script_loaded = 0;
+            log_event(b->log, LOG_LVL_INFO, "redis script missing, reloading", "target",
+                      b->target, NULL);
+            send_script_load(b);
+            if (send_pending(p) == 0)
+                return;
+            p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
+        } else {
+            p->done(p->arg, BACKEND_ERROR, NULL, 0, r->str);
+        }
+    } else if (r->type == REDIS_REPLY_ARRAY) {
+        long long stackbuf[64];
+        long long *ints = r->elements <= 64 ? stackbuf : xcalloc(r->elements, sizeof *ints);
+        size_t i;
+        for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
+            ints[i] = r->element[i]->integer;
+        if (i == r->elements)
+            p->done(p->arg, BACKEND_OK, ints, r->elements, NULL);
+        else
+            p->done(p->arg, BACKEND_ERROR, NULL, 0, "script reply holds a non-integer");
+        if (ints != stackbuf)
+            free(ints);
+    } else {
+        p->done(p->arg, BACKEND_ERROR, NULL, 0, "script reply is not an array");
+    }
+    pending_free(p);
+}
+
+static int send_pending(struct pending *p)
+{
+    struct backend *b = p->b;
+    if (!b->ac || b->state == CONN_DOWN)
+        return -1;
+    return redisAsyncCommandArgv(b->ac, on_eval_reply, p, p->argc, p->argv, p->lens) == REDIS_OK
+               ? 0
+               : -1;
+}
+
+int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
+                 void *arg)
+{
+    if (b->state == CONN_DOWN || !b->ac)
+        return -1;
+    char nkeys[24];
+    snprintf(nkeys, sizeof nkeys, "%zu", call->nkeys);
+    const char *head[] = {"EVALSHA", b->sha, nkeys};
+
+    struct pending *p = xcalloc(1, sizeof *p);
+    p->b = b;
+    p->done = done;
+    p->arg = arg;
+    p->argc = (int)(3 + call->nargs);
+    p->argv = xcalloc((size_t)p->argc, sizeof *p->argv);
+    p->lens = xcalloc((size_t)p->argc, sizeof *p->lens);
+    size_t bytes = 0;
+    for (int i = 0; i < p->argc; i++) {
+        size_t len = i < 3 ? strlen(head[i]) : call->lens[i - 3];
+        p->lens[i] = len;
+        bytes += len + 1;
+    }
+    p->mem = xmalloc(bytes);
+    char *m = p->mem;
+    for (int i = 0; i < p->argc; i++) {
+        memcpy(m, i < 3 ? head[i] : call->args[i - 3], p->lens[i]);
+        m[p->lens[i]] = '\0';
+        p->argv[i] = m;
+        m += p->lens[i] + 1;
+    }
+    if (send_pending(p) < 0) {
+        pending_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- life of the backend ---- */
+
+struct backend *backend_new(struct event_base *base, const char *url, const struct logger *lg,
+                            char *err, size_t errlen)
+{
+    struct backend *b = xcalloc(1, sizeof *b);
+    b->base = base;
+    b->log = lg;
+    b->backoff_us = BACKOFF_MIN_US;
+    b->rng = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+    scripts_sha1(b->sha);
+    b->reconnect_ev = evtimer_new(base, on_reconnect_timer, b);
+    b->connect_timeout_ev = evtimer_new(base, on_connect_timeout, b);
+    if (!b->reconnect_ev || !b->connect_timeout_ev) {
+        snprintf(err, errlen, "cannot create timers");
+        backend_free(b);
+        return NULL;
+    }
+    if (parse_url(b, url, err, errlen) < 0) {
+        backend_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void backend_start(struct backend *b)
+{
+    start_connect(b);
+}
+
+int backend_ready(const struct backend *b)
+{
+    return b->state == CONN_UP && b->script_loaded;
+}
+
+const char *backend_target(const struct backend *b)
+{
+    return b->target;
+}
+
+void backend_free(struct backend *b)
+{
+    if (!b)
+        return;
+    b->freeing = 1;
+    if (b->ac) {
+        redisAsyncContext *ac = b->ac;
+        b->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (b->reconnect_ev)
+        event_free(b->reconnect_ev);
+    if (b->connect_timeout_ev)
+        event_free(b->connect_timeout_ev);
+    free(b->host);
+    free(b->unix_path);
+    free(b->user);
+    free(b->password);
+    free(b);
+}

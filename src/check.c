@@ -1,0 +1,140 @@
+/*
+ * check.c: one check from request to answer. The struct check is the single
+ * owner of everything the check allocates; it has two reasons to live, the
+ * HTTP answer and the Redis reply, and is freed in one place when both are
+ * done. The deadline answers per failure_mode when Redis is late; the late
+ * reply then only releases the check.
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_redis.h"
+#include "check.h"
+#include "http.h"
+#include "request.h"
+#include "response.h"
+#include "scripts.h"
+
+struct check {
+    struct server *srv;
+    struct config *cfg; /* reference: a reload must not free it under us */
+    struct evhttp_request *req;
+    struct check_request request;
+    struct event *deadline;
+    int answered;
+    int backend_pending;
+};
+
+static void check_free(struct check *c)
+{
+    request_free(&c->request);
+    if (c->deadline)
+        event_free(c->deadline);
+    config_unref(c->cfg);
+    free(c);
+}
+
+/* The one place a check answers. */
+static void finish(struct check *c, struct answer *ans)
+{
+    http_send_answer(c->srv, c->req, ans);
+    answer_free(ans);
+    c->answered = 1;
+    c->req = NULL;
+    if (c->deadline)
+        event_del(c->deadline);
+    http_check_done(c->srv);
+    if (!c->backend_pending)
+        check_free(c);
+}
+
+static void answer_unavailable(struct check *c, const char *why)
+{
+    struct answer ans;
+    response_unavailable(&c->request, why, &ans);
+    finish(c, &ans);
+}
+
+static void on_backend_done(void *arg, enum backend_status status, const long long *ints,
+                            size_t nints, const char *errmsg)
+{
+    struct check *c = arg;
+    c->backend_pending = 0;
+    if (c->answered) {
+        check_free(c); /* answered at the deadline: the late reply is dropped */
+        return;
+    }
+    if (status == BACKEND_UNAVAILABLE) {
+        answer_unavailable(c, errmsg);
+        return;
+    }
+    if (status == BACKEND_ERROR) {
+        log_event(&c->srv->log, LOG_LVL_ERROR, "redis error", "error", errmsg, NULL);
+        answer_unavailable(c, "redis returned an error");
+        return;
+    }
+    size_t ntiers = 0;
+    for (size_t i = 0; i < c->request.nchecks; i++)
+        ntiers += c->request.checks[i].policy->ntiers;
+    struct tier_result stackbuf[16];
+    struct tier_result *results = ntiers <= 16 ? stackbuf : xcalloc(ntiers, sizeof *results);
+    char err[RL_ERRLEN];
+    if (scripts_decode_result(ints, nints, ntiers, results, err, sizeof err) < 0) {
+        log_event(&c->srv->log, LOG_LVL_ERROR, "bad script reply", "error", err, NULL);
+        answer_unavailable(c, "redis returned an unexpected reply");
+    } else {
+        struct answer ans;
+        response_decision(&c->request, results, &ans);
+        finish(c, &ans);
+    }
+    if (results != stackbuf)
+        free(results);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct check *c = arg;
+    log_event(&c->srv->log, LOG_LVL_WARN, "redis deadline passed", NULL);
+    answer_unavailable(c, "redis did not answer in time");
+}
+
+void check_start(struct server *srv, struct evhttp_request *req)
+{
+    struct check *c = xcalloc(1, sizeof *c);
+    c->srv = srv;
+    c->req = req;
+    c->cfg = config_ref(srv->config);
+    srv->inflight++;
+
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    struct request_error rerr;
+    if (request_parse(c->cfg, body, len, &c->request, &rerr) < 0) {
+        struct answer ans;
+        response_error(rerr.status, rerr.code, rerr.message, &ans);
+        finish(c, &ans);
+        return;
+    }
+
+    struct script_call call;
+    scripts_build_call(c->cfg, &c->request, c->cfg->clock == CLOCK_SOURCE_LOCAL
+                                                ? util_realtime_us()
+                                                : -1,
+                       &call);
+    int rc = backend_eval(srv->backend, &call, on_backend_done, c);
+    scripts_call_free(&call);
+    if (rc < 0) {
+        answer_unavailable(c, "redis is unavailable");
+        return;
+    }
+    c->backend_pending = 1;
+    c->deadline = evtimer_new(srv->base, on_deadline, c);
+    struct timeval tv = {.tv_sec = c->cfg->redis_timeout_us / 1000000,
+                         .tv_usec = c->cfg->redis_timeout_us % 1000000};
+    if (!c->deadline || evtimer_add(c->deadline, &tv) < 0)
+        abort(); /* only on allocation failure */
+}

@@ -1,0 +1,34 @@
+/*
+ * http.h: the HTTP front (libevent evhttp): listening sockets, routing,
+ * size limits, sending an answer, and stopping for a drain.
+ */
+#ifndef RATELIMITD_HTTP_H
+#define RATELIMITD_HTTP_H
+
+#include <stddef.h>
+
+#include "response.h"
+#include "server.h"
+#include "util.h"
+
+struct evhttp_request;
+
+/* Binds srv->config->listen and routes requests to srv. Returns NULL with a
+ * message if the address is bad or cannot be bound. */
+struct http *http_new(struct server *srv, char *err, size_t errlen) RL_WUR;
+
+/* Sends ans on req (which may already be gone if the client left: then
+ * libevent only frees it). */
+void http_send_answer(struct server *srv, struct evhttp_request *req, const struct answer *ans);
+
+/* Called by check.c when a check has been answered: lets a drain finish. */
+void http_check_done(struct server *srv);
+
+/* Closes the listening sockets; connections already open stay until their
+ * checks are answered. */
+void http_stop_accepting(struct http *h);
+
+/* Closes everything. NULL is a no-op. */
+void http_free(struct http *h);
+
+#endif

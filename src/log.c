@@ -1,0 +1,90 @@
+/*
+ * log.c: logfmt lines on stderr. Owns formatting and escaping of values;
+ * does not own what is logged (callers never pass bodies or secrets).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+int log_level_from_name(const char *name, enum log_level *out)
+{
+    for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            *out = (enum log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Appends s to buf at *pos, quoting and escaping as logfmt needs. Truncates
+ * silently at the buffer's end: a long value must not lose the line. */
+static void append_value(char *buf, size_t cap, size_t *pos, const char *s)
+{
+    int quote = *s == '\0' || strpbrk(s, " \"=\\") != NULL;
+    for (const char *p = s; *p && !quote; p++)
+        quote = (unsigned char)*p < 0x20;
+    if (quote && *pos < cap)
+        buf[(*pos)++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p && *pos + 6 < cap; p++) {
+        if (*p == '"' || *p == '\\') {
+            buf[(*pos)++] = '\\';
+            buf[(*pos)++] = (char)*p;
+        } else if (*p < 0x20) {
+            *pos += (size_t)snprintf(buf + *pos, cap - *pos, "\\x%02x", *p);
+        } else {
+            buf[(*pos)++] = (char)*p;
+        }
+    }
+    if (quote && *pos < cap)
+        buf[(*pos)++] = '"';
+}
+
+static void append_raw(char *buf, size_t cap, size_t *pos, const char *s)
+{
+    size_t n = strlen(s);
+    if (n > cap - *pos)
+        n = cap - *pos;
+    memcpy(buf + *pos, s, n);
+    *pos += n;
+}
+
+void log_event(const struct logger *lg, enum log_level level, const char *msg, ...)
+{
+    if (lg && level < lg->level)
+        return;
+    char buf[2048];
+    size_t cap = sizeof buf - 1, pos = 0;
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    pos += strftime(buf, cap, "ts=%Y-%m-%dT%H:%M:%S", &tm);
+    pos += (size_t)snprintf(buf + pos, cap - pos, ".%03ldZ level=%s msg=", ts.tv_nsec / 1000000,
+                            level_names[level]);
+    append_value(buf, cap, &pos, msg);
+
+    va_list ap;
+    va_start(ap, msg);
+    for (;;) {
+        const char *k = va_arg(ap, const char *);
+        if (!k)
+            break;
+        const char *v = va_arg(ap, const char *);
+        append_raw(buf, cap, &pos, " ");
+        append_raw(buf, cap, &pos, k);
+        append_raw(buf, cap, &pos, "=");
+        append_value(buf, cap, &pos, v ? v : "");
+    }
+    va_end(ap);
+    buf[pos++] = '\n';
+    /* One write per line; a failed write to stderr has nowhere to be reported. */
+    ssize_t w = write(STDERR_FILENO, buf, pos);
+    (void)w;
+}

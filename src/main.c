@@ -1,0 +1,207 @@
+/*
+ * main.c: options, start-up order, signals and exit codes.
+ *
+ * Start-up: load and validate the policy file (exit 1 with file:line:col on
+ * any error), bind the HTTP socket, start connecting to Redis, run the loop.
+ * SIGTERM/SIGINT: stop accepting, answer the checks in flight, exit 0.
+ * SIGHUP: reload the policy file; an invalid file keeps the old policies.
+ */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "backend_redis.h"
+#include "config.h"
+#include "http.h"
+#include "scripts.h"
+#include "server.h"
+
+#ifndef SYSCONFDIR
+#define SYSCONFDIR "/etc"
+#endif
+#define DEFAULT_CONFIG SYSCONFDIR "/ratelimitd.yaml"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: ratelimitd [OPTIONS]\n"
+            "A rate-limit decision daemon: POST /check answers from limits kept in Redis.\n"
+            "\n"
+            "  -c, --config FILE     policy file (default " DEFAULT_CONFIG ")\n"
+            "  -t, --check-config    validate the policy file and exit (0 valid, 1 not)\n"
+            "  -l, --log-level LVL   debug, info, warn or error (default info)\n"
+            "      --print-script    print the Lua script built into this binary\n"
+            "  -h, --help            this text\n"
+            "  -V, --version         print the version\n"
+            "\n"
+            "Signals: SIGHUP reloads the policy file; SIGTERM or SIGINT drain and exit.\n"
+            "Exit status: 0 clean exit, 1 invalid policy file or cannot listen, 64 bad usage.\n");
+}
+
+static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *srv = arg;
+    if (srv->draining)
+        return;
+    srv->draining = 1;
+    log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
+              NULL);
+    http_stop_accepting(srv->http);
+    if (srv->inflight == 0)
+        event_base_loopexit(srv->base, NULL);
+}
+
+/* A field whose change needs a restart: a reload that changes one is
+ * refused as a whole, so the running state always matches one file. */
+static const char *restart_field(const struct config *old, const struct config *new)
+{
+    if (strcmp(old->listen, new->listen) != 0)
+        return "listen";
+    if (strcmp(old->redis_url, new->redis_url) != 0)
+        return "redis.url";
+    if (old->max_body != new->max_body)
+        return "max_body";
+    return NULL;
+}
+
+static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *srv = arg;
+    char err[RL_ERRLEN * 2];
+    struct config *c = config_load(srv->config_path, err, sizeof err);
+    if (!c) {
+        log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "error",
+                  err, NULL);
+        return;
+    }
+    const char *field = restart_field(srv->config, c);
+    if (field) {
+        log_event(&srv->log, LOG_LVL_ERROR,
+                  "reload refused: this field changes only with a restart", "field", field,
+                  NULL);
+        config_unref(c);
+        return;
+    }
+    config_unref(srv->config);
+    srv->config = c; /* checks in flight keep their own reference */
+    char n[24];
+    snprintf(n, sizeof n, "%zu", c->npolicies);
+    log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "policies", n, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", no_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"print-script", no_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    struct server srv = {.log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG};
+    int check_only = 0, opt;
+    while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            srv.config_path = optarg;
+            break;
+        case 't':
+            check_only = 1;
+            break;
+        case 'l':
+            if (log_level_from_name(optarg, &srv.log.level) < 0) {
+                fprintf(stderr, "ratelimitd: unknown log level \"%s\"\n", optarg);
+                return EX_USAGE;
+            }
+            break;
+        case 'P':
+            fputs(scripts_lua_source, stdout);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("ratelimitd %s\n", PACKAGE_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return EX_USAGE;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ratelimitd: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return EX_USAGE;
+    }
+
+    char err[RL_ERRLEN * 2];
+    srv.config = config_load(srv.config_path, err, sizeof err);
+    if (!srv.config) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        return 1;
+    }
+    if (check_only) {
+        printf("%s: ok, %zu policies\n", srv.config_path, srv.config->npolicies);
+        config_unref(srv.config);
+        return 0;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 1;
+    struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
+    srv.base = event_base_new();
+    if (!srv.base) {
+        fprintf(stderr, "ratelimitd: cannot create the event loop\n");
+        goto out;
+    }
+    srv.backend = backend_new(srv.base, srv.config->redis_url, &srv.log, err, sizeof err);
+    if (!srv.backend) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        goto out;
+    }
+    srv.http = http_new(&srv, err, sizeof err);
+    if (!srv.http) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        goto out;
+    }
+    sigterm = evsignal_new(srv.base, SIGTERM, on_shutdown_signal, &srv);
+    sigint = evsignal_new(srv.base, SIGINT, on_shutdown_signal, &srv);
+    sighup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
+    if (!sigterm || !sigint || !sighup || evsignal_add(sigterm, NULL) < 0 ||
+        evsignal_add(sigint, NULL) < 0 || evsignal_add(sighup, NULL) < 0) {
+        fprintf(stderr, "ratelimitd: cannot install signal handlers\n");
+        goto out;
+    }
+    backend_start(srv.backend);
+    char npol[24];
+    snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
+    log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION,
+              "policies", npol, "listen", srv.config->listen, "redis",
+              backend_target(srv.backend), "clock",
+              srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
+    if (event_base_dispatch(srv.base) < 0) {
+        fprintf(stderr, "ratelimitd: event loop failed\n");
+        goto out;
+    }
+    rc = 0;
+    log_event(&srv.log, LOG_LVL_INFO, "stopped", NULL);
+out:
+    http_free(srv.http);
+    backend_free(srv.backend);
+    if (sigterm)
+        event_free(sigterm);
+    if (sigint)
+        event_free(sigint);
+    if (sighup)
+        event_free(sighup);
+    if (srv.base)
+        event_base_free(srv.base);
+    config_unref(srv.config);
+    return rc;
+}

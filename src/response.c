@@ -1,0 +1,196 @@
+/*
+ * response.c: JSON bodies and headers for every answer (jansson).
+ *
+ * The top-level figures and the headers come from one "binding" tier:
+ * when denied, the denying tier with the longest wait (no finite wait counts
+ * as longest); when allowed, the tier with the fewest remaining, ties broken
+ * by the longest reset. Tiers of shadow checks never bind unless the request
+ * has nothing else, since a shadow policy must not change what callers see.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "response.h"
+
+static int64_t us_to_ms(int64_t us)
+{
+    return us <= 0 ? 0 : util_ceil_div(us, 1000);
+}
+
+static json_t *ms_or_null(int64_t us)
+{
+    return us < 0 ? json_null() : json_integer(us_to_ms(us));
+}
+
+static void finish(struct answer *ans, int status, json_t *body)
+{
+    ans->status = status;
+    ans->body = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!ans->body) {
+        /* json_dumps fails only on allocation failure. */
+        fprintf(stderr, "ratelimitd: out of memory\n");
+        abort();
+    }
+}
+
+void response_add_header(struct answer *ans, const char *name, const char *value)
+{
+    if (ans->nheaders >= RESPONSE_MAX_HEADERS)
+        return;
+    ans->headers[ans->nheaders].name = name;
+    snprintf(ans->headers[ans->nheaders].value, sizeof ans->headers[0].value, "%s", value);
+    ans->nheaders++;
+}
+
+static void add_header_int(struct answer *ans, const char *name, int64_t v)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    response_add_header(ans, name, buf);
+}
+
+void response_error(int status, const char *code, const char *message, struct answer *ans)
+{
+    memset(ans, 0, sizeof *ans);
+    finish(ans, status, json_pack("{s:s,s:s}", "error", code, "message", message));
+}
+
+/* True if a beats b as the binding tier under the rule for `allowed`. */
+static int binds_before(const struct tier_result *a, const struct tier_result *b, int allowed)
+{
+    if (!allowed) {
+        if (a->allowed != b->allowed)
+            return !a->allowed;
+        if (b->retry_us < 0)
+            return 0;
+        return a->retry_us < 0 || a->retry_us > b->retry_us;
+    }
+    if (a->remaining != b->remaining)
+        return a->remaining < b->remaining;
+    return a->reset_us > b->reset_us;
+}
+
+static json_t *tier_json(const struct tier *t, const struct tier_result *r)
+{
+    json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I,s:o}", "name", t->name, "algorithm",
+                          policy_algorithm_name(t->algorithm), "allowed", r->allowed, "limit",
+                          (json_int_t)r->limit, "remaining", (json_int_t)r->remaining, "reset_ms",
+                          (json_int_t)us_to_ms(r->reset_us), "retry_after_ms",
+                          ms_or_null(r->allowed ? 0 : r->retry_us));
+    if (t->algorithm == ALG_LEAKY_BUCKET)
+        json_object_set_new(o, "delay_ms", json_integer(us_to_ms(r->delay_us)));
+    if (r->cost_exceeds_limit)
+        json_object_set_new(o, "reason", json_string("cost_exceeds_limit"));
+    return o;
+}
+
+void response_decision(const struct check_request *req, const struct tier_result *results,
+                       struct answer *ans)
+{
+    memset(ans, 0, sizeof *ans);
+    json_t *checks = json_array();
+    int allowed = 1, shadow_denied = 0, any_leaky = 0;
+    int64_t delay_us = 0;
+    const struct tier_result *r = results;
+
+    /* First pass: the request's decision (shadow checks never deny it). */
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct policy *p = req->checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++, r++) {
+            if (r->allowed)
+                continue;
+            if (p->shadow)
+                shadow_denied = 1;
+            else
+                allowed = 0;
+        }
+    }
+
+    /* Second pass: the binding tier, the delay and the per-check JSON. */
+    const struct tier_result *bind = NULL, *bind_any = NULL;
+    r = results;
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        const struct policy *p = c->policy;
+        json_t *tiers = json_array();
+        int check_allowed = 1;
+        for (size_t j = 0; j < p->ntiers; j++, r++) {
+            check_allowed &= r->allowed;
+            if (!p->shadow && (!bind || binds_before(r, bind, allowed)))
+                bind = r;
+            if (!bind_any || binds_before(r, bind_any, allowed))
+                bind_any = r;
+            if (p->tiers[j].algorithm == ALG_LEAKY_BUCKET) {
+                any_leaky = 1;
+                if (allowed && r->allowed && r->delay_us > delay_us)
+                    delay_us = r->delay_us;
+            }
+            json_array_append_new(tiers, tier_json(&p->tiers[j], r));
+        }
+        json_t *co = json_pack("{s:s,s:s%,s:b}", "policy", p->name, "key", c->key, c->keylen,
+                               "allowed", check_allowed || p->shadow);
+        if (p->shadow && !check_allowed)
+            json_object_set_new(co, "shadow_denied", json_true());
+        json_object_set_new(co, "tiers", tiers);
+        json_array_append_new(checks, co);
+    }
+    if (!bind)
+        bind = bind_any;
+
+    int64_t retry_us = allowed ? 0 : bind->retry_us;
+    json_t *body = json_pack("{s:b,s:I,s:I,s:I,s:o}", "allowed", allowed, "limit",
+                             (json_int_t)bind->limit, "remaining", (json_int_t)bind->remaining,
+                             "reset_ms", (json_int_t)us_to_ms(bind->reset_us), "retry_after_ms",
+                             ms_or_null(retry_us));
+    if (any_leaky)
+        json_object_set_new(body, "delay_ms", json_integer(us_to_ms(delay_us)));
+    if (allowed && shadow_denied)
+        json_object_set_new(body, "shadow_denied", json_true());
+    if (req->dry_run)
+        json_object_set_new(body, "dry_run", json_true());
+    json_object_set_new(body, "checks", checks);
+    finish(ans, allowed ? 200 : 429, body);
+
+    add_header_int(ans, "X-RateLimit-Limit", bind->limit);
+    add_header_int(ans, "X-RateLimit-Remaining", bind->remaining);
+    add_header_int(ans, "X-RateLimit-Reset", util_ceil_div(us_to_ms(bind->reset_us), 1000));
+    if (!allowed && retry_us >= 0) {
+        int64_t s = util_ceil_div(us_to_ms(retry_us), 1000);
+        add_header_int(ans, "Retry-After", s < 1 ? 1 : s);
+    }
+}
+
+void response_unavailable(const struct check_request *req, const char *why, struct answer *ans)
+{
+    memset(ans, 0, sizeof *ans);
+    int closed = 0;
+    json_t *checks = json_array();
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        closed |= c->policy->failure_mode == FAILURE_CLOSED;
+        json_array_append_new(checks, json_pack("{s:s,s:s%,s:s}", "policy", c->policy->name,
+                                                "key", c->key, c->keylen, "failure_mode",
+                                                c->policy->failure_mode == FAILURE_CLOSED
+                                                    ? "closed"
+                                                    : "open"));
+    }
+    if (closed) {
+        finish(ans, 503,
+               json_pack("{s:b,s:s,s:s,s:o}", "allowed", 0, "error", "backend_unavailable",
+                         "message", why, "checks", checks));
+        response_add_header(ans, "Retry-After", "1");
+        return;
+    }
+    finish(ans, 200,
+           json_pack("{s:b,s:b,s:s,s:o}", "allowed", 1, "degraded", 1, "message", why, "checks",
+                     checks));
+}
+
+void answer_free(struct answer *ans)
+{
+    free(ans->body);
+    ans->body = NULL;
+}

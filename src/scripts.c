@@ -1,0 +1,138 @@
+/*
+ * scripts.c: the calling convention of the decision script (see the header
+ * comment of lua/check.lua for the same contract from the Lua side):
+ *
+ *   ARGV: now_us or "" (Redis TIME), dry_run, number of checks, then per
+ *         check: shadow, cost, number of tiers, then per tier: algorithm,
+ *         limit, window_us, burst, precision_us.
+ *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
+ *   Reply: now_us, request_allowed, then per tier: allowed, limit,
+ *          remaining, reset_us, retry_us (-1: none), delay_us, reason.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scripts.h"
+#include "sha1.h"
+
+void scripts_sha1(char out[41])
+{
+    sha1_hex(scripts_lua_source, strlen(scripts_lua_source), out);
+}
+
+/* Appends one argument to the call; mem was sized by the caller. */
+static void push(struct script_call *c, size_t *used, const char *s, size_t len)
+{
+    char *dst = c->mem + *used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    c->args[c->nargs] = dst;
+    c->lens[c->nargs] = len;
+    c->nargs++;
+    *used += len + 1;
+}
+
+static void push_int(struct script_call *c, size_t *used, int64_t v)
+{
+    char buf[24];
+    int n = snprintf(buf, sizeof buf, "%lld", (long long)v);
+    push(c, used, buf, (size_t)n);
+}
+
+/* A bound on the bytes one number takes in the call, with its NUL. */
+#define NUM_BYTES 24
+
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out)
+{
+    static const char *const log_suffix[] = {NULL, "seq"};
+    size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct policy *p = req->checks[i].policy;
+        bytes += 3 * NUM_BYTES;
+        for (size_t j = 0; j < p->ntiers; j++) {
+            nkeys += (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
+            bytes += 5 * NUM_BYTES + (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm) *
+                                         POLICY_KEY_BUF;
+        }
+        ntiers += p->ntiers;
+    }
+    size_t nargs = nkeys + 3 + 3 * req->nchecks + 5 * ntiers;
+    memset(out, 0, sizeof *out);
+    out->args = xcalloc(nargs, sizeof *out->args);
+    out->lens = xcalloc(nargs, sizeof *out->lens);
+    out->mem = xmalloc(bytes);
+    out->ntiers = ntiers;
+    out->nkeys = nkeys;
+    size_t used = 0;
+
+    char key[POLICY_KEY_BUF];
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++) {
+            const struct tier *t = &c->policy->tiers[j];
+            for (int k = 0; k < policy_algorithm_nkeys(t->algorithm); k++) {
+                int n = policy_redis_key(cfg->key_prefix, c->policy->name, c->key, c->keylen,
+                                         t->name, log_suffix[k], key, sizeof key);
+                /* POLICY_KEY_BUF bounds every key that config and request
+                 * validation let through. */
+                if (n < 0)
+                    abort();
+                push(out, &used, key, (size_t)n);
+            }
+        }
+    }
+    if (now_us >= 0)
+        push_int(out, &used, now_us);
+    else
+        push(out, &used, "", 0);
+    push_int(out, &used, req->dry_run);
+    push_int(out, &used, (int64_t)req->nchecks);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        push_int(out, &used, c->policy->shadow);
+        push_int(out, &used, c->cost);
+        push_int(out, &used, (int64_t)c->policy->ntiers);
+        for (size_t j = 0; j < c->policy->ntiers; j++) {
+            const struct tier *t = &c->policy->tiers[j];
+            const char *alg = policy_algorithm_name(t->algorithm);
+            push(out, &used, alg, strlen(alg));
+            push_int(out, &used, t->limit);
+            push_int(out, &used, t->window_us);
+            push_int(out, &used, t->burst);
+            push_int(out, &used, t->precision_us);
+        }
+    }
+}
+
+void scripts_call_free(struct script_call *call)
+{
+    free(call->args);
+    free(call->lens);
+    free(call->mem);
+    memset(call, 0, sizeof *call);
+}
+
+int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct tier_result *out,
+                          char *err, size_t errlen)
+{
+    if (n != SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers) {
+        snprintf(err, errlen, "script returned %zu integers, expected %zu", n,
+                 SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers);
+        return -1;
+    }
+    for (size_t i = 0; i < ntiers; i++) {
+        const long long *v = ints + SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * i;
+        out[i] = (struct tier_result){
+            .allowed = v[0] != 0,
+            .limit = v[1],
+            .remaining = v[2],
+            .reset_us = v[3],
+            .retry_us = v[4],
+            .delay_us = v[5],
+            .cost_exceeds_limit = v[6] == 1,
+        };
+    }
+    return 0;
+}

@@ -1,0 +1,54 @@
+/*
+ * scripts.h: the Lua script built into the binary (the files under lua/, concatenated
+ * at build time by lua/embed.sh), its SHA1, and the script's calling
+ * convention: how a request becomes KEYS/ARGV and how the integers it
+ * returns become tier results. No I/O: backend_redis.c sends what this
+ * module builds.
+ */
+#ifndef RATELIMITD_SCRIPTS_H
+#define RATELIMITD_SCRIPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "request.h"
+#include "response.h"
+
+extern const char scripts_lua_source[]; /* generated: src/scripts_lua.c */
+
+/* Integers the script returns per tier, after {now_us, request_allowed}. */
+#define SCRIPTS_RESULT_HEAD 2
+#define SCRIPTS_RESULT_PER_TIER 7
+
+/* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
+void scripts_sha1(char out[41]);
+
+/*
+ * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
+ * One allocation holds everything; free it with scripts_call_free.
+ */
+struct script_call {
+    size_t nkeys;
+    size_t nargs; /* keys included */
+    size_t ntiers;
+    const char **args;
+    size_t *lens;
+    char *mem;
+};
+
+/* Builds the call deciding every tier of every check of req. now_us < 0
+ * means "the script reads Redis TIME" (clock: redis). */
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out);
+void scripts_call_free(struct script_call *call);
+
+/*
+ * Decodes the script's integers into one tier_result per tier (out has
+ * call->ntiers entries). Returns 0, or -1 with a message if the reply does
+ * not have the expected shape (a script and daemon out of step).
+ */
+int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct tier_result *out,
+                          char *err, size_t errlen) RL_WUR;
+
+#endif

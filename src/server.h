@@ -1,0 +1,29 @@
+/*
+ * server.h: the one struct that holds the daemon's mutable state. Every
+ * module gets it (or the part it needs) passed explicitly; there are no other
+ * mutable globals, so that worker threads can later each own one.
+ */
+#ifndef RATELIMITD_SERVER_H
+#define RATELIMITD_SERVER_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "log.h"
+
+struct event_base;
+struct backend;
+struct http;
+
+struct server {
+    struct event_base *base;
+    struct logger log;
+    const char *config_path;
+    struct config *config; /* current snapshot; one reference held here */
+    struct backend *backend;
+    struct http *http;
+    size_t inflight; /* checks accepted and not yet answered */
+    int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */
+};
+
+#endif

@@ -1,0 +1,119 @@
+"""daemon.py: start the real ratelimitd (the binary in $RATELIMITD) with a
+policy file written to a temp dir, talk HTTP to it, stop it.
+
+Every wait is bounded; a daemon left running is killed at exit.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+
+import harness
+
+BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # lower-case names
+        self.body = body
+        try:
+            self.json = json.loads(body) if body else None
+        except ValueError:
+            self.json = None
+
+    def __repr__(self):
+        return "<%d %r %r>" % (self.status, self.headers, self.body[:300])
+
+
+class Daemon:
+    """One ratelimitd process. `policy` is the YAML text after the listen and
+    redis lines, which this class writes itself."""
+
+    def __init__(self, redis_url, policy, timeout="200ms", clock="redis", extra="",
+                 prefix="rl:", port=None):
+        self.dir = harness.make_tempdir("rl-daemon-")
+        self.port = port or harness.free_port()
+        self.redis_url = redis_url
+        self.config = os.path.join(self.dir, "ratelimitd.yaml")
+        self.logfile = os.path.join(self.dir, "stderr.log")
+        self.proc = None
+        self.write_config(policy, timeout=timeout, clock=clock, extra=extra, prefix=prefix)
+
+    def write_config(self, policy, timeout="200ms", clock="redis", extra="", prefix="rl:"):
+        text = (
+            "listen: 127.0.0.1:%d\n"
+            "redis:\n"
+            "  url: %s\n"
+            "  timeout: %s\n"
+            "  key_prefix: \"%s\"\n"
+            "clock: %s\n" % (self.port, self.redis_url, timeout, prefix, clock)
+        ) + extra + policy
+        tmp = self.config + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.rename(tmp, self.config)
+
+    def start(self, wait_ready=True):
+        self.proc = harness.spawn([BINARY, "--config", self.config], self.logfile)
+        deadline = time.monotonic() + 10
+        want = "/readyz" if wait_ready else "/healthz"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("ratelimitd exited with %d:\n%s" % (self.proc.returncode,
+                                                                       self.logs()))
+            try:
+                if self.request("GET", want, timeout=1).status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("ratelimitd not ready after 10 s:\n" + self.logs())
+
+    def logs(self):
+        with open(self.logfile, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def request(self, method, path, body=None, headers=None, timeout=10):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if isinstance(body, str):
+                body = body.encode()
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        finally:
+            conn.close()
+
+    def check(self, policy=None, key=None, cost=None, dry_run=None, checks=None, timeout=10):
+        body = {}
+        if checks is not None:
+            body["checks"] = checks
+        if policy is not None:
+            body["policy"] = policy
+        if key is not None:
+            body["key"] = key
+        if cost is not None:
+            body["cost"] = cost
+        if dry_run is not None:
+            body["dry_run"] = dry_run
+        return self.request("POST", "/check", json.dumps(body), timeout=timeout)
+
+    def send_signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Signals the daemon and returns its exit status (None if it did not
+        exit within timeout seconds: it is then killed)."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None

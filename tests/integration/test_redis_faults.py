@@ -1,0 +1,110 @@
+"""test_redis_faults.py: Redis going away, hanging and coming back, under
+both failure modes; the deadline; SIGTERM draining checks in flight."""
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from daemon import Daemon  # noqa: E402
+
+POLICY = """policies:
+  open:
+    failure_mode: open
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1000, window: 1h}
+  closed:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1000, window: 1h}
+"""
+
+
+def timed_check(d, policy, key):
+    t0 = time.monotonic()
+    res = d.check(policy, key)
+    return res, time.monotonic() - t0
+
+
+def test_redis_killed(redis, d):
+    harness.eq(d.check("open", "k").status, 200, "decided while Redis is up")
+    redis.proc.send_signal(signal.SIGKILL)
+    redis.proc.wait()
+    res, took = timed_check(d, "open", "k")
+    harness.eq((res.status, res.json.get("allowed"), res.json.get("degraded")), (200, True, True),
+               "Redis killed, failure_mode open: 200 allowed degraded")
+    harness.ok(took < 1.0, "answered at once (%.3f s)" % took)
+    res, took = timed_check(d, "closed", "k")
+    harness.eq((res.status, res.json.get("allowed"), res.json.get("error"),
+                res.headers.get("retry-after")), (503, False, "backend_unavailable", "1"),
+               "failure_mode closed: 503 backend_unavailable with Retry-After: 1")
+    harness.eq(d.request("GET", "/readyz").status, 503, "/readyz is 503 while Redis is down")
+    harness.eq(d.request("GET", "/healthz").status, 200, "/healthz stays 200")
+
+    redis.restart()
+    harness.wait_until(lambda: d.request("GET", "/readyz").status == 200, 10,
+                       what="the daemon to reconnect")
+    res = d.check("closed", "k")
+    harness.eq((res.status, res.json.get("degraded"), res.json.get("remaining")), (200, None, 999),
+               "after Redis restarts (empty) the daemon reconnected and reloaded the script")
+
+
+def test_redis_hangs(redis, d):
+    r = redis.client()
+    harness.eq(d.check("open", "hang").status, 200, "decided before the hang")
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        res, took = timed_check(d, "open", "hang")
+        harness.eq((res.status, res.json.get("degraded")), (200, True),
+                   "Redis stopped (SIGSTOP), open: degraded at the deadline")
+        harness.ok(0.15 <= took < 1.0, "answered at the 200 ms deadline (%.3f s)" % took)
+        res, took = timed_check(d, "closed", "hang")
+        harness.eq(res.status, 503, "closed: 503 at the deadline")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    # The late replies to the two timed-out checks arrive now and must be
+    # dropped without harm; the counter shows they were counted by Redis.
+    harness.wait_until(lambda: d.check("open", "hang2").json.get("degraded") is None, 5,
+                       what="decisions after SIGCONT")
+    res = d.check("open", "hang")
+    harness.eq((res.status, res.json.get("degraded")), (200, None), "normal answers afterwards")
+    harness.ok(int(r.command("HGET", "rl:{open:hang}:t", "n")) >= 3,
+               "the late request was applied by Redis (the effect of a timeout: counted, "
+               "answered degraded)")
+
+
+def test_drain(redis, d):
+    results = []
+    redis.proc.send_signal(signal.SIGSTOP)
+    t = threading.Thread(target=lambda: results.append(d.check("closed", "drain", timeout=10)))
+    t.start()
+    time.sleep(0.3)
+    d.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    harness.ok(d.proc.poll() is None, "SIGTERM waits for the check in flight")
+    refused = False
+    try:
+        d.request("GET", "/healthz", timeout=1)
+    except OSError:
+        refused = True
+    harness.ok(refused, "and no longer accepts connections")
+    redis.proc.send_signal(signal.SIGCONT)
+    t.join(10)
+    harness.ok(results and results[0].status == 200 and results[0].json.get("degraded") is None,
+               "the check in flight is answered from Redis: %r" % results)
+    harness.eq(d.stop(timeout=5), 0, "then the daemon exits 0")
+
+
+def main():
+    redis = harness.RedisServer().start()
+    d = Daemon("unix:" + redis.socket_path, POLICY, timeout="200ms").start()
+    test_redis_killed(redis, d)
+    test_redis_hangs(redis, d)
+    harness.eq(d.stop(), 0, "SIGTERM exits 0")
+    d2 = Daemon("unix:" + redis.socket_path, POLICY, timeout="5s").start()
+    test_drain(redis, d2)
+
+
+harness.run(main)

@@ -1,0 +1,18 @@
+#!/bin/sh
+# deps.sh: installs the Debian packages that building, running and testing
+# ratelimitd need, when any is missing. Needs root (or sudo) only then.
+set -eu
+PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-dev \
+libjansson-dev libyaml-dev redis-server redis-tools python3 curl"
+missing=""
+for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "deps.sh: installing:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

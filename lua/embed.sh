@@ -9,7 +9,7 @@ tmp=$out.tmp
     echo '#include "scripts.h"'
     echo 'const char scripts_lua_source[] ='
     for f in "$@"; do
-        echo "    \"-- $(basename "$f")\\n\""
+        printf '    "-- %s\\n"\n' "$(basename "$f")"
         sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$/\\n"/' "$f"
     done
     echo '    ;'

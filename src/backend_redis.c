@@ -8,7 +8,6 @@
  * after connect always run before any EVALSHA, and a SCRIPT LOAD sent after a
  * NOSCRIPT always runs before the retried EVALSHA.
  */
-#include <ctype.h>
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend_redis.h"
+#include "redis_url.h"
 
 #define BACKOFF_MIN_US 50000
 #define BACKOFF_MAX_US 2000000
@@ -29,12 +29,7 @@ enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 struct backend {
     struct event_base *base;
     const struct logger *log;
-    char *host; /* NULL for a unix socket */
-    int port;
-    char *unix_path;
-    char *user;
-    char *password;
-    int db;
+    struct redis_url url;
     char target[300];
     char sha[41];
 
@@ -62,118 +57,6 @@ struct pending {
 };
 
 static void start_connect(struct backend *b);
-
-/* ---- URL ---- */
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Percent-decodes s[0..n) into a new string; NULL on a bad escape or NUL. */
-static char *pct_decode(const char *s, size_t n)
-{
-    char *out = xmalloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            *o++ = s[i];
-            continue;
-        }
-        int hi = i + 2 < n ? hexval((unsigned char)s[i + 1]) : -1;
-        int lo = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
-            free(out);
-            return NULL;
-        }
-        *o++ = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    *o = '\0';
-    return out;
-}
-
-static int parse_url(struct backend *b, const char *url, char *err, size_t errlen)
-{
-    if (strncmp(url, "unix:", 5) == 0) {
-        const char *path = url + 5;
-        if (strncmp(path, "//", 2) == 0)
-            path += 2;
-        if (path[0] != '/') {
-            snprintf(err, errlen, "redis url %s: a unix socket path must be absolute", url);
-            return -1;
-        }
-        b->unix_path = xstrdup(path);
-        snprintf(b->target, sizeof b->target, "unix:%s", path);
-        return 0;
-    }
-    if (strncmp(url, "redis://", 8) != 0) {
-        snprintf(err, errlen, "redis url %s: must start with redis:// or unix:", url);
-        return -1;
-    }
-    const char *p = url + 8;
-    const char *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon) {
-            snprintf(err, errlen, "redis url: credentials must be [user]:password@");
-            return -1;
-        }
-        b->user = colon > p ? pct_decode(p, (size_t)(colon - p)) : NULL;
-        b->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
-        if ((colon > p && !b->user) || !b->password) {
-            snprintf(err, errlen, "redis url: bad %%-escape in the credentials");
-            return -1;
-        }
-        p = at + 1;
-    }
-    const char *host_end;
-    if (*p == '[') {
-        host_end = strchr(p, ']');
-        if (!host_end) {
-            snprintf(err, errlen, "redis url %s: unterminated [ipv6] address", url);
-            return -1;
-        }
-        b->host = xstrndup(p + 1, (size_t)(host_end - p - 1));
-        host_end++;
-    } else {
-        host_end = p + strcspn(p, ":/");
-        b->host = xstrndup(p, (size_t)(host_end - p));
-    }
-    if (!b->host[0]) {
-        snprintf(err, errlen, "redis url %s: no host", url);
-        return -1;
-    }
-    b->port = 6379;
-    p = host_end;
-    int64_t v;
-    if (*p == ':') {
-        size_t n = strcspn(p + 1, "/");
-        char buf[16];
-        if (n == 0 || n >= sizeof buf) {
-            snprintf(err, errlen, "redis url %s: bad port", url);
-            return -1;
-        }
-        memcpy(buf, p + 1, n);
-        buf[n] = '\0';
-        if (util_parse_int64(buf, 1, 65535, &v, err, errlen) < 0)
-            return -1;
-        b->port = (int)v;
-        p += 1 + n;
-    }
-    if (*p == '/' && p[1]) {
-        if (util_parse_int64(p + 1, 0, 1 << 20, &v, err, errlen) < 0)
-            return -1;
-        b->db = (int)v;
-    } else if (*p && strcmp(p, "/") != 0) {
-        snprintf(err, errlen, "redis url %s: unexpected \"%s\"", url, p);
-        return -1;
-    }
-    snprintf(b->target, sizeof b->target, "%s:%d/%d", b->host, b->port, b->db);
-    return 0;
-}
 
 /* ---- connection life ---- */
 
@@ -287,8 +170,8 @@ static void send_script_load(struct backend *b)
 
 static void start_connect(struct backend *b)
 {
-    redisAsyncContext *ac =
-        b->unix_path ? redisAsyncConnectUnix(b->unix_path) : redisAsyncConnect(b->host, b->port);
+    redisAsyncContext *ac = b->url.unix_path ? redisAsyncConnectUnix(b->url.unix_path)
+                                             : redisAsyncConnect(b->url.host, b->url.port);
     if (!ac || ac->err) {
         log_event(b->log, LOG_LVL_WARN, "redis connect failed", "target", b->target, "error",
                   ac ? ac->errstr : "out of memory", NULL);
@@ -308,20 +191,16 @@ static void start_connect(struct backend *b)
     evtimer_add(b->connect_timeout_ev, &tv);
 
     /* Queued now, sent as soon as the socket connects, ahead of any check. */
-    if (b->password) {
-        const char *argv[] = {"AUTH", b->user, b->password};
-        if (b->user) {
-            size_t lens[] = {4, strlen(b->user), strlen(b->password)};
-            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 3, argv, lens);
-        } else {
-            argv[1] = b->password;
-            size_t lens[] = {4, strlen(b->password)};
-            redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", 2, argv, lens);
-        }
+    const struct redis_url *u = &b->url;
+    if (u->password) {
+        /* AUTH [user] password: the user only when the URL names one. */
+        const char *argv[] = {"AUTH", u->user ? u->user : u->password, u->password};
+        size_t lens[] = {4, strlen(argv[1]), strlen(u->password)};
+        redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", u->user ? 3 : 2, argv, lens);
     }
-    if (b->db) {
+    if (u->db) {
         char db[16];
-        snprintf(db, sizeof db, "%d", b->db);
+        snprintf(db, sizeof db, "%d", u->db);
         const char *argv[] = {"SELECT", db};
         size_t lens[] = {6, strlen(db)};
         redisAsyncCommandArgv(ac, on_setup_reply, "SELECT", 2, argv, lens);
@@ -447,10 +326,14 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
         backend_free(b);
         return NULL;
     }
-    if (parse_url(b, url, err, errlen) < 0) {
+    if (redis_url_parse(url, &b->url, err, errlen) < 0) {
         backend_free(b);
         return NULL;
     }
+    if (b->url.unix_path)
+        snprintf(b->target, sizeof b->target, "unix:%s", b->url.unix_path);
+    else
+        snprintf(b->target, sizeof b->target, "%s:%d/%d", b->url.host, b->url.port, b->url.db);
     return b;
 }
 
@@ -483,9 +366,6 @@ void backend_free(struct backend *b)
         event_free(b->reconnect_ev);
     if (b->connect_timeout_ev)
         event_free(b->connect_timeout_ev);
-    free(b->host);
-    free(b->unix_path);
-    free(b->user);
-    free(b->password);
+    redis_url_free(&b->url);
     free(b);
 }

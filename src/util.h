@@ -24,6 +24,11 @@ int util_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char
 int util_parse_duration(const char *s, int64_t max_us, int64_t *out_us, char *err,
                         size_t errlen) RL_WUR;
 
+/* Writes a duration for messages as the largest unit that divides it exactly
+ * ("60s", "1500ms", "250us") and returns buf. UTIL_DURATION_BUF is enough. */
+#define UTIL_DURATION_BUF 32
+const char *util_format_duration(int64_t us, char *buf, size_t buflen);
+
 /* Microseconds on CLOCK_MONOTONIC: for deadlines and intervals only. */
 int64_t util_monotonic_us(void);
 

@@ -1,0 +1,84 @@
+-- common.lua: helpers shared by every algorithm of the one script.
+--
+-- The build concatenates common.lua, the seven algorithm files and check.lua
+-- (the entry point) into one chunk, so the `local`s defined here are visible
+-- to every file that follows. Redis forbids new globals in scripts, which is
+-- why nothing here (or anywhere) is global.
+--
+-- Arithmetic: Lua 5.1 numbers are doubles, exact for integers up to 2^53.
+-- The daemon validates every tier so that capacity * window_us and
+-- limit * window_us stay <= 2^53; every intermediate value in the algorithms
+-- is kept an integer in that range, and every division goes through idiv or
+-- idiv_ceil below, never through a bare `/`.
+--
+-- Each algorithm file defines one table with the same fields, which check.lua
+-- drives (t is one tier: t.now, t.cost, t.limit, t.window, t.burst,
+-- t.precision, t.capacity, t.keys):
+--   nkeys                  how many KEYS the tier consumes
+--   capacity(t)            the figure reported as `limit`
+--   load(t) -> st          reads the tier's state as of t.now (reads only)
+--   allows(t, st)          the decision, only asked when 0 < cost <= capacity
+--   figures(t, st, consumed) -> remaining, reset_us
+--                          as if the request's cost were taken iff consumed
+--   retry(t, st)           µs until this request would be allowed, only
+--                          asked when denied with cost <= capacity
+--   delay(t, st)           (optional) µs the allowed request must wait
+--   commit(t, st)          takes the cost: writes the state and its expiry
+
+-- Every key written lives this long after its state stops mattering: covers
+-- clock skew between daemons and the time between a script and the next.
+local EXPIRY_SLACK_MS = 1000
+
+-- How many members one ZADD/HDEL takes at most: unpack() is bounded by the
+-- Lua C stack (a few thousand values).
+local CALL_CHUNK = 512
+
+-- floor(a / b), exactly, for integers |a| <= 2^53 and 0 < b <= 2^53.
+-- Exact by construction rather than by a rounding argument: math.fmod gives
+-- the exact remainder (IEEE fmod never rounds), a - r is then a multiple of
+-- b no larger than |a|, so the division is exact; the truncated quotient is
+-- then corrected by one for a negative a. (math.floor(a / b) corrected by
+-- +-1 against q * b works too, but q * b may itself round near 2^53.)
+local function idiv(a, b)
+    local r = math.fmod(a, b) -- sign of a, |r| < b
+    local q = (a - r) / b
+    if r < 0 then
+        q = q - 1
+    end
+    return q
+end
+
+-- ceil(a / b), exactly, same ranges as idiv.
+local function idiv_ceil(a, b)
+    local r = math.fmod(a, b)
+    local q = (a - r) / b
+    if r > 0 then
+        q = q + 1
+    end
+    return q
+end
+
+-- An integer as a plain decimal string: tostring() would print 1.7e+15.
+local function fmt(n)
+    return string.format('%.0f', n)
+end
+
+-- Makes key live for `us` more microseconds (rounded up to ms), plus slack.
+local function expire_in(key, us)
+    redis.call('PEXPIRE', key, fmt(idiv_ceil(us, 1000) + EXPIRY_SLACK_MS))
+end
+
+-- The PX argument for a SET that expires in `us` microseconds (plus slack).
+local function px_in(us)
+    return fmt(idiv_ceil(us, 1000) + EXPIRY_SLACK_MS)
+end
+
+-- Calls `cmd key` with args[1..n] in chunks of CALL_CHUNK * per values, so
+-- each call gets whole groups of `per` values (ZADD takes score + member).
+local function call_chunked(cmd, key, args, per)
+    local n = #args
+    local step = CALL_CHUNK * per
+    for i = 1, n, step do
+        redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, n)))
+    end
+end

@@ -1,0 +1,81 @@
+-- sliding_window_log.lua: at most `limit` units in any window_us ending now.
+--
+-- Exact sliding window: remembers the time of every unit taken.
+--
+-- State: ZSET KEYS[1] with one member per unit of cost, scored by the time
+-- it was taken (µs); the units that count are those scored after now - W
+-- (including any from a daemon whose clock is ahead of ours).
+-- Members must be unique even when two requests (from two daemons) land on
+-- the same µs, so a member is "<now>-<seq>", seq coming from INCRBY on the
+-- sequence counter KEYS[2].
+-- Old members are trimmed only on commit: a read never writes.
+-- Expiry (both keys): W after the newest member (plus slack).
+-- Figures: remaining = limit - count; reset = newest + W - now; retry = the
+-- moment enough of the oldest units have left the window.
+
+local sliding_window_log = { nkeys = 2 }
+
+function sliding_window_log.capacity(t)
+    return t.limit
+end
+
+-- ZRANGEBYSCORE bound for "score > now - W".
+local function log_window_start(t)
+    return '(' .. fmt(t.now - t.window)
+end
+
+function sliding_window_log.load(t)
+    local count = redis.call('ZCOUNT', t.keys[1], log_window_start(t), '+inf')
+    return { count = count }
+end
+
+function sliding_window_log.allows(t, st)
+    return st.count + t.cost <= t.limit
+end
+
+function sliding_window_log.figures(t, st, consumed)
+    local count = st.count
+    local newest = nil
+    if count > 0 then
+        local top = redis.call('ZREVRANGEBYSCORE', t.keys[1], '+inf',
+            log_window_start(t), 'WITHSCORES', 'LIMIT', 0, 1)
+        newest = tonumber(top[2])
+    end
+    if consumed and t.cost > 0 then
+        count = count + t.cost
+        -- max(): a member from a daemon whose clock is ahead can be newer.
+        newest = math.max(newest or t.now, t.now)
+    end
+    local reset = 0
+    if newest then
+        reset = newest + t.window - t.now
+    end
+    return math.max(0, t.limit - count), reset
+end
+
+function sliding_window_log.retry(t, st)
+    -- With the in-window scores s_1 <= ... <= s_count, the request fits once
+    -- count + cost - limit of them have left: at s_(count+cost-limit) + W.
+    local k = st.count + t.cost - t.limit
+    local r = redis.call('ZRANGEBYSCORE', t.keys[1], log_window_start(t),
+        '+inf', 'WITHSCORES', 'LIMIT', fmt(k - 1), 1)
+    return tonumber(r[2]) + t.window - t.now
+end
+
+function sliding_window_log.commit(t, st)
+    local key, seqkey = t.keys[1], t.keys[2]
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t.now - t.window))
+    local last = redis.call('INCRBY', seqkey, fmt(t.cost))
+    local now = fmt(t.now)
+    local args = {}
+    for seq = last - t.cost + 1, last do
+        args[#args + 1] = now
+        args[#args + 1] = now .. '-' .. fmt(seq)
+    end
+    call_chunked('ZADD', key, args, 2)
+    -- The newest member is now, unless a clock ahead of ours wrote one later.
+    local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    local ttl = math.max(tonumber(top[2]), t.now) + t.window - t.now
+    expire_in(key, ttl)
+    expire_in(seqkey, ttl)
+end

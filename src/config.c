@@ -1,0 +1,762 @@
+/*
+ * config.c: the policy file, from YAML text to an immutable, reference-counted
+ * struct config. The only code that reads the file or knows libyaml.
+ *
+ * The file is loaded whole with libyaml's document API (so every node keeps
+ * its line and column) and walked by one generic function driven by the field
+ * tables below: each table row names a field, its type, whether it is
+ * required and where in the target struct it is stored. Unknown fields,
+ * duplicate fields, wrong node types, nulls and invalid values are all errors
+ * reported as "<file>:<line>:<column>: <path>: <message>", pointing at the
+ * offending node (at the mapping, for a missing field).
+ *
+ * What a valid tier is belongs to policy.c (policy_tier_validate); this file
+ * only maps its messages back to the line of the field they name. Defaults
+ * live in config.h.
+ */
+#include "config.h"
+#include "redis_url.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <yaml.h>
+
+#define FILE_MAX (16 * 1024 * 1024) /* a policy file is never near this */
+#define TIMEOUT_MAX_US 60000000     /* redis.timeout: 60s */
+#define MAX_BODY_MIN 64
+#define MAX_BODY_MAX 16777216
+#define PATH_LEN 256 /* "policies.<name>.tiers[15].precision" and some */
+#define SHOWN_LEN 48 /* a value quoted in a message */
+#define MAX_FIELDS 8 /* rows in the largest field table */
+#define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+struct loader {
+    yaml_document_t doc;
+    const char *name; /* the file, for messages */
+    char *err;
+    size_t errlen;
+};
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* Reports an error at node and returns -1. path is the dotted path to the
+ * node ("" for the top), fmt the message. */
+__attribute__((format(printf, 4, 5))) static int fail(struct loader *ld, const yaml_node_t *node,
+                                                      const char *path, const char *fmt, ...)
+{
+    char msg[2 * RL_ERRLEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, node->start_mark.line + 1,
+             node->start_mark.column + 1, path, *path ? ": " : "", msg);
+    return -1;
+}
+
+/* A value from the file made safe to quote in a message: at most
+ * SHOWN_LEN - 4 bytes, anything not printable ASCII shown as '?'. */
+static const char *shown(const char *s, char buf[SHOWN_LEN])
+{
+    size_t i;
+
+    for (i = 0; s[i] != '\0' && i < SHOWN_LEN - 4; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    strcpy(buf + i, s[i] != '\0' ? "..." : "");
+    return buf;
+}
+
+/* Appends name to a ", "-separated list in buf. */
+static void list_add(char *buf, size_t size, const char *name)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, "%s%s", n ? ", " : "", name);
+}
+
+static void join(char *out, const char *path, const char *name)
+{
+    snprintf(out, PATH_LEN, "%s%s%s", path, *path ? "." : "", name);
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+static int is_null(const yaml_node_t *n)
+{
+    static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
+    size_t i;
+
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    for (i = 0; i < sizeof(nulls) / sizeof(nulls[0]); i++)
+        if (strcmp((const char *)n->data.scalar.value, nulls[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static const char *kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    case YAML_SEQUENCE_NODE:
+        return "a sequence";
+    default:
+        return is_null(n) ? "null" : "a scalar";
+    }
+}
+
+static yaml_node_t *node_at(struct loader *ld, int index)
+{
+    return yaml_document_get_node(&ld->doc, index);
+}
+
+/*
+ * The text of a scalar node, or NULL after reporting why the node is not one:
+ * a mapping, a sequence, a null, or a string with a NUL byte in it. With
+ * plain_only, a quoted scalar is refused too: in YAML "5" and "true" are
+ * strings, not a number and a boolean.
+ */
+static const char *scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
+                               const char *expected, int plain_only)
+{
+    const char *s;
+
+    if (node->type != YAML_SCALAR_NODE || is_null(node))
+        return fail(ld, node, path, "expected %s, got %s", expected, kind(node)), NULL;
+    s = (const char *)node->data.scalar.value;
+    if (strlen(s) != node->data.scalar.length)
+        fail(ld, node, path, "contains a NUL byte");
+    else if (plain_only && node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        fail(ld, node, path, "expected %s, got a quoted string", expected);
+    else
+        return s;
+    return NULL;
+}
+
+/* A policy or tier name: its text, or NULL after reporting it invalid. */
+static const char *name_text(struct loader *ld, const yaml_node_t *node, const char *path)
+{
+    char buf[SHOWN_LEN];
+    const char *s = scalar_text(ld, node, path, "a name", 0);
+
+    if (s != NULL && !policy_name_valid(s)) {
+        fail(ld, node, path, "invalid name \"%s\": use 1 to %d of A-Z a-z 0-9 _ . -", shown(s, buf),
+             POLICY_NAME_MAX);
+        return NULL;
+    }
+    return s;
+}
+
+/* The value of the field called name in a mapping, or NULL. */
+static const yaml_node_t *field_node(struct loader *ld, const yaml_node_t *map, const char *name)
+{
+    const yaml_node_pair_t *pair;
+
+    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *key = node_at(ld, pair->key);
+        if (key->type == YAML_SCALAR_NODE &&
+            strcmp((const char *)key->data.scalar.value, name) == 0)
+            return node_at(ld, pair->value);
+    }
+    return NULL;
+}
+
+/* ---- value checks ---------------------------------------------------------- */
+
+static int check_unix_path(const char *p, char *err, size_t errlen)
+{
+    if (p[0] != '/' || p[1] == '\0')
+        return snprintf(err, errlen, "a unix socket path must be absolute (unix:/path)"), -1;
+    if (strlen(p) > UNIX_PATH_MAX)
+        return snprintf(err, errlen, "unix socket path longer than %zu bytes", UNIX_PATH_MAX), -1;
+    return 0;
+}
+
+/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
+ * port_required). host is a name or IPv4 address: A-Z a-z 0-9 . - _ */
+static int check_host_port(const char *s, int port_required, char *err, size_t errlen)
+{
+    char v6[INET6_ADDRSTRLEN + 1], msg[RL_ERRLEN];
+    struct in6_addr addr;
+    const char *rest;
+    int64_t port;
+    size_t n;
+
+    if (s[0] == '[') {
+        rest = strchr(s, ']');
+        n = rest ? (size_t)(rest - s - 1) : 0;
+        if (rest == NULL || n >= sizeof(v6))
+            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
+        memcpy(v6, s + 1, n);
+        v6[n] = '\0';
+        if (inet_pton(AF_INET6, v6, &addr) != 1)
+            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
+        rest++;
+    } else {
+        n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_");
+        rest = s + n;
+        if (*rest == ':' && strchr(rest + 1, ':') != NULL)
+            return snprintf(err, errlen, "an IPv6 address must be in brackets: [::1]:port"), -1;
+        if (n == 0 || n > 253 || (*rest != ':' && *rest != '\0'))
+            return snprintf(err, errlen, "invalid host: use a name, an IPv4 address or [IPv6]"), -1;
+    }
+    if (*rest == '\0' && !port_required)
+        return 0;
+    if (*rest != ':')
+        return snprintf(err, errlen, "expected host:port"), -1;
+    if (util_parse_int64(rest + 1, 1, 65535, &port, msg, sizeof(msg)) < 0)
+        return snprintf(err, errlen, "invalid port: %s", msg), -1;
+    return 0;
+}
+
+static int check_listen(const char *s, char *err, size_t errlen)
+{
+    if (strncmp(s, "unix:", 5) == 0)
+        return check_unix_path(s + 5, err, errlen);
+    return check_host_port(s, 1, err, errlen);
+}
+
+/* Syntax only (redis_url.c, the parser the backend connects with):
+ * whether a server answers there is for the backend to find out. */
+static int check_redis_url(const char *s, char *err, size_t errlen)
+{
+    struct redis_url u;
+    if (redis_url_parse(s, &u, err, errlen) < 0)
+        return -1;
+    redis_url_free(&u);
+    return 0;
+}
+
+/* The prefix goes in front of the hash tag, so a brace in it would move the
+ * tag; whitespace and control bytes would only make keys hard to handle. */
+static int check_prefix(const char *s, char *err, size_t errlen)
+{
+    const char *p;
+
+    if (strlen(s) > CONFIG_PREFIX_MAX)
+        return snprintf(err, errlen, "longer than %d bytes", CONFIG_PREFIX_MAX), -1;
+    if (strpbrk(s, "{}") != NULL)
+        return snprintf(err, errlen, "must not contain { or } (they would move the hash tag)"), -1;
+    for (p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return snprintf(err, errlen, "must not contain whitespace or control characters"), -1;
+    return 0;
+}
+
+/* ---- the field tables -------------------------------------------------------- */
+
+enum field_type {
+    F_STRING,   /* char *, replacing (and freeing) the default; optional check */
+    F_NAME,     /* char[POLICY_NAME_MAX + 1], per policy_name_valid */
+    F_INT,      /* int64_t in [min, max] */
+    F_DURATION, /* int64_t microseconds, at most max */
+    F_BOOL,     /* int: true or false */
+    F_CHOICE,   /* int: the index of the value in choices */
+    F_SECTION,  /* a nested mapping whose fields go into the same target */
+    F_CUSTOM,   /* parse() gets the node and the address of the field */
+};
+
+struct field {
+    const char *name;
+    enum field_type type;
+    int required;
+    size_t offset; /* of the stored value in the target struct */
+    int64_t min, max;
+    const char *const *choices; /* F_CHOICE, NULL-terminated */
+    int (*check)(const char *s, char *err, size_t errlen);
+    const struct field *section; /* F_SECTION */
+    int (*parse)(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+};
+
+static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path,
+                           void *slot);
+static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+
+/* F_CHOICE values are stored through an int. */
+_Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
+_Static_assert(sizeof(enum failure_mode) == sizeof(int), "enum failure_mode is an int");
+static const char *const clock_names[] = {
+    [CLOCK_SOURCE_REDIS] = "redis", [CLOCK_SOURCE_LOCAL] = "local", NULL};
+static const char *const failure_names[] = {
+    [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", NULL};
+
+/* A tier's numbers are judged by policy_tier_validate, so the table only
+ * asks for integers and durations here, not their bounds. */
+static const struct field tier_fields[] = {
+    {"name", F_NAME, .required = 1, .offset = offsetof(struct tier, name)},
+    {"algorithm", F_CUSTOM, .required = 1, .offset = offsetof(struct tier, algorithm),
+     .parse = parse_algorithm},
+    {"limit", F_INT, .required = 1, .offset = offsetof(struct tier, limit), .min = INT64_MIN,
+     .max = INT64_MAX},
+    {"window", F_DURATION, .required = 1, .offset = offsetof(struct tier, window_us),
+     .max = INT64_MAX},
+    {"burst", F_INT, .offset = offsetof(struct tier, burst), .min = INT64_MIN, .max = INT64_MAX},
+    {"precision", F_DURATION, .offset = offsetof(struct tier, precision_us), .max = INT64_MAX},
+    {.name = NULL},
+};
+
+static const struct field policy_fields[] = {
+    {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
+     .choices = failure_names},
+    {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
+    {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers},
+    {.name = NULL},
+};
+
+static const struct field redis_fields[] = {
+    {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url},
+    {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
+     .max = TIMEOUT_MAX_US},
+    {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix},
+    {.name = NULL},
+};
+
+static const struct field top_fields[] = {
+    {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen},
+    {"redis", F_SECTION, .section = redis_fields},
+    {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names},
+    {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
+     .max = MAX_BODY_MAX},
+    {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
+     .parse = parse_policies},
+    {.name = NULL},
+};
+
+#define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
+_Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_FIELDS &&
+                   NROWS(redis_fields) <= MAX_FIELDS && NROWS(top_fields) <= MAX_FIELDS,
+               "raise MAX_FIELDS");
+
+/* ---- the walker ---------------------------------------------------------------- */
+
+static int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                        const struct field *fields, void *target);
+
+/* Parses one field's value node into target. */
+static int parse_value(struct loader *ld, const struct field *f, const yaml_node_t *node,
+                       const char *path, void *target)
+{
+    void *slot = (char *)target + f->offset;
+    char msg[RL_ERRLEN], buf[SHOWN_LEN], list[RL_ERRLEN / 2] = "";
+    const char *s = NULL;
+    int rc = 0;
+    size_t i;
+
+    switch (f->type) {
+    case F_SECTION:
+        return parse_fields(ld, node, path, f->section, target);
+    case F_CUSTOM:
+        return f->parse(ld, node, path, slot);
+    case F_NAME:
+        if ((s = name_text(ld, node, path)) == NULL)
+            return -1;
+        strcpy(slot, s);
+        return 0;
+    case F_STRING:
+        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+            return -1;
+        /* The value is not quoted back: a Redis URL may hold a password. */
+        if (f->check != NULL && f->check(s, msg, sizeof(msg)) < 0)
+            return fail(ld, node, path, "%s", msg);
+        free(*(char **)slot);
+        *(char **)slot = xstrdup(s);
+        return 0;
+    case F_INT:
+        if ((s = scalar_text(ld, node, path, "an integer", 1)) == NULL)
+            return -1;
+        rc = util_parse_int64(s, f->min, f->max, slot, msg, sizeof(msg));
+        break;
+    case F_DURATION:
+        if ((s = scalar_text(ld, node, path, "a duration", 0)) == NULL)
+            return -1;
+        rc = util_parse_duration(s, f->max, slot, msg, sizeof(msg));
+        break;
+    case F_BOOL:
+        if ((s = scalar_text(ld, node, path, "true or false", 1)) == NULL)
+            return -1;
+        if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0) {
+            *(int *)slot = s[0] == 't';
+            return 0;
+        }
+        rc = -1;
+        snprintf(msg, sizeof(msg), "expected true or false");
+        break;
+    case F_CHOICE:
+        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+            return -1;
+        for (i = 0; f->choices[i] != NULL; i++) {
+            if (strcmp(s, f->choices[i]) == 0) {
+                *(int *)slot = (int)i;
+                return 0;
+            }
+            list_add(list, sizeof(list), f->choices[i]);
+        }
+        rc = -1;
+        snprintf(msg, sizeof(msg), "must be one of %s", list);
+        break;
+    }
+    if (rc < 0)
+        return fail(ld, node, path, "invalid value \"%s\": %s", shown(s, buf), msg);
+    return 0;
+}
+
+/*
+ * Parses a mapping against a field table into target: every key must name a
+ * field, at most once; every required field must be there. Fields absent
+ * keep what target already holds (the defaults).
+ */
+static int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                        const struct field *fields, void *target)
+{
+    const yaml_node_t *seen[MAX_FIELDS] = {NULL};
+    const yaml_node_pair_t *pair;
+    char child[PATH_LEN], buf[SHOWN_LEN], known[RL_ERRLEN] = "";
+    const struct field *f;
+
+    if (map->type != YAML_MAPPING_NODE)
+        return fail(ld, map, path, "expected a mapping, got %s", kind(map));
+    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *key = node_at(ld, pair->key);
+        const char *name = scalar_text(ld, key, path, "a field name", 0);
+
+        if (name == NULL)
+            return -1;
+        for (f = fields; f->name != NULL && strcmp(f->name, name) != 0; f++)
+            ;
+        if (f->name == NULL) {
+            for (f = fields; f->name != NULL; f++)
+                list_add(known, sizeof(known), f->name);
+            return fail(ld, key, path, "unknown field \"%s\" (known: %s)", shown(name, buf), known);
+        }
+        if (seen[f - fields] != NULL)
+            return fail(ld, key, path, "duplicate field \"%s\"", name);
+        seen[f - fields] = key;
+        join(child, path, f->name);
+        if (parse_value(ld, f, node_at(ld, pair->value), child, target) < 0)
+            return -1;
+    }
+    for (f = fields; f->name != NULL; f++)
+        if (f->required && seen[f - fields] == NULL)
+            return fail(ld, map, path, "missing required field \"%s\"", f->name);
+    return 0;
+}
+
+/* ---- policies and tiers ---------------------------------------------------------- */
+
+static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    char buf[SHOWN_LEN], list[RL_ERRLEN] = "";
+    const char *s = scalar_text(ld, node, path, "an algorithm name", 0);
+    int i;
+
+    if (s == NULL)
+        return -1;
+    if (policy_algorithm_from_name(s, slot) == 0)
+        return 0;
+    for (i = 0; i < ALG__COUNT; i++)
+        list_add(list, sizeof(list), policy_algorithm_name((enum algorithm)i));
+    return fail(ld, node, path, "unknown algorithm \"%s\" (known: %s)", shown(s, buf), list);
+}
+
+/*
+ * Judges a parsed tier. policy_tier_validate's message starts with the name
+ * of the field at fault; the error points at that field's value, or at the
+ * tier when the field is absent (a missing precision, say).
+ */
+static int check_tier(struct loader *ld, const yaml_node_t *map, const char *path,
+                      const struct tier *t)
+{
+    char msg[RL_ERRLEN], field[PATH_LEN];
+    const yaml_node_t *at, *burst;
+    size_t n;
+
+    if (policy_tier_validate(t, msg, sizeof(msg)) < 0) {
+        n = strcspn(msg, ":");
+        snprintf(field, sizeof(field), "%.*s", (int)n, msg);
+        at = msg[n] == ':' ? field_node(ld, map, field) : NULL;
+        return fail(ld, at ? at : map, "", "%s.%s", path, msg);
+    }
+    /* struct tier cannot tell "burst: 0" from no burst, 0 being the default.
+     * Only for leaky_bucket is 0 a value of its own (no queue); elsewhere a
+     * written 0 would silently mean something else, so it is refused. */
+    burst = field_node(ld, map, "burst");
+    if (burst != NULL && t->burst == 0 && t->algorithm != ALG_LEAKY_BUCKET)
+        return fail(ld, burst, "", "%s.burst: 0 is not allowed for %s; leave burst out instead",
+                    path, policy_algorithm_name(t->algorithm));
+    return 0;
+}
+
+static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct policy *p = slot;
+    const yaml_node_item_t *item;
+    char child[PATH_LEN];
+    size_t i, j;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of tiers, got %s", kind(node));
+    item = node->data.sequence.items.start;
+    if (item == node->data.sequence.items.top)
+        return fail(ld, node, path, "at least one tier is required");
+    for (i = 0; item < node->data.sequence.items.top; item++, i++) {
+        const yaml_node_t *map = node_at(ld, *item);
+        struct tier *t;
+
+        if (i == POLICY_MAX_TIERS)
+            return fail(ld, map, path, "at most %d tiers are allowed", POLICY_MAX_TIERS);
+        t = &p->tiers[i];
+        snprintf(child, sizeof(child), "%s[%zu]", path, i);
+        memset(t, 0, sizeof(*t));
+        if (parse_fields(ld, map, child, tier_fields, t) < 0 || check_tier(ld, map, child, t) < 0)
+            return -1;
+        for (j = 0; j < i; j++)
+            if (strcmp(p->tiers[j].name, t->name) == 0)
+                return fail(ld, field_node(ld, map, "name"), child, "duplicate tier name \"%s\"",
+                            t->name);
+        p->ntiers = i + 1;
+    }
+    return 0;
+}
+
+/* A policy's place in the file, to sort by name and still report a
+ * duplicate at its second occurrence. */
+struct entry {
+    const struct policy *policy;
+    const yaml_node_t *key;
+    size_t index;
+};
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const struct entry *x = a, *y = b;
+    int c = strcmp(x->policy->name, y->policy->name);
+
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+static int policy_cmp(const void *name, const void *p)
+{
+    return strcmp(name, ((const struct policy *)p)->name);
+}
+
+/* The policies mapping: name -> policy. Leaves c->policies sorted by name. */
+static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct config *c = slot;
+    const yaml_node_pair_t *pair;
+    struct policy *parsed;
+    struct entry *order;
+    char child[PATH_LEN];
+    size_t n, i;
+    int rc = 0;
+
+    if (node->type != YAML_MAPPING_NODE)
+        return fail(ld, node, path, "expected a mapping of policy names to policies, got %s",
+                    kind(node));
+    n = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
+    if (n == 0)
+        return fail(ld, node, path, "at least one policy is required");
+
+    parsed = xcalloc(n, sizeof(*parsed));
+    order = xcalloc(n, sizeof(*order));
+    for (i = 0, pair = node->data.mapping.pairs.start; i < n && rc == 0; i++, pair++) {
+        const yaml_node_t *key = node_at(ld, pair->key);
+        const char *name = name_text(ld, key, path);
+
+        if (name == NULL) {
+            rc = -1;
+            break;
+        }
+        order[i] = (struct entry){&parsed[i], key, i};
+        strcpy(parsed[i].name, name);
+        join(child, path, name);
+        rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
+    }
+    if (rc == 0) {
+        qsort(order, n, sizeof(*order), entry_cmp);
+        for (i = 1; i < n && rc == 0; i++)
+            if (strcmp(order[i].policy->name, order[i - 1].policy->name) == 0)
+                rc = fail(ld, order[i].key, path, "duplicate policy \"%s\"", order[i].policy->name);
+    }
+    if (rc == 0) {
+        c->policies = xcalloc(n, sizeof(*c->policies));
+        for (i = 0; i < n; i++)
+            c->policies[i] = *order[i].policy;
+        c->npolicies = n;
+    }
+    free(order);
+    free(parsed);
+    return rc;
+}
+
+/* ---- loading ---------------------------------------------------------------------- */
+
+static struct config *config_new(const char *name)
+{
+    struct config *c = xcalloc(1, sizeof(*c));
+
+    c->refcount = 1;
+    c->path = xstrdup(name);
+    c->listen = xstrdup(CONFIG_DEFAULT_LISTEN);
+    c->redis_url = xstrdup(CONFIG_DEFAULT_REDIS_URL);
+    c->redis_timeout_us = CONFIG_DEFAULT_TIMEOUT_US;
+    c->key_prefix = xstrdup(CONFIG_DEFAULT_PREFIX);
+    c->clock = CLOCK_SOURCE_REDIS;
+    c->max_body = CONFIG_DEFAULT_MAX_BODY;
+    return c;
+}
+
+static void config_free(struct config *c)
+{
+    if (c == NULL)
+        return;
+    free(c->path);
+    free(c->listen);
+    free(c->redis_url);
+    free(c->key_prefix);
+    free(c->policies);
+    free(c);
+}
+
+/* Reports libyaml's complaint with the position it gives. A reader error
+ * (bad UTF-8, say) has only a byte offset, so the line is counted here. */
+static void syntax_error(struct loader *ld, const yaml_parser_t *parser, const char *yaml,
+                         size_t len)
+{
+    size_t line = parser->problem_mark.line + 1, col = parser->problem_mark.column + 1, i;
+    const char *problem = parser->problem ? parser->problem : "invalid YAML";
+
+    if (parser->error == YAML_MEMORY_ERROR)
+        problem = "out of memory";
+    if (parser->error == YAML_READER_ERROR) {
+        /* Columns count characters, as libyaml's do: skip UTF-8 continuation bytes. */
+        line = col = 1;
+        for (i = 0; i < parser->problem_offset && i < len; i++) {
+            if (yaml[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)yaml[i] & 0xc0) != 0x80)
+                col++;
+        }
+    }
+    if (parser->context != NULL)
+        snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s (%s at %zu:%zu)", ld->name, line, col,
+                 problem, parser->context, parser->context_mark.line + 1,
+                 parser->context_mark.column + 1);
+    else
+        snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s", ld->name, line, col, problem);
+}
+
+/* Loads the one document of the stream into ld->doc. On success the caller
+ * deletes ld->doc; on failure there is nothing to delete. */
+static int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len)
+{
+    yaml_document_t extra;
+    const yaml_node_t *root;
+    int rc = 0;
+
+    if (!yaml_parser_load(parser, &ld->doc)) {
+        syntax_error(ld, parser, yaml, len);
+        return -1;
+    }
+    if (yaml_document_get_root_node(&ld->doc) == NULL) {
+        snprintf(ld->err, ld->errlen, "%s:1:1: the file is empty; expected a mapping", ld->name);
+        rc = -1;
+    } else if (!yaml_parser_load(parser, &extra)) {
+        syntax_error(ld, parser, yaml, len);
+        rc = -1;
+    } else {
+        if ((root = yaml_document_get_root_node(&extra)) != NULL)
+            rc = fail(ld, root, "", "a second YAML document; the file must hold only one");
+        yaml_document_delete(&extra);
+    }
+    if (rc < 0)
+        yaml_document_delete(&ld->doc);
+    return rc;
+}
+
+struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,
+                                  size_t errlen)
+{
+    struct loader ld = {.name = name, .err = err, .errlen = errlen};
+    yaml_parser_t parser;
+    struct config *c;
+
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (load_document(&ld, &parser, yaml, len) < 0) {
+        yaml_parser_delete(&parser);
+        return NULL;
+    }
+    c = config_new(name);
+    if (parse_fields(&ld, yaml_document_get_root_node(&ld.doc), "", top_fields, c) < 0) {
+        config_free(c);
+        c = NULL;
+    }
+    yaml_document_delete(&ld.doc);
+    yaml_parser_delete(&parser);
+    return c;
+}
+
+struct config *config_load(const char *path, char *err, size_t errlen)
+{
+    struct config *c = NULL;
+    size_t len = 0, cap = 4096, got;
+    char *buf;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    buf = xmalloc(cap);
+    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len > FILE_MAX)
+            break;
+        if (len == cap)
+            buf = xrealloc(buf, cap *= 2);
+    }
+    if (ferror(f))
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    else if (len > FILE_MAX)
+        snprintf(err, errlen, "%s: larger than %d bytes", path, FILE_MAX);
+    else
+        c = config_load_string(path, buf, len, err, errlen);
+    fclose(f); /* read-only: nothing to lose if close fails */
+    free(buf);
+    return c;
+}
+
+/* The count is atomic because checks running on other worker threads hold
+ * references to the same snapshot. */
+struct config *config_ref(struct config *c)
+{
+    if (c != NULL)
+        __atomic_add_fetch(&c->refcount, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+void config_unref(struct config *c)
+{
+    if (c != NULL && __atomic_sub_fetch(&c->refcount, 1, __ATOMIC_ACQ_REL) == 0)
+        config_free(c);
+}
+
+const struct policy *config_find_policy(const struct config *c, const char *name)
+{
+    if (c == NULL || name == NULL)
+        return NULL;
+    return bsearch(name, c->policies, c->npolicies, sizeof(*c->policies), policy_cmp);
+}

@@ -1,0 +1,243 @@
+/*
+ * policy.c: what a valid tier is, the algorithms' names and shapes, and the
+ * encoding of Redis keys. No I/O and no state.
+ *
+ * Parsing the policy file is config.c's job; it hands each tier here to be
+ * judged, so every numeric rule lives in this one file. Messages start with
+ * the name of the offending field ("precision: ...") so that config.c can
+ * point at that field's line.
+ */
+#include "policy.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LIMIT_MAX 1000000000LL
+#define WINDOW_MIN_US 1000LL                    /* 1ms */
+#define WINDOW_MAX_US (366LL * 86400 * 1000000) /* 366d */
+#define EXACT_MAX (1LL << 53)                   /* largest exact integer in a Lua double */
+#define MAX_BUCKETS 1000                        /* sliding_window_buckets: window/precision */
+#define LOG_LIMIT_MAX 1000000                   /* sliding_window_log: sorted-set members */
+
+enum burst_rule {
+    BURST_NONE,     /* burst must be 0 */
+    BURST_CAPACITY, /* burst is the capacity; 0 means limit */
+    BURST_QUEUE,    /* burst is a queue length; 0 means no queue */
+};
+
+/* What the Lua script multiplies, and so must stay within EXACT_MAX. */
+enum product_rule {
+    PRODUCT_NONE,
+    PRODUCT_CAPACITY_WINDOW, /* capacity * window_us */
+    PRODUCT_LIMIT_WINDOW,    /* limit * window_us */
+};
+
+/* One row per algorithm, indexed by enum algorithm: the only place that
+ * says how the algorithms differ. */
+static const struct algorithm_info {
+    const char *name;
+    int nkeys;
+    enum burst_rule burst;
+    int precision; /* 1: required, 0: forbidden */
+    enum product_rule product;
+    int64_t limit_max;
+} algorithms[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = {"fixed_window", 1, BURST_NONE, 0, PRODUCT_NONE, LIMIT_MAX},
+    [ALG_SLIDING_WINDOW_LOG] = {"sliding_window_log", 2, BURST_NONE, 0, PRODUCT_NONE,
+                                LOG_LIMIT_MAX},
+    [ALG_SLIDING_WINDOW_COUNTER] = {"sliding_window_counter", 1, BURST_NONE, 0,
+                                    PRODUCT_LIMIT_WINDOW, LIMIT_MAX},
+    [ALG_SLIDING_WINDOW_BUCKETS] = {"sliding_window_buckets", 1, BURST_NONE, 1, PRODUCT_NONE,
+                                    LIMIT_MAX},
+    [ALG_TOKEN_BUCKET] = {"token_bucket", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
+    [ALG_GCRA] = {"gcra", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
+    [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
+};
+
+static const struct algorithm_info *info(enum algorithm a)
+{
+    return (unsigned)a < ALG__COUNT ? &algorithms[a] : NULL;
+}
+
+const char *policy_algorithm_name(enum algorithm a)
+{
+    return info(a) ? info(a)->name : "unknown";
+}
+
+int policy_algorithm_from_name(const char *name, enum algorithm *out)
+{
+    int i;
+
+    for (i = 0; name != NULL && i < ALG__COUNT; i++) {
+        if (strcmp(name, algorithms[i].name) == 0) {
+            *out = (enum algorithm)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int policy_algorithm_nkeys(enum algorithm a)
+{
+    return info(a) ? info(a)->nkeys : 0;
+}
+
+int policy_name_valid(const char *s)
+{
+    size_t n;
+
+    for (n = 0; s != NULL && s[n] != '\0'; n++) {
+        char c = s[n];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return n >= 1 && n <= POLICY_NAME_MAX;
+}
+
+int64_t policy_tier_capacity(const struct tier *t)
+{
+    switch (info(t->algorithm) ? info(t->algorithm)->burst : BURST_NONE) {
+    case BURST_CAPACITY:
+        return t->burst > 0 ? t->burst : t->limit;
+    case BURST_QUEUE:
+        return t->burst + 1;
+    case BURST_NONE:
+        break;
+    }
+    return t->limit;
+}
+
+#define FAIL(...) (snprintf(err, errlen, __VA_ARGS__), -1)
+
+/* The burst and precision rules of the tier's algorithm. */
+static int check_shape(const struct tier *t, const struct algorithm_info *a, char *err,
+                       size_t errlen)
+{
+    char p[UTIL_DURATION_BUF], w[UTIL_DURATION_BUF];
+
+    if (a->burst == BURST_NONE && t->burst != 0)
+        return FAIL("burst: not allowed for %s (only token_bucket, gcra and leaky_bucket take one)",
+                    a->name);
+    if (a->burst == BURST_CAPACITY && t->burst < 0)
+        return FAIL("burst: must be at least 1, got %" PRId64, t->burst);
+    if (a->burst == BURST_QUEUE && t->burst < 0)
+        return FAIL("burst: must be at least 0, got %" PRId64, t->burst);
+    /* Keeps capacity (burst + 1 for a queue) and the products below exact. */
+    if (t->burst > EXACT_MAX)
+        return FAIL("burst: must be at most 2^53, got %" PRId64, t->burst);
+
+    if (!a->precision && t->precision_us != 0)
+        return FAIL("precision: not allowed for %s (only sliding_window_buckets takes one)",
+                    a->name);
+    if (!a->precision)
+        return 0;
+    if (t->precision_us == 0)
+        return FAIL("precision: required for %s", a->name);
+    util_format_duration(t->precision_us, p, sizeof(p));
+    util_format_duration(t->window_us, w, sizeof(w));
+    if (t->precision_us < 0)
+        return FAIL("precision: must be greater than zero, got %s", p);
+    if (t->window_us % t->precision_us != 0)
+        return FAIL("precision: %s does not divide window %s", p, w);
+    if (t->window_us / t->precision_us > MAX_BUCKETS)
+        return FAIL("precision: %s splits window %s into %" PRId64 " buckets (at most %d)", p, w,
+                    t->window_us / t->precision_us, MAX_BUCKETS);
+    return 0;
+}
+
+int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
+{
+    const struct algorithm_info *a = info(t->algorithm);
+    char w[UTIL_DURATION_BUF];
+    int64_t factor;
+    const char *field, *what;
+
+    if (a == NULL)
+        return FAIL("algorithm: unknown algorithm %d", (int)t->algorithm);
+    if (t->limit < 1 || t->limit > a->limit_max)
+        return FAIL("limit: must be between 1 and %" PRId64 " for %s, got %" PRId64, a->limit_max,
+                    a->name, t->limit);
+    if (t->window_us < WINDOW_MIN_US || t->window_us > WINDOW_MAX_US)
+        return FAIL("window: must be between 1ms and 366d, got %s",
+                    util_format_duration(t->window_us, w, sizeof(w)));
+    if (check_shape(t, a, err, errlen) < 0)
+        return -1;
+
+    /* The scripts compute with these products in Lua doubles, which are only
+     * exact up to 2^53. */
+    switch (a->product) {
+    case PRODUCT_CAPACITY_WINDOW:
+        factor = policy_tier_capacity(t);
+        what = "capacity";
+        field = t->burst > 0 ? "burst" : "limit";
+        break;
+    case PRODUCT_LIMIT_WINDOW:
+        factor = t->limit;
+        what = field = "limit";
+        break;
+    default:
+        return 0;
+    }
+    if (factor > EXACT_MAX / t->window_us)
+        return FAIL("%s: %s %" PRId64 " per %s is too large for exact arithmetic (%s times window "
+                    "in microseconds must be at most 2^53)",
+                    field, what, factor, util_format_duration(t->window_us, w, sizeof(w)), what);
+    return 0;
+}
+
+/* Bytes that stand for themselves in an encoded key. Everything else,
+ * notably '%' (the escape), '{' and '}' (the Cluster hash tag), the glob
+ * characters * ? [ ] (KEYS and SCAN patterns), spaces, quotes, backslash,
+ * control bytes and non-ASCII, becomes %XX. ':' is safe: the key is closed
+ * by '}', which it can never contain. */
+static int key_byte_safe(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("-._~:@/+=,!;", c) != NULL);
+}
+
+int policy_redis_key(const char *prefix, const char *policy, const char *key, size_t keylen,
+                     const char *tier, const char *suffix, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *parts[] = {prefix, "{", policy, ":"};
+    size_t n = 0, i;
+
+#define PUT(c)                                                                                     \
+    do {                                                                                           \
+        if (n + 1 >= outlen)                                                                       \
+            return -1;                                                                             \
+        out[n++] = (c);                                                                            \
+    } while (0)
+#define PUTS(s)                                                                                    \
+    do {                                                                                           \
+        const char *s_ = (s);                                                                      \
+        while (*s_)                                                                                \
+            PUT(*s_++);                                                                            \
+    } while (0)
+
+    for (i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        PUTS(parts[i]);
+    for (i = 0; i < keylen; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (key_byte_safe(c)) {
+            PUT((char)c);
+        } else {
+            PUT('%');
+            PUT(hex[c >> 4]);
+            PUT(hex[c & 15]);
+        }
+    }
+    PUTS("}:");
+    PUTS(tier);
+    if (suffix != NULL) {
+        PUT(':');
+        PUTS(suffix);
+    }
+    out[n] = '\0';
+    return (int)n;
+#undef PUT
+#undef PUTS
+}

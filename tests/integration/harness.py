@@ -1,0 +1,392 @@
+"""harness.py: what every integration test shares.
+
+- RedisServer: a private redis-server on a unix socket in a fresh temporary
+  directory, stopped (and its directory removed) when the test exits, even
+  on an exception or SIGTERM.
+- RedisClient: a minimal synchronous RESP2 client; error replies raise
+  RedisError.
+- TAP output for automake's tap-driver: ok(), eq(), diag(), skip_all(),
+  done(), or run(main) to turn an unexpected exception into "Bail out!".
+- Small helpers for tests that start the daemon: find_program(),
+  free_port(), wait_until(), make_tempdir().
+
+A test imports it with its own directory on sys.path:
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import harness
+
+Nothing here knows about ratelimitd itself.
+"""
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+# ---------------------------------------------------------------- processes
+
+_cleanups = []
+
+
+def _run_cleanups():
+    while _cleanups:
+        fn = _cleanups.pop()
+        try:
+            fn()
+        except Exception as e:  # keep cleaning up the rest
+            sys.stderr.write("harness: cleanup failed: %r\n" % (e,))
+
+
+atexit.register(_run_cleanups)
+
+
+def _exit_on_sigterm(signum, frame):
+    # atexit handlers only run on a normal exit: make SIGTERM (a test
+    # harness timeout) one, so that servers are still stopped.
+    sys.exit(128 + signum)
+
+
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def at_exit(fn):
+    """Runs fn() when the test exits, after anything registered later."""
+    _cleanups.append(fn)
+
+
+def make_tempdir(prefix="rl-test-"):
+    """A fresh directory, removed with its contents when the test exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    at_exit(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+def _die_with_parent():
+    # Linux: the child gets SIGTERM if the test is killed outright (SIGKILL
+    # skips atexit), so no server outlives its test. Best effort elsewhere.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except Exception:
+        pass
+
+
+def spawn(argv, log_path, **kwargs):
+    """Starts argv with stdout and stderr appended to log_path; the process
+    is terminated when the test exits. Returns the Popen."""
+    log = open(log_path, "ab")
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            **kwargs
+        )
+    finally:
+        log.close()
+    at_exit(lambda: stop_process(proc))
+    return proc
+
+
+def stop_process(proc, timeout=5.0):
+    """SIGTERM, then SIGKILL after timeout seconds; returns the exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def find_program(env_var, default):
+    """The program named by $env_var (if set and non-empty), else default;
+    as an absolute path, or None if it cannot be found."""
+    name = os.environ.get(env_var) or default
+    if os.sep in name:
+        return name if os.access(name, os.X_OK) else None
+    return shutil.which(name)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
+    """Polls predicate() until it returns a true value, which is returned.
+    Exceptions from predicate count as "not yet". Raises TimeoutError after
+    timeout seconds, naming `what` and the last exception."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            v = predicate()
+            if v:
+                return v
+        except Exception as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                "timed out after %.1fs waiting for %s (last error: %r)" % (timeout, what, last)
+            )
+        time.sleep(interval)
+
+
+def tail(path, nbytes=2000):
+    """The last nbytes of a log file, for diagnostics."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - nbytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return "(no log: %s)" % e
+
+
+# --------------------------------------------------------------------- RESP
+
+
+class RedisError(Exception):
+    """An error reply from Redis. .message is its text, e.g. "ERR ..."."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+
+class RedisClient:
+    """A minimal synchronous RESP2 client on a unix socket (path) or TCP
+    (host, port). command(*args) sends one command and returns its reply:
+    str for simple and bulk strings (bytes if decode=False), int, None for a
+    null, list for an array (an error inside an array is a RedisError
+    object); an error reply is raised as RedisError."""
+
+    def __init__(self, path=None, host="127.0.0.1", port=None, timeout=5.0, decode=True):
+        if path is not None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address = path
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            address = (host, port)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(address)
+        except OSError:
+            self.sock.close()
+            raise
+        self.reader = self.sock.makefile("rb")
+        self.decode = decode
+
+    def close(self):
+        self.reader.close()
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @staticmethod
+    def _encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, bytes):
+                b = a
+            elif isinstance(a, str):
+                b = a.encode("utf-8")
+            elif isinstance(a, int) and not isinstance(a, bool):
+                b = str(a).encode()
+            else:
+                raise TypeError("RESP argument must be bytes, str or int: %r" % (a,))
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        return b"".join(out)
+
+    def _line(self):
+        line = self.reader.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("connection closed by Redis")
+        return line[:-2]
+
+    def _reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode("utf-8", "replace")
+        if kind == b"-":
+            return RedisError(rest.decode("utf-8", "replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.reader.read(n + 2)
+            if len(data) != n + 2:
+                raise ConnectionError("connection closed by Redis")
+            data = data[:-2]
+            return data.decode("utf-8", "surrogateescape") if self.decode else data
+        if kind == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [self._reply() for _ in range(n)]
+        raise ConnectionError("unexpected RESP reply: %r" % (line,))
+
+    def command(self, *args):
+        self.sock.sendall(self._encode(args))
+        reply = self._reply()
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply
+
+
+class RedisServer:
+    """A private redis-server: start() it, then client() or socket_path.
+
+    The binary is $REDIS_SERVER, else redis-server on PATH. It listens only on
+    a unix socket in a fresh temporary directory (no TCP port), saves
+    nothing, and is stopped when the test exits."""
+
+    def __init__(self, binary=None, extra_args=()):
+        self.binary = binary or find_program("REDIS_SERVER", "redis-server")
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.dir = None
+        self.socket_path = None
+        self.log_path = None
+
+    def start(self, timeout=10.0):
+        if not self.binary:
+            raise RuntimeError("redis-server not found (set REDIS_SERVER)")
+        self.dir = make_tempdir("rl-redis-")
+        self.socket_path = os.path.join(self.dir, "redis.sock")
+        self.log_path = os.path.join(self.dir, "redis.log")
+        argv = [
+            self.binary,
+            "--port", "0",
+            "--unixsocket", self.socket_path,
+            "--unixsocketperm", "700",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", self.dir,
+        ] + self.extra_args
+        self.proc = spawn(argv, self.log_path)
+
+        def answers():
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    "redis-server exited with status %s:\n%s"
+                    % (self.proc.returncode, tail(self.log_path))
+                )
+            with RedisClient(self.socket_path, timeout=1.0) as c:
+                return c.command("PING") == "PONG"
+
+        try:
+            wait_until(answers, timeout, what="redis-server to answer PING")
+        except TimeoutError as e:
+            raise RuntimeError("%s\n%s" % (e, tail(self.log_path)))
+        return self
+
+    def client(self, **kwargs):
+        """A new connection to this server."""
+        return RedisClient(self.socket_path, **kwargs)
+
+    def stop(self):
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+# ---------------------------------------------------------------------- TAP
+
+
+class Tap:
+    """Test points in the Test Anything Protocol, plan printed last."""
+
+    def __init__(self, out=sys.stdout):
+        self.out = out
+        self.count = 0
+        self.failed = 0
+
+    def _print(self, text):
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def diag(self, message):
+        """Prints message as TAP comment lines."""
+        for line in str(message).splitlines() or [""]:
+            self._print("# " + line)
+
+    def ok(self, cond, desc):
+        """One test point; returns cond as a bool."""
+        self.count += 1
+        if not cond:
+            self.failed += 1
+        # '#' would start a TAP directive in the description.
+        desc = str(desc).replace("\\", "\\\\").replace("#", "\\#").replace("\n", " ")
+        self._print("%sok %d - %s" % ("" if cond else "not ", self.count, desc))
+        return bool(cond)
+
+    def eq(self, got, want, desc):
+        """ok(got == want), showing both when they differ."""
+        if self.ok(got == want, desc):
+            return True
+        self.diag("   got: %r" % (got,))
+        self.diag("  want: %r" % (want,))
+        return False
+
+    def skip_all(self, reason):
+        """Skips the whole test (e.g. redis-server missing): exits 0."""
+        self._print("1..0 # SKIP %s" % reason)
+        sys.exit(0)
+
+    def bail_out(self, reason):
+        self._print("Bail out! %s" % str(reason).replace("\n", " "))
+        sys.exit(1)
+
+    def done(self):
+        """Prints the plan and exits: 0 iff every test point passed."""
+        self._print("1..%d" % self.count)
+        if self.failed:
+            self.diag("failed %d of %d" % (self.failed, self.count))
+        sys.exit(1 if self.failed else 0)
+
+    def run(self, main):
+        """Runs main(), then done(); an exception becomes a diagnostic and a
+        "Bail out!" so the driver reports an error rather than a pass."""
+        try:
+            main()
+        except SystemExit:
+            raise
+        except BaseException as e:
+            import traceback
+
+            self.diag(traceback.format_exc())
+            self.bail_out("%s: %s" % (type(e).__name__, e))
+        self.done()
+
+
+_tap = Tap()
+ok = _tap.ok
+eq = _tap.eq
+diag = _tap.diag
+skip_all = _tap.skip_all
+bail_out = _tap.bail_out
+done = _tap.done
+run = _tap.run

@@ -1,0 +1,569 @@
+/*
+ * test_config.c: loading the policy file. Every class of error with the exact
+ * file:line:column it must point at; a full file's values; the defaults; the
+ * example conf/ratelimitd.yaml; reference counting and lookup.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tap.h"
+
+/* A policy "p" with one valid tier "a" on lines 1-7: the tier mapping starts
+ * at 4:9, limit's value at 6:16, window's at 7:17. */
+#define TIER_A                                                                                     \
+    "      - name: a\n"                                                                            \
+    "        algorithm: fixed_window\n"                                                            \
+    "        limit: 10\n"                                                                          \
+    "        window: 1s\n"
+#define POLICY_P "policies:\n  p:\n    tiers:\n" TIER_A
+
+/* A one-tier policy "p" whose tier is given line by line from line 4. */
+#define TIER(lines) "policies:\n  p:\n    tiers:\n      - " lines
+
+static const struct error_case {
+    const char *what;
+    const char *yaml;
+    const char *at;  /* "line:column" */
+    const char *msg; /* a substring of what follows "t.yaml:line:column: " */
+} error_cases[] = {
+    /* YAML syntax, with libyaml's own position */
+    {"mapping in a plain scalar", "a: b: c\n", "1:5", "mapping values are not allowed"},
+    {"tab indentation", "policies:\n\tp: 1\n", "2:1",
+     "found character that cannot start any token"},
+    {"unclosed flow sequence", "policies: [a,\n", "2:1", "did not find expected"},
+    {"unclosed quote", "listen: \"abc\n", "2:1", "found unexpected end of stream"},
+    {"bad indentation", "policies:\n  p:\n    tiers:\n   x: 1\n", "4:4",
+     "did not find expected key"},
+    {"invalid UTF-8", "listen: \"\xff\"\n" POLICY_P, "1:10", "invalid leading UTF-8 octet"},
+    {"invalid UTF-8 after UTF-8", "# \xc3\xa9\nlisten: \"\xc3\xa9\xff\"\n" POLICY_P, "2:11",
+     "invalid leading UTF-8 octet"},
+    {"undefined alias", "listen: *nowhere\n" POLICY_P, "1:9", "found undefined alias"},
+    {"empty file", "", "1:1", "the file is empty"},
+    {"only comments", "# nothing\n", "1:1", "the file is empty"},
+    {"a second document", POLICY_P "---\nlisten: x\n", "9:1", "a second YAML document"},
+
+    /* unknown fields, at every level, naming the key and its siblings */
+    {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
+     "unknown field \"listn\" (known: listen, redis, clock, max_body, policies)"},
+    {"unknown redis field", "redis:\n  tiemout: 1s\n" POLICY_P, "2:3",
+     "redis: unknown field \"tiemout\" (known: url, timeout, key_prefix)"},
+    {"unknown policy field", "policies:\n  p:\n    failuremode: open\n    tiers:\n" TIER_A, "3:5",
+     "policies.p: unknown field \"failuremode\""},
+    {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
+     "policies.p.tiers[0]: unknown field \"limt\" (known: name, algorithm, limit, window, burst, "
+     "precision)"},
+    {"unknown field quoted safely", "\"a\\x01b\": 1\n" POLICY_P, "1:1", "unknown field \"a?b\""},
+
+    /* wrong node types */
+    {"top level is a sequence", "- policies\n", "1:1", "expected a mapping, got a sequence"},
+    {"top level is a scalar", "policies\n", "1:1", "expected a mapping, got a scalar"},
+    {"redis is a scalar", "redis: 5\n" POLICY_P, "1:8", "redis: expected a mapping, got a scalar"},
+    {"redis is null", "redis:\n" POLICY_P, "1:7", "redis: expected a mapping, got null"},
+    {"listen is a sequence", "listen: [a]\n" POLICY_P, "1:9",
+     "listen: expected a string, got a sequence"},
+    {"listen is null", "listen: ~\n" POLICY_P, "1:9", "listen: expected a string, got null"},
+    {"policies is a sequence", "policies: [p]\n", "1:11",
+     "policies: expected a mapping of policy names to policies, got a sequence"},
+    {"policy is a scalar", "policies:\n  p: 5\n", "2:6",
+     "policies.p: expected a mapping, got a scalar"},
+    {"tiers is a mapping", "policies:\n  p:\n    tiers: {}\n", "3:12",
+     "policies.p.tiers: expected a sequence of tiers, got a mapping"},
+    {"tier is a scalar", "policies:\n  p:\n    tiers:\n      - a\n", "4:9",
+     "policies.p.tiers[0]: expected a mapping, got a scalar"},
+    {"limit is a mapping", TIER("name: a\n        algorithm: gcra\n        limit: {a: 1}\n"),
+     "6:16", "policies.p.tiers[0].limit: expected an integer, got a mapping"},
+    {"limit is quoted", TIER("name: a\n        algorithm: gcra\n        limit: \"10\"\n"), "6:16",
+     "policies.p.tiers[0].limit: expected an integer, got a quoted string"},
+    {"window is a sequence",
+     TIER("name: a\n        algorithm: gcra\n        limit: 1\n"
+          "        window: [1s]\n"),
+     "7:17", "policies.p.tiers[0].window: expected a duration, got a sequence"},
+    {"shadow is yes", "policies:\n  p:\n    shadow: yes\n    tiers:\n" TIER_A, "3:13",
+     "policies.p.shadow: invalid value \"yes\": expected true or false"},
+    {"shadow is quoted", "policies:\n  p:\n    shadow: \"true\"\n    tiers:\n" TIER_A, "3:13",
+     "policies.p.shadow: expected true or false, got a quoted string"},
+    {"field name is a sequence", "policies:\n  p:\n    ? [x]\n    : 1\n", "3:7",
+     "policies.p: expected a field name, got a sequence"},
+    {"a NUL byte in a string", "listen: \"a\\0b\"\n" POLICY_P, "1:9",
+     "listen: contains a NUL byte"},
+
+    /* missing required fields: at the mapping that lacks them */
+    {"missing policies", "listen: 127.0.0.1:80\n", "1:1", "missing required field \"policies\""},
+    {"missing tiers", "policies:\n  p:\n    shadow: true\n", "3:5",
+     "policies.p: missing required field \"tiers\""},
+    {"missing name", TIER("algorithm: gcra\n        limit: 1\n        window: 1s\n"), "4:9",
+     "policies.p.tiers[0]: missing required field \"name\""},
+    {"missing algorithm", TIER("name: a\n        limit: 1\n        window: 1s\n"), "4:9",
+     "policies.p.tiers[0]: missing required field \"algorithm\""},
+    {"missing limit", TIER("name: a\n        algorithm: gcra\n        window: 1s\n"), "4:9",
+     "policies.p.tiers[0]: missing required field \"limit\""},
+    {"missing window", TIER("name: a\n        algorithm: gcra\n        limit: 1\n"), "4:9",
+     "policies.p.tiers[0]: missing required field \"window\""},
+    {"missing precision",
+     TIER("name: a\n        algorithm: sliding_window_buckets\n"
+          "        limit: 1\n        window: 1m\n"),
+     "4:9", "policies.p.tiers[0].precision: required for sliding_window_buckets"},
+    {"no policies", "policies: {}\n", "1:11", "policies: at least one policy is required"},
+    {"no tiers", "policies:\n  p:\n    tiers: []\n", "3:12", "policies.p.tiers: at least one tier"},
+
+    /* names */
+    {"unknown algorithm", TIER("name: a\n        algorithm: fixed\n"), "5:20",
+     "policies.p.tiers[0].algorithm: unknown algorithm \"fixed\" (known: fixed_window, "
+     "sliding_window_log, sliding_window_counter, sliding_window_buckets, token_bucket, gcra, "
+     "leaky_bucket)"},
+    {"bad policy name", "policies:\n  \"a b\":\n    tiers:\n" TIER_A, "2:3",
+     "policies: invalid name \"a b\": use 1 to 64 of A-Z a-z 0-9 _ . -"},
+    {"policy name too long",
+     "policies:\n  p1234567890123456789012345678901234567890123456789012345678901234:\n"
+     "    tiers:\n" TIER_A,
+     "2:3",
+     "policies: invalid name \"p1234567890123456789012345678901234567890123...\": use 1 to 64"},
+    {"bad tier name", TIER("name: a:b\n"), "4:15",
+     "policies.p.tiers[0].name: invalid name \"a:b\""},
+
+    /* duplicates: libyaml does not see them, the loader must */
+    {"duplicate policy", POLICY_P "  p:\n    tiers:\n" TIER_A, "8:3",
+     "policies: duplicate policy \"p\""},
+    {"duplicate policy out of order",
+     "policies:\n  q:\n    tiers:\n" TIER_A "  p:\n    tiers:\n" TIER_A "  q:\n    tiers:\n" TIER_A,
+     "14:3", "policies: duplicate policy \"q\""},
+    {"duplicate tier name", POLICY_P TIER_A, "8:15",
+     "policies.p.tiers[1]: duplicate tier name \"a\""},
+    {"duplicate tier field", POLICY_P "        limit: 5\n", "8:9",
+     "policies.p.tiers[0]: duplicate field \"limit\""},
+    {"duplicate top-level field", "clock: redis\nclock: local\n" POLICY_P, "2:1",
+     "duplicate field \"clock\""},
+    {"duplicate redis field", "redis:\n  url: unix:/a\n  url: unix:/b\n" POLICY_P, "3:3",
+     "redis: duplicate field \"url\""},
+
+    /* zero and negative values */
+    {"limit 0",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 0\n        window: 1s\n"),
+     "6:16", "policies.p.tiers[0].limit: must be between 1 and 1000000000 for fixed_window, got 0"},
+    {"limit -5", TIER("name: a\n        algorithm: gcra\n        limit: -5\n        window: 1s\n"),
+     "6:16", "policies.p.tiers[0].limit: must be between 1 and 1000000000 for gcra, got -5"},
+    {"limit too large",
+     TIER("name: a\n        algorithm: gcra\n        limit: 99999999999999999999\n"), "6:16",
+     "policies.p.tiers[0].limit: invalid value \"99999999999999999999\": does not fit in 64 bits"},
+    {"limit not a number", TIER("name: a\n        algorithm: gcra\n        limit: ten\n"), "6:16",
+     "policies.p.tiers[0].limit: invalid value \"ten\": not a decimal integer"},
+    {"window 0s", TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: 0s\n"),
+     "7:17", "policies.p.tiers[0].window: invalid value \"0s\": must be greater than zero"},
+    {"window -1s",
+     TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: -1s\n"), "7:17",
+     "policies.p.tiers[0].window: invalid value \"-1s\": must be greater than zero"},
+    {"max_body 0", "max_body: 0\n" POLICY_P, "1:11",
+     "max_body: invalid value \"0\": must be between 64 and 16777216"},
+    {"max_body -1", "max_body: -1\n" POLICY_P, "1:11",
+     "max_body: invalid value \"-1\": must be between"},
+    {"max_body too large", "max_body: 16777217\n" POLICY_P, "1:11",
+     "must be between 64 and 16777216"},
+    {"timeout 0ms", "redis:\n  timeout: 0ms\n" POLICY_P, "2:12",
+     "redis.timeout: invalid value \"0ms\": must be greater than zero"},
+    {"burst -1 on token_bucket",
+     TIER("name: a\n        algorithm: token_bucket\n        limit: 5\n"
+          "        window: 1s\n        burst: -1\n"),
+     "8:16", "policies.p.tiers[0].burst: must be at least 1, got -1"},
+    {"burst 0 written on token_bucket",
+     TIER("name: a\n        algorithm: token_bucket\n"
+          "        limit: 5\n        window: 1s\n        burst: 0\n"),
+     "8:16", "policies.p.tiers[0].burst: 0 is not allowed for token_bucket"},
+    {"burst -1 on leaky_bucket",
+     TIER("name: a\n        algorithm: leaky_bucket\n        limit: 5\n"
+          "        window: 1s\n        burst: -1\n"),
+     "8:16", "policies.p.tiers[0].burst: must be at least 0, got -1"},
+
+    /* durations */
+    {"window 1.5s",
+     TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: 1.5s\n"), "7:17",
+     "policies.p.tiers[0].window: invalid value \"1.5s\": fractions are not allowed"},
+    {"window 10", TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: 10\n"),
+     "7:17", "policies.p.tiers[0].window: invalid value \"10\": missing unit (ms, s, m, h or d)"},
+    {"window s", TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: s\n"),
+     "7:17", "policies.p.tiers[0].window: invalid value \"s\": expected <integer><unit>"},
+    {"window 5x", TIER("name: a\n        algorithm: gcra\n        limit: 1\n        window: 5x\n"),
+     "7:17", "invalid value \"5x\": unknown unit (use ms, s, m, h or d)"},
+    {"window 367d",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        window: 367d\n"),
+     "7:17", "policies.p.tiers[0].window: must be between 1ms and 366d, got 367d"},
+    {"timeout 61s", "redis:\n  timeout: 61s\n" POLICY_P, "2:12",
+     "redis.timeout: invalid value \"61s\": too long (at most 1m)"},
+
+    /* the algorithms' rules, pointing at the field at fault */
+    {"precision does not divide window",
+     TIER("name: a\n        algorithm: sliding_window_buckets\n        limit: 10\n"
+          "        window: 60s\n        precision: 7s\n"),
+     "8:20", "policies.p.tiers[0].precision: 7s does not divide window 1m"},
+    {"too many buckets",
+     TIER("name: a\n        algorithm: sliding_window_buckets\n        limit: 10\n"
+          "        window: 1h\n        precision: 1s\n"),
+     "8:20", "policies.p.tiers[0].precision: 1s splits window 1h into 3600 buckets (at most 1000)"},
+    {"precision on fixed_window", POLICY_P "        precision: 1s\n", "8:20",
+     "policies.p.tiers[0].precision: not allowed for fixed_window"},
+    {"burst on fixed_window", POLICY_P "        burst: 5\n", "8:16",
+     "policies.p.tiers[0].burst: not allowed for fixed_window"},
+    {"burst 0 written on fixed_window", POLICY_P "        burst: 0\n", "8:16",
+     "policies.p.tiers[0].burst: 0 is not allowed for fixed_window"},
+    {"sliding_window_log limit",
+     TIER("name: a\n        algorithm: sliding_window_log\n"
+          "        limit: 1000001\n        window: 1h\n"),
+     "6:16", "policies.p.tiers[0].limit: must be between 1 and 1000000 for sliding_window_log"},
+    {"capacity times window",
+     TIER("name: a\n        algorithm: token_bucket\n        limit: 1\n"
+          "        window: 366d\n        burst: 1000\n"),
+     "8:16", "policies.p.tiers[0].burst: capacity 1000 per 366d is too large for exact arithmetic"},
+    {"limit times window",
+     TIER("name: a\n        algorithm: sliding_window_counter\n"
+          "        limit: 1000000\n        window: 100d\n"),
+     "6:16", "policies.p.tiers[0].limit: limit 1000000 per 100d is too large"},
+    {"error in a later tier",
+     POLICY_P "      - name: b\n        algorithm: gcra\n        limit: 0\n"
+              "        window: 1s\n",
+     "10:16", "policies.p.tiers[1].limit: must be between 1"},
+
+    /* listen */
+    {"listen without port", "listen: localhost\n" POLICY_P, "1:9", "listen: expected host:port"},
+    {"listen port 0", "listen: 127.0.0.1:0\n" POLICY_P, "1:9",
+     "listen: invalid port: must be between 1 and 65535"},
+    {"listen port too large", "listen: 127.0.0.1:65536\n" POLICY_P, "1:9", "listen: invalid port"},
+    {"listen port junk", "listen: 127.0.0.1:80x\n" POLICY_P, "1:9", "listen: invalid port"},
+    {"listen bare IPv6", "listen: \"::1:8080\"\n" POLICY_P, "1:9",
+     "listen: an IPv6 address must be in brackets"},
+    {"listen bad IPv6", "listen: \"[zz]:80\"\n" POLICY_P, "1:9",
+     "listen: invalid IPv6 address in brackets"},
+    {"listen IPv6 without port", "listen: \"[::1]\"\n" POLICY_P, "1:9",
+     "listen: expected host:port"},
+    {"listen bad host", "listen: \"a b:80\"\n" POLICY_P, "1:9", "listen: invalid host"},
+    {"listen empty", "listen: \"\"\n" POLICY_P, "1:9", "listen: invalid host"},
+    {"listen relative unix", "listen: unix:run/rl.sock\n" POLICY_P, "1:9",
+     "listen: a unix socket path must be absolute"},
+
+    /* redis */
+    {"url scheme", "redis:\n  url: http://127.0.0.1\n" POLICY_P, "2:8",
+     "redis.url: must be redis://[[user]:password@]host[:port][/db] or unix:/path"},
+    {"url credentials without colon", "redis:\n  url: redis://user@host\n" POLICY_P, "2:8",
+     "redis.url: credentials must be [user]:password@"},
+    {"url port", "redis:\n  url: redis://host:0/0\n" POLICY_P, "2:8", "redis.url: invalid port"},
+    {"url database", "redis:\n  url: redis://host/x\n" POLICY_P, "2:8",
+     "redis.url: invalid database number"},
+    {"url bad escape", "redis:\n  url: \"redis://:p%zz@host\"\n" POLICY_P, "2:8",
+     "redis.url: a % in the credentials must start a %XX escape"},
+    {"url cut escape", "redis:\n  url: \"redis://:p%4@host\"\n" POLICY_P, "2:8",
+     "redis.url: a % in the credentials must start a %XX escape"},
+    {"url empty host", "redis:\n  url: redis://:6379\n" POLICY_P, "2:8", "redis.url: invalid host"},
+    {"url does not echo a password", "redis:\n  url: redis://:s3cret@ho st\n" POLICY_P, "2:8",
+     "redis.url: invalid host: use a name, an IPv4 address or [IPv6]"},
+
+    /* clock, prefix, failure_mode */
+    {"bad clock", "clock: wall\n" POLICY_P, "1:8",
+     "clock: invalid value \"wall\": must be one of redis, local"},
+    {"bad failure_mode", "policies:\n  p:\n    failure_mode: maybe\n    tiers:\n" TIER_A, "3:19",
+     "policies.p.failure_mode: invalid value \"maybe\": must be one of open, closed"},
+    {"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" POLICY_P, "2:15",
+     "redis.key_prefix: must not contain { or }"},
+    {"prefix with a space", "redis:\n  key_prefix: \"a b\"\n" POLICY_P, "2:15",
+     "redis.key_prefix: must not contain whitespace"},
+    {"prefix too long",
+     "redis:\n  key_prefix: "
+     "\"123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890"
+     "123456789012345678901234567890123456789\"\n" POLICY_P,
+     "2:15", "redis.key_prefix: longer than 128 bytes"},
+};
+
+static void test_errors(void)
+{
+    int leaked = 0;
+    size_t i;
+
+    for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
+        const struct error_case *e = &error_cases[i];
+        char err[1024] = "", prefix[64];
+        struct config *c = config_load_string("t.yaml", e->yaml, strlen(e->yaml), err, sizeof(err));
+
+        snprintf(prefix, sizeof(prefix), "t.yaml:%s: ", e->at);
+        if (!ok(c == NULL && strncmp(err, prefix, strlen(prefix)) == 0 && strstr(err, e->msg), "%s",
+                e->what))
+            printf("#   got  \"%s\"\n#   want \"%s%s...\"\n", err, prefix, e->msg);
+        leaked += strstr(err, "s3cret") != NULL;
+        config_unref(c);
+    }
+    is_int(leaked, 0, "no message quotes a Redis password");
+}
+
+/* The 17th tier is refused, at the 17th tier. */
+static void test_too_many_tiers(void)
+{
+    char yaml[8192] = "policies:\n  p:\n    tiers:\n", err[1024] = "";
+    struct config *c;
+    int i;
+
+    for (i = 0; i < POLICY_MAX_TIERS + 1; i++) {
+        size_t n = strlen(yaml);
+        snprintf(yaml + n, sizeof(yaml) - n,
+                 "      - {name: t%d, algorithm: fixed_window, limit: 1, window: 1s}\n", i);
+    }
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
+    ok(c == NULL, "17 tiers are refused");
+    is_str(err, "t.yaml:20:9: policies.p.tiers: at most 16 tiers are allowed", "at the 17th tier");
+    config_unref(c);
+
+    yaml[strlen(yaml) -
+         strlen("      - {name: t16, algorithm: fixed_window, limit: 1, window: 1s}\n")] = '\0';
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
+    ok(c != NULL && c->npolicies == 1 && c->policies[0].ntiers == POLICY_MAX_TIERS,
+       "16 tiers are fine");
+    config_unref(c);
+}
+
+static const char full_yaml[] =
+    "listen: \"[::1]:9000\"\n"
+    "redis:\n"
+    "  url: \"redis://user:p@ss/w@redis.internal:6380/2\"\n"
+    "  timeout: 250ms\n"
+    "  key_prefix: 'app:rl:'\n"
+    "clock: local\n"
+    "max_body: 65536\n"
+    "policies:\n"
+    "  zeta:\n"
+    "    failure_mode: closed\n"
+    "    shadow: true\n"
+    "    tiers:\n"
+    "      - name: t1\n"
+    "        algorithm: sliding_window_buckets\n"
+    "        limit: 300\n"
+    "        window: 1m\n"
+    "        precision: 1s\n"
+    "      - {name: t2, algorithm: leaky_bucket, limit: 50, window: 1s, burst: 0}\n"
+    "      - {name: t3, algorithm: token_bucket, limit: 5, window: 1s}\n"
+    "  alpha:\n"
+    "    shadow: false\n"
+    "    failure_mode: open\n"
+    "    tiers: &shared\n"
+    "      - name: only\n"
+    "        algorithm: gcra\n"
+    "        limit: 10\n"
+    "        window: 1m\n"
+    "        burst: 3\n"
+    "  mid.dle-1:\n"
+    "    tiers: *shared\n";
+
+static void test_full(void)
+{
+    char err[1024] = "";
+    struct config *c =
+        config_load_string("full.yaml", full_yaml, strlen(full_yaml), err, sizeof(err));
+    const struct policy *p;
+    const struct tier *t;
+
+    if (!ok(c != NULL, "a full file loads"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    is_int(c->refcount, 1, "one reference");
+    is_str(c->path, "full.yaml", "path");
+    is_str(c->listen, "[::1]:9000", "listen");
+    is_str(c->redis_url, "redis://user:p@ss/w@redis.internal:6380/2", "redis.url");
+    is_int(c->redis_timeout_us, 250000, "redis.timeout");
+    is_str(c->key_prefix, "app:rl:", "redis.key_prefix");
+    is_int(c->clock, CLOCK_SOURCE_LOCAL, "clock");
+    is_int(c->max_body, 65536, "max_body");
+    is_int(c->npolicies, 3, "three policies");
+    is_str(c->policies[0].name, "alpha", "sorted: alpha");
+    is_str(c->policies[1].name, "mid.dle-1", "sorted: mid.dle-1");
+    is_str(c->policies[2].name, "zeta", "sorted: zeta");
+
+    p = config_find_policy(c, "zeta");
+    ok(p == &c->policies[2], "find zeta");
+    is_int(p->failure_mode, FAILURE_CLOSED, "zeta failure_mode");
+    is_int(p->shadow, 1, "zeta shadow");
+    is_int(p->ntiers, 3, "zeta has three tiers");
+    t = &p->tiers[0];
+    is_str(t->name, "t1", "t1 name");
+    is_int(t->algorithm, ALG_SLIDING_WINDOW_BUCKETS, "t1 algorithm");
+    is_int(t->limit, 300, "t1 limit");
+    is_int(t->window_us, 60000000, "t1 window");
+    is_int(t->precision_us, 1000000, "t1 precision");
+    is_int(t->burst, 0, "t1 burst");
+    t = &p->tiers[1];
+    is_str(t->name, "t2", "t2 name (flow mapping)");
+    is_int(t->algorithm, ALG_LEAKY_BUCKET, "t2 algorithm");
+    is_int(t->burst, 0, "t2 burst 0 is allowed for leaky_bucket");
+    is_int(policy_tier_capacity(t), 1, "t2 capacity");
+    t = &p->tiers[2];
+    is_int(t->algorithm, ALG_TOKEN_BUCKET, "t3 algorithm");
+    is_int(policy_tier_capacity(t), 5, "t3 capacity defaults to limit");
+
+    p = config_find_policy(c, "alpha");
+    ok(p == &c->policies[0], "find alpha");
+    is_int(p->failure_mode, FAILURE_OPEN, "alpha failure_mode");
+    is_int(p->shadow, 0, "alpha shadow");
+    is_int(p->ntiers, 1, "alpha has one tier");
+    is_int(p->tiers[0].algorithm, ALG_GCRA, "alpha algorithm");
+    is_int(p->tiers[0].burst, 3, "alpha burst");
+
+    p = config_find_policy(c, "mid.dle-1");
+    ok(p == &c->policies[1], "find mid.dle-1");
+    ok(p->ntiers == 1 && strcmp(p->tiers[0].name, "only") == 0 && p->tiers[0].limit == 10,
+       "an alias shares the tiers");
+
+    ok(config_find_policy(c, "") == NULL, "no policy \"\"");
+    ok(config_find_policy(c, "aaa") == NULL, "no policy before the first");
+    ok(config_find_policy(c, "zzz") == NULL, "no policy after the last");
+    ok(config_find_policy(c, "mid") == NULL, "no policy between");
+    ok(config_find_policy(c, NULL) == NULL, "NULL name");
+    ok(config_find_policy(NULL, "zeta") == NULL, "NULL config");
+
+    ok(config_ref(c) == c, "config_ref returns the snapshot");
+    is_int(c->refcount, 2, "two references");
+    config_unref(c);
+    is_int(c->refcount, 1, "one reference again");
+    config_unref(c); /* frees: valgrind says whether it did */
+    config_unref(NULL);
+    ok(config_ref(NULL) == NULL, "config_ref(NULL) is NULL");
+}
+
+static void test_defaults(void)
+{
+    static const char yaml[] = POLICY_P;
+    char err[1024] = "";
+    struct config *c = config_load_string("min.yaml", yaml, strlen(yaml), err, sizeof(err));
+    const struct tier *t;
+
+    if (!ok(c != NULL, "a minimal file loads"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    is_str(c->listen, CONFIG_DEFAULT_LISTEN, "default listen");
+    is_str(c->redis_url, CONFIG_DEFAULT_REDIS_URL, "default redis.url");
+    is_int(c->redis_timeout_us, CONFIG_DEFAULT_TIMEOUT_US, "default redis.timeout");
+    is_str(c->key_prefix, CONFIG_DEFAULT_PREFIX, "default redis.key_prefix");
+    is_int(c->clock, CLOCK_SOURCE_REDIS, "default clock");
+    is_int(c->max_body, CONFIG_DEFAULT_MAX_BODY, "default max_body");
+    is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
+    is_int(c->policies[0].shadow, 0, "default shadow");
+    t = &c->policies[0].tiers[0];
+    ok(t->burst == 0 && t->precision_us == 0, "default burst and precision");
+    ok(strcmp(t->name, "a") == 0 && t->algorithm == ALG_FIXED_WINDOW && t->limit == 10 &&
+           t->window_us == 1000000,
+       "tier values");
+    config_unref(c);
+}
+
+/* Values at the edge of what is valid. */
+static void test_edges(void)
+{
+    static const struct {
+        const char *what, *yaml;
+    } cases[] = {
+        {"unix listen and redis",
+         "listen: unix:/run/rl.sock\nredis:\n  url: unix:/run/redis.sock\n"},
+        {"IPv6 redis without port", "redis:\n  url: \"redis://[::1]/3\"\n"},
+        {"redis password only", "redis:\n  url: \"redis://:secret@localhost\"\n"},
+        {"redis escaped password", "redis:\n  url: \"redis://u:p%40ss%2f@localhost:1/\"\n"},
+        {"empty prefix", "redis:\n  key_prefix: \"\"\n"},
+        {"128-byte prefix",
+         "redis:\n  key_prefix: "
+         "\"1234567890123456789012345678901234567890123456789012345678901234567890123456789012345"
+         "6789012345678901234567890123456789012345678\"\n"},
+        {"bounds", "max_body: 64\nredis:\n  timeout: 60s\n"},
+        {"max bounds", "max_body: 16777216\nredis:\n  timeout: 1ms\n"},
+        {"hostname listen", "listen: my-host_1.example:65535\n"},
+        {"empty redis mapping", "redis: {}\n"},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[1024], err[1024] = "";
+        struct config *c;
+
+        snprintf(yaml, sizeof(yaml), "%s%s", cases[i].yaml, POLICY_P);
+        c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
+        if (!ok(c != NULL, "valid: %s", cases[i].what))
+            printf("#   %s\n", err);
+        config_unref(c);
+    }
+}
+
+static void test_example(void)
+{
+    const char *dir = getenv("RL_SRCDIR");
+    char path[4096], err[1024] = "";
+    struct config *c;
+    const struct policy *p;
+    int seen[ALG__COUNT] = {0}, all = 1;
+    size_t i, j;
+
+    snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml", dir ? dir : ".");
+    c = config_load(path, err, sizeof(err));
+    if (!ok(c != NULL, "conf/ratelimitd.yaml loads"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    is_str(c->listen, "127.0.0.1:8080", "example listen");
+    is_str(c->redis_url, "redis://127.0.0.1:6379/0", "example redis.url");
+    is_int(c->redis_timeout_us, 50000, "example redis.timeout");
+    is_str(c->key_prefix, "rl:", "example key_prefix");
+    is_int(c->clock, CLOCK_SOURCE_REDIS, "example clock");
+    is_int(c->max_body, 16384, "example max_body");
+    p = config_find_policy(c, "login");
+    ok(p != NULL && p->failure_mode == FAILURE_CLOSED && !p->shadow && p->ntiers == 2,
+       "example login policy");
+    if (p != NULL && p->ntiers == 2) {
+        const struct tier *b = &p->tiers[0], *h = &p->tiers[1];
+        ok(strcmp(b->name, "burst") == 0 && b->algorithm == ALG_TOKEN_BUCKET && b->limit == 5 &&
+               b->window_us == 1000000 && b->burst == 10,
+           "login burst: token_bucket 5 per 1s, burst 10");
+        ok(strcmp(h->name, "hourly") == 0 && h->algorithm == ALG_SLIDING_WINDOW_LOG &&
+               h->limit == 100 && h->window_us == 3600000000LL,
+           "login hourly: sliding_window_log 100 per 1h");
+    }
+    for (i = 0; i < c->npolicies; i++)
+        for (j = 0; j < c->policies[i].ntiers; j++)
+            seen[c->policies[i].tiers[j].algorithm] = 1;
+    for (i = 0; i < ALG__COUNT; i++)
+        all &= seen[i];
+    ok(all, "the example shows every algorithm");
+    config_unref(c);
+}
+
+static void test_files(void)
+{
+    char path[] = "/tmp/test_config_XXXXXX", want[64], err[1024] = "";
+    const char bad[] = POLICY_P "        limit: 5\n";
+    struct config *c;
+    int fd;
+
+    c = config_load("/nonexistent/ratelimitd.yaml", err, sizeof(err));
+    ok(c == NULL, "a missing file is an error");
+    is_str(err, "/nonexistent/ratelimitd.yaml: No such file or directory", "and says so");
+
+    c = config_load("/tmp", err, sizeof(err));
+    ok(c == NULL, "a directory is an error");
+    is_str(err, "/tmp: Is a directory", "and says so");
+
+    fd = mkstemp(path);
+    if (!ok(fd >= 0 && write(fd, bad, strlen(bad)) == (ssize_t)strlen(bad), "temp file"))
+        return;
+    close(fd);
+    c = config_load(path, err, sizeof(err));
+    snprintf(want, sizeof(want), "%s:8:9: ", path);
+    ok(c == NULL && strncmp(err, want, strlen(want)) == 0, "errors name the file: %s", err);
+    unlink(path);
+}
+
+int main(void)
+{
+    test_errors();
+    test_too_many_tiers();
+    test_full();
+    test_defaults();
+    test_edges();
+    test_example();
+    test_files();
+    return tap_done();
+}

@@ -272,7 +272,8 @@ struct field {
     int64_t min, max;
     const char *const *choices; /* F_CHOICE, NULL-terminated */
     int (*check)(const char *s, char *err, size_t errlen);
-    const struct field *section; /* F_SECTION */
+    const struct field *section; /* F_SECTION; for F_CUSTOM, the fields of each
+                                    item it parses (read by config_foreach_field) */
     int (*parse)(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 };
 
@@ -308,7 +309,8 @@ static const struct field policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
-    {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers},
+    {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
+     .section = tier_fields},
     {.name = NULL},
 };
 
@@ -327,7 +329,7 @@ static const struct field top_fields[] = {
     {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
      .max = MAX_BODY_MAX},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
-     .parse = parse_policies},
+     .parse = parse_policies, .section = policy_fields},
     {.name = NULL},
 };
 
@@ -759,4 +761,26 @@ const struct policy *config_find_policy(const struct config *c, const char *name
     if (c == NULL || name == NULL)
         return NULL;
     return bsearch(name, c->policies, c->npolicies, sizeof(*c->policies), policy_cmp);
+}
+
+/* Dotted paths: a section's fields follow a '.', each policy's follow
+ * ".NAME.", each tier's follow "[].". */
+static void walk_fields(const struct field *fields, const char *prefix,
+                        void (*fn)(const char *path, void *arg), void *arg)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        char path[128], child[sizeof path + 8];
+        snprintf(path, sizeof path, "%s%s", prefix, f->name);
+        fn(path, arg);
+        if (!f->section)
+            continue;
+        snprintf(child, sizeof child, "%s%s", path,
+                 f->type == F_SECTION ? "." : f->parse == parse_tiers ? "[]." : ".NAME.");
+        walk_fields(f->section, child, fn, arg);
+    }
+}
+
+void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg)
+{
+    walk_fields(top_fields, "", fn, arg);
 }

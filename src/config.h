@@ -60,4 +60,9 @@ void config_unref(struct config *c); /* NULL is a no-op */
 /* The policy of that name, or NULL. */
 const struct policy *config_find_policy(const struct config *c, const char *name);
 
+/* Calls fn with the path of every field the policy file accepts, e.g.
+ * "redis.url", "policies.NAME.shadow", "policies.NAME.tiers[].limit": the
+ * docs test walks it so that no field goes undocumented. */
+void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg);
+
 #endif

@@ -30,6 +30,7 @@
 
 #define HTTP_MAX_HEADERS_SIZE 8192
 #define HTTP_IDLE_TIMEOUT_S 30
+#define HTTP_DRAIN_MAX_S 30
 
 struct http {
     struct evhttp *evh;
@@ -51,8 +52,29 @@ static const char *reason_phrase(int status)
     }
 }
 
+/* Exits the loop once a drain has nothing left to answer or to write. */
+static void maybe_end_drain(struct server *srv)
+{
+    if (srv->draining && srv->inflight == 0 && srv->writing == 0)
+        event_base_loopexit(srv->base, NULL);
+}
+
+static void on_answer_written(struct evhttp_request *req, void *arg)
+{
+    struct server *srv = arg;
+    srv->writing--;
+    maybe_end_drain(srv);
+}
+
 void http_send_answer(struct server *srv, struct evhttp_request *req, const struct answer *ans)
 {
+    /* libevent calls on_answer_written once the answer is on the wire, which
+     * lets a drain wait for it; a request whose client has left is only
+     * freed, with no callback. */
+    if (evhttp_request_get_connection(req)) {
+        srv->writing++;
+        evhttp_request_set_on_complete_cb(req, on_answer_written, srv);
+    }
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", "application/json");
     evhttp_add_header(h, "Cache-Control", "no-store");
@@ -130,8 +152,25 @@ static void on_request(struct evhttp_request *req, void *arg)
 void http_check_done(struct server *srv)
 {
     srv->inflight--;
-    if (srv->draining && srv->inflight == 0)
-        event_base_loopexit(srv->base, NULL);
+    maybe_end_drain(srv);
+}
+
+static void http_stop_accepting(struct http *h)
+{
+    if (h->bound)
+        evhttp_del_accept_socket(h->evh, h->bound);
+    h->bound = NULL;
+}
+
+void http_drain(struct server *srv)
+{
+    srv->draining = 1;
+    http_stop_accepting(srv->http);
+    /* A write that fails midway never completes: the backstop ends the
+     * drain anyway. */
+    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S};
+    event_base_loopexit(srv->base, &backstop);
+    maybe_end_drain(srv);
 }
 
 /* Binds "unix:/path": a stale socket file from a previous run is replaced. */
@@ -224,13 +263,6 @@ struct http *http_new(struct server *srv, char *err, size_t errlen)
         return NULL;
     }
     return h;
-}
-
-void http_stop_accepting(struct http *h)
-{
-    if (h->bound)
-        evhttp_del_accept_socket(h->evh, h->bound);
-    h->bound = NULL;
 }
 
 void http_free(struct http *h)

@@ -24,9 +24,10 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
 /* Called by check.c when a check has been answered: lets a drain finish. */
 void http_check_done(struct server *srv);
 
-/* Closes the listening sockets; connections already open stay until their
- * checks are answered. */
-void http_stop_accepting(struct http *h);
+/* Starts a drain: closes the listening sockets, answers new requests on
+ * open connections with 503, and exits the event loop once every check in
+ * flight is answered and written (or after 30 s at most). */
+void http_drain(struct server *srv);
 
 /* Closes everything. NULL is a no-op. */
 void http_free(struct http *h);

@@ -47,12 +47,9 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
     struct server *srv = arg;
     if (srv->draining)
         return;
-    srv->draining = 1;
     log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
               NULL);
-    http_stop_accepting(srv->http);
-    if (srv->inflight == 0)
-        event_base_loopexit(srv->base, NULL);
+    http_drain(srv);
 }
 
 /* A field whose change needs a restart: a reload that changes one is

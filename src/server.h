@@ -23,6 +23,7 @@ struct server {
     struct backend *backend;
     struct http *http;
     size_t inflight; /* checks accepted and not yet answered */
+    size_t writing;  /* answers handed to libevent and not yet written */
     int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */
 };
 

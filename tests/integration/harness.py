@@ -287,7 +287,17 @@ class RedisServer:
             "--daemonize", "no",
             "--dir", self.dir,
         ] + self.extra_args
-        self.proc = spawn(argv, self.log_path)
+        self.argv = argv
+        return self._launch(timeout)
+
+    def restart(self, timeout=10.0):
+        """Stops the server (if still running) and starts a new process on the
+        same socket, with no data: what a daemon sees when Redis restarts."""
+        self.stop()
+        return self._launch(timeout)
+
+    def _launch(self, timeout):
+        self.proc = spawn(self.argv, self.log_path)
 
         def answers():
             if self.proc.poll() is not None:

@@ -20,8 +20,8 @@ POLICY = """policies:
   gcra: {tiers: [{name: t, algorithm: gcra, limit: 100, window: 1h}]}
   leaky_bucket: {tiers: [{name: t, algorithm: leaky_bucket, limit: 100, window: 1h, burst: 99}]}
 """
-CLIENTS = 60
-PER_CLIENT = 5
+CLIENTS = 200
+PER_CLIENT = 3
 
 
 def hammer(daemons, policy):

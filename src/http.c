@@ -251,6 +251,9 @@ struct http *http_new(struct server *srv, char *err, size_t errlen)
                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_max_body_size(h->evh, (ev_ssize_t)srv->config->max_body);
+    /* Read (and drop) the rest of an oversized body before closing, so the
+     * client gets its 413 instead of a reset. */
+    evhttp_set_flags(h->evh, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_max_headers_size(h->evh, HTTP_MAX_HEADERS_SIZE);
     evhttp_set_timeout(h->evh, HTTP_IDLE_TIMEOUT_S);
     evhttp_set_gencb(h->evh, on_request, srv);

@@ -170,6 +170,8 @@ def test_errors(d):
     harness.ok("colour" in res.json["message"], "an unknown field is named")
     big = d.request("POST", "/check", '{"policy":"login","key":"%s"}' % ("k" * 3000))
     harness.eq(big.status, 413, "a body over max_body is 413")
+    huge = d.request("POST", "/check", "x" * (4 << 20))
+    harness.eq(huge.status, 413, "a 4 MiB body is 413 too, not a reset")
     for method in ("GET", "PUT", "DELETE", "PATCH"):
         res = d.request(method, "/check")
         harness.eq((res.status, res.headers.get("allow"), (res.json or {}).get("error")),

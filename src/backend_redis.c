@@ -38,6 +38,8 @@ struct backend {
     int script_loaded;
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
     int freeing;
+    backend_state_fn on_state;
+    void *on_state_arg;
     struct event *reconnect_ev;
     struct event *connect_timeout_ev;
     int64_t backoff_us;
@@ -69,10 +71,19 @@ static uint64_t next_random(struct backend *b)
     return b->rng * 2685821657736338717ULL;
 }
 
+/* Records whether the script is loaded, telling the listener on a change. */
+static void set_loaded(struct backend *b, int loaded)
+{
+    int was = backend_ready(b);
+    b->script_loaded = loaded;
+    if (b->on_state && was != backend_ready(b) && !b->freeing)
+        b->on_state(b->on_state_arg, backend_ready(b));
+}
+
 static void schedule_reconnect(struct backend *b)
 {
     b->state = CONN_DOWN;
-    b->script_loaded = 0;
+    set_loaded(b, 0);
     b->load_in_flight = 0;
     b->ac = NULL;
     event_del(b->connect_timeout_ev);
@@ -151,7 +162,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
     if (r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
         if (!b->script_loaded)
             log_event(b->log, LOG_LVL_INFO, "redis script loaded", "sha1", b->sha, NULL);
-        b->script_loaded = 1;
+        set_loaded(b, 1);
         return;
     }
     log_event(b->log, LOG_LVL_ERROR, "redis SCRIPT LOAD failed", "target", b->target, "error",
@@ -233,7 +244,6 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
          * the caller never sees NOSCRIPT. */
         if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !p->retried && b->ac == ac) {
             p->retried = 1;
-            b->script_loaded = 0;
             log_event(b->log, LOG_LVL_INFO, "redis script missing, reloading", "target",
                       b->target, NULL);
             send_script_load(b);
@@ -340,6 +350,12 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
 void backend_start(struct backend *b)
 {
     start_connect(b);
+}
+
+void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
+{
+    b->on_state = fn;
+    b->on_state_arg = arg;
 }
 
 int backend_ready(const struct backend *b)

@@ -54,6 +54,10 @@ void backend_start(struct backend *b);
 int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
                  void *arg) RL_WUR;
 
+/* Called whenever backend_ready() changes. */
+typedef void (*backend_state_fn)(void *arg, int ready);
+void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
+
 /* True when connected and the script is loaded. */
 int backend_ready(const struct backend *b);
 

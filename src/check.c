@@ -24,6 +24,7 @@ struct check {
     struct evhttp_request *req;
     struct check_request request;
     struct event *deadline;
+    int64_t started_us; /* monotonic, for the access log and metrics */
     int answered;
     int backend_pending;
 };
@@ -37,9 +38,29 @@ static void check_free(struct check *c)
     free(c);
 }
 
+/* One line per check: who asked what, the outcome and how long it took.
+ * Never the body. */
+static void access_log(const struct check *c, const struct answer *ans)
+{
+    char checks[512] = "", status[8], ms[24];
+    size_t used = 0;
+    for (size_t i = 0; i < c->request.nchecks && used < sizeof checks; i++) {
+        const struct check_item *it = &c->request.checks[i];
+        int n = snprintf(checks + used, sizeof checks - used, "%s%s:%.*s", i ? "," : "",
+                         it->policy->name, (int)(it->keylen > 64 ? 64 : it->keylen), it->key);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    snprintf(status, sizeof status, "%d", ans->status);
+    snprintf(ms, sizeof ms, "%.3f", (double)(util_monotonic_us() - c->started_us) / 1000.0);
+    log_event(&c->srv->log, LOG_LVL_INFO, "check", "status", status, "checks", checks, "dry_run",
+              c->request.dry_run ? "true" : "false", "ms", ms, NULL);
+}
+
 /* The one place a check answers. */
 static void finish(struct check *c, struct answer *ans)
 {
+    if (c->cfg->access_log)
+        access_log(c, ans);
     http_send_answer(c->srv, c->req, ans);
     answer_free(ans);
     c->answered = 1;
@@ -107,6 +128,7 @@ void check_start(struct server *srv, struct evhttp_request *req)
     c->srv = srv;
     c->req = req;
     c->cfg = config_ref(srv->config);
+    c->started_us = util_monotonic_us();
     srv->inflight++;
 
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -116,6 +138,19 @@ void check_start(struct server *srv, struct evhttp_request *req)
     if (request_parse(c->cfg, body, len, &c->request, &rerr) < 0) {
         struct answer ans;
         response_error(rerr.status, rerr.code, rerr.message, &ans);
+        finish(c, &ans);
+        return;
+    }
+
+    /* Past max_inflight, answer at once rather than queue without bound. */
+    if (srv->inflight > (size_t)c->cfg->max_inflight) {
+        struct answer ans;
+        if (c->cfg->overload == OVERLOAD_REJECT) {
+            response_error(503, "overloaded", "too many checks in flight", &ans);
+            response_add_header(&ans, "Retry-After", "1");
+        } else {
+            response_unavailable(&c->request, "too many checks in flight", &ans);
+        }
         finish(c, &ans);
         return;
     }

@@ -34,7 +34,7 @@
 #define MAX_BODY_MAX 16777216
 #define PATH_LEN 256 /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48 /* a value quoted in a message */
-#define MAX_FIELDS 8 /* rows in the largest field table */
+#define MAX_FIELDS 16 /* rows in the largest field table */
 #define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 struct loader {
@@ -281,12 +281,21 @@ static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const cha
                            void *slot);
 static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot);
 
 /* F_CHOICE values are stored through an int. */
 _Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
 _Static_assert(sizeof(enum failure_mode) == sizeof(int), "enum failure_mode is an int");
+_Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int");
+_Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
 static const char *const clock_names[] = {
     [CLOCK_SOURCE_REDIS] = "redis", [CLOCK_SOURCE_LOCAL] = "local", NULL};
+static const char *const log_level_names[] = {
+    [LOG_LVL_DEBUG] = "debug", [LOG_LVL_INFO] = "info", [LOG_LVL_WARN] = "warn",
+    [LOG_LVL_ERROR] = "error", NULL};
+static const char *const overload_names[] = {
+    [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
 static const char *const failure_names[] = {
     [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", NULL};
 
@@ -328,6 +337,21 @@ static const struct field top_fields[] = {
     {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names},
     {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
      .max = MAX_BODY_MAX},
+    {"log_level", F_CHOICE, .offset = offsetof(struct config, log_level),
+     .choices = log_level_names},
+    {"access_log", F_BOOL, .offset = offsetof(struct config, access_log)},
+    {"admin_listen", F_STRING, .offset = offsetof(struct config, admin_listen),
+     .check = check_listen},
+    {"watch", F_BOOL, .offset = offsetof(struct config, watch)},
+    {"max_inflight", F_INT, .offset = offsetof(struct config, max_inflight), .min = 1,
+     .max = 1000000},
+    {"overload", F_CHOICE, .offset = offsetof(struct config, overload), .choices = overload_names},
+    {"max_connections", F_INT, .offset = offsetof(struct config, max_connections), .min = 16,
+     .max = 1000000},
+    {"idle_timeout", F_DURATION, .offset = offsetof(struct config, idle_timeout_us),
+     .max = 3600LL * 1000000},
+    {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
+     .parse = parse_token_file},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
      .parse = parse_policies, .section = policy_fields},
     {.name = NULL},
@@ -600,6 +624,48 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
     return rc;
 }
 
+/*
+ * auth_token_file: the token is read with the policy file, so a reload
+ * (SIGHUP) picks up a rotated token and a missing or empty file is an error
+ * at its line. Trailing whitespace (the newline editors add) is not part of
+ * the token. The token itself never appears in a message.
+ */
+static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot)
+{
+    struct config *c = slot;
+    const char *file = scalar_text(ld, node, path, "a path", 0);
+    char buf[CONFIG_TOKEN_MAX + 2];
+
+    if (file == NULL)
+        return -1;
+    if (file[0] != '/')
+        return fail(ld, node, path, "must be an absolute path");
+    FILE *f = fopen(file, "rb");
+    if (f == NULL)
+        return fail(ld, node, path, "cannot open %s: %s", file, strerror(errno));
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return fail(ld, node, path, "cannot read %s", file);
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        n--;
+    buf[n] = '\0';
+    if (n > CONFIG_TOKEN_MAX)
+        return fail(ld, node, path, "%s: the token is longer than %d bytes", file,
+                    CONFIG_TOKEN_MAX);
+    if (n < CONFIG_TOKEN_MIN || strlen(buf) != n || strpbrk(buf, " \t\r\n"))
+        return fail(ld, node, path,
+                    "%s: the token must be %d to %d bytes with no whitespace or NUL", file,
+                    CONFIG_TOKEN_MIN, CONFIG_TOKEN_MAX);
+    free(c->auth_token_file);
+    free(c->auth_token);
+    c->auth_token_file = xstrdup(file);
+    c->auth_token = xstrdup(buf);
+    return 0;
+}
+
 /* ---- loading ---------------------------------------------------------------------- */
 
 static struct config *config_new(const char *name)
@@ -614,6 +680,11 @@ static struct config *config_new(const char *name)
     c->key_prefix = xstrdup(CONFIG_DEFAULT_PREFIX);
     c->clock = CLOCK_SOURCE_REDIS;
     c->max_body = CONFIG_DEFAULT_MAX_BODY;
+    c->log_level = LOG_LVL_INFO;
+    c->max_inflight = CONFIG_DEFAULT_MAX_INFLIGHT;
+    c->overload = OVERLOAD_FAILURE_MODE;
+    c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
+    c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
     return c;
 }
 
@@ -625,6 +696,13 @@ static void config_free(struct config *c)
     free(c->listen);
     free(c->redis_url);
     free(c->key_prefix);
+    free(c->admin_listen);
+    free(c->auth_token_file);
+    if (c->auth_token) {
+        /* Do not leave the secret in freed memory. */
+        explicit_bzero(c->auth_token, strlen(c->auth_token));
+        free(c->auth_token);
+    }
     free(c->policies);
     free(c);
 }

@@ -15,12 +15,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log.h"
 #include "policy.h"
 #include "util.h"
 
 #define CONFIG_PREFIX_MAX 128
+#define CONFIG_TOKEN_MIN 16
+#define CONFIG_TOKEN_MAX 4096
 
 enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
+
+/* What a check gets when max_inflight checks are already waiting for Redis:
+ * its policies' failure_mode answer at once, or 503 overloaded. */
+enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
 
 struct config {
     int refcount;
@@ -31,6 +38,16 @@ struct config {
     char *key_prefix;
     enum clock_source clock;
     int64_t max_body;
+    enum log_level log_level;
+    int access_log;         /* one log line per check */
+    char *admin_listen;     /* NULL: /metrics, /healthz, /readyz on `listen` */
+    int watch;              /* reload when the file (or its directory) changes */
+    int64_t max_inflight;   /* checks waiting for Redis at once */
+    enum overload_action overload;
+    int64_t max_connections;
+    int64_t idle_timeout_us; /* a connection silent this long is closed */
+    char *auth_token_file;   /* NULL: /check needs no token */
+    char *auth_token;        /* its content, read at load */
     size_t npolicies;
     struct policy *policies; /* sorted by name for policy lookup */
 };
@@ -41,6 +58,9 @@ struct config {
 #define CONFIG_DEFAULT_TIMEOUT_US 50000
 #define CONFIG_DEFAULT_PREFIX "rl:"
 #define CONFIG_DEFAULT_MAX_BODY 16384
+#define CONFIG_DEFAULT_MAX_INFLIGHT 10000
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 4096
+#define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
 
 /*
  * Loads and validates a policy file. On error returns NULL and writes

@@ -1,14 +1,18 @@
 /*
  * http.c: evhttp setup and routing.
  *
- *   POST /check    -> check.c
+ *   POST /check    -> check.c (Bearer token when auth_token_file is set)
  *   GET  /healthz  -> 200 while the event loop runs
  *   GET  /readyz   -> 200 when Redis is connected and the script loaded
  *   anything else  -> 404, or 405 with Allow for a known path
  *
- * Owns the listening sockets (TCP or unix) and the limits on what a client
- * may send (body, headers, idle time). Does not own any answer's content
- * (response.c).
+ * With admin_listen, /healthz and /readyz are served there and only there,
+ * and the admin address serves nothing else: the check port can be exposed
+ * while the admin port stays local.
+ *
+ * Owns the listening sockets (TCP or unix), the limits on what a client may
+ * send (body, headers, idle time, connections) and the drain. Does not own
+ * any answer's content (response.c).
  */
 #include <errno.h>
 #include <event2/buffer.h>
@@ -16,6 +20,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/util.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +34,116 @@
 #include "http.h"
 
 #define HTTP_MAX_HEADERS_SIZE 8192
-#define HTTP_IDLE_TIMEOUT_S 30
 #define HTTP_DRAIN_MAX_S 30
 
-struct http {
+/* One listening address and its evhttp. */
+struct listener {
+    struct http *http;
     struct evhttp *evh;
-    struct evhttp_bound_socket *bound; /* the listener; NULL once stopped */
+    struct evhttp_bound_socket *bound; /* NULL once stopped */
     char *unix_path;                   /* unlinked on free */
+    int checks;                        /* serves /check */
+    int admin;                         /* serves /healthz, /readyz */
 };
+
+/*
+ * The open connections, as a set of evhttp_connection pointers (open
+ * addressing, linear probing). libevent 2.1 has no connection limit and no
+ * hook at accept, so a connection is counted from its first request until
+ * libevent closes it; one still sending its first request is bounded by
+ * idle_timeout instead.
+ */
+struct conn_set {
+    struct evhttp_connection **slots;
+    size_t mask; /* capacity - 1, capacity a power of two > 2 * max */
+    size_t count;
+    size_t max;
+};
+
+struct http {
+    struct server *srv;
+    struct listener main, admin;
+    struct conn_set conns;
+};
+
+/* ---- the connection set ---- */
+
+static void conn_set_init(struct conn_set *s, size_t max)
+{
+    size_t cap = 16;
+    while (cap < 2 * max + 1)
+        cap *= 2;
+    s->slots = xcalloc(cap, sizeof *s->slots);
+    s->mask = cap - 1;
+    s->count = 0;
+    s->max = max;
+}
+
+static size_t conn_hash(const struct conn_set *s, const struct evhttp_connection *c)
+{
+    return (size_t)(((uintptr_t)c >> 4) * 0x9E3779B97F4A7C15ULL >> 17) & s->mask;
+}
+
+/* The slot holding c, or the empty slot where it would go. */
+static size_t conn_find(const struct conn_set *s, const struct evhttp_connection *c)
+{
+    size_t i = conn_hash(s, c);
+    while (s->slots[i] && s->slots[i] != c)
+        i = (i + 1) & s->mask;
+    return i;
+}
+
+static void conn_remove(struct conn_set *s, const struct evhttp_connection *c)
+{
+    size_t i = conn_find(s, c);
+    if (!s->slots[i])
+        return;
+    s->slots[i] = NULL;
+    s->count--;
+    /* Backward-shift deletion: move up any entry of the same cluster whose
+     * home slot is not between the hole and itself. */
+    for (size_t j = (i + 1) & s->mask; s->slots[j]; j = (j + 1) & s->mask) {
+        size_t k = conn_hash(s, s->slots[j]);
+        if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
+            s->slots[i] = s->slots[j];
+            s->slots[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
+{
+    struct http *h = arg;
+    conn_remove(&h->conns, evcon);
+}
+
+/* Counts req's connection if it is new. Returns -1 when it is new and the
+ * limit is reached (the caller refuses the request and closes). */
+static int conn_track(struct http *h, struct evhttp_request *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    if (!evcon)
+        return 0;
+    size_t i = conn_find(&h->conns, evcon);
+    if (h->conns.slots[i])
+        return 0;
+    if (h->conns.count >= h->conns.max)
+        return -1;
+    h->conns.slots[i] = evcon;
+    h->conns.count++;
+    evhttp_connection_set_closecb(evcon, on_connection_closed, h);
+    return 0;
+}
+
+/* ---- answers ---- */
 
 static const char *reason_phrase(int status)
 {
     switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
@@ -80,7 +181,7 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
     evhttp_add_header(h, "Cache-Control", "no-store");
     for (size_t i = 0; i < ans->nheaders; i++)
         evhttp_add_header(h, ans->headers[i].name, ans->headers[i].value);
-    if (srv->draining)
+    if (srv->draining || ans->close)
         evhttp_add_header(h, "Connection", "close");
     struct evbuffer *buf = evbuffer_new();
     if (!buf || evbuffer_add_printf(buf, "%s\n", ans->body) < 0)
@@ -89,14 +190,15 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
     evbuffer_free(buf);
 }
 
-static void send_simple(struct server *srv, struct evhttp_request *req, int status,
-                        const char *code, const char *message, const char *hname,
-                        const char *hvalue)
+static void send_error(struct server *srv, struct evhttp_request *req, int status,
+                       const char *code, const char *message, const char *hname,
+                       const char *hvalue)
 {
     struct answer ans;
     response_error(status, code, message, &ans);
     if (hname)
         response_add_header(&ans, hname, hvalue);
+    ans.close = status == 503 || status == 401;
     http_send_answer(srv, req, &ans);
     answer_free(&ans);
 }
@@ -110,43 +212,72 @@ static void send_status(struct server *srv, struct evhttp_request *req, int stat
     answer_free(&ans);
 }
 
+/* ---- routing ---- */
+
+/* True if the request carries "Authorization: Bearer <token>" with the
+ * configured token (or none is configured). */
+static int authorized(const struct config *cfg, struct evhttp_request *req)
+{
+    if (!cfg->auth_token)
+        return 1;
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!v || strncasecmp(v, "Bearer ", 7) != 0)
+        return 0;
+    v += 7;
+    return util_consttime_equal(v, strlen(v), cfg->auth_token, strlen(cfg->auth_token));
+}
+
+static void route_check(struct server *srv, struct evhttp_request *req)
+{
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
+        send_error(srv, req, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
+    else if (srv->draining)
+        send_error(srv, req, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
+                   "1");
+    else if (!authorized(srv->config, req))
+        send_error(srv, req, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+                   "WWW-Authenticate", "Bearer");
+    else
+        check_start(srv, req);
+}
+
+static void route_health(struct server *srv, struct evhttp_request *req, int ready)
+{
+    enum evhttp_cmd_type method = evhttp_request_get_command(req);
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD)
+        send_error(srv, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
+    else if (!ready)
+        send_status(srv, req, 200, "{\"status\":\"ok\"}");
+    else if (srv->draining)
+        send_status(srv, req, 503, "{\"status\":\"unready\",\"reason\":\"shutting_down\"}");
+    else if (!backend_ready(srv->backend))
+        send_status(srv, req, 503, "{\"status\":\"unready\",\"reason\":\"redis_unavailable\"}");
+    else
+        send_status(srv, req, 200, "{\"status\":\"ready\"}");
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
-    struct server *srv = arg;
+    struct listener *l = arg;
+    struct server *srv = l->http->srv;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    enum evhttp_cmd_type method = evhttp_request_get_command(req);
     if (!path)
         path = "";
 
-    if (strcmp(path, "/check") == 0) {
-        if (method != EVHTTP_REQ_POST) {
-            send_simple(srv, req, 405, "method_not_allowed", "use POST on /check", "Allow",
-                        "POST");
-        } else if (srv->draining) {
-            send_simple(srv, req, 503, "shutting_down", "the daemon is shutting down",
-                        "Retry-After", "1");
-        } else {
-            check_start(srv, req);
-        }
+    if (conn_track(l->http, req) < 0) {
+        send_error(srv, req, 503, "too_many_connections", "the daemon has too many connections",
+                   "Retry-After", "1");
         return;
     }
-    if (strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0) {
-        if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
-            send_simple(srv, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
-        } else if (path[1] == 'h') {
-            send_status(srv, req, 200, "{\"status\":\"ok\"}");
-        } else if (srv->draining) {
-            send_status(srv, req, 503, "{\"status\":\"unready\",\"reason\":\"shutting_down\"}");
-        } else if (!backend_ready(srv->backend)) {
-            send_status(srv, req, 503,
-                        "{\"status\":\"unready\",\"reason\":\"redis_unavailable\"}");
-        } else {
-            send_status(srv, req, 200, "{\"status\":\"ready\"}");
-        }
-        return;
-    }
-    send_simple(srv, req, 404, "not_found", "no such path; use POST /check", NULL, NULL);
+    if (l->checks && strcmp(path, "/check") == 0)
+        route_check(srv, req);
+    else if (l->admin && strcmp(path, "/healthz") == 0)
+        route_health(srv, req, 0);
+    else if (l->admin && strcmp(path, "/readyz") == 0)
+        route_health(srv, req, 1);
+    else
+        send_error(srv, req, 404, "not_found", "no such path", NULL, NULL);
 }
 
 void http_check_done(struct server *srv)
@@ -155,26 +286,10 @@ void http_check_done(struct server *srv)
     maybe_end_drain(srv);
 }
 
-static void http_stop_accepting(struct http *h)
-{
-    if (h->bound)
-        evhttp_del_accept_socket(h->evh, h->bound);
-    h->bound = NULL;
-}
-
-void http_drain(struct server *srv)
-{
-    srv->draining = 1;
-    http_stop_accepting(srv->http);
-    /* A write that fails midway never completes: the backstop ends the
-     * drain anyway. */
-    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S};
-    event_base_loopexit(srv->base, &backstop);
-    maybe_end_drain(srv);
-}
+/* ---- listeners ---- */
 
 /* Binds "unix:/path": a stale socket file from a previous run is replaced. */
-static int bind_unix(struct http *h, const char *path, char *err, size_t errlen)
+static int bind_unix(struct listener *l, const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
@@ -195,17 +310,17 @@ static int bind_unix(struct http *h, const char *path, char *err, size_t errlen)
         close(fd);
         return -1;
     }
-    h->bound = evhttp_accept_socket_with_handle(h->evh, fd);
-    if (!h->bound) {
+    l->bound = evhttp_accept_socket_with_handle(l->evh, fd);
+    if (!l->bound) {
         snprintf(err, errlen, "listen: cannot accept on %s", path);
         close(fd);
         return -1;
     }
-    h->unix_path = xstrdup(path);
+    l->unix_path = xstrdup(path);
     return 0;
 }
 
-static int bind_tcp(struct http *h, const char *listen, char *err, size_t errlen)
+static int bind_tcp(struct listener *l, const char *listen, char *err, size_t errlen)
 {
     char host[256];
     const char *colon = strrchr(listen, ':');
@@ -213,69 +328,119 @@ static int bind_tcp(struct http *h, const char *listen, char *err, size_t errlen
     if (listen[0] == '[') {
         hs = listen + 1;
         he = strchr(listen, ']');
-        if (!he || he[1] != ':') {
-            snprintf(err, errlen, "listen: bad address %s", listen);
-            return -1;
-        }
-        colon = he + 1;
+        colon = he ? he + 1 : NULL;
     }
     int64_t port;
-    if (!colon || (size_t)(he - hs) >= sizeof host ||
+    if (!colon || *colon != ':' || (size_t)(he - hs) >= sizeof host ||
         util_parse_int64(colon + 1, 0, 65535, &port, err, errlen) < 0) {
         snprintf(err, errlen, "listen: bad address %s", listen);
         return -1;
     }
     memcpy(host, hs, (size_t)(he - hs));
     host[he - hs] = '\0';
-    h->bound = evhttp_bind_socket_with_handle(h->evh, host, (unsigned short)port);
-    if (!h->bound) {
+    l->bound = evhttp_bind_socket_with_handle(l->evh, host, (unsigned short)port);
+    if (!l->bound) {
         snprintf(err, errlen, "listen: cannot bind %s: %s", listen, strerror(errno));
         return -1;
     }
     return 0;
 }
 
-struct http *http_new(struct server *srv, char *err, size_t errlen)
+/* Settings a reload may change take effect for new requests. */
+static void apply_limits(struct listener *l, const struct config *cfg)
 {
-    struct http *h = xcalloc(1, sizeof *h);
-    h->evh = evhttp_new(srv->base);
-    if (!h->evh) {
+    evhttp_set_max_body_size(l->evh, (ev_ssize_t)cfg->max_body);
+    struct timeval tv = {.tv_sec = cfg->idle_timeout_us / 1000000,
+                         .tv_usec = cfg->idle_timeout_us % 1000000};
+    evhttp_set_timeout_tv(l->evh, &tv);
+}
+
+static int listener_open(struct http *h, struct listener *l, const char *addr, int checks,
+                         int admin, char *err, size_t errlen)
+{
+    l->http = h;
+    l->checks = checks;
+    l->admin = admin;
+    l->evh = evhttp_new(h->srv->base);
+    if (!l->evh) {
         snprintf(err, errlen, "cannot create the HTTP server");
-        free(h);
-        return NULL;
+        return -1;
     }
     /* Every method reaches on_request, so that the answer to a wrong one is
      * ours (405 with Allow, JSON body), not libevent's. */
-    evhttp_set_allowed_methods(h->evh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+    evhttp_set_allowed_methods(l->evh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-    evhttp_set_max_body_size(h->evh, (ev_ssize_t)srv->config->max_body);
+    evhttp_set_max_headers_size(l->evh, HTTP_MAX_HEADERS_SIZE);
     /* Read (and drop) the rest of an oversized body before closing, so the
      * client gets its 413 instead of a reset. */
-    evhttp_set_flags(h->evh, EVHTTP_SERVER_LINGERING_CLOSE);
-    evhttp_set_max_headers_size(h->evh, HTTP_MAX_HEADERS_SIZE);
-    evhttp_set_timeout(h->evh, HTTP_IDLE_TIMEOUT_S);
-    evhttp_set_gencb(h->evh, on_request, srv);
+    evhttp_set_flags(l->evh, EVHTTP_SERVER_LINGERING_CLOSE);
+    apply_limits(l, h->srv->config);
+    evhttp_set_gencb(l->evh, on_request, l);
+    return strncmp(addr, "unix:", 5) == 0 ? bind_unix(l, addr + 5, err, errlen)
+                                          : bind_tcp(l, addr, err, errlen);
+}
 
-    const char *listen = srv->config->listen;
-    int rc = strncmp(listen, "unix:", 5) == 0 ? bind_unix(h, listen + 5, err, errlen)
-                                              : bind_tcp(h, listen, err, errlen);
-    if (rc < 0) {
+static void listener_stop(struct listener *l)
+{
+    if (l->bound)
+        evhttp_del_accept_socket(l->evh, l->bound);
+    l->bound = NULL;
+}
+
+static void listener_close(struct listener *l)
+{
+    if (l->evh)
+        evhttp_free(l->evh);
+    if (l->unix_path) {
+        unlink(l->unix_path);
+        free(l->unix_path);
+    }
+}
+
+struct http *http_new(struct server *srv, char *err, size_t errlen)
+{
+    const struct config *cfg = srv->config;
+    struct http *h = xcalloc(1, sizeof *h);
+    h->srv = srv;
+    conn_set_init(&h->conns, (size_t)cfg->max_connections);
+    if (listener_open(h, &h->main, cfg->listen, 1, !cfg->admin_listen, err, errlen) < 0 ||
+        (cfg->admin_listen &&
+         listener_open(h, &h->admin, cfg->admin_listen, 0, 1, err, errlen) < 0)) {
         http_free(h);
         return NULL;
     }
     return h;
 }
 
+void http_apply_config(struct http *h, const struct config *cfg)
+{
+    apply_limits(&h->main, cfg);
+    if (h->admin.evh)
+        apply_limits(&h->admin, cfg);
+}
+
+void http_drain(struct server *srv)
+{
+    srv->draining = 1;
+    listener_stop(&srv->http->main);
+    listener_stop(&srv->http->admin);
+    /* A write that fails midway never completes: the backstop ends the
+     * drain anyway. */
+    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S};
+    event_base_loopexit(srv->base, &backstop);
+    maybe_end_drain(srv);
+}
+
 void http_free(struct http *h)
 {
     if (!h)
         return;
-    evhttp_free(h->evh);
-    if (h->unix_path) {
-        unlink(h->unix_path);
-        free(h->unix_path);
-    }
+    /* evhttp_free closes the connections, calling on_connection_closed:
+     * the set must outlive it. */
+    listener_close(&h->main);
+    listener_close(&h->admin);
+    free(h->conns.slots);
     free(h);
 }

@@ -24,6 +24,10 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
 /* Called by check.c when a check has been answered: lets a drain finish. */
 void http_check_done(struct server *srv);
 
+/* Applies what a reload may change without a restart (max_body,
+ * idle_timeout) to new requests. */
+void http_apply_config(struct http *h, const struct config *cfg);
+
 /* Starts a drain: closes the listening sockets, answers new requests on
  * open connections with 503, and exits the event loop once every check in
  * flight is answered and written (or after 30 s at most). */

@@ -17,6 +17,9 @@
 #include "backend_redis.h"
 #include "config.h"
 #include "http.h"
+#include "notify.h"
+#include "reload.h"
+#include "watch.h"
 #include "scripts.h"
 #include "server.h"
 
@@ -49,45 +52,19 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
         return;
     log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
               NULL);
+    notify_stopping(srv->notify);
     http_drain(srv);
 }
 
-/* A field whose change needs a restart: a reload that changes one is
- * refused as a whole, so the running state always matches one file. */
-static const char *restart_field(const struct config *old, const struct config *new)
+static void on_backend_state(void *arg, int ready)
 {
-    if (strcmp(old->listen, new->listen) != 0)
-        return "listen";
-    if (strcmp(old->redis_url, new->redis_url) != 0)
-        return "redis.url";
-    if (old->max_body != new->max_body)
-        return "max_body";
-    return NULL;
+    struct server *srv = arg;
+    notify_state(srv->notify, srv);
 }
 
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
-    struct server *srv = arg;
-    char err[RL_ERRLEN * 2];
-    struct config *c = config_load(srv->config_path, err, sizeof err);
-    if (!c) {
-        log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "error",
-                  err, NULL);
-        return;
-    }
-    const char *field = restart_field(srv->config, c);
-    if (field) {
-        log_event(&srv->log, LOG_LVL_ERROR,
-                  "reload refused: this field changes only with a restart", "field", field,
-                  NULL);
-        config_unref(c);
-        return;
-    }
-    config_unref(srv->config);
-    srv->config = c; /* checks in flight keep their own reference */
-    char n[24];
-    snprintf(n, sizeof n, "%zu", c->npolicies);
-    log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "policies", n, NULL);
+    reload_config(arg, "SIGHUP");
 }
 
 int main(int argc, char **argv)
@@ -116,6 +93,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "ratelimitd: unknown log level \"%s\"\n", optarg);
                 return EX_USAGE;
             }
+            srv.log_level_from_cli = 1;
             break;
         case 'P':
             fputs(scripts_lua_source, stdout);
@@ -143,6 +121,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
     }
+    if (!srv.log_level_from_cli)
+        srv.log.level = srv.config->log_level;
     if (check_only) {
         printf("%s: ok, %zu policies\n", srv.config_path, srv.config->npolicies);
         config_unref(srv.config);
@@ -157,11 +137,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: cannot create the event loop\n");
         goto out;
     }
+    srv.notify = notify_new(srv.base);
     srv.backend = backend_new(srv.base, srv.config->redis_url, &srv.log, err, sizeof err);
     if (!srv.backend) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
+    /* READY=1 waits for the script to be loaded in Redis. */
+    backend_on_state(srv.backend, on_backend_state, &srv);
     srv.http = http_new(&srv, err, sizeof err);
     if (!srv.http) {
         fprintf(stderr, "ratelimitd: %s\n", err);
@@ -173,6 +156,10 @@ int main(int argc, char **argv)
     if (!sigterm || !sigint || !sighup || evsignal_add(sigterm, NULL) < 0 ||
         evsignal_add(sigint, NULL) < 0 || evsignal_add(sighup, NULL) < 0) {
         fprintf(stderr, "ratelimitd: cannot install signal handlers\n");
+        goto out;
+    }
+    if (srv.config->watch && !(srv.watch = watch_new(&srv, err, sizeof err))) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
     backend_start(srv.backend);
@@ -189,8 +176,10 @@ int main(int argc, char **argv)
     rc = 0;
     log_event(&srv.log, LOG_LVL_INFO, "stopped", NULL);
 out:
+    watch_free(srv.watch);
     http_free(srv.http);
     backend_free(srv.backend);
+    notify_free(srv.notify);
     if (sigterm)
         event_free(sigterm);
     if (sigint)

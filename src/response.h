@@ -26,6 +26,7 @@ struct tier_result {
 
 struct answer {
     int status;
+    int close; /* ask the client to close the connection */
     char *body; /* owned, NUL-terminated JSON */
     size_t nheaders;
     struct {

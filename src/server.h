@@ -14,14 +14,19 @@
 struct event_base;
 struct backend;
 struct http;
+struct watch;
+struct notify;
 
 struct server {
     struct event_base *base;
     struct logger log;
+    int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
     struct config *config; /* current snapshot; one reference held here */
     struct backend *backend;
     struct http *http;
+    struct watch *watch; /* NULL unless `watch: true` */
+    struct notify *notify;
     size_t inflight; /* checks accepted and not yet answered */
     size_t writing;  /* answers handed to libevent and not yet written */
     int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */

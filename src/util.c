@@ -239,3 +239,13 @@ char *xstrndup(const char *s, size_t n)
     p[len] = '\0';
     return p;
 }
+
+int util_consttime_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    /* Every byte of a is compared against some byte of b, so the time
+     * depends on alen only; the length difference is folded in at the end. */
+    unsigned char diff = alen != blen;
+    for (size_t i = 0; i < alen; i++)
+        diff |= (unsigned char)(a[i] ^ (blen ? b[i % blen] : 0));
+    return diff == 0;
+}

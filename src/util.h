@@ -39,6 +39,10 @@ int64_t util_realtime_us(void);
 /* Ceiling of a / b for a >= 0, b > 0. */
 int64_t util_ceil_div(int64_t a, int64_t b);
 
+/* Compares a[0..alen) with b[0..blen) in time that depends only on alen
+ * (the attacker's input), not on where they differ: for secrets. */
+int util_consttime_equal(const char *a, size_t alen, const char *b, size_t blen);
+
 /* Allocation that aborts on out-of-memory: running out of memory is a broken
  * invariant of the host, not bad input. */
 void *xmalloc(size_t n);

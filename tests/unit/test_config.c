@@ -48,7 +48,21 @@ static const struct error_case {
 
     /* unknown fields, at every level, naming the key and its siblings */
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
-     "unknown field \"listn\" (known: listen, redis, clock, max_body, policies)"},
+     "unknown field \"listn\" (known: listen, redis, clock, max_body, log_level, access_log, "
+     "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, "
+     "auth_token_file, policies)"},
+    {"bad log_level", "log_level: loud\n" POLICY_P, "1:12",
+     "log_level: invalid value \"loud\": must be one of debug, info, warn, error"},
+    {"bad access_log", "access_log: yes\n" POLICY_P, "1:13", "access_log: invalid value"},
+    {"bad admin_listen", "admin_listen: nowhere\n" POLICY_P, "1:15", "admin_listen:"},
+    {"max_inflight 0", "max_inflight: 0\n" POLICY_P, "1:15", "max_inflight: invalid value"},
+    {"bad overload", "overload: drop\n" POLICY_P, "1:11",
+     "overload: invalid value \"drop\": must be one of failure_mode, reject"},
+    {"max_connections 1", "max_connections: 1\n" POLICY_P, "1:18",
+     "max_connections: invalid value"},
+    {"idle_timeout 0", "idle_timeout: 0s\n" POLICY_P, "1:15", "idle_timeout: invalid value"},
+    {"relative auth_token_file", "auth_token_file: token\n" POLICY_P, "1:18",
+     "auth_token_file: must be an absolute path"},
     {"unknown redis field", "redis:\n  tiemout: 1s\n" POLICY_P, "2:3",
      "redis: unknown field \"tiemout\" (known: url, timeout, key_prefix)"},
     {"unknown policy field", "policies:\n  p:\n    failuremode: open\n    tiers:\n" TIER_A, "3:5",
@@ -328,6 +342,14 @@ static const char full_yaml[] =
     "  key_prefix: 'app:rl:'\n"
     "clock: local\n"
     "max_body: 65536\n"
+    "log_level: debug\n"
+    "access_log: true\n"
+    "admin_listen: 127.0.0.1:9090\n"
+    "watch: true\n"
+    "max_inflight: 500\n"
+    "overload: reject\n"
+    "max_connections: 100\n"
+    "idle_timeout: 5s\n"
     "policies:\n"
     "  zeta:\n"
     "    failure_mode: closed\n"
@@ -372,6 +394,15 @@ static void test_full(void)
     is_str(c->key_prefix, "app:rl:", "redis.key_prefix");
     is_int(c->clock, CLOCK_SOURCE_LOCAL, "clock");
     is_int(c->max_body, 65536, "max_body");
+    is_int(c->log_level, LOG_LVL_DEBUG, "log_level");
+    is_int(c->access_log, 1, "access_log");
+    is_str(c->admin_listen, "127.0.0.1:9090", "admin_listen");
+    is_int(c->watch, 1, "watch");
+    is_int(c->max_inflight, 500, "max_inflight");
+    is_int(c->overload, OVERLOAD_REJECT, "overload");
+    is_int(c->max_connections, 100, "max_connections");
+    is_int(c->idle_timeout_us, 5000000, "idle_timeout");
+
     is_int(c->npolicies, 3, "three policies");
     is_str(c->policies[0].name, "alpha", "sorted: alpha");
     is_str(c->policies[1].name, "mid.dle-1", "sorted: mid.dle-1");
@@ -444,6 +475,13 @@ static void test_defaults(void)
     is_str(c->key_prefix, CONFIG_DEFAULT_PREFIX, "default redis.key_prefix");
     is_int(c->clock, CLOCK_SOURCE_REDIS, "default clock");
     is_int(c->max_body, CONFIG_DEFAULT_MAX_BODY, "default max_body");
+    is_int(c->log_level, LOG_LVL_INFO, "default log_level");
+    ok(!c->access_log && !c->watch && !c->admin_listen && !c->auth_token_file,
+       "access_log, watch off; no admin_listen, no auth_token_file by default");
+    is_int(c->max_inflight, CONFIG_DEFAULT_MAX_INFLIGHT, "default max_inflight");
+    is_int(c->overload, OVERLOAD_FAILURE_MODE, "default overload");
+    is_int(c->max_connections, CONFIG_DEFAULT_MAX_CONNECTIONS, "default max_connections");
+    is_int(c->idle_timeout_us, CONFIG_DEFAULT_IDLE_TIMEOUT_US, "default idle_timeout");
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     t = &c->policies[0].tiers[0];
@@ -556,6 +594,48 @@ static void test_files(void)
     unlink(path);
 }
 
+/* auth_token_file: read at load, trimmed, never quoted back. */
+static void test_token_file(void)
+{
+    char dir[] = "/tmp/rl-token-XXXXXX", path[64], yaml[256], err[1024];
+    if (!ok(mkdtemp(dir) != NULL, "temp dir for token files"))
+        return;
+    snprintf(path, sizeof path, "%s/token", dir);
+    static const struct {
+        const char *content; /* NULL: no file */
+        const char *want;    /* NULL: an error containing `error` */
+        const char *error;
+    } cases[] = {
+        {"s3cr3t-t0ken-0123456789\n", "s3cr3t-t0ken-0123456789", NULL},
+        {"", NULL, "the token must be 16 to 4096 bytes"},
+        {"short\n", NULL, "the token must be 16 to 4096 bytes"},
+        {"has space in the token\n", NULL, "no whitespace"},
+        {NULL, NULL, "cannot open"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(path);
+        if (cases[i].content) {
+            FILE *f = fopen(path, "w");
+            fputs(cases[i].content, f);
+            fclose(f);
+        }
+        snprintf(yaml, sizeof yaml, "auth_token_file: %s\n" POLICY_P, path);
+        struct config *c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+        if (cases[i].want) {
+            ok(c && strcmp(c->auth_token, cases[i].want) == 0 &&
+                   strcmp(c->auth_token_file, path) == 0,
+               "token file case %zu: the token, trimmed", i);
+        } else {
+            ok(!c && strncmp(err, "t.yaml:1:18: auth_token_file: ", 30) == 0 &&
+                   strstr(err, cases[i].error) && !strstr(err, "short\n"),
+               "token file case %zu: %s", i, err);
+        }
+        config_unref(c);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_errors();
@@ -565,5 +645,6 @@ int main(void)
     test_edges();
     test_example();
     test_files();
+    test_token_file();
     return tap_done();
 }

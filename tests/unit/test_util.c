@@ -260,8 +260,18 @@ static void test_sha1(void)
     free(million);
 }
 
+static void test_consttime_equal(void)
+{
+    ok(util_consttime_equal("abcdef", 6, "abcdef", 6), "equal strings are equal");
+    ok(!util_consttime_equal("abcdeg", 6, "abcdef", 6), "last byte differs");
+    ok(!util_consttime_equal("abc", 3, "abcdef", 6), "a prefix is not equal");
+    ok(!util_consttime_equal("abcdefabc", 9, "abcdef", 6), "a repetition is not equal");
+    ok(!util_consttime_equal("", 0, "abcdef", 6), "empty is not equal");
+}
+
 int main(void)
 {
+    test_consttime_equal();
     test_parse_int64();
     test_parse_duration();
     test_format_duration();

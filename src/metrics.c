@@ -1,0 +1,331 @@
+/*
+ * metrics.c: the counters behind /metrics and their text exposition
+ * (Prometheus text format 0.0.4). Owns the storage of every counter and of
+ * the Redis latency histogram, the bounded table of policy label values, the
+ * names and HELP texts, and the rendering with label escaping. Does not own
+ * serving the text (http.c), reading clocks (callers pass microseconds) or
+ * any value that lives elsewhere (the gauges, passed in at render time).
+ *
+ * Numbers are kept as integers (counts, microseconds) and rendered exactly
+ * as decimals, so the text never depends on printf's float formatting.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "policy.h"
+#include "util.h"
+
+#define PREFIX "ratelimitd_"
+#define OTHER_POLICY "_other"
+
+static const char *const decision_label[METRICS_NDECISIONS] = {
+    [METRICS_ALLOWED] = "allowed",
+    [METRICS_DENIED] = "denied",
+    [METRICS_SHADOW_DENIED] = "shadow_denied",
+    [METRICS_DEGRADED] = "degraded",
+    [METRICS_UNAVAILABLE] = "unavailable",
+    [METRICS_LOCAL] = "local",
+};
+
+static const struct {
+    const char *name;
+    const char *help;
+} counter_info[METRICS_NCOUNTERS] = {
+    [METRICS_REDIS_RECONNECTS] = {PREFIX "redis_reconnects_total",
+                                  "Connections to Redis re-established after a loss."},
+    [METRICS_REDIS_NOSCRIPT_RELOADS] = {PREFIX "redis_noscript_reloads_total",
+                                        "NOSCRIPT replies answered by reloading the script "
+                                        "and retrying."},
+    [METRICS_REDIS_TIMEOUTS] = {PREFIX "redis_timeouts_total",
+                                "Checks answered at their deadline because Redis was late."},
+    [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
+};
+
+/* Every status the daemon itself sends (413 is libevent's); the rest count
+ * under status="other". */
+static const int known_status[] = {200, 400, 404, 405, 413, 429, 503};
+#define NSTATUS (sizeof known_status / sizeof known_status[0])
+
+/* Upper bounds (le) of the latency buckets, in µs: 100µs to 1s; then +Inf. */
+static const int64_t bucket_us[] = {100,   250,   500,    1000,   2500,   5000,   10000,
+                                    25000, 50000, 100000, 250000, 500000, 1000000};
+#define NBUCKETS (sizeof bucket_us / sizeof bucket_us[0])
+
+/* Policy slots are found through an open-addressing index of slot number + 1
+ * (0: empty). At most METRICS_MAX_POLICIES + 1 slots ever exist (the extra
+ * one is "_other"), so a fixed index at most half full never needs to grow. */
+#define INDEX_SIZE 4096
+_Static_assert(INDEX_SIZE >= 2 * (METRICS_MAX_POLICIES + 1), "index too small");
+_Static_assert(METRICS_MAX_POLICIES + 1 <= UINT16_MAX, "index entries are 16 bits");
+
+struct policy_slot {
+    char name[POLICY_NAME_MAX + 1];
+    uint64_t checks[METRICS_NDECISIONS];
+};
+
+struct metrics {
+    struct policy_slot *policies; /* in order of first sight, the render order */
+    size_t npolicies, policies_cap;
+    uint16_t index[INDEX_SIZE];
+    uint64_t http[NSTATUS + 1];     /* last: "other" */
+    uint64_t latency[NBUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
+    uint64_t latency_sum_us;
+    uint64_t latency_count;
+    uint64_t counters[METRICS_NCOUNTERS];
+    uint64_t reloads[2]; /* [0] failure, [1] success */
+};
+
+struct metrics *metrics_new(void)
+{
+    return xcalloc(1, sizeof(struct metrics));
+}
+
+void metrics_free(struct metrics *m)
+{
+    if (!m)
+        return;
+    free(m->policies);
+    free(m);
+}
+
+/* FNV-1a. */
+static size_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* The slot counting name, created at zero if new. An invalid name, or a new
+ * one past the cap, gets the "_other" slot (shared with a policy that is
+ * really called "_other": a series must never appear twice). The pointer is
+ * valid until the next call. */
+static struct policy_slot *policy_slot(struct metrics *m, const char *name)
+{
+    if (!policy_name_valid(name))
+        name = OTHER_POLICY;
+    for (;;) {
+        size_t h = name_hash(name) & (INDEX_SIZE - 1);
+        for (; m->index[h]; h = (h + 1) & (INDEX_SIZE - 1)) {
+            struct policy_slot *s = &m->policies[m->index[h] - 1];
+            if (strcmp(s->name, name) == 0)
+                return s;
+        }
+        if (m->npolicies < METRICS_MAX_POLICIES || strcmp(name, OTHER_POLICY) == 0) {
+            if (m->npolicies == m->policies_cap) {
+                m->policies_cap = m->policies_cap ? 2 * m->policies_cap : 16;
+                m->policies = xrealloc(m->policies, m->policies_cap * sizeof *m->policies);
+            }
+            struct policy_slot *s = &m->policies[m->npolicies++];
+            memset(s, 0, sizeof *s);
+            strcpy(s->name, name); /* fits: policy_name_valid bounds it */
+            m->index[h] = (uint16_t)m->npolicies;
+            return s;
+        }
+        name = OTHER_POLICY; /* full: look up (or create) "_other" instead */
+    }
+}
+
+void metrics_policy_seen(struct metrics *m, const char *policy)
+{
+    (void)policy_slot(m, policy);
+}
+
+void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d)
+{
+    if ((unsigned)d < METRICS_NDECISIONS)
+        policy_slot(m, policy)->checks[d]++;
+}
+
+void metrics_http_status(struct metrics *m, int status)
+{
+    size_t i = 0;
+    while (i < NSTATUS && known_status[i] != status)
+        i++;
+    m->http[i]++;
+}
+
+void metrics_redis_latency(struct metrics *m, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    size_t i = 0;
+    while (i < NBUCKETS && us > bucket_us[i]) /* le: "less than or equal" */
+        i++;
+    m->latency[i]++;
+    m->latency_sum_us += (uint64_t)us;
+    m->latency_count++;
+}
+
+void metrics_count(struct metrics *m, enum metrics_counter c)
+{
+    if ((unsigned)c < METRICS_NCOUNTERS)
+        m->counters[c]++;
+}
+
+void metrics_reload(struct metrics *m, int ok)
+{
+    m->reloads[ok ? 1 : 0]++;
+}
+
+/* ------------------------------------------------------------- rendering */
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            abort(); /* only on a bad format: a bug */
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        b->cap = 2 * b->cap + (size_t)n;
+        b->p = xrealloc(b->p, b->cap);
+    }
+}
+
+/* A label value with \, " and newline escaped, as the format requires. */
+static void put_label_value(struct buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            put(b, "\\\\");
+        else if (*s == '"')
+            put(b, "\\\"");
+        else if (*s == '\n')
+            put(b, "\\n");
+        else
+            put(b, "%c", *s);
+    }
+}
+
+/* Microseconds as exact decimal seconds: "0.00025", "1", "1700000000.5". */
+#define SECONDS_BUF 32
+static const char *seconds(int64_t us, char *out)
+{
+    uint64_t a = us < 0 ? -(uint64_t)us : (uint64_t)us;
+    int n = snprintf(out, SECONDS_BUF, "%s%" PRIu64, us < 0 ? "-" : "", a / 1000000);
+    if (a % 1000000) {
+        snprintf(out + n, (size_t)(SECONDS_BUF - n), ".%06" PRIu64, a % 1000000);
+        size_t end = strlen(out);
+        while (out[end - 1] == '0')
+            out[--end] = '\0';
+    }
+    return out;
+}
+
+static void put_family(struct buf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A family of one unlabelled sample whose value is already text. */
+static void put_scalar(struct buf *b, const char *name, const char *type, const char *help,
+                       const char *value)
+{
+    put_family(b, name, type, help);
+    put(b, "%s %s\n", name, value);
+}
+
+static void put_u64_scalar(struct buf *b, const char *name, const char *type, const char *help,
+                           uint64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%" PRIu64, v);
+    put_scalar(b, name, type, help, text);
+}
+
+static void put_checks(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "checks_total";
+    put_family(b, name, "counter",
+               "Checks decided, by policy and decision (a request counts once per check).");
+    for (size_t i = 0; i < m->npolicies; i++) {
+        for (size_t d = 0; d < METRICS_NDECISIONS; d++) {
+            put(b, "%s{policy=\"", name);
+            put_label_value(b, m->policies[i].name);
+            put(b, "\",decision=\"%s\"} %" PRIu64 "\n", decision_label[d],
+                m->policies[i].checks[d]);
+        }
+    }
+}
+
+static void put_http(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "http_responses_total";
+    put_family(b, name, "counter", "HTTP answers sent, by status code.");
+    for (size_t i = 0; i < NSTATUS; i++)
+        put(b, "%s{status=\"%d\"} %" PRIu64 "\n", name, known_status[i], m->http[i]);
+    put(b, "%s{status=\"other\"} %" PRIu64 "\n", name, m->http[NSTATUS]);
+}
+
+static void put_latency(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "redis_request_duration_seconds";
+    char text[SECONDS_BUF];
+    uint64_t cumulative = 0;
+    put_family(b, name, "histogram", "Round-trip time of Redis script calls.");
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cumulative += m->latency[i];
+        put(b, "%s_bucket{le=\"%s\"} %" PRIu64 "\n", name, seconds(bucket_us[i], text), cumulative);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, m->latency_count);
+    put(b, "%s_sum %s\n", name, seconds((int64_t)m->latency_sum_us, text));
+    put(b, "%s_count %" PRIu64 "\n", name, m->latency_count);
+}
+
+static void put_reloads(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "config_reloads_total";
+    put_family(b, name, "counter", "Policy file reloads, by result.");
+    put(b, "%s{result=\"success\"} %" PRIu64 "\n", name, m->reloads[1]);
+    put(b, "%s{result=\"failure\"} %" PRIu64 "\n", name, m->reloads[0]);
+}
+
+char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
+{
+    static const struct metrics_gauges zero;
+    struct buf b = {.cap = 4096};
+    char text[SECONDS_BUF];
+
+    if (!g)
+        g = &zero;
+    b.p = xmalloc(b.cap);
+
+    put_family(&b, PREFIX "build_info", "gauge", "Always 1; the version label names the build.");
+    put(&b, PREFIX "build_info{version=\"");
+    put_label_value(&b, g->version ? g->version : "");
+    put(&b, "\"} 1\n");
+
+    put_checks(&b, m);
+    put_u64_scalar(&b, PREFIX "checks_in_flight", "gauge", "Checks accepted and not yet answered.",
+                   g->checks_in_flight);
+    put_http(&b, m);
+    put_u64_scalar(&b, PREFIX "redis_up", "gauge",
+                   "1 when connected to Redis with the script loaded, else 0.",
+                   g->redis_up ? 1 : 0);
+    put_latency(&b, m);
+    for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
+        put_u64_scalar(&b, counter_info[i].name, "counter", counter_info[i].help, m->counters[i]);
+    put_reloads(&b, m);
+    put_scalar(&b, PREFIX "config_loaded_timestamp_seconds", "gauge",
+               "Unix time of the last successful policy file load.",
+               seconds(g->config_loaded_us, text));
+    put_u64_scalar(&b, PREFIX "policies", "gauge", "Policies in the current policy file.",
+                   g->policies);
+    return b.p;
+}

@@ -1,0 +1,95 @@
+/*
+ * metrics.h: the daemon's Prometheus metrics: counters and a histogram
+ * recorded as things happen, rendered on demand in the text exposition
+ * format 0.0.4. Pure: no I/O, no clock, no libevent; the caller serves the
+ * text and passes in the values that live elsewhere (struct metrics_gauges).
+ *
+ * One struct metrics per event loop (the server's today, one per worker
+ * later), used from that loop's thread only, so recording takes no lock.
+ * Everything stored is a plain sum (the histogram keeps per-bucket counts,
+ * not cumulative ones), so summing workers at render time needs only an
+ * "add b into a" later.
+ *
+ * Every label value is bounded by something the daemon owns, never by what
+ * callers send: policy names come from the policy file and are capped at
+ * METRICS_MAX_POLICIES distinct values over the process's life (the rest,
+ * and any name that is not a valid policy name, fold into policy="_other");
+ * statuses come from a fixed list (the rest under status="other").
+ */
+#ifndef RATELIMITD_METRICS_H
+#define RATELIMITD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Distinct policy label values kept before folding into "_other". */
+#define METRICS_MAX_POLICIES 1024
+
+/* The outcome of one check, the `decision` label of ratelimitd_checks_total. */
+enum metrics_decision {
+    METRICS_ALLOWED,       /* allowed by Redis */
+    METRICS_DENIED,        /* denied by Redis */
+    METRICS_SHADOW_DENIED, /* a shadow policy would have denied */
+    METRICS_DEGRADED,      /* Redis could not decide; failure_mode open allowed */
+    METRICS_UNAVAILABLE,   /* Redis could not decide; failure_mode closed: 503 */
+    METRICS_LOCAL,         /* decided in memory (failure_mode local) */
+    METRICS_NDECISIONS
+};
+
+/* The unlabelled counters, each a family of its own. */
+enum metrics_counter {
+    METRICS_REDIS_RECONNECTS,       /* ratelimitd_redis_reconnects_total */
+    METRICS_REDIS_NOSCRIPT_RELOADS, /* ratelimitd_redis_noscript_reloads_total */
+    METRICS_REDIS_TIMEOUTS,         /* ratelimitd_redis_timeouts_total */
+    METRICS_REDIS_ERRORS,           /* ratelimitd_redis_errors_total */
+    METRICS_NCOUNTERS
+};
+
+/* Values that live elsewhere in the daemon, read at render time. */
+struct metrics_gauges {
+    const char *version;      /* ratelimitd_build_info{version}; NULL renders "" */
+    size_t checks_in_flight;  /* ratelimitd_checks_in_flight (server.inflight) */
+    int redis_up;             /* ratelimitd_redis_up: nonzero renders 1 */
+    int64_t config_loaded_us; /* wall clock, µs since the epoch, of the last good load */
+    size_t policies;          /* ratelimitd_policies: in the current config */
+};
+
+struct metrics;
+
+/* An empty set: every counter 0, no policy seen. Never NULL. */
+struct metrics *metrics_new(void);
+
+/* NULL is a no-op. */
+void metrics_free(struct metrics *m);
+
+/*
+ * Makes a policy's ratelimitd_checks_total series exist (at 0) before its
+ * first check; the daemon calls it for every configured policy on each
+ * load. Series are never removed (a counter must not vanish or restart
+ * while the process lives), which is why the number of names is capped.
+ */
+void metrics_policy_seen(struct metrics *m, const char *policy);
+
+/* Counts one check of policy with decision d (out of range: ignored). */
+void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d);
+
+/* Counts one HTTP answer by status (outside the known set: "other"). */
+void metrics_http_status(struct metrics *m, int status);
+
+/* Records one Redis round trip of us microseconds (negative counts as 0). */
+void metrics_redis_latency(struct metrics *m, int64_t us);
+
+/* Adds one to counter c (out of range: ignored). */
+void metrics_count(struct metrics *m, enum metrics_counter c);
+
+/* Counts one config reload: ok nonzero for success, 0 for failure. */
+void metrics_reload(struct metrics *m, int ok);
+
+/*
+ * The whole exposition as text (Content-Type: text/plain; version=0.0.4;
+ * charset=utf-8). g may be NULL (gauges render as 0). The caller frees the
+ * result with free(); never NULL.
+ */
+char *metrics_render(const struct metrics *m, const struct metrics_gauges *g);
+
+#endif

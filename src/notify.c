@@ -1,0 +1,86 @@
+/*
+ * notify.c: sd_notify messages and the watchdog timer (see notify.h).
+ */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "backend_redis.h"
+#include "notify.h"
+#include "server.h"
+#include "util.h"
+
+struct notify {
+    struct event *watchdog;
+    int ready_sent;
+};
+
+static void notify_send(const char *msg)
+{
+#ifdef HAVE_SYSTEMD
+    /* Failure only means no manager listens: nothing to do about it. */
+    (void)sd_notify(0, msg);
+#else
+    (void)msg;
+#endif
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    notify_send("WATCHDOG=1");
+}
+
+struct notify *notify_new(struct event_base *base)
+{
+    struct notify *n = xcalloc(1, sizeof *n);
+#ifdef HAVE_SYSTEMD
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+        /* Half the interval, as systemd recommends: the loop must be stuck
+         * for a whole interval before systemd acts. */
+        struct timeval tv = {.tv_sec = (time_t)(usec / 2 / 1000000),
+                             .tv_usec = (suseconds_t)(usec / 2 % 1000000)};
+        n->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, n);
+        if (n->watchdog)
+            event_add(n->watchdog, &tv);
+    }
+#else
+    (void)base;
+#endif
+    return n;
+}
+
+void notify_free(struct notify *n)
+{
+    if (!n)
+        return;
+    if (n->watchdog)
+        event_free(n->watchdog);
+    free(n);
+}
+
+void notify_state(struct notify *n, const struct server *srv)
+{
+    int ready = backend_ready(srv->backend);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%sSTATUS=%zu policies loaded, redis %s",
+             ready && !n->ready_sent ? "READY=1\n" : "", srv->config->npolicies,
+             ready ? "connected" : "unavailable");
+    n->ready_sent |= ready;
+    notify_send(msg);
+}
+
+void notify_reloading(struct notify *n)
+{
+    /* READY=1 must follow, at the next notify_state. */
+    n->ready_sent = 0;
+    notify_send("RELOADING=1");
+}
+
+void notify_stopping(struct notify *n)
+{
+    notify_send("STOPPING=1\nSTATUS=draining checks in flight");
+}

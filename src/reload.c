@@ -1,0 +1,70 @@
+/*
+ * reload.c: a policy reload, all or nothing. Owns the rule of which fields a
+ * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
+ * idle_timeout, max_inflight, overload, log_level, access_log,
+ * auth_token_file) and which need a restart (listen, admin_listen, redis.url,
+ * max_connections, watch).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "http.h"
+#include "notify.h"
+#include "reload.h"
+
+static int differ(const char *a, const char *b)
+{
+    return (a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0);
+}
+
+/* The first field whose change needs a restart, or NULL: a reload that
+ * changes one is refused as a whole, so the running state always matches
+ * one file. */
+static const char *restart_field(const struct config *old, const struct config *new)
+{
+    if (differ(old->listen, new->listen))
+        return "listen";
+    if (differ(old->admin_listen, new->admin_listen))
+        return "admin_listen";
+    if (differ(old->redis_url, new->redis_url))
+        return "redis.url";
+    if (old->max_connections != new->max_connections)
+        return "max_connections";
+    if (old->watch != new->watch)
+        return "watch";
+    return NULL;
+}
+
+int reload_config(struct server *srv, const char *trigger)
+{
+    char err[RL_ERRLEN * 2];
+    notify_reloading(srv->notify);
+    struct config *c = config_load(srv->config_path, err, sizeof err);
+    if (!c) {
+        log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
+                  trigger, "error", err, NULL);
+        notify_state(srv->notify, srv);
+        return -1;
+    }
+    const char *field = restart_field(srv->config, c);
+    if (field) {
+        log_event(&srv->log, LOG_LVL_ERROR,
+                  "reload refused, keeping the old policies: this field changes only with a "
+                  "restart",
+                  "trigger", trigger, "field", field, NULL);
+        config_unref(c);
+        notify_state(srv->notify, srv);
+        return -1;
+    }
+    config_unref(srv->config);
+    srv->config = c; /* checks in flight keep their own reference */
+    http_apply_config(srv->http, c);
+    if (!srv->log_level_from_cli)
+        srv->log.level = c->log_level;
+    char n[24];
+    snprintf(n, sizeof n, "%zu", c->npolicies);
+    log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "trigger", trigger, "policies", n,
+              NULL);
+    notify_state(srv->notify, srv);
+    return 0;
+}

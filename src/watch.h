@@ -1,0 +1,24 @@
+/*
+ * watch.h: `watch: true`: reload the policy file when it changes, with
+ * inotify on its directory, so that an edit in place, a rename over it and
+ * the swap of a symlinked directory (a Kubernetes ConfigMap's ..data) are
+ * all seen.
+ */
+#ifndef RATELIMITD_WATCH_H
+#define RATELIMITD_WATCH_H
+
+#include <stddef.h>
+
+#include "server.h"
+#include "util.h"
+
+struct watch;
+
+/* Starts watching srv->config_path's directory. NULL with a message if
+ * inotify cannot be set up. */
+struct watch *watch_new(struct server *srv, char *err, size_t errlen) RL_WUR;
+
+/* NULL is a no-op. */
+void watch_free(struct watch *w);
+
+#endif

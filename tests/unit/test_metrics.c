@@ -1,0 +1,445 @@
+/*
+ * test_metrics.c: the Prometheus text rendered by metrics.c, exactly, for a
+ * small scenario; label escaping; histogram buckets (boundaries,
+ * cumulativity, sum); the cap on policy label values and "_other"; exact
+ * decimal seconds.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "tap.h"
+#include "util.h"
+
+/* The value of the sample whose line starts with series followed by a space
+ * (e.g. `ratelimitd_policies` or `x_bucket{le="0.001"}`); -1 if absent, -2 if
+ * present more than once. */
+static long long sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    long long v = -1;
+    int seen = 0;
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+            v = strtoll(line + n + 1, NULL, 10);
+            seen++;
+        }
+        if (!strchr(line, '\n'))
+            break;
+    }
+    return seen > 1 ? -2 : v;
+}
+
+/* The rest of the sample's line after "series ", in out; "" if absent. */
+static const char *sample_text(const char *text, const char *series, char *out, size_t outlen)
+{
+    size_t n = strlen(series);
+    out[0] = '\0';
+    for (const char *line = text; line; line = strchr(line, '\n')) {
+        if (*line == '\n')
+            line++;
+        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+            size_t len = strcspn(line + n + 1, "\n");
+            if (len >= outlen)
+                len = outlen - 1;
+            memcpy(out, line + n + 1, len);
+            out[len] = '\0';
+            break;
+        }
+    }
+    return out;
+}
+
+static size_t count_substr(const char *text, const char *needle)
+{
+    size_t count = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        count++;
+    return count;
+}
+
+/* The scenario's exposition, one line each (newlines added when joined). */
+static const char *const expected_scenario[] = {
+    "# HELP ratelimitd_build_info Always 1; the version label names the build.",
+    "# TYPE ratelimitd_build_info gauge",
+    "ratelimitd_build_info{version=\"1.2.3\"} 1",
+    "# HELP ratelimitd_checks_total Checks decided, by policy and decision (a request "
+    "counts once per check).",
+    "# TYPE ratelimitd_checks_total counter",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"allowed\"} 2",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"denied\"} 1",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"shadow_denied\"} 0",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"degraded\"} 0",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"unavailable\"} 0",
+    "ratelimitd_checks_total{policy=\"login\",decision=\"local\"} 0",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"allowed\"} 0",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"denied\"} 0",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"shadow_denied\"} 1",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"degraded\"} 1",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"unavailable\"} 0",
+    "ratelimitd_checks_total{policy=\"api\",decision=\"local\"} 0",
+    "# HELP ratelimitd_checks_in_flight Checks accepted and not yet answered.",
+    "# TYPE ratelimitd_checks_in_flight gauge",
+    "ratelimitd_checks_in_flight 3",
+    "# HELP ratelimitd_http_responses_total HTTP answers sent, by status code.",
+    "# TYPE ratelimitd_http_responses_total counter",
+    "ratelimitd_http_responses_total{status=\"200\"} 2",
+    "ratelimitd_http_responses_total{status=\"400\"} 0",
+    "ratelimitd_http_responses_total{status=\"404\"} 0",
+    "ratelimitd_http_responses_total{status=\"405\"} 0",
+    "ratelimitd_http_responses_total{status=\"413\"} 0",
+    "ratelimitd_http_responses_total{status=\"429\"} 1",
+    "ratelimitd_http_responses_total{status=\"503\"} 0",
+    "ratelimitd_http_responses_total{status=\"other\"} 1",
+    "# HELP ratelimitd_redis_up 1 when connected to Redis with the script loaded, else 0.",
+    "# TYPE ratelimitd_redis_up gauge",
+    "ratelimitd_redis_up 1",
+    "# HELP ratelimitd_redis_request_duration_seconds Round-trip time of Redis script calls.",
+    "# TYPE ratelimitd_redis_request_duration_seconds histogram",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.0001\"} 2",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.00025\"} 3",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.0005\"} 3",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.001\"} 3",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.0025\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.005\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.01\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.025\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.05\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.1\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.25\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"0.5\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"1\"} 4",
+    "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"} 5",
+    "ratelimitd_redis_request_duration_seconds_sum 2.002251",
+    "ratelimitd_redis_request_duration_seconds_count 5",
+    "# HELP ratelimitd_redis_reconnects_total Connections to Redis re-established after a loss.",
+    "# TYPE ratelimitd_redis_reconnects_total counter",
+    "ratelimitd_redis_reconnects_total 1",
+    "# HELP ratelimitd_redis_noscript_reloads_total NOSCRIPT replies answered by "
+    "reloading the script and retrying.",
+    "# TYPE ratelimitd_redis_noscript_reloads_total counter",
+    "ratelimitd_redis_noscript_reloads_total 0",
+    "# HELP ratelimitd_redis_timeouts_total Checks answered at their deadline because "
+    "Redis was late.",
+    "# TYPE ratelimitd_redis_timeouts_total counter",
+    "ratelimitd_redis_timeouts_total 0",
+    "# HELP ratelimitd_redis_errors_total Error replies from Redis.",
+    "# TYPE ratelimitd_redis_errors_total counter",
+    "ratelimitd_redis_errors_total 2",
+    "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
+    "# TYPE ratelimitd_config_reloads_total counter",
+    "ratelimitd_config_reloads_total{result=\"success\"} 1",
+    "ratelimitd_config_reloads_total{result=\"failure\"} 1",
+    "# HELP ratelimitd_config_loaded_timestamp_seconds Unix time of the last successful "
+    "policy file load.",
+    "# TYPE ratelimitd_config_loaded_timestamp_seconds gauge",
+    "ratelimitd_config_loaded_timestamp_seconds 1700000000.25",
+    "# HELP ratelimitd_policies Policies in the current policy file.",
+    "# TYPE ratelimitd_policies gauge",
+    "ratelimitd_policies 2",
+};
+
+static void test_scenario(void)
+{
+    struct metrics *m = metrics_new();
+    metrics_policy_seen(m, "login");
+    metrics_policy_seen(m, "api");
+    metrics_policy_seen(m, "login"); /* a reload: no second series */
+    metrics_check(m, "login", METRICS_ALLOWED);
+    metrics_check(m, "login", METRICS_ALLOWED);
+    metrics_check(m, "login", METRICS_DENIED);
+    metrics_check(m, "api", METRICS_SHADOW_DENIED);
+    metrics_check(m, "api", METRICS_DEGRADED);
+    metrics_http_status(m, 200);
+    metrics_http_status(m, 200);
+    metrics_http_status(m, 429);
+    metrics_http_status(m, 418);
+    metrics_redis_latency(m, 50);      /* le 0.0001 */
+    metrics_redis_latency(m, 100);     /* le 0.0001: the bound is inclusive */
+    metrics_redis_latency(m, 101);     /* le 0.00025 */
+    metrics_redis_latency(m, 2000);    /* le 0.0025 */
+    metrics_redis_latency(m, 2000000); /* +Inf only */
+    metrics_count(m, METRICS_REDIS_RECONNECTS);
+    metrics_count(m, METRICS_REDIS_ERRORS);
+    metrics_count(m, METRICS_REDIS_ERRORS);
+    metrics_reload(m, 1);
+    metrics_reload(m, 0);
+
+    struct metrics_gauges g = {.version = "1.2.3",
+                               .checks_in_flight = 3,
+                               .redis_up = 7,
+                               .config_loaded_us = 1700000000250000LL,
+                               .policies = 2};
+    char *text = metrics_render(m, &g);
+    size_t n = sizeof expected_scenario / sizeof expected_scenario[0];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(expected_scenario[i]) + 1;
+    char *want = xmalloc(len + 1);
+    want[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        strcat(strcat(want, expected_scenario[i]), "\n");
+    is_str(text, want, "scenario: the exact exposition");
+    if (strcmp(text, want) != 0) {
+        printf("# ---- got:\n");
+        for (const char *l = text; *l;) {
+            size_t ln = strcspn(l, "\n");
+            printf("# %.*s\n", (int)ln, l);
+            l += ln + (l[ln] == '\n');
+        }
+    }
+    free(want);
+    free(text);
+    metrics_free(m);
+}
+
+static void test_empty(void)
+{
+    struct metrics *m = metrics_new();
+    char *text = metrics_render(m, NULL);
+
+    /* build_info + checks + in_flight + http + redis_up + histogram + 4
+     * counters + reloads + timestamp + policies */
+    is_int(count_substr(text, "# TYPE "), 13, "empty: 13 families");
+    is_int(count_substr(text, "# HELP "), 13, "empty: 13 HELP lines");
+    ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
+           strstr(text, "# TYPE ratelimitd_checks_total counter\n"
+                        "# HELP ratelimitd_checks_in_flight") != NULL,
+       "empty: checks_total has no samples before a policy is seen");
+    is_int(sample(text, "ratelimitd_build_info{version=\"\"}"), 1, "empty: NULL version is \"\"");
+    is_int(sample(text, "ratelimitd_redis_timeouts_total"), 0, "empty: counters at 0");
+    is_int(sample(text, "ratelimitd_http_responses_total{status=\"other\"}"), 0,
+           "empty: status other at 0");
+    is_int(sample(text, "ratelimitd_redis_request_duration_seconds_count"), 0,
+           "empty: histogram count 0");
+    is_int(sample(text, "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"}"), 0,
+           "empty: +Inf bucket 0");
+    char v[64];
+    is_str(sample_text(text, "ratelimitd_redis_request_duration_seconds_sum", v, sizeof v), "0",
+           "empty: histogram sum 0");
+    is_str(sample_text(text, "ratelimitd_config_loaded_timestamp_seconds", v, sizeof v), "0",
+           "empty: timestamp 0");
+    ok(text[strlen(text) - 1] == '\n', "empty: the text ends with a newline");
+    free(text);
+
+    /* Out-of-range enums are ignored, not counted anywhere. */
+    metrics_check(m, "login", (enum metrics_decision)METRICS_NDECISIONS);
+    metrics_check(m, "login", (enum metrics_decision) - 1);
+    metrics_count(m, (enum metrics_counter)METRICS_NCOUNTERS);
+    metrics_count(m, (enum metrics_counter) - 1);
+    text = metrics_render(m, NULL);
+    ok(strstr(text, "policy=") == NULL, "bad decision: no policy series created");
+    is_int(count_substr(text, " 1\n"), 1, "bad counter: nothing counted (only build_info is 1)");
+    free(text);
+    metrics_free(m);
+    metrics_free(NULL);
+    ok(1, "metrics_free(NULL) is a no-op");
+}
+
+static void test_escaping(void)
+{
+    static const struct {
+        const char *raw, *escaped;
+    } cases[] = {
+        {"plain-1.0", "plain-1.0"},
+        {"a\"b", "a\\\"b"},
+        {"a\\b", "a\\\\b"},
+        {"a\nb", "a\\nb"},
+        {"\\n", "\\\\n"}, /* a backslash then n, not a newline */
+        {"\"\\\n\"", "\\\"\\\\\\n\\\""},
+        {"tab\tand\r", "tab\tand\r"}, /* only \, " and newline are escaped */
+        {"", ""},
+    };
+    struct metrics *m = metrics_new();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct metrics_gauges g = {.version = cases[i].raw};
+        char *text = metrics_render(m, &g);
+        char want[128];
+        snprintf(want, sizeof want, "ratelimitd_build_info{version=\"%s\"} 1\n", cases[i].escaped);
+        ok(strstr(text, want) != NULL, "escaping: label value case %zu", i);
+        free(text);
+    }
+
+    /* Invalid policy names are never rendered, escaped or not: they fold. */
+    metrics_check(m, "a\"b", METRICS_ALLOWED);
+    metrics_check(m, "line\nbreak", METRICS_ALLOWED);
+    char *text = metrics_render(m, NULL);
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"_other\",decision=\"allowed\"}"), 2,
+           "escaping: names outside the policy grammar fold into _other");
+    ok(strstr(text, "a\\\"b") == NULL && strstr(text, "break") == NULL,
+       "escaping: no trace of the invalid names");
+    free(text);
+    metrics_free(m);
+}
+
+static void test_histogram(void)
+{
+    static const char *const le[] = {"0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+                                     "0.005",  "0.01",    "0.025",  "0.05",  "0.1",
+                                     "0.25",   "0.5",     "1",      "+Inf"};
+    static const int64_t bound[] = {100,   250,   500,    1000,   2500,   5000,   10000,
+                                    25000, 50000, 100000, 250000, 500000, 1000000};
+    const size_t nle = sizeof le / sizeof le[0];
+    struct metrics *m = metrics_new();
+    long long want[sizeof le / sizeof le[0]] = {0};
+    uint64_t sum = 0, count = 0;
+
+    /* Each bound, each bound + 1, and a few uneven repeats: bucket i gets
+     * everything <= bound[i]. */
+    for (size_t i = 0; i < nle - 1; i++) {
+        for (size_t r = 0; r <= i % 3; r++) {
+            metrics_redis_latency(m, bound[i]);
+            metrics_redis_latency(m, bound[i] + 1);
+            sum += (uint64_t)(2 * bound[i] + 1);
+            count += 2;
+            for (size_t j = i; j < nle; j++)
+                want[j]++;
+            for (size_t j = i + 1; j < nle; j++)
+                want[j]++;
+        }
+    }
+    metrics_redis_latency(m, -5); /* a clock step: counted as 0 */
+    metrics_redis_latency(m, 0);
+    metrics_redis_latency(m, INT64_C(3600000000)); /* an hour: +Inf only */
+    sum += UINT64_C(3600000000);
+    count += 3;
+    for (size_t j = 0; j < nle; j++)
+        want[j] += j == nle - 1 ? 3 : 2;
+
+    char *text = metrics_render(m, NULL);
+    long long prev = 0;
+    int cumulative = 1, exact = 1;
+    for (size_t i = 0; i < nle; i++) {
+        char series[128];
+        snprintf(series, sizeof series,
+                 "ratelimitd_redis_request_duration_seconds_bucket{le=\"%s\"}", le[i]);
+        long long v = sample(text, series);
+        if (v < prev)
+            cumulative = 0;
+        if (v != want[i]) {
+            exact = 0;
+            printf("# bucket le=%s: got %lld, want %lld\n", le[i], v, want[i]);
+        }
+        prev = v;
+    }
+    ok(cumulative, "histogram: buckets are cumulative (never decrease)");
+    ok(exact, "histogram: every bucket holds exactly the values <= its bound");
+    is_int(sample(text, "ratelimitd_redis_request_duration_seconds_count"), count,
+           "histogram: _count");
+    is_int(sample(text, "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"}"), count,
+           "histogram: +Inf bucket equals _count");
+    char got[64], want_sum[64];
+    snprintf(want_sum, sizeof want_sum, "%llu.%06llu", (unsigned long long)(sum / 1000000),
+             (unsigned long long)(sum % 1000000));
+    while (want_sum[strlen(want_sum) - 1] == '0')
+        want_sum[strlen(want_sum) - 1] = '\0';
+    is_str(sample_text(text, "ratelimitd_redis_request_duration_seconds_sum", got, sizeof got),
+           want_sum, "histogram: _sum in exact seconds");
+    is_int(count_substr(text, "ratelimitd_redis_request_duration_seconds_bucket{"), nle,
+           "histogram: 14 buckets");
+    free(text);
+    metrics_free(m);
+}
+
+static void test_seconds(void)
+{
+    static const struct {
+        int64_t us;
+        const char *text;
+    } cases[] = {
+        {0, "0"},
+        {1, "0.000001"},
+        {10, "0.00001"},
+        {1500000, "1.5"},
+        {1000000, "1"},
+        {1700000000123456LL, "1700000000.123456"},
+        {-1500000, "-1.5"},
+        {INT64_MAX, "9223372036854.775807"},
+        {INT64_MIN, "-9223372036854.775808"},
+    };
+    struct metrics *m = metrics_new();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct metrics_gauges g = {.config_loaded_us = cases[i].us};
+        char *text = metrics_render(m, &g);
+        char got[64];
+        is_str(sample_text(text, "ratelimitd_config_loaded_timestamp_seconds", got, sizeof got),
+               cases[i].text, "seconds: %lld us", (long long)cases[i].us);
+        free(text);
+    }
+    metrics_free(m);
+}
+
+static void test_policy_cap(void)
+{
+    struct metrics *m = metrics_new();
+    char name[80], series[160];
+
+    /* Many reloads, each with new names: only the first METRICS_MAX_POLICIES
+     * get a series of their own. */
+    for (int i = 0; i < METRICS_MAX_POLICIES + 500; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        metrics_policy_seen(m, name);
+        metrics_check(m, name, METRICS_ALLOWED);
+    }
+    metrics_check(m, "p0", METRICS_DENIED); /* an old name keeps its own series */
+    metrics_check(m, "p1023", METRICS_DENIED);
+    metrics_check(m, "p1024", METRICS_DENIED);  /* past the cap */
+    metrics_check(m, "_other", METRICS_DENIED); /* a policy really named _other */
+    metrics_check(m, NULL, METRICS_LOCAL);
+    metrics_check(m, "", METRICS_LOCAL);
+    metrics_check(m, "sp ace", METRICS_LOCAL);
+    memset(name, 'x', 65);
+    name[65] = '\0';
+    metrics_check(m, name, METRICS_LOCAL); /* 65 characters: too long */
+    name[64] = '\0';
+    metrics_check(m, name, METRICS_LOCAL); /* 64: valid, but past the cap */
+
+    char *text = metrics_render(m, NULL);
+    is_int(count_substr(text, "decision=\"allowed\"}"), METRICS_MAX_POLICIES + 1,
+           "cap: %d policies plus _other", METRICS_MAX_POLICIES);
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"p0\",decision=\"allowed\"}"), 1,
+           "cap: the first policy has its series");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"p0\",decision=\"denied\"}"), 1,
+           "cap: and keeps counting into it");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"p1023\",decision=\"denied\"}"), 1,
+           "cap: the last policy under the cap has its series");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"p1024\",decision=\"allowed\"}"), -1,
+           "cap: the first past the cap has none");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"_other\",decision=\"allowed\"}"), 500,
+           "cap: the 500 past the cap are counted under _other, once each");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"_other\",decision=\"denied\"}"), 2,
+           "cap: _other also holds a policy named _other (one series, not two)");
+    is_int(sample(text, "ratelimitd_checks_total{policy=\"_other\",decision=\"local\"}"), 5,
+           "cap: NULL, empty, bad and too long names fold into _other");
+    ok(strstr(text, "xxxxxxxx") == NULL, "cap: the long names appear nowhere");
+    free(text);
+    metrics_free(m);
+
+    /* Under the cap, "_other" for a bad name is just one more series. */
+    m = metrics_new();
+    metrics_policy_seen(m, "a");
+    metrics_check(m, "bad name", METRICS_DENIED);
+    metrics_policy_seen(m, "b");
+    text = metrics_render(m, NULL);
+    snprintf(series, sizeof series, "ratelimitd_checks_total{policy=\"%s\",decision=\"denied\"}",
+             "_other");
+    is_int(sample(text, series), 1, "under the cap: a bad name counts under _other");
+    ok(strstr(text, "policy=\"a\"") < strstr(text, "policy=\"_other\"") &&
+           strstr(text, "policy=\"_other\"") < strstr(text, "policy=\"b\""),
+       "under the cap: series in order of first sight");
+    free(text);
+    metrics_free(m);
+}
+
+int main(void)
+{
+    test_scenario();
+    test_empty();
+    test_escaping();
+    test_histogram();
+    test_seconds();
+    test_policy_cap();
+    return tap_done();
+}

@@ -340,6 +340,13 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
         backend_free(b);
         return NULL;
     }
+    /* The password from the environment wins over the URL's, so that it
+     * need not be written in the policy file. */
+    const char *env = getenv(BACKEND_PASSWORD_ENV);
+    if (env && *env) {
+        free(b->url.password);
+        b->url.password = xstrdup(env);
+    }
     if (b->url.unix_path)
         snprintf(b->target, sizeof b->target, "unix:%s", b->url.unix_path);
     else

@@ -36,6 +36,10 @@ enum backend_status {
 typedef void (*backend_done_fn)(void *arg, enum backend_status status, const long long *ints,
                                 size_t nints, const char *errmsg);
 
+/* The environment variable whose value, when set, is the Redis password
+ * (overriding the URL's). The password is never logged. */
+#define BACKEND_PASSWORD_ENV "RATELIMITD_REDIS_PASSWORD"
+
 /* Parses a redis URL (redis://[[user]:password@]host[:port][/db] or
  * unix:/path). Does not connect. Returns NULL with a message on a bad URL. */
 struct backend *backend_new(struct event_base *base, const char *url, const struct logger *lg,

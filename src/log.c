@@ -4,6 +4,8 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,6 +13,18 @@
 #include "log.h"
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+/* syslog priorities: debug 7, info 6, warning 4, err 3. */
+static const char *const journal_prefix[] = {"<7>", "<6>", "<4>", "<3>"};
+
+void log_detect_journal(struct logger *lg)
+{
+    const char *env = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    lg->journal = env && sscanf(env, "%llu:%llu", &dev, &ino) == 2 &&
+                  fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+                  (unsigned long long)st.st_ino == ino;
+}
 
 int log_level_from_name(const char *name, enum log_level *out)
 {
@@ -65,7 +79,9 @@ void log_event(const struct logger *lg, enum log_level level, const char *msg, .
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    pos += strftime(buf, cap, "ts=%Y-%m-%dT%H:%M:%S", &tm);
+    if (lg && lg->journal)
+        append_raw(buf, cap, &pos, journal_prefix[level]);
+    pos += strftime(buf + pos, cap - pos, "ts=%Y-%m-%dT%H:%M:%S", &tm);
     pos += (size_t)snprintf(buf + pos, cap - pos, ".%03ldZ level=%s msg=", ts.tv_nsec / 1000000,
                             level_names[level]);
     append_value(buf, cap, &pos, msg);

@@ -13,7 +13,12 @@ enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERROR };
 
 struct logger {
     enum log_level level;
+    int journal; /* stderr is the systemd journal: prefix lines with <N> */
 };
+
+/* Sets lg->journal if stderr is connected to journald ($JOURNAL_STREAM
+ * names its device and inode), so each line carries its syslog priority. */
+void log_detect_journal(struct logger *lg);
 
 /* Parses "debug", "info", "warn" or "error"; -1 if none of them. */
 int log_level_from_name(const char *name, enum log_level *out);

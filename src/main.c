@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sysexits.h>
 
 #include "backend_redis.h"
@@ -36,7 +37,9 @@ static void usage(FILE *out)
             "\n"
             "  -c, --config FILE     policy file (default " DEFAULT_CONFIG ")\n"
             "  -t, --check-config    validate the policy file and exit (0 valid, 1 not)\n"
-            "  -l, --log-level LVL   debug, info, warn or error (default info)\n"
+            "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
+            "      --strict-permissions\n"
+            "                        refuse a policy file that others may write (default: warn)\n"
             "      --print-script    print the Lua script built into this binary\n"
             "  -h, --help            this text\n"
             "  -V, --version         print the version\n"
@@ -54,6 +57,24 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
               NULL);
     notify_stopping(srv->notify);
     http_drain(srv);
+}
+
+/* Anyone who may write the policy file may lift every limit: warn, or with
+ * --strict-permissions refuse to start. */
+static int check_permissions(const struct server *srv, int strict)
+{
+    struct stat st;
+    if (stat(srv->config_path, &st) < 0 || !(st.st_mode & S_IWOTH))
+        return 0; /* a missing file is config_load's to report */
+    if (strict) {
+        fprintf(stderr, "ratelimitd: %s is writable by others; refusing to start "
+                        "(chmod o-w it)\n",
+                srv->config_path);
+        return -1;
+    }
+    log_event(&srv->log, LOG_LVL_WARN, "the policy file is writable by others", "file",
+              srv->config_path, NULL);
+    return 0;
 }
 
 static void on_backend_state(void *arg, int ready)
@@ -74,12 +95,14 @@ int main(int argc, char **argv)
         {"check-config", no_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
+        {"strict-permissions", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     struct server srv = {.log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG};
-    int check_only = 0, opt;
+    int check_only = 0, strict_perms = 0, opt;
+    log_detect_journal(&srv.log);
     while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
         switch (opt) {
         case 'c':
@@ -94,6 +117,9 @@ int main(int argc, char **argv)
                 return EX_USAGE;
             }
             srv.log_level_from_cli = 1;
+            break;
+        case 'S':
+            strict_perms = 1;
             break;
         case 'P':
             fputs(scripts_lua_source, stdout);
@@ -116,6 +142,8 @@ int main(int argc, char **argv)
     }
 
     char err[RL_ERRLEN * 2];
+    if (check_permissions(&srv, strict_perms) < 0)
+        return 1;
     srv.config = config_load(srv.config_path, err, sizeof err);
     if (!srv.config) {
         fprintf(stderr, "ratelimitd: %s\n", err);

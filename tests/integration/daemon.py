@@ -34,9 +34,11 @@ class Daemon:
     redis lines, which this class writes itself."""
 
     def __init__(self, redis_url, policy, timeout="200ms", clock="redis", extra="",
-                 prefix="rl:", port=None):
+                 prefix="rl:", port=None, admin=False):
         self.dir = harness.make_tempdir("rl-daemon-")
         self.port = port or harness.free_port()
+        # With admin=True, /healthz, /readyz and /metrics are on their own port.
+        self.admin_port = harness.free_port() if admin else None
         self.redis_url = redis_url
         self.config = os.path.join(self.dir, "ratelimitd.yaml")
         self.logfile = os.path.join(self.dir, "stderr.log")
@@ -52,13 +54,16 @@ class Daemon:
             "  key_prefix: \"%s\"\n"
             "clock: %s\n" % (self.port, self.redis_url, timeout, prefix, clock)
         ) + extra + policy
+        if self.admin_port:
+            text = "admin_listen: 127.0.0.1:%d\n" % self.admin_port + text
         tmp = self.config + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
         os.rename(tmp, self.config)
 
-    def start(self, wait_ready=True):
-        self.proc = harness.spawn([BINARY, "--config", self.config], self.logfile)
+    def start(self, wait_ready=True, env=None, args=()):
+        self.proc = harness.spawn([BINARY, "--config", self.config] + list(args), self.logfile,
+                                  env=dict(os.environ, **(env or {})))
         deadline = time.monotonic() + 10
         want = "/readyz" if wait_ready else "/healthz"
         while time.monotonic() < deadline:
@@ -66,7 +71,7 @@ class Daemon:
                 raise RuntimeError("ratelimitd exited with %d:\n%s" % (self.proc.returncode,
                                                                        self.logs()))
             try:
-                if self.request("GET", want, timeout=1).status == 200:
+                if self.admin(want, timeout=1).status == 200:
                     return self
             except OSError:
                 pass
@@ -77,8 +82,8 @@ class Daemon:
         with open(self.logfile, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
-    def request(self, method, path, body=None, headers=None, timeout=10):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+    def request(self, method, path, body=None, headers=None, timeout=10, port=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
         try:
             if isinstance(body, str):
                 body = body.encode()
@@ -88,7 +93,12 @@ class Daemon:
         finally:
             conn.close()
 
-    def check(self, policy=None, key=None, cost=None, dry_run=None, checks=None, timeout=10):
+    def admin(self, path, method="GET", timeout=10):
+        """A request to the admin endpoints, wherever they are served."""
+        return self.request(method, path, timeout=timeout, port=self.admin_port)
+
+    def check(self, policy=None, key=None, cost=None, dry_run=None, checks=None, timeout=10,
+              headers=None):
         body = {}
         if checks is not None:
             body["checks"] = checks
@@ -100,7 +110,7 @@ class Daemon:
             body["cost"] = cost
         if dry_run is not None:
             body["dry_run"] = dry_run
-        return self.request("POST", "/check", json.dumps(body), timeout=timeout)
+        return self.request("POST", "/check", json.dumps(body), timeout=timeout, headers=headers)
 
     def send_signal(self, sig):
         self.proc.send_signal(sig)

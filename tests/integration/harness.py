@@ -306,7 +306,11 @@ class RedisServer:
                     % (self.proc.returncode, tail(self.log_path))
                 )
             with RedisClient(self.socket_path, timeout=1.0) as c:
-                return c.command("PING") == "PONG"
+                try:
+                    return c.command("PING") == "PONG"
+                except RedisError as e:
+                    # A server with requirepass is up, just not ours to use.
+                    return e.message.startswith("NOAUTH")
 
         try:
             wait_until(answers, timeout, what="redis-server to answer PING")

@@ -97,10 +97,10 @@ def _parse_labels(line, pos):
             raise ValueError("label name %r is reserved" % name)
         if name in labels:
             raise ValueError("label %r twice" % name)
-        pos = _BLANKS.match(line, m.end()).end()
-        if not line.startswith('="', pos) and not re.match(r'=[ \t]*"', line[pos:]):
+        m = re.compile(r'[ \t]*=[ \t]*"').match(line, m.end())
+        if not m:
             raise ValueError('expected =" after label %r' % name)
-        pos = line.index('"', pos) + 1
+        pos = m.end()
         end = pos
         while True:  # the closing quote: the first one not escaped
             if end >= len(line):

@@ -22,7 +22,12 @@
 
 #define BACKOFF_MIN_US 50000
 #define BACKOFF_MAX_US 2000000
-#define CONNECT_TIMEOUT_US 1000000
+/* From connect to the script loaded: a Redis that accepts the connection but
+ * never answers (paused, overloaded) is dropped after this. */
+#define READY_TIMEOUT_US 1000000
+/* Checks in a row that reached their deadline with no reply from Redis in
+ * between: the connection is then taken as hung, and dropped. */
+#define STALL_TIMEOUTS 3
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 
@@ -38,10 +43,13 @@ struct backend {
     int script_loaded;
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
     int freeing;
+    unsigned long long reconnects; /* connections lost or dropped */
     backend_state_fn on_state;
     void *on_state_arg;
     struct event *reconnect_ev;
-    struct event *connect_timeout_ev;
+    struct event *ready_timeout_ev;
+    int stalled_timeouts; /* deadlines passed since the last reply */
+    int dropping;         /* inside drop_connection */
     int64_t backoff_us;
     uint64_t rng;
 };
@@ -86,7 +94,7 @@ static void schedule_reconnect(struct backend *b)
     set_loaded(b, 0);
     b->load_in_flight = 0;
     b->ac = NULL;
-    event_del(b->connect_timeout_ev);
+    event_del(b->ready_timeout_ev);
     if (b->freeing)
         return;
     /* Half fixed, half random, so that many daemons restarting together do
@@ -102,18 +110,30 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
     start_connect(arg);
 }
 
-static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
+/*
+ * Drops the connection at once: every call waiting on it completes as
+ * unavailable (answered per failure_mode), and reconnection starts after the
+ * backoff. Until the script is loaded again, backend_eval refuses at once:
+ * the circuit is open. Never called from inside a hiredis callback.
+ */
+static void drop_connection(struct backend *b, const char *why)
 {
-    struct backend *b = arg;
-    if (b->state != CONN_CONNECTING || !b->ac)
-        return;
-    log_event(b->log, LOG_LVL_WARN, "redis connect timed out", "target", b->target, NULL);
-    /* Not connected yet, so hiredis calls no disconnect callback: queued calls
-     * complete as unavailable and we schedule the retry ourselves. */
+    log_event(b->log, LOG_LVL_WARN, "redis connection dropped", "target", b->target, "reason",
+              why, NULL);
     redisAsyncContext *ac = b->ac;
     b->ac = NULL;
+    b->dropping = 1; /* on_disconnect, if hiredis calls it, leaves it to us */
     redisAsyncFree(ac);
+    b->dropping = 0;
+    b->reconnects++;
     schedule_reconnect(b);
+}
+
+static void on_ready_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct backend *b = arg;
+    if (b->ac && !backend_ready(b))
+        drop_connection(b, "no answer to connect and SCRIPT LOAD in time");
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -126,15 +146,16 @@ static void on_connect(const redisAsyncContext *ac, int status)
         schedule_reconnect(b);
         return;
     }
-    event_del(b->connect_timeout_ev);
     b->state = CONN_UP;
-    b->backoff_us = BACKOFF_MIN_US;
     log_event(b->log, LOG_LVL_INFO, "redis connected", "target", b->target, NULL);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct backend *b = ac->data;
+    if (b->dropping)
+        return;
+    b->reconnects++;
     if (!b->freeing)
         log_event(b->log, LOG_LVL_WARN, "redis connection lost", "target", b->target, "error",
                   status == REDIS_OK ? "closed" : ac->errstr, NULL);
@@ -162,6 +183,10 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
     if (r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
         if (!b->script_loaded)
             log_event(b->log, LOG_LVL_INFO, "redis script loaded", "sha1", b->sha, NULL);
+        /* Connected and answering: the circuit closes. */
+        event_del(b->ready_timeout_ev);
+        b->backoff_us = BACKOFF_MIN_US;
+        b->stalled_timeouts = 0;
         set_loaded(b, 1);
         return;
     }
@@ -197,9 +222,9 @@ static void start_connect(struct backend *b)
     redisLibeventAttach(ac, b->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_US / 1000000,
-                         .tv_usec = CONNECT_TIMEOUT_US % 1000000};
-    evtimer_add(b->connect_timeout_ev, &tv);
+    struct timeval tv = {.tv_sec = READY_TIMEOUT_US / 1000000,
+                         .tv_usec = READY_TIMEOUT_US % 1000000};
+    evtimer_add(b->ready_timeout_ev, &tv);
 
     /* Queued now, sent as soon as the socket connects, ahead of any check. */
     const struct redis_url *u = &b->url;
@@ -237,6 +262,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct pending *p = privdata;
     struct backend *b = p->b;
 
+    if (r)
+        b->stalled_timeouts = 0;
     if (!r) {
         p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
     } else if (r->type == REDIS_REPLY_ERROR) {
@@ -284,7 +311,9 @@ static int send_pending(struct pending *p)
 int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
                  void *arg)
 {
-    if (b->state == CONN_DOWN || !b->ac)
+    /* The circuit is open (down, reconnecting, or not yet answering):
+     * answer now rather than wait for a deadline. */
+    if (!backend_ready(b))
         return -1;
     char nkeys[24];
     snprintf(nkeys, sizeof nkeys, "%zu", call->nkeys);
@@ -330,8 +359,8 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
     b->rng = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
     scripts_sha1(b->sha);
     b->reconnect_ev = evtimer_new(base, on_reconnect_timer, b);
-    b->connect_timeout_ev = evtimer_new(base, on_connect_timeout, b);
-    if (!b->reconnect_ev || !b->connect_timeout_ev) {
+    b->ready_timeout_ev = evtimer_new(base, on_ready_timeout, b);
+    if (!b->reconnect_ev || !b->ready_timeout_ev) {
         snprintf(err, errlen, "cannot create timers");
         backend_free(b);
         return NULL;
@@ -357,6 +386,12 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
 void backend_start(struct backend *b)
 {
     start_connect(b);
+}
+
+void backend_note_timeout(struct backend *b)
+{
+    if (b->ac && ++b->stalled_timeouts >= STALL_TIMEOUTS)
+        drop_connection(b, "no reply to several checks in a row");
 }
 
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
@@ -387,8 +422,8 @@ void backend_free(struct backend *b)
     }
     if (b->reconnect_ev)
         event_free(b->reconnect_ev);
-    if (b->connect_timeout_ev)
-        event_free(b->connect_timeout_ev);
+    if (b->ready_timeout_ev)
+        event_free(b->ready_timeout_ev);
     redis_url_free(&b->url);
     free(b);
 }

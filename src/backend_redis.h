@@ -58,6 +58,13 @@ void backend_start(struct backend *b);
 int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
                  void *arg) RL_WUR;
 
+/* Told by the caller when a call's deadline passed with no reply. After a
+ * few in a row with no reply from Redis in between, the connection is taken
+ * as hung: it is dropped (its calls complete as unavailable) and
+ * re-established with backoff, and calls are refused at once until the
+ * script is loaded again. */
+void backend_note_timeout(struct backend *b);
+
 /* Called whenever backend_ready() changes. */
 typedef void (*backend_state_fn)(void *arg, int ready);
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);

@@ -119,7 +119,10 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct check *c = arg;
     log_event(&c->srv->log, LOG_LVL_WARN, "redis deadline passed", NULL);
+    struct server *srv = c->srv;
     answer_unavailable(c, "redis did not answer in time");
+    /* Last: this may drop the connection, which completes (and frees) c. */
+    backend_note_timeout(srv->backend);
 }
 
 void check_start(struct server *srv, struct evhttp_request *req)

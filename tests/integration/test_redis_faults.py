@@ -75,6 +75,57 @@ def test_redis_hangs(redis, d):
                "answered degraded)")
 
 
+def test_circuit_breaker(redis, d):
+    """A hung Redis: after a few deadlines the connection is dropped and
+    checks are answered at once, until Redis answers again."""
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        slow = [timed_check(d, "open", "cb")[1] for _ in range(3)]
+        harness.ok(all(0.15 <= t < 1.0 for t in slow),
+                   "the first checks wait for the deadline: %s" % ["%.3f" % t for t in slow])
+        fast = [timed_check(d, "open", "cb") for _ in range(20)]
+        harness.ok(all(r.json.get("degraded") and t < 0.1 for r, t in fast),
+                   "then the circuit is open: answered at once (slowest %.3f s)"
+                   % max(t for _, t in fast))
+        res, took = timed_check(d, "closed", "cb")
+        harness.eq((res.status, took < 0.1), (503, True), "closed policies: 503 at once")
+        harness.eq(d.admin("/readyz").status, 503, "/readyz is 503 while the circuit is open")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: d.admin("/readyz").status == 200, 10,
+                       what="the circuit to close")
+    res = d.check("open", "cb")
+    harness.eq((res.status, res.json.get("degraded")), (200, None),
+               "Redis answers again: the circuit closes, decisions resume")
+    harness.ok("redis connection dropped" in d.logs(), "the hung connection was dropped (logged)")
+
+
+def test_client_kill(redis, d):
+    r = redis.client()
+    killed = int(r.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
+    harness.ok(killed >= 1, "CLIENT KILL closed the daemon's connection (%d)" % killed)
+    harness.wait_until(lambda: d.check("open", "kill").json.get("degraded") is None, 10,
+                       what="decisions after CLIENT KILL")
+    harness.ok(True, "the daemon reconnected by itself after CLIENT KILL")
+
+
+def test_oom(redis, d):
+    r = redis.client()
+    r.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    r.command("CONFIG", "SET", "maxmemory", "1")
+    try:
+        res = d.check("open", "oom")
+        harness.eq((res.status, res.json.get("degraded")), (200, True),
+                   "Redis at maxmemory (OOM from the script), open: degraded")
+        res = d.check("closed", "oom")
+        harness.eq(res.status, 503, "closed: 503")
+    finally:
+        r.command("CONFIG", "SET", "maxmemory", "0")
+    res = d.check("open", "oom")
+    harness.eq((res.status, res.json.get("degraded")), (200, None), "memory back: decided again")
+    harness.ok("OOM" in d.logs(), "the Redis error is logged")
+
+
 def test_drain(redis, d):
     results = []
     redis.proc.send_signal(signal.SIGSTOP)
@@ -102,6 +153,9 @@ def main():
     d = Daemon("unix:" + redis.socket_path, POLICY, timeout="200ms").start()
     test_redis_killed(redis, d)
     test_redis_hangs(redis, d)
+    test_circuit_breaker(redis, d)
+    test_client_kill(redis, d)
+    test_oom(redis, d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
     d2 = Daemon("unix:" + redis.socket_path, POLICY, timeout="5s").start()
     test_drain(redis, d2)

@@ -204,6 +204,13 @@ int main(int argc, char **argv)
     rc = 0;
     log_event(&srv.log, LOG_LVL_INFO, "stopped", NULL);
 out:
+    /* Tearing down restores the default signal actions: a second SIGTERM
+     * during the exit must not kill the process halfway. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
     watch_free(srv.watch);
     http_free(srv.http);
     backend_free(srv.backend);

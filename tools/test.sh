@@ -1,20 +1,46 @@
 #!/bin/sh
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
-# `make check`, then one summary line "N passed, N failed" counted over
-# every TAP test point.
+# `make check`; then the same suite built with AddressSanitizer and
+# UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
+# missing from the distribution fails too); then a short run of each fuzzer.
+# Ends with one line "N passed, N failed" over every TAP test point.
 set -eu
 cd "$(dirname "$0")/.."
+top=$(pwd)
 sh tools/build.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 rc=0
-make -j"$(nproc)" check || rc=$?
-# automake's test-suite.log holds the logs of every failed test.
-if [ "$rc" -ne 0 ] && [ -f test-suite.log ]; then
-    cat test-suite.log
+
+stage() { # stage NAME DIR: make check in DIR, logs on failure
+    echo "== $1"
+    if ! (cd "$2" && make -j"$(nproc)" check); then
+        rc=1
+        cat "$2/test-suite.log" || true
+    fi
+}
+
+stage "make check" "$top"
+
+if make distdir distdir="$work/san" >/dev/null &&
+    (cd "$work/san" && ./configure --enable-sanitizers --enable-werror >/dev/null &&
+        make -j"$(nproc)" >/dev/null); then
+    stage "make check under ASan + UBSan" "$work/san"
+else
+    echo "== the sanitizer build failed"
+    rc=1
 fi
-passed=$(cat tests/unit/*.trs tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
-failed=$(cat tests/unit/*.trs tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+
+passed=0
+failed=0
+for d in "$top" "$work/san"; do
+    p=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
+    f=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+    passed=$((passed + p))
+    failed=$((failed + f))
+done
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-    failed=1 # make check failed before any test could report (a build error)
+    failed=1 # a stage failed before any test could report (a build error)
 fi
 echo "$passed passed, $failed failed"
 exit "$rc"

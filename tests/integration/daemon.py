@@ -118,12 +118,16 @@ class Daemon:
     def stop(self, sig=signal.SIGTERM, timeout=10):
         """Signals the daemon and returns its exit status (None if it did not
         exit within timeout seconds: it is then killed)."""
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                harness.diag("ratelimitd did not exit in %s s; its log:\n%s" % (timeout, self.logs()))
+                return None
+        if self.proc.returncode != 0:
+            harness.diag("ratelimitd exited with %s; its log:\n%s" % (self.proc.returncode,
+                                                                      self.logs()))
+        return self.proc.returncode

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend_redis.h"
+#include "metrics.h"
 #include "redis_url.h"
 
 #define BACKOFF_MIN_US 50000
@@ -34,6 +35,7 @@ enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 struct backend {
     struct event_base *base;
     const struct logger *log;
+    struct metrics *metrics;
     struct redis_url url;
     char target[300];
     char sha[41];
@@ -60,6 +62,7 @@ struct pending {
     backend_done_fn done;
     void *arg;
     int retried;
+    int64_t sent_us; /* monotonic, for the round-trip histogram */
     int argc;
     const char **argv;
     size_t *lens;
@@ -126,6 +129,7 @@ static void drop_connection(struct backend *b, const char *why)
     redisAsyncFree(ac);
     b->dropping = 0;
     b->reconnects++;
+    metrics_count(b->metrics, METRICS_REDIS_RECONNECTS);
     schedule_reconnect(b);
 }
 
@@ -156,6 +160,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (b->dropping)
         return;
     b->reconnects++;
+    metrics_count(b->metrics, METRICS_REDIS_RECONNECTS);
     if (!b->freeing)
         log_event(b->log, LOG_LVL_WARN, "redis connection lost", "target", b->target, "error",
                   status == REDIS_OK ? "closed" : ac->errstr, NULL);
@@ -190,6 +195,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
         set_loaded(b, 1);
         return;
     }
+    metrics_count(b->metrics, METRICS_REDIS_ERRORS);
     log_event(b->log, LOG_LVL_ERROR, "redis SCRIPT LOAD failed", "target", b->target, "error",
               r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", NULL);
 }
@@ -262,8 +268,10 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
     struct pending *p = privdata;
     struct backend *b = p->b;
 
-    if (r)
+    if (r) {
         b->stalled_timeouts = 0;
+        metrics_redis_latency(b->metrics, util_monotonic_us() - p->sent_us);
+    }
     if (!r) {
         p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
     } else if (r->type == REDIS_REPLY_ERROR) {
@@ -271,6 +279,7 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
          * the caller never sees NOSCRIPT. */
         if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !p->retried && b->ac == ac) {
             p->retried = 1;
+            metrics_count(b->metrics, METRICS_REDIS_NOSCRIPT_RELOADS);
             log_event(b->log, LOG_LVL_INFO, "redis script missing, reloading", "target",
                       b->target, NULL);
             send_script_load(b);
@@ -278,6 +287,7 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
                 return;
             p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
         } else {
+            metrics_count(b->metrics, METRICS_REDIS_ERRORS);
             p->done(p->arg, BACKEND_ERROR, NULL, 0, r->str);
         }
     } else if (r->type == REDIS_REPLY_ARRAY) {
@@ -303,6 +313,7 @@ static int send_pending(struct pending *p)
     struct backend *b = p->b;
     if (!b->ac || b->state == CONN_DOWN)
         return -1;
+    p->sent_us = util_monotonic_us();
     return redisAsyncCommandArgv(b->ac, on_eval_reply, p, p->argc, p->argv, p->lens) == REDIS_OK
                ? 0
                : -1;
@@ -350,11 +361,12 @@ int backend_eval(struct backend *b, const struct script_call *call, backend_done
 /* ---- life of the backend ---- */
 
 struct backend *backend_new(struct event_base *base, const char *url, const struct logger *lg,
-                            char *err, size_t errlen)
+                            struct metrics *m, char *err, size_t errlen)
 {
     struct backend *b = xcalloc(1, sizeof *b);
     b->base = base;
     b->log = lg;
+    b->metrics = m;
     b->backoff_us = BACKOFF_MIN_US;
     b->rng = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
     scripts_sha1(b->sha);

@@ -42,8 +42,11 @@ typedef void (*backend_done_fn)(void *arg, enum backend_status status, const lon
 
 /* Parses a redis URL (redis://[[user]:password@]host[:port][/db] or
  * unix:/path). Does not connect. Returns NULL with a message on a bad URL. */
+struct metrics;
+/* Parses a redis URL (see above); counts round trips, reconnects, NOSCRIPT
+ * reloads and errors in m (which must outlive the backend). */
 struct backend *backend_new(struct event_base *base, const char *url, const struct logger *lg,
-                            char *err, size_t errlen) RL_WUR;
+                            struct metrics *m, char *err, size_t errlen) RL_WUR;
 
 /* Starts connecting; reconnects by itself from then on until backend_free. */
 void backend_start(struct backend *b);

@@ -14,6 +14,7 @@
 #include "backend_redis.h"
 #include "check.h"
 #include "http.h"
+#include "metrics.h"
 #include "request.h"
 #include "response.h"
 #include "scripts.h"
@@ -72,10 +73,28 @@ static void finish(struct check *c, struct answer *ans)
         check_free(c);
 }
 
+/* Counts each check of the request under its policy. */
+static void count_checks(struct check *c, const struct tier_result *results, int status)
+{
+    const struct tier_result *r = results;
+    for (size_t i = 0; i < c->request.nchecks; i++) {
+        const struct policy *p = c->request.checks[i].policy;
+        enum metrics_decision d = status == 503 ? METRICS_UNAVAILABLE : METRICS_DEGRADED;
+        if (r) {
+            int allowed = 1;
+            for (size_t j = 0; j < p->ntiers; j++, r++)
+                allowed &= r->allowed;
+            d = allowed ? METRICS_ALLOWED : p->shadow ? METRICS_SHADOW_DENIED : METRICS_DENIED;
+        }
+        metrics_check(c->srv->metrics, p->name, d);
+    }
+}
+
 static void answer_unavailable(struct check *c, const char *why)
 {
     struct answer ans;
     response_unavailable(&c->request, why, &ans);
+    count_checks(c, NULL, ans.status);
     finish(c, &ans);
 }
 
@@ -109,6 +128,7 @@ static void on_backend_done(void *arg, enum backend_status status, const long lo
     } else {
         struct answer ans;
         response_decision(&c->request, results, &ans);
+        count_checks(c, results, ans.status);
         finish(c, &ans);
     }
     if (results != stackbuf)
@@ -120,6 +140,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     struct check *c = arg;
     log_event(&c->srv->log, LOG_LVL_WARN, "redis deadline passed", NULL);
     struct server *srv = c->srv;
+    metrics_count(srv->metrics, METRICS_REDIS_TIMEOUTS);
     answer_unavailable(c, "redis did not answer in time");
     /* Last: this may drop the connection, which completes (and frees) c. */
     backend_note_timeout(srv->backend);

@@ -4,9 +4,10 @@
  *   POST /check    -> check.c (Bearer token when auth_token_file is set)
  *   GET  /healthz  -> 200 while the event loop runs
  *   GET  /readyz   -> 200 when Redis is connected and the script loaded
+ *   GET  /metrics  -> Prometheus text (metrics.c)
  *   anything else  -> 404, or 405 with Allow for a known path
  *
- * With admin_listen, /healthz and /readyz are served there and only there,
+ * With admin_listen, /healthz, /readyz and /metrics are served there and only there,
  * and the admin address serves nothing else: the check port can be exposed
  * while the admin port stays local.
  *
@@ -32,6 +33,7 @@
 #include "backend_redis.h"
 #include "check.h"
 #include "http.h"
+#include "metrics.h"
 
 #define HTTP_MAX_HEADERS_SIZE 8192
 #define HTTP_DRAIN_MAX_S 30
@@ -176,15 +178,19 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
         srv->writing++;
         evhttp_request_set_on_complete_cb(req, on_answer_written, srv);
     }
+    metrics_http_status(srv->metrics, ans->status);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
+    evhttp_add_header(h, "Content-Type", ans->content_type ? ans->content_type : "application/json");
     evhttp_add_header(h, "Cache-Control", "no-store");
     for (size_t i = 0; i < ans->nheaders; i++)
         evhttp_add_header(h, ans->headers[i].name, ans->headers[i].value);
     if (srv->draining || ans->close)
         evhttp_add_header(h, "Connection", "close");
     struct evbuffer *buf = evbuffer_new();
-    if (!buf || evbuffer_add_printf(buf, "%s\n", ans->body) < 0)
+    size_t len = strlen(ans->body);
+    /* Every body ends with exactly one newline, for people with curl. */
+    if (!buf || evbuffer_add(buf, ans->body, len) < 0 ||
+        ((len == 0 || ans->body[len - 1] != '\n') && evbuffer_add(buf, "\n", 1) < 0))
         abort(); /* allocation failure */
     evhttp_send_reply(req, ans->status, reason_phrase(ans->status), buf);
     evbuffer_free(buf);
@@ -256,6 +262,27 @@ static void route_health(struct server *srv, struct evhttp_request *req, int rea
         send_status(srv, req, 200, "{\"status\":\"ready\"}");
 }
 
+static void route_metrics(struct server *srv, struct evhttp_request *req)
+{
+    enum evhttp_cmd_type method = evhttp_request_get_command(req);
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+        send_error(srv, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
+        return;
+    }
+    struct metrics_gauges g = {
+        .version = PACKAGE_VERSION,
+        .checks_in_flight = srv->inflight,
+        .redis_up = backend_ready(srv->backend),
+        .config_loaded_us = srv->config_loaded_us,
+        .policies = srv->config->npolicies,
+    };
+    /* The body is the exposition text, not JSON. */
+    struct answer ans = {.status = 200, .content_type = "text/plain; version=0.0.4; charset=utf-8"};
+    ans.body = metrics_render(srv->metrics, &g);
+    http_send_answer(srv, req, &ans);
+    answer_free(&ans);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     struct listener *l = arg;
@@ -276,6 +303,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         route_health(srv, req, 0);
     else if (l->admin && strcmp(path, "/readyz") == 0)
         route_health(srv, req, 1);
+    else if (l->admin && strcmp(path, "/metrics") == 0)
+        route_metrics(srv, req);
     else
         send_error(srv, req, 404, "not_found", "no such path", NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include "backend_redis.h"
 #include "config.h"
 #include "http.h"
+#include "metrics.h"
 #include "notify.h"
 #include "reload.h"
 #include "watch.h"
@@ -158,6 +159,11 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    srv.metrics = metrics_new();
+    srv.config_loaded_us = util_realtime_us();
+    for (size_t i = 0; i < srv.config->npolicies; i++)
+        metrics_policy_seen(srv.metrics, srv.config->policies[i].name);
+
     int rc = 1;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
     srv.base = event_base_new();
@@ -166,7 +172,8 @@ int main(int argc, char **argv)
         goto out;
     }
     srv.notify = notify_new(srv.base);
-    srv.backend = backend_new(srv.base, srv.config->redis_url, &srv.log, err, sizeof err);
+    srv.backend =
+        backend_new(srv.base, srv.config->redis_url, &srv.log, srv.metrics, err, sizeof err);
     if (!srv.backend) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
@@ -224,5 +231,6 @@ out:
     if (srv.base)
         event_base_free(srv.base);
     config_unref(srv.config);
+    metrics_free(srv.metrics);
     return rc;
 }

@@ -35,8 +35,9 @@ static const struct {
     const char *name;
     const char *help;
 } counter_info[METRICS_NCOUNTERS] = {
-    [METRICS_REDIS_RECONNECTS] = {PREFIX "redis_reconnects_total",
-                                  "Connections to Redis re-established after a loss."},
+    [METRICS_REDIS_RECONNECTS] =
+        {PREFIX "redis_reconnects_total",
+         "Redis connections lost or dropped, each followed by reconnecting."},
     [METRICS_REDIS_NOSCRIPT_RELOADS] = {PREFIX "redis_noscript_reloads_total",
                                         "NOSCRIPT replies answered by reloading the script "
                                         "and retrying."},
@@ -45,9 +46,9 @@ static const struct {
     [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
 };
 
-/* Every status the daemon itself sends (413 is libevent's); the rest count
- * under status="other". */
-static const int known_status[] = {200, 400, 404, 405, 413, 429, 503};
+/* Every status the daemon sends (http.c's reason_phrase; 413 is libevent's
+ * own page); the rest count under status="other". */
+static const int known_status[] = {200, 400, 401, 404, 405, 413, 429, 503};
 #define NSTATUS (sizeof known_status / sizeof known_status[0])
 
 /* Upper bounds (le) of the latency buckets, in µs: 100µs to 1s; then +Inf. */

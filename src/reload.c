@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "http.h"
+#include "metrics.h"
 #include "notify.h"
 #include "reload.h"
 
@@ -44,6 +45,7 @@ int reload_config(struct server *srv, const char *trigger)
         log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
                   trigger, "error", err, NULL);
         notify_state(srv->notify, srv);
+        metrics_reload(srv->metrics, 0);
         return -1;
     }
     const char *field = restart_field(srv->config, c);
@@ -54,10 +56,15 @@ int reload_config(struct server *srv, const char *trigger)
                   "trigger", trigger, "field", field, NULL);
         config_unref(c);
         notify_state(srv->notify, srv);
+        metrics_reload(srv->metrics, 0);
         return -1;
     }
     config_unref(srv->config);
     srv->config = c; /* checks in flight keep their own reference */
+    srv->config_loaded_us = util_realtime_us();
+    metrics_reload(srv->metrics, 1);
+    for (size_t i = 0; i < c->npolicies; i++)
+        metrics_policy_seen(srv->metrics, c->policies[i].name);
     http_apply_config(srv->http, c);
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;

@@ -26,7 +26,8 @@ struct tier_result {
 
 struct answer {
     int status;
-    int close; /* ask the client to close the connection */
+    int close;                /* ask the client to close the connection */
+    const char *content_type; /* static; NULL: application/json */
     char *body; /* owned, NUL-terminated JSON */
     size_t nheaders;
     struct {

@@ -16,6 +16,7 @@ struct backend;
 struct http;
 struct watch;
 struct notify;
+struct metrics;
 
 struct server {
     struct event_base *base;
@@ -27,6 +28,8 @@ struct server {
     struct http *http;
     struct watch *watch; /* NULL unless `watch: true` */
     struct notify *notify;
+    struct metrics *metrics;
+    int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     size_t inflight; /* checks accepted and not yet answered */
     size_t writing;  /* answers handed to libevent and not yet written */
     int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */

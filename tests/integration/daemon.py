@@ -13,6 +13,9 @@ import time
 import harness
 
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
+# A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
+# (tools/valgrind.sh sets it).
+WRAPPER = os.environ.get("RATELIMITD_WRAPPER", "").split()
 
 
 class Response:
@@ -62,9 +65,10 @@ class Daemon:
         os.rename(tmp, self.config)
 
     def start(self, wait_ready=True, env=None, args=()):
-        self.proc = harness.spawn([BINARY, "--config", self.config] + list(args), self.logfile,
+        self.proc = harness.spawn(WRAPPER + [BINARY, "--config", self.config] + list(args),
+                                  self.logfile,
                                   env=dict(os.environ, **(env or {})))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (60 if WRAPPER else 10)
         want = "/readyz" if wait_ready else "/healthz"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

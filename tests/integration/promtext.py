@@ -16,8 +16,10 @@ merely tolerates, raise ValueError("line N: ..."):
 - a metric name outside [a-zA-Z_:][a-zA-Z0-9_:]*, a label name outside
   [a-zA-Z_][a-zA-Z0-9_]* or starting with "__", a label twice in a sample;
 - an escape other than \\\\, \\" and \\n in a label value (\\\\ and \\n in
-  HELP text); a value that is not a float as the format spells it
-  (decimal, NaN, +Inf, -Inf); a timestamp that is not an integer;
+  HELP text); a value that is not a decimal float, NaN, +Inf or -Inf (Go's
+  ParseFloat, which the format cites, also takes inf, Infinity or nan in
+  any case: no client library writes them, so they are refused here); a
+  timestamp that is not an integer; HELP or TYPE without a name;
 - a sample whose family has no TYPE before it (stricter than Prometheus,
   which would call it untyped); HELP or TYPE twice for a family, or after
   its first sample; a family that resumes after another began;
@@ -133,7 +135,7 @@ def _parse_sample(line):
     rest = line[pos:]
     if rest[:1] not in (" ", "\t"):
         raise ValueError("expected a blank and a value after %r, got %r" % (name, rest))
-    fields = rest.split()
+    fields = re.split(r"[ \t]+", rest.strip(" \t"))  # not split(): a CR is an error
     if not fields or len(fields) > 2:
         raise ValueError("expected a value and an optional timestamp, got %r" % rest)
     value = _float(fields[0], "value")
@@ -194,11 +196,14 @@ def _check_histogram(fam, samples):
         prev = 0.0
         for le in sorted(s["buckets"]):
             if s["buckets"][le] < prev:
-                raise ValueError("%s: bucket le=%r holds %r, less than below it" % (where, le, s["buckets"][le]))
+                raise ValueError(
+                    "%s: bucket le=%r holds %r, less than below it" % (where, le, s["buckets"][le])
+                )
             prev = s["buckets"][le]
         if s["count"] != s["buckets"][math.inf]:
             raise ValueError(
-                "%s: _count %r differs from the +Inf bucket %r" % (where, s["count"], s["buckets"][math.inf])
+                "%s: _count %r differs from the +Inf bucket %r"
+                % (where, s["count"], s["buckets"][math.inf])
             )
 
 
@@ -361,7 +366,11 @@ BAD = [
     ("TYPE after a typed sample", "# TYPE a gauge\na 1\n# TYPE a gauge\n", "after its samples"),
     ("HELP after the samples", "# TYPE a gauge\na 1\n# HELP a x\n", "after its samples"),
     ("interleaved samples", "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na{x=\"1\"} 2\n", "resumes"),
-    ("family declared again later", "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\n# HELP a x\n", "resumes"),
+    (
+        "family declared again later",
+        "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\n# HELP a x\n",
+        "resumes",
+    ),
     ("unknown TYPE", "# TYPE a counters\na 1\n", "bad TYPE"),
     ("TYPE without a type", "# TYPE a\na 1\n", "bad TYPE"),
     ("HELP without a name", "# HELP\n", "without a metric name"),
@@ -381,20 +390,30 @@ BAD = [
     ("value not a number", "# TYPE a gauge\na abc\n", "not a float"),
     ("value with underscores", "# TYPE a gauge\na 1_000\n", "not a float"),
     ("hexadecimal value", "# TYPE a gauge\na 0x10\n", "not a float"),
-    ("lowercase inf", "# TYPE a gauge\na inf\n", "not a float"),
-    ("Infinity spelled out", "# TYPE a gauge\na +Infinity\n", "not a float"),
+    ("inf, not canonical", "# TYPE a gauge\na inf\n", "not a float"),
+    ("Infinity, not canonical", "# TYPE a gauge\na +Infinity\n", "not a float"),
     ("two dots", "# TYPE a gauge\na 1.0.0\n", "not a float"),
     ("no value", "# TYPE a gauge\na\n", "expected a blank"),
     ("no value after labels", '# TYPE a gauge\na{x="1"}\n', "expected a blank"),
     ("text after the label block", '# TYPE a gauge\na{x="1"}z 1\n', "expected a blank"),
     ("fractional timestamp", "# TYPE a gauge\na 1 12.5\n", "timestamp"),
     ("three fields", "# TYPE a gauge\na 1 2 3\n", "optional timestamp"),
+    ("a CRLF line end", "# TYPE a gauge\na 1\r\n", "not a float"),
+    ("no value, trailing blanks", "# TYPE a gauge\na  \t\n", "not a float"),
     ("duplicate series", '# TYPE a gauge\na{x="1",y="2"} 1\na{y="2",x="1"} 2\n', "twice"),
     ("duplicate unlabelled series", "# TYPE a gauge\na 1\na 1\n", "twice"),
     ("negative counter", "# TYPE a_total counter\na_total -1\n", "counter"),
     ("NaN counter", "# TYPE a_total counter\na_total NaN\n", "counter"),
-    ("buckets not cumulative", _H + 'h_bucket{le="1"} 2\nh_bucket{le="2"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n', "less than"),
-    ("buckets not cumulative, written out of order", _H + 'h_bucket{le="2"} 1\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n', "less than"),
+    (
+        "buckets not cumulative",
+        _H + 'h_bucket{le="1"} 2\nh_bucket{le="2"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n',
+        "less than",
+    ),
+    (
+        "buckets not cumulative, written out of order",
+        _H + 'h_bucket{le="2"} 1\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n',
+        "less than",
+    ),
     ("no +Inf bucket", _H + 'h_bucket{le="1"} 1\nh_sum 3\nh_count 1\n', "no +Inf"),
     ("_count differs from +Inf", _H + _HOK.replace("h_count 2", "h_count 3"), "differs"),
     ("no _count", _H + _HOK.replace("h_count 2\n", ""), "no _count"),
@@ -404,8 +423,16 @@ BAD = [
     ("two buckets at one le", _H + 'h_bucket{le="1.0"} 1\n' + _HOK, "two buckets"),
     ("_sum with le", _H + 'h_bucket{le="+Inf"} 2\nh_sum{le="1"} 3\nh_count 2\n', "with le"),
     ("bare histogram name", _H + _HOK + "h 1\n", "without a TYPE"),
-    ("negative bucket", _H + 'h_bucket{le="1"} -1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n', "is -1"),
-    ("a second histogram series missing +Inf", _H + _HOK + 'h_bucket{x="a",le="1"} 1\nh_sum{x="a"} 1\nh_count{x="a"} 1\n', "no +Inf"),
+    (
+        "negative bucket",
+        _H + 'h_bucket{le="1"} -1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\n',
+        "is -1",
+    ),
+    (
+        "a second histogram series missing +Inf",
+        _H + _HOK + 'h_bucket{x="a",le="1"} 1\nh_sum{x="a"} 1\nh_count{x="a"} 1\n',
+        "no +Inf",
+    ),
     ("summary without quantile", "# TYPE s summary\ns 1\ns_sum 1\ns_count 1\n", "quantile"),
     ("summary quantile above 1", '# TYPE s summary\ns{quantile="2"} 1\n', "outside"),
 ]
@@ -436,13 +463,27 @@ def _self_test():
             ],
             "good text: every family, in order",
         )
-        harness.eq(fams["empty_family"], {"type": "counter", "help": None, "samples": []}, "good text: a TYPE with no samples")
+        harness.eq(
+            fams["empty_family"],
+            {"type": "counter", "help": None, "samples": []},
+            "good text: a TYPE with no samples",
+        )
         harness.eq(fams["no_type_no_samples"]["type"], None, "good text: a HELP alone has no type")
-        harness.eq(value(fams, "ratelimitd_checks_total", decision="denied", policy="login"), 1.0, "value(): labels in any order")
+        harness.eq(
+            value(fams, "ratelimitd_checks_total", decision="denied", policy="login"),
+            1.0,
+            "value(): labels in any order",
+        )
         harness.eq(value(fams, "ratelimitd_policies"), 2.0, "value(): no labels")
-        harness.eq(value(fams, "ratelimitd_redis_request_duration_seconds_bucket", le="+Inf"), 5.0, "value(): a bucket")
+        harness.eq(
+            value(fams, "ratelimitd_redis_request_duration_seconds_bucket", le="+Inf"),
+            5.0,
+            "value(): a bucket",
+        )
         harness.ok(math.isnan(value(fams, "rpc_duration_seconds", quantile="0.99")), "value(): NaN")
-        harness.eq(value(fams, "weird_gauge", a="-Inf"), -math.inf, "value(): -Inf, with a timestamp")
+        harness.eq(
+            value(fams, "weird_gauge", a="-Inf"), -math.inf, "value(): -Inf, with a timestamp"
+        )
         harness.eq(value(fams, "weird_gauge", a=".5"), 0.0005, "value(): .5e-3")
         try:
             value(fams, "ratelimitd_checks_total", policy="login")
@@ -462,6 +503,7 @@ def _self_test():
                     harness.diag("message %r does not contain %r" % (str(e), message))
         try:
             parse("# TYPE a gauge\na 1\n\n# TYPE b gauge\nb x\n")
+            harness.ok(False, "a message names its line")
         except ValueError as e:
             harness.ok(str(e).startswith("line 5: "), "a message names its line (%s)" % e)
 

@@ -211,6 +211,74 @@ def test_admin_and_auth(redis):
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def test_metrics(redis):
+    import promtext
+    d = Daemon("unix:" + redis.socket_path, POLICY_A + """  shadowed:
+    shadow: true
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1, window: 1h}
+  closed:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1, window: 1h}
+""", admin=True, prefix="metrics:").start()
+    scrape = d.admin("/metrics")
+    harness.eq((scrape.status, scrape.headers.get("content-type")),
+               (200, "text/plain; version=0.0.4; charset=utf-8"), "GET /metrics on admin_listen")
+    m = promtext.parse(scrape.body.decode())
+    ok_before = promtext.value(m, "ratelimitd_http_responses_total", status="200")
+    harness.eq(promtext.value(m, "ratelimitd_checks_total", policy="only_a", decision="allowed"), 0,
+               "every configured policy's counters are there from the start")
+    for _ in range(7):
+        d.check("only_a", "m")  # limit 5: 5 allowed, 2 denied
+    d.check("shadowed", "m")
+    d.check("shadowed", "m")
+    d.check("nope", "m")
+    d.request("GET", "/nowhere")
+    m = promtext.parse(d.admin("/metrics").body.decode())
+    v = lambda name, **l: promtext.value(m, name, **l)
+    harness.eq((v("ratelimitd_checks_total", policy="only_a", decision="allowed"),
+                v("ratelimitd_checks_total", policy="only_a", decision="denied")), (5, 2),
+               "checks by policy and decision match the checks sent")
+    harness.eq((v("ratelimitd_checks_total", policy="shadowed", decision="allowed"),
+                v("ratelimitd_checks_total", policy="shadowed", decision="shadow_denied")), (1, 1),
+               "shadow_denied counted")
+    # 200s since the first scrape: 7 checks, and that scrape's own answer.
+    harness.eq((v("ratelimitd_http_responses_total", status="200") - ok_before,
+                v("ratelimitd_http_responses_total", status="429"),
+                v("ratelimitd_http_responses_total", status="400"),
+                v("ratelimitd_http_responses_total", status="404")), (8, 2, 1, 1),
+               "responses by status")
+    harness.eq(v("ratelimitd_redis_request_duration_seconds_count"), 9,
+               "one Redis round trip per decided request in the latency histogram")
+    harness.ok(not any("nope" in str(s) for f in m.values() for s in f["samples"]),
+               "label values come from the policy file, never from requests")
+    harness.eq((v("ratelimitd_redis_up"), v("ratelimitd_policies"), v("ratelimitd_checks_in_flight")),
+               (1, 4, 0), "gauges: redis up, policies, in flight")
+    harness.ok(abs(v("ratelimitd_config_loaded_timestamp_seconds") - time.time()) < 60,
+               "config loaded timestamp")
+    harness.ok(any(s[1].get("version") for s in m["ratelimitd_build_info"]["samples"]),
+               "build info with the version")
+    redis.client().command("SCRIPT", "FLUSH")
+    d.check("only_a", "after-flush")
+    d.send_signal(signal.SIGHUP)
+    harness.wait_until(lambda: "policies reloaded" in d.logs(), 5, what="reload")
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        d.check("closed", "m")
+        d.check("only_a", "m2")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    m = promtext.parse(d.admin("/metrics").body.decode())
+    harness.eq((v("ratelimitd_redis_noscript_reloads_total"),
+                v("ratelimitd_config_reloads_total", result="success"),
+                v("ratelimitd_redis_timeouts_total"),
+                v("ratelimitd_checks_total", policy="closed", decision="unavailable"),
+                v("ratelimitd_checks_total", policy="only_a", decision="degraded")),
+               (1, 1, 2, 1, 1), "NOSCRIPT reloads, reloads, timeouts, unavailable, degraded")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
 def test_permissions(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY_A)
     os.chmod(d.config, 0o666)
@@ -266,6 +334,7 @@ def main():
     test_reload_under_load(redis)
     test_watch(redis)
     test_admin_and_auth(redis)
+    test_metrics(redis)
     test_permissions(redis)
     test_journal(redis)
     test_password_env()

@@ -87,6 +87,7 @@ static const char *const expected_scenario[] = {
     "# TYPE ratelimitd_http_responses_total counter",
     "ratelimitd_http_responses_total{status=\"200\"} 2",
     "ratelimitd_http_responses_total{status=\"400\"} 0",
+    "ratelimitd_http_responses_total{status=\"401\"} 0",
     "ratelimitd_http_responses_total{status=\"404\"} 0",
     "ratelimitd_http_responses_total{status=\"405\"} 0",
     "ratelimitd_http_responses_total{status=\"413\"} 0",
@@ -114,7 +115,8 @@ static const char *const expected_scenario[] = {
     "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"} 5",
     "ratelimitd_redis_request_duration_seconds_sum 2.002251",
     "ratelimitd_redis_request_duration_seconds_count 5",
-    "# HELP ratelimitd_redis_reconnects_total Connections to Redis re-established after a loss.",
+    "# HELP ratelimitd_redis_reconnects_total Redis connections lost or dropped, each followed by "
+    "reconnecting.",
     "# TYPE ratelimitd_redis_reconnects_total counter",
     "ratelimitd_redis_reconnects_total 1",
     "# HELP ratelimitd_redis_noscript_reloads_total NOSCRIPT replies answered by "

@@ -20,6 +20,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/util.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,10 @@
 
 #define HTTP_MAX_HEADERS_SIZE 8192
 #define HTTP_DRAIN_MAX_S 30
+/* After accept() fails (out of descriptors), accepting pauses until the
+ * next tick of this timer, rather than spinning on a listening socket that
+ * stays readable. */
+#define HTTP_ACCEPT_RESUME_S 1
 
 /* One listening address and its evhttp. */
 struct listener {
@@ -65,6 +70,7 @@ struct conn_set {
 struct http {
     struct server *srv;
     struct listener main, admin;
+    struct event *resume; /* re-enables accepting paused by on_accept_error */
     struct conn_set conns;
 };
 
@@ -375,6 +381,23 @@ static int bind_tcp(struct listener *l, const char *listen, char *err, size_t er
     return 0;
 }
 
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct http *h = arg;
+    /* Enabling an enabled listener changes nothing. */
+    if (h->main.bound)
+        evconnlistener_enable(evhttp_bound_socket_get_listener(h->main.bound));
+    if (h->admin.bound)
+        evconnlistener_enable(evhttp_bound_socket_get_listener(h->admin.bound));
+}
+
+/* libevent passes its own evhttp as arg, not ours: hence the timer above
+ * rather than one armed from here. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    evconnlistener_disable(lev);
+}
+
 /* Settings a reload may change take effect for new requests. */
 static void apply_limits(struct listener *l, const struct config *cfg)
 {
@@ -407,8 +430,11 @@ static int listener_open(struct http *h, struct listener *l, const char *addr, i
     evhttp_set_flags(l->evh, EVHTTP_SERVER_LINGERING_CLOSE);
     apply_limits(l, h->srv->config);
     evhttp_set_gencb(l->evh, on_request, l);
-    return strncmp(addr, "unix:", 5) == 0 ? bind_unix(l, addr + 5, err, errlen)
-                                          : bind_tcp(l, addr, err, errlen);
+    int rc = strncmp(addr, "unix:", 5) == 0 ? bind_unix(l, addr + 5, err, errlen)
+                                            : bind_tcp(l, addr, err, errlen);
+    if (rc == 0)
+        evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(l->bound), on_accept_error);
+    return rc;
 }
 
 static void listener_stop(struct listener *l)
@@ -434,6 +460,13 @@ struct http *http_new(struct server *srv, char *err, size_t errlen)
     struct http *h = xcalloc(1, sizeof *h);
     h->srv = srv;
     conn_set_init(&h->conns, (size_t)cfg->max_connections);
+    struct timeval tick = {.tv_sec = HTTP_ACCEPT_RESUME_S};
+    h->resume = event_new(srv->base, -1, EV_PERSIST, on_accept_resume, h);
+    if (!h->resume || event_add(h->resume, &tick) < 0) {
+        snprintf(err, errlen, "cannot create a timer");
+        http_free(h);
+        return NULL;
+    }
     if (listener_open(h, &h->main, cfg->listen, 1, !cfg->admin_listen, err, errlen) < 0 ||
         (cfg->admin_listen &&
          listener_open(h, &h->admin, cfg->admin_listen, 0, 1, err, errlen) < 0)) {
@@ -468,6 +501,8 @@ void http_free(struct http *h)
         return;
     /* evhttp_free closes the connections, calling on_connection_closed:
      * the set must outlive it. */
+    if (h->resume)
+        event_free(h->resume);
     listener_close(&h->main);
     listener_close(&h->admin);
     free(h->conns.slots);

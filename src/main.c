@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 
@@ -76,6 +77,28 @@ static int check_permissions(const struct server *srv, int strict)
     log_event(&srv->log, LOG_LVL_WARN, "the policy file is writable by others", "file",
               srv->config_path, NULL);
     return 0;
+}
+
+/* Every connection costs a descriptor: raise the soft limit to the hard one,
+ * and say so if max_connections still does not fit. */
+static void raise_fd_limit(const struct server *srv)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY &&
+        (rlim_t)srv->config->max_connections + 64 > rl.rlim_cur) {
+        char lim[24];
+        snprintf(lim, sizeof lim, "%llu", (unsigned long long)rl.rlim_cur);
+        log_event(&srv->log, LOG_LVL_WARN,
+                  "max_connections exceeds the descriptor limit; accepts will pause at it",
+                  "nofile", lim, NULL);
+    }
 }
 
 static void on_backend_state(void *arg, int ready)
@@ -159,6 +182,7 @@ int main(int argc, char **argv)
     }
 
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit(&srv);
     srv.metrics = metrics_new();
     srv.config_loaded_us = util_realtime_us();
     for (size_t i = 0; i < srv.config->npolicies; i++)

@@ -64,8 +64,9 @@ class Daemon:
             f.write(text)
         os.rename(tmp, self.config)
 
-    def start(self, wait_ready=True, env=None, args=()):
-        self.proc = harness.spawn(WRAPPER + [BINARY, "--config", self.config] + list(args),
+    def start(self, wait_ready=True, env=None, args=(), wrapper=()):
+        self.proc = harness.spawn(list(wrapper) + WRAPPER + [BINARY, "--config", self.config]
+                                  + list(args),
                                   self.logfile,
                                   env=dict(os.environ, **(env or {})))
         deadline = time.monotonic() + (60 if WRAPPER else 10)
@@ -85,6 +86,10 @@ class Daemon:
     def logs(self):
         with open(self.logfile, "rb") as f:
             return f.read().decode("utf-8", "replace")
+
+    def connection(self, timeout=10):
+        """A keep-alive connection to the check port."""
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None, timeout=10, port=None):
         conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)

@@ -1,0 +1,173 @@
+"""test_limits.py: backpressure and client limits: max_inflight with both
+overload actions, max_connections, idle_timeout against a slow client
+(slowloris), a flood of 1000 connections (bounded memory, /healthz keeps
+answering), and running out of file descriptors."""
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from daemon import Daemon  # noqa: E402
+
+POLICY = """policies:
+  open:
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1000000, window: 1h}
+  closed:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1000000, window: 1h}
+"""
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_max_inflight(redis):
+    for action, want in (("reject", (503, "overloaded")), ("failure_mode", (200, None))):
+        d = Daemon("unix:" + redis.socket_path, POLICY, timeout="3s",
+                   extra="max_inflight: 2\noverload: %s\n" % action).start()
+        results = []
+        redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            threads = [threading.Thread(target=lambda: results.append(d.check("open", "x")))
+                       for _ in range(2)]
+            for t in threads:
+                t.start()
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            third = d.check("open", "x")
+            took = time.monotonic() - t0
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        for t in threads:
+            t.join(10)
+        got = (third.status, third.json.get("error") if action == "reject" else None)
+        harness.eq(got, want, "overload %s: the check past max_inflight gets %r" % (action, want))
+        if action == "failure_mode":
+            harness.eq(third.json.get("degraded"), True, "answered per failure_mode (degraded)")
+        harness.ok(took < 0.5, "at once (%.3f s), not queued" % took)
+        harness.ok(len(results) == 2 and all(r.status == 200 and r.json.get("degraded") is None
+                                             for r in results),
+                   "the two in flight were decided by Redis once it answered")
+        harness.eq(d.stop(), 0, "exits 0")
+
+
+def test_max_connections(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_connections: 16\n").start()
+    conns = []
+    for _ in range(16):
+        c = d.connection()
+        c.request("POST", "/check", '{"policy":"open","key":"c"}')
+        conns.append((c, c.getresponse().read()))
+    extra = d.connection()
+    extra.request("POST", "/check", '{"policy":"open","key":"c"}')
+    r = extra.getresponse()
+    harness.eq((r.status, r.getheader("Connection")), (503, "close"),
+               "the 17th connection gets 503 and is closed")
+    harness.ok(b"too_many_connections" in r.read(), "with error too_many_connections")
+    for c, _ in conns[:4]:
+        c.close()
+    time.sleep(0.2)
+    harness.eq(d.check("open", "c").status, 200, "once connections close, new ones are served")
+    for c, _ in conns[4:]:
+        c.request("POST", "/check", '{"policy":"open","key":"c"}')
+        assert c.getresponse().read()
+    harness.ok(True, "the 12 counted connections still work (keep-alive)")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
+def test_slowloris(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="idle_timeout: 1s\n").start()
+    s = socket.create_connection(("127.0.0.1", d.port))
+    s.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+    s.settimeout(5)
+    t0 = time.monotonic()
+    try:
+        data = s.recv(100)
+    except OSError:
+        data = b""
+    took = time.monotonic() - t0
+    harness.ok(0.5 < took < 3.5, "a client too slow to send its request is cut off after "
+               "idle_timeout (%.2f s, got %r)" % (took, data[:40]))
+    s.close()
+    harness.eq(d.check("open", "s").status, 200, "others are served meanwhile")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
+def test_flood(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="idle_timeout: 10s\n").start()
+    for _ in range(200):
+        d.check("open", "warm")
+    before = rss_kib(d.proc.pid)
+    socks = []
+    for i in range(1000):
+        s = socket.create_connection(("127.0.0.1", d.port))
+        # Half send a partial request, half a whole one they never read.
+        s.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n"
+                  if i % 2 else
+                  b'POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: 29\r\n\r\n'
+                  b'{"policy":"open","key":"fl"}\n')
+        socks.append(s)
+    t0 = time.monotonic()
+    health = d.request("GET", "/healthz", timeout=5)
+    took = time.monotonic() - t0
+    harness.eq(health.status, 200, "/healthz answers during a flood of 1000 connections")
+    harness.ok(took < 1.0, "promptly (%.3f s)" % took)
+    during = rss_kib(d.proc.pid)
+    harness.ok(during - before < 64 * 1024,
+               "memory stays bounded: RSS %d KiB before, %d KiB with 1000 connections open"
+               % (before, during))
+    harness.diag("flood: RSS %d KiB before, %d KiB during (%+d KiB)" % (before, during,
+                                                                      during - before))
+    for s in socks:
+        s.close()
+    harness.eq(d.check("open", "after").status, 200, "served normally afterwards")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
+def test_out_of_descriptors(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY)
+    d.start(wrapper=["prlimit", "--nofile=64:64"])
+    harness.ok("descriptor limit" in d.logs(), "max_connections above the fd limit is logged")
+    socks = []
+    for _ in range(100):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", d.port), timeout=1))
+        except OSError:
+            break
+    time.sleep(0.5)
+    with open("/proc/%d/stat" % d.proc.pid) as f:
+        ticks0 = sum(int(x) for x in f.read().split()[13:15])
+    time.sleep(1.0)
+    with open("/proc/%d/stat" % d.proc.pid) as f:
+        ticks1 = sum(int(x) for x in f.read().split()[13:15])
+    harness.ok(ticks1 - ticks0 < 30, "out of descriptors, the daemon does not spin "
+               "(%d CPU ticks in 1 s)" % (ticks1 - ticks0))
+    for s in socks:
+        s.close()
+    harness.wait_until(lambda: d.check("open", "fd", timeout=2).status == 200, 5,
+                       what="accepting again")
+    harness.ok(True, "accepting resumes once descriptors are free")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
+def main():
+    redis = harness.RedisServer().start()
+    test_max_inflight(redis)
+    test_max_connections(redis)
+    test_slowloris(redis)
+    test_flood(redis)
+    test_out_of_descriptors(redis)
+
+
+harness.run(main)

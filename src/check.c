@@ -14,6 +14,7 @@
 #include "backend_redis.h"
 #include "check.h"
 #include "http.h"
+#include "limiter_local.h"
 #include "metrics.h"
 #include "request.h"
 #include "response.h"
@@ -73,8 +74,11 @@ static void finish(struct check *c, struct answer *ans)
         check_free(c);
 }
 
-/* Counts each check of the request under its policy. */
-static void count_checks(struct check *c, const struct tier_result *results, int status)
+/* Counts each check of the request under its policy: decisions when
+ * results are given (from Redis, or from memory when local), else the
+ * failure_mode answer by its status. */
+static void count_checks(struct check *c, const struct tier_result *results, int status,
+                         int local)
 {
     const struct tier_result *r = results;
     for (size_t i = 0; i < c->request.nchecks; i++) {
@@ -84,17 +88,39 @@ static void count_checks(struct check *c, const struct tier_result *results, int
             int allowed = 1;
             for (size_t j = 0; j < p->ntiers; j++, r++)
                 allowed &= r->allowed;
-            d = allowed ? METRICS_ALLOWED : p->shadow ? METRICS_SHADOW_DENIED : METRICS_DENIED;
+            d = local     ? METRICS_LOCAL
+                : allowed ? METRICS_ALLOWED
+                : p->shadow ? METRICS_SHADOW_DENIED
+                            : METRICS_DENIED;
         }
         metrics_check(c->srv->metrics, p->name, d);
     }
 }
 
+static size_t request_tiers(const struct check_request *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nchecks; i++)
+        n += r->checks[i].policy->ntiers;
+    return n;
+}
+
+/* Redis could not decide: the request's failure mode answers (local: a
+ * decision from this daemon's memory, with the same algorithms). */
 static void answer_unavailable(struct check *c, const char *why)
 {
     struct answer ans;
-    response_unavailable(&c->request, why, &ans);
-    count_checks(c, NULL, ans.status);
+    if (request_failure_mode(&c->request) != FAILURE_LOCAL) {
+        response_unavailable(&c->request, why, &ans);
+        count_checks(c, NULL, ans.status, 0);
+        finish(c, &ans);
+        return;
+    }
+    struct tier_result *results = xcalloc(request_tiers(&c->request), sizeof *results);
+    local_decide(c->srv->local, c->cfg->key_prefix, &c->request, util_realtime_us(), results);
+    response_local_decision(&c->request, results, &ans);
+    count_checks(c, results, ans.status, 1);
+    free(results);
     finish(c, &ans);
 }
 
@@ -116,9 +142,7 @@ static void on_backend_done(void *arg, enum backend_status status, const long lo
         answer_unavailable(c, "redis returned an error");
         return;
     }
-    size_t ntiers = 0;
-    for (size_t i = 0; i < c->request.nchecks; i++)
-        ntiers += c->request.checks[i].policy->ntiers;
+    size_t ntiers = request_tiers(&c->request);
     struct tier_result stackbuf[16];
     struct tier_result *results = ntiers <= 16 ? stackbuf : xcalloc(ntiers, sizeof *results);
     char err[RL_ERRLEN];
@@ -128,7 +152,7 @@ static void on_backend_done(void *arg, enum backend_status status, const long lo
     } else {
         struct answer ans;
         response_decision(&c->request, results, &ans);
-        count_checks(c, results, ans.status);
+        count_checks(c, results, ans.status, 0);
         finish(c, &ans);
     }
     if (results != stackbuf)

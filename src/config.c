@@ -297,7 +297,7 @@ static const char *const log_level_names[] = {
 static const char *const overload_names[] = {
     [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
 static const char *const failure_names[] = {
-    [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", NULL};
+    [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local", NULL};
 
 /* A tier's numbers are judged by policy_tier_validate, so the table only
  * asks for integers and durations here, not their bounds. */
@@ -350,6 +350,8 @@ static const struct field top_fields[] = {
      .max = 1000000},
     {"idle_timeout", F_DURATION, .offset = offsetof(struct config, idle_timeout_us),
      .max = 3600LL * 1000000},
+    {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
+     .max = 100000000},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
      .parse = parse_token_file},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
@@ -685,6 +687,7 @@ static struct config *config_new(const char *name)
     c->overload = OVERLOAD_FAILURE_MODE;
     c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
     c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
+    c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
     return c;
 }
 

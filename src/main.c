@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sysexits.h>
@@ -19,6 +20,7 @@
 #include "backend_redis.h"
 #include "config.h"
 #include "http.h"
+#include "limiter_local.h"
 #include "metrics.h"
 #include "notify.h"
 #include "reload.h"
@@ -183,6 +185,12 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(&srv);
+    /* A secret hash seed: callers choose the keys of the local store. */
+    uint64_t seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; local store seeded from the clock",
+                  NULL);
+    srv.local = local_store_new((size_t)srv.config->local_max_keys, seed);
     srv.metrics = metrics_new();
     srv.config_loaded_us = util_realtime_us();
     for (size_t i = 0; i < srv.config->npolicies; i++)
@@ -256,5 +264,6 @@ out:
         event_base_free(srv.base);
     config_unref(srv.config);
     metrics_free(srv.metrics);
+    local_store_free(srv.local);
     return rc;
 }

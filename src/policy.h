@@ -28,7 +28,9 @@ enum algorithm {
     ALG__COUNT
 };
 
-enum failure_mode { FAILURE_OPEN, FAILURE_CLOSED };
+/* What a check gets when Redis cannot decide: allowed (degraded), 503, or a
+ * decision from this daemon's memory (limiter_local.c). */
+enum failure_mode { FAILURE_OPEN, FAILURE_CLOSED, FAILURE_LOCAL };
 
 struct tier {
     char name[POLICY_NAME_MAX + 1];

@@ -3,7 +3,7 @@
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
  * idle_timeout, max_inflight, overload, log_level, access_log,
  * auth_token_file) and which need a restart (listen, admin_listen, redis.url,
- * max_connections, watch).
+ * max_connections, watch, local_max_keys).
  */
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +33,8 @@ static const char *restart_field(const struct config *old, const struct config *
         return "max_connections";
     if (old->watch != new->watch)
         return "watch";
+    if (old->local_max_keys != new->local_max_keys)
+        return "local_max_keys";
     return NULL;
 }
 

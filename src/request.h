@@ -41,6 +41,10 @@ struct request_error {
 int request_parse(const struct config *cfg, const char *body, size_t len,
                   struct check_request *out, struct request_error *err) RL_WUR;
 
+/* The failure mode for the whole request when Redis cannot decide: the
+ * strictest of its policies' (closed, then local, then open). */
+enum failure_mode request_failure_mode(const struct check_request *r);
+
 /* Frees what request_parse allocated; safe on a zeroed or freed struct. */
 void request_free(struct check_request *r);
 

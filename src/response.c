@@ -87,8 +87,8 @@ static json_t *tier_json(const struct tier *t, const struct tier_result *r)
     return o;
 }
 
-void response_decision(const struct check_request *req, const struct tier_result *results,
-                       struct answer *ans)
+static void decision(const struct check_request *req, const struct tier_result *results, int local,
+                     struct answer *ans)
 {
     memset(ans, 0, sizeof *ans);
     json_t *checks = json_array();
@@ -151,6 +151,10 @@ void response_decision(const struct check_request *req, const struct tier_result
         json_object_set_new(body, "shadow_denied", json_true());
     if (req->dry_run)
         json_object_set_new(body, "dry_run", json_true());
+    if (local) {
+        json_object_set_new(body, "degraded", json_true());
+        json_object_set_new(body, "local", json_true());
+    }
     json_object_set_new(body, "checks", checks);
     finish(ans, allowed ? 200 : 429, body);
 
@@ -163,19 +167,30 @@ void response_decision(const struct check_request *req, const struct tier_result
     }
 }
 
+void response_decision(const struct check_request *req, const struct tier_result *results,
+                       struct answer *ans)
+{
+    decision(req, results, 0, ans);
+}
+
+void response_local_decision(const struct check_request *req, const struct tier_result *results,
+                             struct answer *ans)
+{
+    decision(req, results, 1, ans);
+}
+
 void response_unavailable(const struct check_request *req, const char *why, struct answer *ans)
 {
+    static const char *const mode_names[] = {
+        [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local"};
     memset(ans, 0, sizeof *ans);
-    int closed = 0;
+    int closed = request_failure_mode(req) == FAILURE_CLOSED;
     json_t *checks = json_array();
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
-        closed |= c->policy->failure_mode == FAILURE_CLOSED;
         json_array_append_new(checks, json_pack("{s:s,s:s%,s:s}", "policy", c->policy->name,
                                                 "key", c->key, c->keylen, "failure_mode",
-                                                c->policy->failure_mode == FAILURE_CLOSED
-                                                    ? "closed"
-                                                    : "open"));
+                                                mode_names[c->policy->failure_mode]));
     }
     if (closed) {
         finish(ans, 503,

@@ -43,8 +43,14 @@ struct answer {
 void response_decision(const struct check_request *req, const struct tier_result *results,
                        struct answer *ans);
 
-/* The answer when Redis could not decide: 200 {"allowed":true,"degraded":true}
- * if every policy involved fails open, else 503 backend_unavailable. */
+/* The same, decided by this daemon's memory (failure_mode local) while
+ * Redis could not: marked "degraded":true, "local":true. */
+void response_local_decision(const struct check_request *req, const struct tier_result *results,
+                             struct answer *ans);
+
+/* The answer when Redis could not decide and no local decision is made:
+ * 503 backend_unavailable if any policy involved fails closed, else 200
+ * {"allowed":true,"degraded":true}. */
 void response_unavailable(const struct check_request *req, const char *why, struct answer *ans);
 
 /* {"error": code, "message": message} with the given status. */

@@ -17,6 +17,7 @@ struct http;
 struct watch;
 struct notify;
 struct metrics;
+struct local_store;
 
 struct server {
     struct event_base *base;
@@ -29,6 +30,7 @@ struct server {
     struct watch *watch; /* NULL unless `watch: true` */
     struct notify *notify;
     struct metrics *metrics;
+    struct local_store *local; /* state for failure_mode local */
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     size_t inflight; /* checks accepted and not yet answered */
     size_t writing;  /* answers handed to libevent and not yet written */

@@ -19,6 +19,11 @@ POLICY = """policies:
     failure_mode: closed
     tiers:
       - {name: t, algorithm: fixed_window, limit: 1000, window: 1h}
+  local:
+    failure_mode: local
+    tiers:
+      - {name: burst, algorithm: token_bucket, limit: 1, window: 1h, burst: 3}
+      - {name: t, algorithm: fixed_window, limit: 1000, window: 1h}
 """
 
 
@@ -41,6 +46,18 @@ def test_redis_killed(redis, d):
                 res.headers.get("retry-after")), (503, False, "backend_unavailable", "1"),
                "failure_mode closed: 503 backend_unavailable with Retry-After: 1")
     harness.eq(d.request("GET", "/readyz").status, 503, "/readyz is 503 while Redis is down")
+    local = [d.check("local", "k") for _ in range(4)]
+    harness.eq([(r.status, r.json.get("degraded"), r.json.get("local")) for r in local],
+               [(200, True, True)] * 3 + [(429, True, True)],
+               "failure_mode local: decided in memory with the policy's algorithms (burst 3)")
+    harness.eq([r.json["remaining"] for r in local[:3]], [2, 1, 0],
+               "with the same figures as Redis would give")
+    harness.ok(local[3].headers.get("retry-after") is not None, "and Retry-After on the 429")
+    harness.eq(d.check(checks=[{"policy": "local", "key": "k"}, {"policy": "closed", "key": "k"}]
+                       ).status, 503, "a request mixing local and closed gets closed's 503")
+    mixed = d.check(checks=[{"policy": "local", "key": "m"}, {"policy": "open", "key": "m"}])
+    harness.eq((mixed.status, mixed.json.get("local")), (200, True),
+               "a request mixing local and open is decided locally")
     harness.eq(d.request("GET", "/healthz").status, 200, "/healthz stays 200")
 
     redis.restart()
@@ -49,6 +66,9 @@ def test_redis_killed(redis, d):
     res = d.check("closed", "k")
     harness.eq((res.status, res.json.get("degraded"), res.json.get("remaining")), (200, None, 999),
                "after Redis restarts (empty) the daemon reconnected and reloaded the script")
+    res = d.check("local", "k")
+    harness.eq((res.status, res.json.get("local"), res.json["checks"][0]["tiers"][0]["remaining"]),
+               (200, None, 2), "local policies are decided by Redis again (its own counters)")
 
 
 def test_redis_hangs(redis, d):

@@ -50,7 +50,8 @@ static const struct error_case {
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
      "unknown field \"listn\" (known: listen, redis, clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, "
-     "auth_token_file, policies)"},
+     "local_max_keys, auth_token_file, policies)"},
+    {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"bad log_level", "log_level: loud\n" POLICY_P, "1:12",
      "log_level: invalid value \"loud\": must be one of debug, info, warn, error"},
     {"bad access_log", "access_log: yes\n" POLICY_P, "1:13", "access_log: invalid value"},
@@ -277,7 +278,7 @@ static const struct error_case {
     {"bad clock", "clock: wall\n" POLICY_P, "1:8",
      "clock: invalid value \"wall\": must be one of redis, local"},
     {"bad failure_mode", "policies:\n  p:\n    failure_mode: maybe\n    tiers:\n" TIER_A, "3:19",
-     "policies.p.failure_mode: invalid value \"maybe\": must be one of open, closed"},
+     "policies.p.failure_mode: invalid value \"maybe\": must be one of open, closed, local"},
     {"prefix with a brace", "redis:\n  key_prefix: \"a{b\"\n" POLICY_P, "2:15",
      "redis.key_prefix: must not contain { or }"},
     {"prefix with a space", "redis:\n  key_prefix: \"a b\"\n" POLICY_P, "2:15",
@@ -350,6 +351,7 @@ static const char full_yaml[] =
     "overload: reject\n"
     "max_connections: 100\n"
     "idle_timeout: 5s\n"
+    "local_max_keys: 500\n"
     "policies:\n"
     "  zeta:\n"
     "    failure_mode: closed\n"
@@ -402,6 +404,7 @@ static void test_full(void)
     is_int(c->overload, OVERLOAD_REJECT, "overload");
     is_int(c->max_connections, 100, "max_connections");
     is_int(c->idle_timeout_us, 5000000, "idle_timeout");
+    is_int(c->local_max_keys, 500, "local_max_keys");
 
     is_int(c->npolicies, 3, "three policies");
     is_str(c->policies[0].name, "alpha", "sorted: alpha");
@@ -482,6 +485,7 @@ static void test_defaults(void)
     is_int(c->overload, OVERLOAD_FAILURE_MODE, "default overload");
     is_int(c->max_connections, CONFIG_DEFAULT_MAX_CONNECTIONS, "default max_connections");
     is_int(c->idle_timeout_us, CONFIG_DEFAULT_IDLE_TIMEOUT_US, "default idle_timeout");
+    is_int(c->local_max_keys, CONFIG_DEFAULT_LOCAL_MAX_KEYS, "default local_max_keys");
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     t = &c->policies[0].tiers[0];

@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""test_local_diff.py: the in-memory algorithms (src/limiter_local.c) against
+the Lua script, request for request.
+
+The same pseudo-random sequences (fixed seeds) of requests (time, key, cost,
+dry_run, several checks) go to both:
+- the C implementation, through tests/unit/local_driver ($LOCAL_DRIVER),
+  which reads JSON lines and prints every tier's figures and the expiry of
+  every key it holds;
+- the script the daemon carries ($RATELIMITD --print-script), loaded into a
+  private redis-server and called with EVALSHA exactly as src/scripts.c
+  builds the call (KEYS and ARGV built here, now_us in ARGV[1]).
+Every request must get the same decision and the same figures from both.
+
+Expiry. Redis expires keys on its own clock, the driver on now_us. So that
+the two can be compared, each key's expiry is read (PEXPIRETIME) right
+after every call and then removed (PERSIST): Redis never drops state, while
+the C store drops it when its expiry (same rounding as the script's
+PEXPIRE/PX) passes on now_us. Identical figures across gaps longer than the
+windows then show that every expiry is late enough and that an expired key
+behaves as absent; and each key written must get the same expiry in both:
+PEXPIRETIME - (C expiry - now_us) / 1000 must be the Redis time (ms) of the
+call, between a TIME before it and a TIME after it.
+
+Times advance irregularly (same µs, µs steps around emission intervals,
+window boundaries, gaps past windows and past the 1 s expiry slack); one
+family of scenarios also steps the clock back by less than a second (a
+clock behind another daemon's), which the scripts handle explicitly.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import diag, eq, ok  # noqa: E402
+
+PREFIX = "rl-diff:"
+MS = 1000
+SEC = 1_000_000
+FIELDS = ("allowed", "limit", "remaining", "reset_us", "retry_us", "delay_us", "reason")
+SAFE = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:@/+=,!;")
+HOSTILE_KEYS = ["a{b}", "x y", "%25", "ключ", "*", "rl-diff:{p:k}:t", "a\r\nb", ";,!", "~"]
+
+# Reads each written key's expiry, then removes it, and reads the time.
+EXPIRY_PROBE = """
+local r = {}
+for i, k in ipairs(KEYS) do
+    r[i] = redis.call('PEXPIRETIME', k)
+    if r[i] >= 0 then redis.call('PERSIST', k) end
+end
+local t = redis.call('TIME')
+r[#r + 1] = t[1]
+r[#r + 1] = t[2]
+return r
+"""
+
+# --------------------------------------------------------------- policies
+
+
+def tier(name, algorithm, limit, window_ms, burst=0, precision_ms=0):
+    return dict(name=name, algorithm=algorithm, limit=limit, window_us=window_ms * MS,
+                burst=burst, precision_us=precision_ms * MS)
+
+
+POLICIES = {}
+
+
+def policy(name, tiers, shadow=False):
+    POLICIES[name] = dict(name=name, tiers=tiers, shadow=shadow)
+    return name
+
+
+def capacity(t):
+    if t["algorithm"] in ("token_bucket", "gcra"):
+        return t["burst"] or t["limit"]
+    if t["algorithm"] == "leaky_bucket":
+        return t["burst"] + 1
+    return t["limit"]
+
+
+SINGLE = {
+    "fixed_window": [(5, 1000), (3, 7), (100, 60000)],
+    "sliding_window_log": [(5, 1000), (4, 3), (50, 10000)],
+    "sliding_window_counter": [(10, 1000), (3, 5), (1000, 60000)],
+    "sliding_window_buckets": [(10, 1000, 100), (5, 6, 1), (20, 60000, 1000)],
+    "token_bucket": [(5, 1000, 10), (7, 3, 0), (1, 1000, 3), (1000000, 3600000, 0)],
+    "gcra": [(5, 1000, 10), (7, 3, 0), (1, 1000, 3), (1000000, 3600000, 0)],
+    "leaky_bucket": [(5, 1000, 3), (7, 3, 0), (3, 10, 5)],
+}
+
+for alg, sets in SINGLE.items():
+    for i, p in enumerate(sets):
+        if alg == "sliding_window_buckets":
+            t = tier("t", alg, p[0], p[1], precision_ms=p[2])
+        elif alg in ("token_bucket", "gcra", "leaky_bucket"):
+            t = tier("t", alg, p[0], p[1], burst=p[2])
+        else:
+            t = tier("t", alg, p[0], p[1])
+        policy("%s_%d" % (alg, i), [t])
+
+policy("multi_a", [
+    tier("burst", "token_bucket", 10, 1000, burst=20),
+    tier("log", "sliding_window_log", 30, 5000),
+    tier("minute", "fixed_window", 50, 60000),
+])
+policy("multi_b", [
+    tier("g", "gcra", 3, 10),
+    tier("lb", "leaky_bucket", 2, 5, burst=2),
+    tier("swc", "sliding_window_counter", 10, 50),
+    tier("swb", "sliding_window_buckets", 15, 100, precision_ms=10),
+])
+policy("multi_all", [
+    tier("fw", "fixed_window", 8, 20),
+    tier("log", "sliding_window_log", 6, 15),
+    tier("swc", "sliding_window_counter", 9, 25),
+    tier("swb", "sliding_window_buckets", 7, 30, precision_ms=5),
+    tier("tb", "token_bucket", 4, 10, burst=6),
+    tier("gcra", "gcra", 5, 12, burst=2),
+    tier("lb", "leaky_bucket", 3, 9, burst=1),
+])
+policy("shadow_a", [
+    tier("fw", "fixed_window", 3, 10),
+    tier("tb", "token_bucket", 2, 5),
+], shadow=True)
+policy("shadow_b", [tier("log", "sliding_window_log", 2, 8)], shadow=True)
+
+
+def yaml_text():
+    out = ["redis:", "  key_prefix: \"%s\"" % PREFIX, "policies:"]
+    for p in POLICIES.values():
+        out.append("  %s:" % p["name"])
+        out.append("    shadow: %s" % ("true" if p["shadow"] else "false"))
+        out.append("    tiers:")
+        for t in p["tiers"]:
+            out.append("      - name: %s" % t["name"])
+            out.append("        algorithm: %s" % t["algorithm"])
+            out.append("        limit: %d" % t["limit"])
+            out.append("        window: %dms" % (t["window_us"] // MS))
+            if t["burst"]:
+                out.append("        burst: %d" % t["burst"])
+            if t["precision_us"]:
+                out.append("        precision: %dms" % (t["precision_us"] // MS))
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------- the script ABI
+
+
+def redis_key(pol, key, tier_name, suffix=None):
+    """policy_redis_key: <prefix>{<policy>:<encoded key>}:<tier>[:<suffix>]."""
+    enc = "".join(chr(b) if b in SAFE else "%%%02X" % b for b in key.encode("utf-8"))
+    k = "%s{%s:%s}:%s" % (PREFIX, pol, enc, tier_name)
+    return k + ":" + suffix if suffix else k
+
+
+def script_call(now, dry, checks):
+    """KEYS and ARGV as scripts_build_call builds them."""
+    keys, argv = [], [str(now), "1" if dry else "0", str(len(checks))]
+    for pol, key, cost in checks:
+        p = POLICIES[pol]
+        argv += ["1" if p["shadow"] else "0", str(cost), str(len(p["tiers"]))]
+        for t in p["tiers"]:
+            keys.append(redis_key(pol, key, t["name"]))
+            if t["algorithm"] == "sliding_window_log":
+                keys.append(redis_key(pol, key, t["name"], "seq"))
+            argv += [t["algorithm"], str(t["limit"]), str(t["window_us"]), str(t["burst"]),
+                     str(t["precision_us"])]
+    return keys, argv
+
+
+# ------------------------------------------------------------ the sequences
+
+
+class Clock:
+    """One time line for the whole test. Mostly forward, irregular."""
+
+    def __init__(self):
+        self.now = 1_700_000_000_000_000
+        self.max_seen = self.now
+
+    def advance(self, rng, tiers, skew=False):
+        W = max(t["window_us"] for t in tiers)
+        w = rng.choice(tiers)["window_us"]
+        step = max(1, min(-(-t["window_us"] // t["limit"]) for t in tiers))
+        r = rng.random()
+        if r < 0.15:
+            pass  # the same µs
+        elif r < 0.50:
+            self.now += rng.randint(1, 2 * step)
+        elif r < 0.72:
+            self.now += rng.randint(1, max(1, w // 4))
+        elif r < 0.84:
+            # At a window (or bucket) boundary, or one µs either side.
+            t = rng.choice(tiers)
+            unit = t["precision_us"] or t["window_us"]
+            self.now = (self.now // unit + 1) * unit + rng.choice((-1, 0, 0, 1))
+        elif r < 0.94:
+            self.now += rng.randint(w, 2 * W)  # past a window
+        else:
+            self.now += rng.randint(2 * W, 3 * W + 2 * SEC)  # past the slack too
+        self.max_seen = max(self.max_seen, self.now)
+        if skew and rng.random() < 0.12:
+            # A clock behind: less than the 1 s of slack behind the latest
+            # time seen, so that a key this clock finds expired (the C side)
+            # and one Redis still holds (PERSISTed) mean the same.
+            self.now = self.max_seen - rng.randint(1, 999_999)
+        elif self.now < self.max_seen:
+            self.now = self.max_seen
+        return self.now
+
+
+def random_cost(rng, cap):
+    r = rng.random()
+    if r < 0.06:
+        return 0
+    if r < 0.50:
+        return 1
+    if r < 0.82:
+        return rng.randint(1, max(1, min(cap, 12)))
+    if r < 0.90:
+        return rng.randint(1, cap)
+    if r < 0.95:
+        return cap
+    return cap + rng.randint(1, 3)
+
+
+def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
+    """n requests as (now, dry, [(policy, key, cost)...])."""
+    rng = random.Random(seed)
+    tiers = [t for p in policies for t in POLICIES[p]["tiers"]]
+    out = []
+    for _ in range(n):
+        now = clock.advance(rng, tiers, skew)
+        nchecks = rng.randint(1, max_checks)
+        pairs = set()
+        checks = []
+        while len(checks) < nchecks:
+            pol, key = rng.choice(policies), rng.choice(keys)
+            if (pol, key) in pairs:  # request.c merges duplicates: never sent
+                continue
+            pairs.add((pol, key))
+            cap = min(capacity(t) for t in POLICIES[pol]["tiers"])
+            checks.append((pol, key, random_cost(rng, cap)))
+        out.append((now, rng.random() < 0.1, checks))
+    return out
+
+
+# --------------------------------------------------------------- the runner
+
+
+class Diff:
+    def __init__(self, redis, sha, probe_sha, driver):
+        self.r, self.sha, self.probe, self.driver = redis, sha, probe_sha, driver
+        self.expiry = {}  # key -> the C expiry last seen (µs, -1 none)
+        self.max_seen = 0  # the latest now_us so far
+        # How much of the ground the sequences covered.
+        self.stats = dict.fromkeys(("allowed", "denied", "dry", "cost_exceeds", "retry",
+                                    "delay", "expiry_compared", "stale_in_redis"), 0)
+
+    def local(self, now, dry, checks):
+        req = {"now_us": now, "dry_run": dry,
+               "checks": [{"policy": p, "key": k, "cost": c} for p, k, c in checks]}
+        self.driver.stdin.write(json.dumps(req) + "\n")
+        self.driver.stdin.flush()
+        line = self.driver.stdout.readline()
+        if not line:
+            raise RuntimeError("local_driver exited (status %s)" % self.driver.poll())
+        return json.loads(line)
+
+    def one(self, now, dry, checks):
+        """Runs one request on both; returns a list of differences."""
+        self.max_seen = max(self.max_seen, now)
+        keys, argv = script_call(now, dry, checks)
+        loc = self.local(now, dry, checks)
+        sec, usec = self.r.command("TIME")
+        t0 = int(sec) * 1000 + int(usec) // 1000
+        lua = self.r.command("EVALSHA", self.sha, len(keys), *keys, *argv)
+        probe = self.r.command("EVALSHA", self.probe, len(keys), *keys)
+        t1 = int(probe[-2]) * 1000 + int(probe[-1]) // 1000
+        pexp = probe[:-2]
+
+        diffs = []
+        if lua[0] != now:
+            diffs.append("script now_us %r" % lua[0])
+        if lua[1] != loc["allowed"]:
+            diffs.append("request allowed: lua %r, C %r" % (lua[1], loc["allowed"]))
+        flat = [v for t in loc["tiers"] for v in t]
+        if lua[2:] != flat:
+            tiers = [(p, t["name"]) for p, _, _ in checks for t in POLICIES[p]["tiers"]]
+            for i, (pol, name) in enumerate(tiers):
+                for f, a, b in zip(FIELDS, lua[2 + 7 * i: 9 + 7 * i], loc["tiers"][i]):
+                    if a != b:
+                        diffs.append("%s.%s %s: lua %r, C %r" % (pol, name, f, a, b))
+        st = self.stats
+        st["allowed" if lua[1] else "denied"] += 1
+        st["dry"] += dry
+        for t in loc["tiers"]:
+            st["cost_exceeds"] += t[6]
+            st["retry"] += t[4] > 0
+            st["delay"] += t[5] > 0
+        names = [k for k, _ in loc["keys"]]
+        if names != keys:
+            diffs.append("keys: C %r, script %r" % (names, keys))
+            return diffs
+        for (key, exp), pe in zip(loc["keys"], pexp):
+            prev = self.expiry.get(key)
+            self.expiry[key] = exp
+            if pe >= 0:  # written by this call: the same expiry
+                st["expiry_compared"] += 1
+                d = exp - now
+                if exp < 0 or d % MS or not t0 <= pe - d // MS <= t1:
+                    diffs.append("%s: Redis expires at %d ms (call at %d..%d ms), C in %d us"
+                                 % (key, pe, t0, t1, d))
+            elif pe == -1:  # exists, not written: the C side unchanged or expired
+                st["stale_in_redis"] += exp == -1
+                if exp != -1 and exp != prev:
+                    diffs.append("%s: C expiry changed to %d (Redis key not written)" % (key, exp))
+                if exp == -1 and prev not in (None, -1) and now <= prev and now == self.max_seen:
+                    diffs.append("%s: C dropped a key that expires at %d > now" % (key, prev))
+            else:  # never written
+                if exp != -1 or prev not in (None, -1):
+                    diffs.append("%s: absent in Redis, C expiry %r (was %r)" % (key, exp, prev))
+        return diffs
+
+    def run(self, name, requests):
+        bad = []
+        for i, (now, dry, checks) in enumerate(requests):
+            d = self.one(now, dry, checks)
+            if d:
+                bad.append((i, now, dry, checks, d))
+        if not ok(not bad, "%s: %d requests, identical decisions, figures and expiries"
+                  % (name, len(requests))):
+            for i, now, dry, checks, d in bad[:5]:
+                diag("request %d now=%d dry=%r checks=%r" % (i, now, dry, checks))
+                for line in d[:10]:
+                    diag("  " + line)
+            diag("%d of %d requests differ" % (len(bad), len(requests)))
+        return len(requests)
+
+
+# -------------------------------------------------------------------- main
+
+
+def main():
+    if harness.find_program("REDIS_SERVER", "redis-server") is None:
+        harness.skip_all("redis-server not found (Debian package redis-server)")
+    exe = os.environ.get("RATELIMITD")
+    if not exe:
+        harness.bail_out("set RATELIMITD to the built daemon")
+    driver_path = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver_path:
+        harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    driver_path = os.path.abspath(driver_path)
+
+    script = subprocess.run([exe, "--print-script"], stdout=subprocess.PIPE, check=True).stdout
+    server = harness.RedisServer().start()
+    r = server.client()
+    sha = r.command("SCRIPT", "LOAD", script)
+    probe = r.command("SCRIPT", "LOAD", EXPIRY_PROBE)
+
+    tmp = harness.make_tempdir()
+    conf = os.path.join(tmp, "policies.yaml")
+    with open(conf, "w") as f:
+        f.write(yaml_text())
+    driver = subprocess.Popen([driver_path, conf], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, encoding="utf-8", errors="surrogateescape")
+    harness.at_exit(lambda: harness.stop_process(driver))
+    diff = Diff(r, sha, probe, driver)
+
+    started = time.monotonic()
+    clock = Clock()
+    total = 0
+    seed = 1000
+    # Each algorithm alone, every parameter set, with its own keys.
+    for alg, sets in SINGLE.items():
+        for i in range(len(sets)):
+            pol = "%s_%d" % (alg, i)
+            seed += 1
+            keys = ["k%d" % seed, "j%d" % seed, random.Random(seed).choice(HOSTILE_KEYS) + str(seed)]
+            total += diff.run("%s (seed %d)" % (pol, seed),
+                              scenario(seed, [pol], 220, keys, clock=clock))
+    # Multi-tier policies, several checks per request, shadow checks.
+    mixes = [
+        ["multi_a"],
+        ["multi_b"],
+        ["multi_all"],
+        ["multi_a", "multi_b", "shadow_a"],
+        ["multi_all", "shadow_a", "shadow_b", "fixed_window_1", "gcra_1"],
+        ["leaky_bucket_1", "sliding_window_log_1", "sliding_window_buckets_1", "shadow_b"],
+    ]
+    for pols in mixes:
+        seed += 1
+        keys = ["m%d" % seed, "n%d" % seed, HOSTILE_KEYS[seed % len(HOSTILE_KEYS)] + str(seed)]
+        total += diff.run("%s (seed %d)" % ("+".join(pols), seed),
+                          scenario(seed, pols, 400, keys, max_checks=3, clock=clock))
+    # A clock that sometimes steps back (less than a second: the scripts'
+    # expiry slack, so that what the C store has dropped Redis would have
+    # dropped too).
+    for pols in (["fixed_window_1", "fixed_window_0"], ["sliding_window_log_0", "sliding_window_log_1"],
+                 ["sliding_window_counter_0", "sliding_window_counter_1"],
+                 ["sliding_window_buckets_0", "sliding_window_buckets_1"],
+                 ["token_bucket_0", "token_bucket_1"], ["gcra_0", "gcra_1"],
+                 ["leaky_bucket_0", "leaky_bucket_2"], ["multi_a", "shadow_a"]):
+        seed += 1
+        keys = ["s%d" % seed, "t%d" % seed]
+        total += diff.run("clock behind: %s (seed %d)" % ("+".join(pols), seed),
+                          scenario(seed, pols, 200, keys, max_checks=2, skew=True, clock=clock))
+    driver.stdin.close()
+    eq(driver.wait(10), 0, "local_driver exits 0")
+    diag("%d requests in %.1f s" % (total, time.monotonic() - started))
+    diag(", ".join("%s %d" % kv for kv in diff.stats.items()))
+    ok(all(diff.stats.values()), "the sequences reach every case counted above")
+
+
+if __name__ == "__main__":
+    harness.run(main)

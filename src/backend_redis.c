@@ -44,6 +44,7 @@ struct backend {
     enum conn_state state;
     int script_loaded;
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
+    int setup_failed;   /* AUTH or SELECT failed on this connection */
     int freeing;
     unsigned long long reconnects; /* connections lost or dropped */
     backend_state_fn on_state;
@@ -167,15 +168,19 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     schedule_reconnect(b);
 }
 
-/* Replies to AUTH and SELECT: only failures matter, and they are logged; the
- * EVALSHAs behind them then fail and are answered per failure_mode. */
+/* Replies to AUTH and SELECT: only failures matter. They are logged, and the
+ * connection never becomes ready (checks are answered per failure_mode). */
 static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
     struct backend *b = ac->data;
-    if (r && r->type == REDIS_REPLY_ERROR)
+    if (r && r->type == REDIS_REPLY_ERROR) {
         log_event(b->log, LOG_LVL_ERROR, "redis setup command failed", "command",
                   (const char *)privdata, "target", b->target, "error", r->str, NULL);
+        /* Never ready on this connection (a failed SELECT would put every
+         * counter in db 0): the ready timeout drops it and retries. */
+        b->setup_failed = 1;
+    }
 }
 
 static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
@@ -185,6 +190,8 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
     if (!r)
         return; /* connection gone; the next connect loads again */
     b->load_in_flight = 0;
+    if (b->setup_failed)
+        return;
     if (r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
         if (!b->script_loaded)
             log_event(b->log, LOG_LVL_INFO, "redis script loaded", "sha1", b->sha, NULL);
@@ -225,6 +232,7 @@ static void start_connect(struct backend *b)
     ac->data = b;
     b->ac = ac;
     b->state = CONN_CONNECTING;
+    b->setup_failed = 0;
     redisLibeventAttach(ac, b->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);

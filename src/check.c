@@ -129,6 +129,7 @@ static void on_backend_done(void *arg, enum backend_status status, const long lo
 {
     struct check *c = arg;
     c->backend_pending = 0;
+    c->srv->redis_pending--;
     if (c->answered) {
         check_free(c); /* answered at the deadline: the late reply is dropped */
         return;
@@ -190,15 +191,16 @@ void check_start(struct server *srv, struct evhttp_request *req)
         return;
     }
 
-    /* Past max_inflight, answer at once rather than queue without bound. */
-    if (srv->inflight > (size_t)c->cfg->max_inflight) {
-        struct answer ans;
-        if (c->cfg->overload == OVERLOAD_REJECT) {
-            response_error(503, "overloaded", "too many checks in flight", &ans);
-            response_add_header(&ans, "Retry-After", "1");
-        } else {
-            response_unavailable(&c->request, "too many checks in flight", &ans);
+    /* Past max_inflight calls waiting for Redis (answered at their deadline
+     * or not), answer at once rather than queue without bound. */
+    if (srv->redis_pending >= (size_t)c->cfg->max_inflight) {
+        if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
+            answer_unavailable(c, "too many checks in flight");
+            return;
         }
+        struct answer ans;
+        response_error(503, "overloaded", "too many checks in flight", &ans);
+        response_add_header(&ans, "Retry-After", "1");
         finish(c, &ans);
         return;
     }
@@ -215,6 +217,7 @@ void check_start(struct server *srv, struct evhttp_request *req)
         return;
     }
     c->backend_pending = 1;
+    srv->redis_pending++;
     c->deadline = evtimer_new(srv->base, on_deadline, c);
     struct timeval tv = {.tv_sec = c->cfg->redis_timeout_us / 1000000,
                          .tv_usec = c->cfg->redis_timeout_us % 1000000};

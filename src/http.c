@@ -37,7 +37,7 @@
 #include "metrics.h"
 
 #define HTTP_MAX_HEADERS_SIZE 8192
-#define HTTP_DRAIN_MAX_S 30
+#define HTTP_DRAIN_MAX_S 5 /* past redis.timeout */
 /* After accept() fails (out of descriptors), accepting pauses until the
  * next tick of this timer, rather than spinning on a listening socket that
  * stays readable. */
@@ -60,8 +60,13 @@ struct listener {
  * libevent closes it; one still sending its first request is bounded by
  * idle_timeout instead.
  */
+struct conn_slot {
+    struct evhttp_connection *conn; /* NULL: empty */
+    unsigned writing;               /* answers handed to libevent, not yet written */
+};
+
 struct conn_set {
-    struct evhttp_connection **slots;
+    struct conn_slot *slots;
     size_t mask; /* capacity - 1, capacity a power of two > 2 * max */
     size_t count;
     size_t max;
@@ -93,37 +98,45 @@ static size_t conn_hash(const struct conn_set *s, const struct evhttp_connection
 }
 
 /* The slot holding c, or the empty slot where it would go. */
-static size_t conn_find(const struct conn_set *s, const struct evhttp_connection *c)
+static struct conn_slot *conn_find(const struct conn_set *s, const struct evhttp_connection *c)
 {
     size_t i = conn_hash(s, c);
-    while (s->slots[i] && s->slots[i] != c)
+    while (s->slots[i].conn && s->slots[i].conn != c)
         i = (i + 1) & s->mask;
-    return i;
+    return &s->slots[i];
 }
 
-static void conn_remove(struct conn_set *s, const struct evhttp_connection *c)
+static void conn_remove(struct conn_set *s, struct conn_slot *slot)
 {
-    size_t i = conn_find(s, c);
-    if (!s->slots[i])
-        return;
-    s->slots[i] = NULL;
+    size_t i = (size_t)(slot - s->slots);
+    s->slots[i] = (struct conn_slot){0};
     s->count--;
     /* Backward-shift deletion: move up any entry of the same cluster whose
      * home slot is not between the hole and itself. */
-    for (size_t j = (i + 1) & s->mask; s->slots[j]; j = (j + 1) & s->mask) {
-        size_t k = conn_hash(s, s->slots[j]);
+    for (size_t j = (i + 1) & s->mask; s->slots[j].conn; j = (j + 1) & s->mask) {
+        size_t k = conn_hash(s, s->slots[j].conn);
         if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
             s->slots[i] = s->slots[j];
-            s->slots[j] = NULL;
+            s->slots[j] = (struct conn_slot){0};
             i = j;
         }
     }
 }
 
+static void maybe_end_drain(struct server *srv);
+
+/* libevent frees a connection whose write failed without telling the
+ * request (no on-complete callback): its unwritten answers are forgotten
+ * here, so a drain never waits for them. */
 static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
 {
     struct http *h = arg;
-    conn_remove(&h->conns, evcon);
+    struct conn_slot *slot = conn_find(&h->conns, evcon);
+    if (!slot->conn)
+        return;
+    h->srv->writing -= slot->writing;
+    conn_remove(&h->conns, slot);
+    maybe_end_drain(h->srv);
 }
 
 /* Counts req's connection if it is new. Returns -1 when it is new and the
@@ -133,12 +146,12 @@ static int conn_track(struct http *h, struct evhttp_request *req)
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     if (!evcon)
         return 0;
-    size_t i = conn_find(&h->conns, evcon);
-    if (h->conns.slots[i])
+    struct conn_slot *slot = conn_find(&h->conns, evcon);
+    if (slot->conn)
         return 0;
     if (h->conns.count >= h->conns.max)
         return -1;
-    h->conns.slots[i] = evcon;
+    slot->conn = evcon;
     h->conns.count++;
     evhttp_connection_set_closecb(evcon, on_connection_closed, h);
     return 0;
@@ -156,6 +169,7 @@ static const char *reason_phrase(int status)
     case 405: return "Method Not Allowed";
     case 413: return "Payload Too Large";
     case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     default: return "Error";
     }
@@ -170,19 +184,26 @@ static void maybe_end_drain(struct server *srv)
 
 static void on_answer_written(struct evhttp_request *req, void *arg)
 {
-    struct server *srv = arg;
-    srv->writing--;
-    maybe_end_drain(srv);
+    struct http *h = arg;
+    struct conn_slot *slot = conn_find(&h->conns, evhttp_request_get_connection(req));
+    if (slot->conn && slot->writing) {
+        slot->writing--;
+        h->srv->writing--;
+    }
+    maybe_end_drain(h->srv);
 }
 
 void http_send_answer(struct server *srv, struct evhttp_request *req, const struct answer *ans)
 {
-    /* libevent calls on_answer_written once the answer is on the wire, which
-     * lets a drain wait for it; a request whose client has left is only
-     * freed, with no callback. */
-    if (evhttp_request_get_connection(req)) {
+    /* A drain waits for answers on counted connections to be written:
+     * libevent calls on_answer_written once one is on the wire, or the
+     * connection's close callback if it fails first. */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct conn_slot *slot = evcon ? conn_find(&srv->http->conns, evcon) : NULL;
+    if (slot && slot->conn) {
+        slot->writing++;
         srv->writing++;
-        evhttp_request_set_on_complete_cb(req, on_answer_written, srv);
+        evhttp_request_set_on_complete_cb(req, on_answer_written, srv->http);
     }
     metrics_http_status(srv->metrics, ans->status);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
@@ -323,7 +344,8 @@ void http_check_done(struct server *srv)
 
 /* ---- listeners ---- */
 
-/* Binds "unix:/path": a stale socket file from a previous run is replaced. */
+/* Binds "unix:/path": a stale socket file from a previous run is replaced,
+ * but not one another process still answers on. */
 static int bind_unix(struct listener *l, const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -338,8 +360,18 @@ static int bind_unix(struct listener *l, const char *path, char *err, size_t err
         return -1;
     }
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            snprintf(err, errlen, "listen: %s is in use by another process", path);
+            close(fd);
+            return -1;
+        }
         unlink(path);
+    }
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 1024) < 0) {
         snprintf(err, errlen, "listen: cannot bind %s: %s", path, strerror(errno));
         close(fd);
@@ -488,9 +520,10 @@ void http_drain(struct server *srv)
     srv->draining = 1;
     listener_stop(&srv->http->main);
     listener_stop(&srv->http->admin);
-    /* A write that fails midway never completes: the backstop ends the
-     * drain anyway. */
-    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S};
+    /* The backstop ends a drain that waits too long anyway: past the Redis
+     * deadline every check has had its answer. */
+    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S +
+                                         srv->config->redis_timeout_us / 1000000};
     event_base_loopexit(srv->base, &backstop);
     maybe_end_drain(srv);
 }

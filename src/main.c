@@ -251,8 +251,11 @@ out:
     sigaddset(&stop_signals, SIGINT);
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
     watch_free(srv.watch);
-    http_free(srv.http);
+    /* The backend first: checks still waiting (after the drain's backstop)
+     * complete as unavailable and are answered while their requests are
+     * alive; http_free then closes the connections. */
     backend_free(srv.backend);
+    http_free(srv.http);
     notify_free(srv.notify);
     if (sigterm)
         event_free(sigterm);

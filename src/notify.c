@@ -15,7 +15,8 @@
 
 struct notify {
     struct event *watchdog;
-    int ready_sent;
+    int ready_sent; /* READY=1 sent once Redis was first ready */
+    int reloading;  /* RELOADING=1 sent: the next state carries READY=1 */
 };
 
 static void notify_send(const char *msg)
@@ -65,18 +66,22 @@ void notify_free(struct notify *n)
 void notify_state(struct notify *n, const struct server *srv)
 {
     int ready = backend_ready(srv->backend);
+    /* systemd waits for READY=1 after RELOADING=1 whether or not Redis is
+     * up: the reload itself is over. */
+    int say_ready = (ready && !n->ready_sent) || (n->reloading && n->ready_sent);
     char msg[256];
     snprintf(msg, sizeof msg, "%sSTATUS=%zu policies loaded, redis %s",
-             ready && !n->ready_sent ? "READY=1\n" : "", srv->config->npolicies,
+             say_ready ? "READY=1\n" : "", srv->config->npolicies,
              ready ? "connected" : "unavailable");
     n->ready_sent |= ready;
+    n->reloading = 0;
     notify_send(msg);
 }
 
 void notify_reloading(struct notify *n)
 {
     /* READY=1 must follow, at the next notify_state. */
-    n->ready_sent = 0;
+    n->reloading = 1;
     notify_send("RELOADING=1");
 }
 

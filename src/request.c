@@ -123,6 +123,8 @@ int request_parse(const struct config *cfg, const char *body, size_t len,
     memset(out, 0, sizeof *out);
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+        return fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
     if (!root)
         return fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
                     jerr.column, jerr.text);

@@ -24,16 +24,43 @@ static json_t *ms_or_null(int64_t us)
     return us < 0 ? json_null() : json_integer(us_to_ms(us));
 }
 
+/* json_pack returns NULL (and json_dumps then NULL) on invalid UTF-8: a
+ * body that cannot be built becomes a fixed error, never a crash. */
 static void finish(struct answer *ans, int status, json_t *body)
 {
     ans->status = status;
-    ans->body = json_dumps(body, JSON_COMPACT);
+    ans->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!ans->body) {
-        /* json_dumps fails only on allocation failure. */
-        fprintf(stderr, "ratelimitd: out of memory\n");
-        abort();
+        ans->status = 500;
+        ans->body = xstrdup("{\"error\":\"internal\",\"message\":\"the answer could not be "
+                            "encoded\"}");
     }
+}
+
+/* Copies s into out (outlen > 0), replacing every byte that is not part of
+ * a valid UTF-8 sequence with '?': messages quote callers' text, cut at a
+ * byte count that may fall inside a character. */
+static void utf8_clean(const char *s, char *out, size_t outlen)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    while (*p && o + 1 < outlen) {
+        size_t n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3
+                                : (*p & 0xF8) == 0xF0 ? 4 : 0;
+        size_t i = 1;
+        while (i < n && (p[i] & 0xC0) == 0x80)
+            i++;
+        if (n == 0 || i < n || (n == 2 && *p < 0xC2) || o + n >= outlen) {
+            out[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(out + o, p, n);
+        o += n;
+        p += n;
+    }
+    out[o] = '\0';
 }
 
 void response_add_header(struct answer *ans, const char *name, const char *value)
@@ -54,8 +81,10 @@ static void add_header_int(struct answer *ans, const char *name, int64_t v)
 
 void response_error(int status, const char *code, const char *message, struct answer *ans)
 {
+    char clean[RL_ERRLEN * 2];
+    utf8_clean(message, clean, sizeof clean);
     memset(ans, 0, sizeof *ans);
-    finish(ans, status, json_pack("{s:s,s:s}", "error", code, "message", message));
+    finish(ans, status, json_pack("{s:s,s:s}", "error", code, "message", clean));
 }
 
 /* True if a beats b as the binding tier under the rule for `allowed`. */

@@ -34,6 +34,7 @@ struct server {
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     size_t inflight; /* checks accepted and not yet answered */
     size_t writing;  /* answers handed to libevent and not yet written */
+    size_t redis_pending; /* calls sent to Redis and not yet completed */
     int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */
 };
 

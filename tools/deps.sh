@@ -3,7 +3,8 @@
 # ratelimitd need, when any is missing. Needs root (or sudo) only then.
 set -eu
 PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-dev \
-libjansson-dev libyaml-dev redis-server redis-tools python3 curl"
+libjansson-dev libyaml-dev libsystemd-dev redis-server redis-tools python3 curl \
+groff-base man-db clang libclang-rt-14-dev valgrind"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

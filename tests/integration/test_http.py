@@ -168,6 +168,17 @@ def test_errors(d):
         harness.ok(isinstance((res.json or {}).get("message"), str), "with a message")
     res = d.request("POST", "/check", '{"policy":"login","key":"a","colour":1}')
     harness.ok("colour" in res.json["message"], "an unknown field is named")
+    # Messages quote the caller's text cut at a byte count, which may fall
+    # inside a UTF-8 character: still a clean 400.
+    for body in ('{"policy":"a%s","key":"x"}' % ("\u00e9" * 40),
+                 '{"policy":"login","key":"x","a%s":1}' % ("\u00e9" * 200)):
+        res = d.request("POST", "/check", body)
+        harness.ok(res.status == 400 and res.json and res.json["error"] in ("unknown_policy",
+                                                                            "unknown_field"),
+                   "a long multi-byte name in an error message: 400 (%d)" % res.status)
+    res = d.request("POST", "/check", '{"policy":"login","key":"x","cost":123456789012345678901}')
+    harness.eq((res.status, (res.json or {}).get("error")), (400, "invalid_cost"),
+               "a cost beyond 64 bits is invalid_cost")
     big = d.request("POST", "/check", '{"policy":"login","key":"%s"}' % ("k" * 3000))
     harness.eq(big.status, 413, "a body over max_body is 413")
     huge = d.request("POST", "/check", "x" * (4 << 20))

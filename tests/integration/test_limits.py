@@ -62,6 +62,57 @@ def test_max_inflight(redis):
         harness.eq(d.stop(), 0, "exits 0")
 
 
+def test_pending_after_deadline(redis):
+    """Checks answered at their deadline still wait in Redis's queue: they
+    count against max_inflight until Redis replies."""
+    d = Daemon("unix:" + redis.socket_path, POLICY + """  local:
+    failure_mode: local
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 1, window: 1h}
+""", timeout="200ms", extra="max_inflight: 2\noverload: failure_mode\n").start()
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        first = [d.check("open", "p") for _ in range(2)]
+        harness.ok(all(r.json.get("degraded") for r in first),
+                   "two checks answered at their deadline")
+        t0 = time.monotonic()
+        third = d.check("closed", "p")
+        took = time.monotonic() - t0
+        harness.ok(third.status == 503 and took < 0.1,
+                   "a third is over max_inflight though nothing is unanswered (%.3f s)" % took)
+        local = [d.check("local", "p") for _ in range(2)]
+        harness.eq([(r.status, r.json.get("local")) for r in local], [(200, True), (429, True)],
+                   "overload with failure_mode local decides from memory")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: d.check("open", "p2").json.get("degraded") is None, 10,
+                       what="decisions after SIGCONT")
+    harness.ok(True, "once Redis replies, the queue drains and checks are decided again")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
+def test_unix_socket_in_use(redis):
+    tmp = harness.make_tempdir()
+    sock = os.path.join(tmp, "rl.sock")
+    a = Daemon("unix:" + redis.socket_path, POLICY, admin=True)
+    a.write_config(POLICY)
+    text = open(a.config).read().replace("listen: 127.0.0.1:%d" % a.port, "listen: unix:" + sock)
+    with open(a.config, "w") as f:
+        f.write(text)
+    a.start()
+    b = Daemon("unix:" + redis.socket_path, POLICY, admin=True)
+    with open(b.config, "w") as f:
+        f.write(text.replace("admin_listen: 127.0.0.1:%d" % a.admin_port,
+                             "admin_listen: 127.0.0.1:%d" % b.admin_port))
+    proc = harness.spawn([os.environ.get("RATELIMITD", "./ratelimitd"), "--config", b.config],
+                         b.logfile)
+    harness.eq(proc.wait(10), 1, "a second daemon on a live unix socket exits 1")
+    harness.ok("in use by another process" in b.logs(), "saying the socket is in use")
+    harness.eq(a.admin("/healthz").status, 200, "the first keeps its socket")
+    harness.eq(a.stop(), 0, "exits 0")
+    harness.ok(not os.path.exists(sock), "and removes its socket file")
+
+
 def test_max_connections(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_connections: 16\n").start()
     conns = []
@@ -164,6 +215,8 @@ def test_out_of_descriptors(redis):
 def main():
     redis = harness.RedisServer().start()
     test_max_inflight(redis)
+    test_pending_after_deadline(redis)
+    test_unix_socket_in_use(redis)
     test_max_connections(redis)
     test_slowloris(redis)
     test_flood(redis)

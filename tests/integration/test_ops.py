@@ -74,6 +74,17 @@ def test_notify(redis):
     texts = [m for m in got if m != "WATCHDOG=1"]
     harness.ok(len(texts) >= 2 and texts[0] == "RELOADING=1" and "READY=1" in texts[1],
                "SIGHUP: RELOADING=1 then READY=1: %r" % texts)
+    redis.proc.send_signal(signal.SIGKILL)
+    redis.proc.wait()
+    harness.wait_until(lambda: d.admin("/readyz").status == 503, 5, what="not ready")
+    recv_all(sock, 0.2)
+    d.send_signal(signal.SIGHUP)
+    got = recv_until(sock, "READY=1", 5)
+    texts = [m for m in got if m != "WATCHDOG=1"]
+    harness.ok(len(texts) >= 2 and texts[0] == "RELOADING=1" and "READY=1" in texts[1]
+               and "redis unavailable" in texts[1],
+               "a reload while Redis is down still ends with READY=1: %r" % texts)
+    redis.restart()
     d.send_signal(signal.SIGTERM)
     got = recv_until(sock, "STOPPING=1", 5)
     harness.ok(any(m.startswith("STOPPING=1") for m in got), "SIGTERM: STOPPING=1")

@@ -146,6 +146,47 @@ def test_oom(redis, d):
     harness.ok("OOM" in d.logs(), "the Redis error is logged")
 
 
+def test_drain_after_reset(redis, d):
+    """A client that resets its connection before its answer is written must
+    not make a later drain wait."""
+    import socket
+    import struct
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        s = socket.create_connection(("127.0.0.1", d.port))
+        body = b'{"policy":"open","key":"rst"}'
+        s.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        time.sleep(0.2)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        time.sleep(0.3)
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: d.check("open", "rst2").json.get("degraded") is None, 10,
+                       what="decisions after SIGCONT")
+    t0 = time.monotonic()
+    code = d.stop(timeout=10)
+    took = time.monotonic() - t0
+    harness.ok(code == 0 and took < 2.0,
+               "a connection reset before its answer does not hold up the drain (%.2f s)" % took)
+
+
+def test_select_fails():
+    """A db the server does not have: never ready, nothing written to db 0."""
+    port = harness.free_port()
+    redis = harness.RedisServer(extra_args=["--port", str(port), "--bind", "127.0.0.1"]).start()
+    d = Daemon("redis://127.0.0.1:%d/99" % port, POLICY).start(wait_ready=False)
+    res = d.check("open", "db")
+    harness.eq((res.status, res.json.get("degraded")), (200, True),
+               "SELECT of a missing db: not ready, failure_mode answers")
+    harness.eq(d.admin("/readyz").status, 503, "and /readyz says so")
+    harness.eq(redis.client().command("DBSIZE"), 0, "nothing was written to db 0")
+    harness.ok("DB index is out of range" in d.logs(), "the SELECT error is logged")
+    harness.eq(d.stop(), 0, "exits 0")
+    redis.stop()
+
+
 def test_drain(redis, d):
     results = []
     redis.proc.send_signal(signal.SIGSTOP)
@@ -176,7 +217,8 @@ def main():
     test_circuit_breaker(redis, d)
     test_client_kill(redis, d)
     test_oom(redis, d)
-    harness.eq(d.stop(), 0, "SIGTERM exits 0")
+    test_drain_after_reset(redis, d)
+    test_select_fails()
     d2 = Daemon("unix:" + redis.socket_path, POLICY, timeout="5s").start()
     test_drain(redis, d2)
 

@@ -227,6 +227,20 @@ static void test_error(void)
     json_decref(b);
     answer_free(&a);
     answer_free(&a);
+
+    /* A message cut inside a UTF-8 character, and stray bytes. */
+    response_error(400, "unknown_policy", "unknown policy \"a\xc3\xa9\xc3\"", &a);
+    b = body_of(&a);
+    is_int(a.status, 400, "a message with a cut UTF-8 character still answers 400");
+    is_str(json_string_value(json_object_get(b, "message")), "unknown policy \"a\xc3\xa9?\"",
+           "the broken byte becomes ?");
+    json_decref(b);
+    answer_free(&a);
+    response_error(400, "x", "\xff\xfe ok \xe2\x82", &a);
+    b = body_of(&a);
+    is_str(json_string_value(json_object_get(b, "message")), "?? ok ??", "invalid bytes become ?");
+    json_decref(b);
+    answer_free(&a);
 }
 
 int main(void)

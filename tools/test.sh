@@ -31,6 +31,17 @@ else
     rc=1
 fi
 
+# A short run of each libFuzzer harness (the long runs are in the README).
+echo "== fuzzing, 30 s per harness"
+if make distdir distdir="$work/fuzz" >/dev/null &&
+    (cd "$work/fuzz" && ./configure CC=clang --enable-fuzzing >/dev/null &&
+        make -j"$(nproc)" >/dev/null); then
+    sh "$work/fuzz/tests/fuzz/run.sh" 30 "$work/fuzz" || rc=1
+else
+    echo "== the fuzzing build failed"
+    rc=1
+fi
+
 passed=0
 failed=0
 for d in "$top" "$work/san"; do

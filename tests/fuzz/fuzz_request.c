@@ -1,0 +1,400 @@
+/*
+ * fuzz_request.c: libFuzzer harness for the life of one POST /check body,
+ * minus the network and Redis. The input is the body, exactly as http.c
+ * hands it to check.c; the harness then does what check.c does:
+ *
+ *   refused  -> response_error() with the request_error (the 400 answer);
+ *   accepted -> scripts_build_call() (local clock and Redis TIME), then
+ *               response_decision() from tier results the script could
+ *               have returned (decoded by scripts_decode_result) and
+ *               response_unavailable() (the degraded / 503 answer).
+ *
+ * The policy file is fixed (below) and built once: every algorithm, a
+ * multi-tier policy, a shadow policy, a failure_mode: closed policy, and a
+ * worst case for key length (a 128-byte key_prefix, 64-byte policy and tier
+ * names, 16 sliding_window_log tiers of two keys each).
+ *
+ * Beyond what ASan/UBSan/LSan catch, the harness aborts when a documented
+ * contract breaks: request_parse's rules about an accepted request, the
+ * script call's shape, key encoding (each Redis key must decode back to
+ * exactly the caller's key, inside one hash tag), and every answer body
+ * being a JSON object that agrees with its status.
+ *
+ * The tier results are not read from the input as such (that would make
+ * the seed corpus something other than request bodies): they come from a
+ * small generator seeded with a hash of the input, biased towards edge
+ * values (0, -1, 999/1000/1001 microseconds, INT64_MIN/MAX). A new input
+ * is a new set of results, so coverage of response.c still guides the
+ * fuzzer, and a crash reproduces from its input alone.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "policy.h"
+#include "request.h"
+#include "response.h"
+#include "scripts.h"
+
+#define NOW_US 1700000000000000LL
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Names in the request dictionary (request.dict) are the policies here. */
+static const char policy_yaml[] =
+    "redis:\n"
+    /* 128 bytes, the longest key_prefix allowed. */
+    "  key_prefix: \"rl:"
+    "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+    "pppppppppppppppppppppppppppppp:\"\n"
+    "clock: local\n"
+    "policies:\n"
+    "  all:\n"
+    "    tiers:\n"
+    "      - {name: fw, algorithm: fixed_window, limit: 10, window: 1s}\n"
+    "      - {name: swl, algorithm: sliding_window_log, limit: 100, window: 1m}\n"
+    "      - {name: swc, algorithm: sliding_window_counter, limit: 1000, window: 1h}\n"
+    "      - {name: swb, algorithm: sliding_window_buckets, limit: 300, window: 1m, "
+    "precision: 1s}\n"
+    "      - {name: tb, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}\n"
+    "      - {name: gcra, algorithm: gcra, limit: 10, window: 1m, burst: 3}\n"
+    "      - {name: lb, algorithm: leaky_bucket, limit: 50, window: 1s, burst: 20}\n"
+    "  fixed_window:\n"
+    "    tiers: [{name: t, algorithm: fixed_window, limit: 1000000000, window: 366d}]\n"
+    "  sliding_window_log:\n"
+    "    tiers: [{name: t, algorithm: sliding_window_log, limit: 1000000, window: 1ms}]\n"
+    "  sliding_window_counter:\n"
+    "    tiers: [{name: t, algorithm: sliding_window_counter, limit: 1, window: 1d}]\n"
+    "  sliding_window_buckets:\n"
+    "    tiers: [{name: t, algorithm: sliding_window_buckets, limit: 7, window: 1s, "
+    "precision: 1ms}]\n"
+    "  token_bucket:\n"
+    "    tiers: [{name: t, algorithm: token_bucket, limit: 1, window: 1ms}]\n"
+    "  gcra:\n"
+    "    tiers: [{name: t, algorithm: gcra, limit: 3, window: 1h, burst: 1}]\n"
+    "  leaky_bucket:\n"
+    "    tiers: [{name: t, algorithm: leaky_bucket, limit: 2, window: 1s}]\n"
+    "  shadow:\n"
+    "    shadow: true\n"
+    "    tiers:\n"
+    "      - {name: minute, algorithm: fixed_window, limit: 5, window: 1m}\n"
+    "      - {name: drain, algorithm: leaky_bucket, limit: 5, window: 1s, burst: 0}\n"
+    "  closed:\n"
+    "    failure_mode: closed\n"
+    "    tiers:\n"
+    "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}\n"
+    "      - {name: hourly, algorithm: gcra, limit: 100, window: 1h}\n"
+    "  shadow-closed.x_1:\n"
+    "    failure_mode: closed\n"
+    "    shadow: true\n"
+    "    tiers: [{name: a.b-c_d, algorithm: sliding_window_counter, limit: 9, window: 10s}]\n"
+    /* 64-byte policy name, 16 tiers with 64-byte names: the longest keys. */
+    "  P123456789012345678901234567890123456789012345678901234567890123:\n"
+    "    tiers:\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000000, "
+    "algorithm: sliding_window_log, limit: 1, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000001, "
+    "algorithm: sliding_window_log, limit: 2, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000002, "
+    "algorithm: sliding_window_log, limit: 3, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000003, "
+    "algorithm: sliding_window_log, limit: 4, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000004, "
+    "algorithm: sliding_window_log, limit: 5, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000005, "
+    "algorithm: sliding_window_log, limit: 6, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000006, "
+    "algorithm: sliding_window_log, limit: 7, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000007, "
+    "algorithm: sliding_window_log, limit: 8, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000008, "
+    "algorithm: sliding_window_log, limit: 9, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000009, "
+    "algorithm: sliding_window_log, limit: 10, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000010, "
+    "algorithm: sliding_window_log, limit: 11, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000011, "
+    "algorithm: sliding_window_log, limit: 12, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000012, "
+    "algorithm: sliding_window_log, limit: 13, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000013, "
+    "algorithm: sliding_window_log, limit: 14, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000014, "
+    "algorithm: sliding_window_log, limit: 15, window: 1s}\n"
+    "      - {name: T000000000000000000000000000000000000000000000000000000000000015, "
+    "algorithm: sliding_window_log, limit: 16, window: 1s}\n";
+
+static struct config *cfg;
+
+/* A broken contract: report it and abort, so libFuzzer saves the input. */
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_request: %s:%d: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    char err[RL_ERRLEN];
+
+    (void)argc;
+    (void)argv;
+    cfg = config_load_string("fuzz_request.yaml", policy_yaml, sizeof(policy_yaml) - 1, err,
+                             sizeof(err));
+    if (cfg == NULL) {
+        fprintf(stderr, "fuzz_request: the harness's policy file is invalid: %s\n", err);
+        abort();
+    }
+    /* Kept for the whole run: still reachable at exit, so not a leak. */
+    return 0;
+}
+
+/* ---- tier results ------------------------------------------------------ */
+
+static uint64_t fnv1a(const uint8_t *data, size_t size)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+
+    for (size_t i = 0; i < size; i++)
+        h = (h ^ data[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* splitmix64: small, fast, and good enough to pick test values. */
+static uint64_t next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* A value a script reply might carry: mostly edges and small numbers. */
+static long long pick(uint64_t *s)
+{
+    /* clang-format off */
+    static const long long edges[] = {
+        0, 1, -1, 2, 999, 1000, 1001, 999999, 1000000, 1000001, 3600000000LL,
+        INT64_MAX, INT64_MIN, INT64_MAX - 999, INT64_MIN + 1, (long long)1 << 53};
+    /* clang-format on */
+    uint64_t r = next(s);
+
+    switch (r & 3) {
+    case 0:
+    case 1:
+        return edges[(r >> 2) % (sizeof(edges) / sizeof(edges[0]))];
+    case 2:
+        return (long long)((r >> 2) % 5000000);
+    default:
+        return (long long)next(s);
+    }
+}
+
+/* ---- contracts ----------------------------------------------------------- */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/*
+ * One Redis key must be <prefix>{<policy>:<encoded key>}:<tier>[:<suffix>],
+ * with the hash tag the first {...} of the key and the encoded key decoding
+ * back to exactly the caller's key (so distinct keys never collide).
+ */
+static void check_redis_key(const char *arg, size_t len, const struct check_item *c,
+                            const struct tier *t, int k)
+{
+    const char *prefix = cfg->key_prefix, *p = arg, *end = arg + len;
+    size_t plen = strlen(prefix), nlen = strlen(c->policy->name), i = 0;
+
+    REQUIRE(strlen(arg) == len, "key argument has a NUL byte");
+    REQUIRE(len > plen + nlen + 2 && memcmp(p, prefix, plen) == 0 && p[plen] == '{' &&
+                memcmp(p + plen + 1, c->policy->name, nlen) == 0 && p[plen + 1 + nlen] == ':',
+            "key %s does not start with the prefix and {policy:", arg);
+    REQUIRE(strchr(arg, '{') == arg + plen, "a '{' before the hash tag in %s", arg);
+    p += plen + nlen + 2;
+    for (; p < end && *p != '}'; i++) {
+        char b = *p;
+        REQUIRE(b != '{', "'{' inside the hash tag of %s", arg);
+        if (b == '%') {
+            REQUIRE(end - p >= 3 && hexval(p[1]) >= 0 && hexval(p[2]) >= 0, "bad escape in %s",
+                    arg);
+            b = (char)(hexval(p[1]) * 16 + hexval(p[2]));
+            p += 3;
+        } else {
+            p++;
+        }
+        REQUIRE(i < c->keylen && c->key[i] == b, "key %s does not decode to the caller's key", arg);
+    }
+    REQUIRE(i == c->keylen, "key %s decodes to a prefix of the caller's key", arg);
+    REQUIRE(end - p >= 2 && p[0] == '}' && p[1] == ':', "no }: after the key in %s", arg);
+    p += 2;
+    REQUIRE((size_t)(end - p) >= strlen(t->name) && memcmp(p, t->name, strlen(t->name)) == 0,
+            "no tier name in %s", arg);
+    p += strlen(t->name);
+    REQUIRE(k == 0 ? p == end : strcmp(p, ":seq") == 0, "bad suffix in %s", arg);
+}
+
+static void check_call(const struct check_request *req, const struct script_call *call,
+                       int64_t now_us)
+{
+    size_t nkeys = 0, ntiers = 0, a = 0;
+
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct policy *p = req->checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++)
+            nkeys += (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
+        ntiers += p->ntiers;
+    }
+    REQUIRE(call->nkeys == nkeys && call->ntiers == ntiers, "%zu keys and %zu tiers", call->nkeys,
+            call->ntiers);
+    REQUIRE(call->nargs == nkeys + 3 + 3 * req->nchecks + 5 * ntiers, "%zu arguments", call->nargs);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++) {
+            const struct tier *t = &c->policy->tiers[j];
+            for (int k = 0; k < policy_algorithm_nkeys(t->algorithm); k++, a++)
+                check_redis_key(call->args[a], call->lens[a], c, t, k);
+        }
+    }
+    for (; a < call->nargs; a++)
+        REQUIRE(strlen(call->args[a]) == call->lens[a], "argument %zu: length", a);
+    if (now_us < 0)
+        REQUIRE(call->lens[nkeys] == 0, "now_us should be empty for Redis TIME");
+    else
+        REQUIRE(strcmp(call->args[nkeys], "1700000000000000") == 0, "now_us is %s",
+                call->args[nkeys]);
+}
+
+/* Every answer is a JSON object; a decision's "allowed" matches its status. */
+static void check_answer(const struct answer *ans, const struct check_request *req)
+{
+    json_error_t jerr;
+    json_t *body;
+
+    REQUIRE(ans->body != NULL, "no body");
+    REQUIRE(ans->nheaders <= RESPONSE_MAX_HEADERS, "%zu headers", ans->nheaders);
+    body = json_loads(ans->body, 0, &jerr);
+    REQUIRE(json_is_object(body), "body is not a JSON object: %s", ans->body);
+    if (req != NULL) {
+        json_t *allowed = json_object_get(body, "allowed");
+        json_t *checks = json_object_get(body, "checks");
+        REQUIRE(json_is_boolean(allowed), "no \"allowed\" in %s", ans->body);
+        REQUIRE(json_array_size(checks) == req->nchecks, "%zu checks in %s", req->nchecks,
+                ans->body);
+        if (ans->status == 200)
+            REQUIRE(json_is_true(allowed), "200 but not allowed: %s", ans->body);
+        else
+            REQUIRE((ans->status == 429 || ans->status == 503) && json_is_false(allowed),
+                    "status %d: %s", ans->status, ans->body);
+    }
+    json_decref(body);
+}
+
+static void check_request(const struct check_request *req)
+{
+    REQUIRE(req->nchecks >= 1 && req->nchecks <= REQUEST_MAX_CHECKS, "%zu checks", req->nchecks);
+    REQUIRE(req->dry_run == 0 || req->dry_run == 1, "dry_run %d", req->dry_run);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        REQUIRE(c->policy != NULL && config_find_policy(cfg, c->policy->name) == c->policy,
+                "check %zu: policy", i);
+        REQUIRE(c->keylen >= 1 && c->keylen <= POLICY_KEY_MAX, "check %zu: keylen %zu", i,
+                c->keylen);
+        REQUIRE(memchr(c->key, '\0', c->keylen) == NULL && c->key[c->keylen] == '\0',
+                "check %zu: NUL in the key or not terminated", i);
+        REQUIRE(c->cost >= 0 && c->cost <= REQUEST_MAX_COST, "check %zu: cost %lld", i,
+                (long long)c->cost);
+        for (size_t j = 0; j < i; j++)
+            REQUIRE(req->checks[j].policy != c->policy || req->checks[j].keylen != c->keylen ||
+                        memcmp(req->checks[j].key, c->key, c->keylen) != 0,
+                    "checks %zu and %zu were not merged", j, i);
+    }
+}
+
+/* ---- the harness ----------------------------------------------------------- */
+
+static void decide(const struct check_request *req, size_t ntiers, uint64_t seed)
+{
+    size_t n = SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers;
+    long long *ints = calloc(n + 1, sizeof(*ints));
+    struct tier_result *results = calloc(ntiers, sizeof(*results));
+    uint64_t deny = next(&seed) & 3; /* how often a tier denies: never .. always */
+    char err[RL_ERRLEN];
+    struct answer ans;
+
+    REQUIRE(ints != NULL && results != NULL, "out of memory");
+    ints[0] = NOW_US;
+    ints[1] = 1;
+    for (size_t i = 0; i < ntiers; i++) {
+        long long *v = ints + SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * i;
+        uint64_t r = next(&seed);
+        v[0] = deny == 0 ? 1 : deny == 3 ? 0 : (r % (deny == 1 ? 8 : 2)) != 0;
+        for (int k = 1; k < SCRIPTS_RESULT_PER_TIER - 1; k++)
+            v[k] = pick(&seed);
+        v[6] = (long long)(next(&seed) % 3); /* reason: 0, 1 (cost_exceeds_limit), other */
+    }
+    /* A reply of the wrong shape is refused, never read past. */
+    REQUIRE(scripts_decode_result(ints, n + 1, ntiers, results, err, sizeof(err)) < 0,
+            "a reply one integer too long was accepted");
+    REQUIRE(scripts_decode_result(ints, n, ntiers, results, err, sizeof(err)) == 0, "%s", err);
+
+    response_decision(req, results, &ans);
+    check_answer(&ans, req);
+    answer_free(&ans);
+    answer_free(&ans); /* answer_free leaves the struct reusable */
+
+    response_unavailable(req, "fuzz: redis is unavailable", &ans);
+    check_answer(&ans, req);
+    answer_free(&ans);
+
+    free(results);
+    free(ints);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct check_request req;
+    struct request_error err;
+    struct script_call call;
+    struct answer ans;
+
+    if (request_parse(cfg, (const char *)data, size, &req, &err) < 0) {
+        REQUIRE(req.nchecks == 0 && req.checks == NULL, "a refused request left checks behind");
+        REQUIRE(err.status == 400 && err.code != NULL, "status %d", err.status);
+        REQUIRE(memchr(err.message, '\0', sizeof(err.message)) != NULL, "message not terminated");
+        /* What check.c answers. */
+        response_error(err.status, err.code, err.message, &ans);
+        REQUIRE(ans.status == 400, "status %d", ans.status);
+        check_answer(&ans, NULL);
+        answer_free(&ans);
+        return 0;
+    }
+    check_request(&req);
+
+    scripts_build_call(cfg, &req, NOW_US, &call);
+    check_call(&req, &call, NOW_US);
+    size_t ntiers = call.ntiers;
+    scripts_call_free(&call);
+    scripts_build_call(cfg, &req, -1, &call);
+    check_call(&req, &call, -1);
+    scripts_call_free(&call);
+
+    decide(&req, ntiers, fnv1a(data, size));
+
+    request_free(&req);
+    request_free(&req); /* safe on a freed struct */
+    return 0;
+}

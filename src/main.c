@@ -103,6 +103,17 @@ static void raise_fd_limit(const struct server *srv)
     }
 }
 
+/* Tearing down restores the default signal actions: a second SIGTERM during
+ * the exit must not kill the process halfway. */
+static void block_stop_signals(void)
+{
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
+}
+
 static void on_backend_state(void *arg, int ready)
 {
     struct server *srv = arg;
@@ -243,13 +254,7 @@ int main(int argc, char **argv)
     rc = 0;
     log_event(&srv.log, LOG_LVL_INFO, "stopped", NULL);
 out:
-    /* Tearing down restores the default signal actions: a second SIGTERM
-     * during the exit must not kill the process halfway. */
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGTERM);
-    sigaddset(&stop_signals, SIGINT);
-    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
+    block_stop_signals();
     watch_free(srv.watch);
     /* The backend first: checks still waiting (after the drain's backstop)
      * complete as unavailable and are answered while their requests are

@@ -176,6 +176,13 @@ def test_errors(d):
         harness.ok(res.status == 400 and res.json and res.json["error"] in ("unknown_policy",
                                                                             "unknown_field"),
                    "a long multi-byte name in an error message: 400 (%d)" % res.status)
+    for body, what in (('{"policy":"login","key":"\\udc00"}', "a lone surrogate escape"),
+                       (b'{"policy":"login","key":"\xff\xfe"}', "invalid UTF-8 bytes")):
+        res = d.request("POST", "/check", body)
+        harness.eq((res.status, (res.json or {}).get("error")), (400, "invalid_json"),
+                   "a key with %s is refused as invalid JSON" % what)
+    res = d.request("GET", "/healthz", headers={"X-Big": "x" * 10000})
+    harness.ok(res.status in (400, 431), "request headers over 8 KiB are refused (%d)" % res.status)
     res = d.request("POST", "/check", '{"policy":"login","key":"x","cost":123456789012345678901}')
     harness.eq((res.status, (res.json or {}).get("error")), (400, "invalid_cost"),
                "a cost beyond 64 bits is invalid_cost")

@@ -113,6 +113,15 @@ def test_unix_socket_in_use(redis):
     harness.ok(not os.path.exists(sock), "and removes its socket file")
 
 
+def test_huge_key(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_body: 4194304\n").start()
+    res = d.check("open", "k" * (1 << 20))
+    harness.eq((res.status, res.json.get("error")), (400, "invalid_key"),
+               "a 1 MiB key (within max_body) is refused: keys are at most 1024 bytes")
+    harness.eq(redis.client().command("KEYS", "rl:{open:kkkk*"), [], "and nothing is written")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
 def test_max_connections(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_connections: 16\n").start()
     conns = []
@@ -215,6 +224,7 @@ def test_out_of_descriptors(redis):
 def main():
     redis = harness.RedisServer().start()
     test_max_inflight(redis)
+    test_huge_key(redis)
     test_pending_after_deadline(redis)
     test_unix_socket_in_use(redis)
     test_max_connections(redis)

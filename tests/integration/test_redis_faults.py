@@ -120,6 +120,35 @@ def test_circuit_breaker(redis, d):
     harness.ok("redis connection dropped" in d.logs(), "the hung connection was dropped (logged)")
 
 
+def test_flush_under_load(redis, d):
+    """SCRIPT FLUSH while 8 clients send checks: every answer is a decision
+    from Redis (NOSCRIPT reloaded and retried), none degraded."""
+    import threading
+    r = redis.client()
+    stop = threading.Event()
+    answers = []
+
+    def client(i):
+        while not stop.is_set():
+            try:
+                answers.append(d.check("open", "flush-%d" % i).json.get("degraded"))
+            except OSError as e:
+                answers.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for _ in range(10):
+        r.command("SCRIPT", "FLUSH")
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    harness.ok(len(answers) > 50 and all(a is None for a in answers),
+               "10 SCRIPT FLUSHes under load: %d checks, all decided by Redis (%r)"
+               % (len(answers), [a for a in answers if a is not None][:3]))
+
+
 def test_client_kill(redis, d):
     r = redis.client()
     killed = int(r.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
@@ -217,6 +246,7 @@ def main():
     test_redis_killed(redis, d)
     test_redis_hangs(redis, d)
     test_circuit_breaker(redis, d)
+    test_flush_under_load(redis, d)
     test_client_kill(redis, d)
     test_oom(redis, d)
     test_drain_after_reset(redis, d)

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -35,6 +36,7 @@
 #include "check.h"
 #include "http.h"
 #include "metrics.h"
+#include "sha1.h"
 
 #define HTTP_MAX_HEADERS_SIZE 8192
 #define HTTP_DRAIN_MAX_S 5 /* past redis.timeout */
@@ -257,7 +259,12 @@ static int authorized(const struct config *cfg, struct evhttp_request *req)
     if (!v || strncasecmp(v, "Bearer ", 7) != 0)
         return 0;
     v += 7;
-    return util_consttime_equal(v, strlen(v), cfg->auth_token, strlen(cfg->auth_token));
+    /* Compare digests, so that neither the time nor the length of the
+     * comparison depends on the token. */
+    char got[41], want[41];
+    sha1_hex(v, strlen(v), got);
+    sha1_hex(cfg->auth_token, strlen(cfg->auth_token), want);
+    return util_consttime_equal(got, 40, want, 40);
 }
 
 static void route_check(struct server *srv, struct evhttp_request *req)
@@ -319,7 +326,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (!path)
         path = "";
 
-    if (conn_track(l->http, req) < 0) {
+    /* Only the check port's connections count: callers filling it up must
+     * not lock out health probes and scrapes on admin_listen. */
+    if (l->checks && conn_track(l->http, req) < 0) {
         send_error(srv, req, 503, "too_many_connections", "the daemon has too many connections",
                    "Retry-After", "1");
         return;

@@ -84,7 +84,8 @@ struct watch *watch_new(struct server *srv, char *err, size_t errlen)
         return NULL;
     }
     free(copy);
-    hash_file(srv->config_path, w->sha);
+    /* No hash yet: the first change seen reloads even if the file changed
+     * between config_load and now. */
     w->readable = event_new(srv->base, w->fd, EV_READ | EV_PERSIST, on_readable, w);
     w->settle = evtimer_new(srv->base, on_settled, w);
     if (!w->readable || !w->settle || event_add(w->readable, NULL) < 0) {

@@ -78,7 +78,7 @@ def test_pending_after_deadline(redis):
         t0 = time.monotonic()
         third = d.check("closed", "p")
         took = time.monotonic() - t0
-        harness.ok(third.status == 503 and took < 0.1,
+        harness.ok(third.status == 503 and took < 0.25,
                    "a third is over max_inflight though nothing is unanswered (%.3f s)" % took)
         local = [d.check("local", "p") for _ in range(2)]
         harness.eq([(r.status, r.json.get("local")) for r in local], [(200, True), (429, True)],
@@ -123,7 +123,8 @@ def test_huge_key(redis):
 
 
 def test_max_connections(redis):
-    d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_connections: 16\n").start()
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_connections: 16\n",
+               admin=True).start()
     conns = []
     for _ in range(16):
         c = d.connection()
@@ -135,6 +136,8 @@ def test_max_connections(redis):
     harness.eq((r.status, r.getheader("Connection")), (503, "close"),
                "the 17th connection gets 503 and is closed")
     harness.ok(b"too_many_connections" in r.read(), "with error too_many_connections")
+    harness.eq((d.admin("/healthz").status, d.admin("/metrics").status), (200, 200),
+               "the admin port still answers probes and scrapes")
     for c, _ in conns[:4]:
         c.close()
     time.sleep(0.2)

@@ -130,7 +130,8 @@ static void check_config(const struct config *c)
                 "policies %s and %s are not sorted or not unique", c->policies[i - 1].name,
                 p->name);
         REQUIRE(config_find_policy(c, p->name) == p, "config_find_policy(%s)", p->name);
-        REQUIRE(p->failure_mode == FAILURE_OPEN || p->failure_mode == FAILURE_CLOSED,
+        REQUIRE(p->failure_mode == FAILURE_OPEN || p->failure_mode == FAILURE_CLOSED ||
+                    p->failure_mode == FAILURE_LOCAL,
                 "failure_mode %d", (int)p->failure_mode);
         REQUIRE(p->shadow == 0 || p->shadow == 1, "shadow %d", p->shadow);
         REQUIRE(p->ntiers >= 1 && p->ntiers <= POLICY_MAX_TIERS, "%zu tiers", p->ntiers);

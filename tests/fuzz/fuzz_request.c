@@ -6,8 +6,11 @@
  *   refused  -> response_error() with the request_error (the 400 answer);
  *   accepted -> scripts_build_call() (local clock and Redis TIME), then
  *               response_decision() from tier results the script could
- *               have returned (decoded by scripts_decode_result) and
- *               response_unavailable() (the degraded / 503 answer).
+ *               have returned (decoded by scripts_decode_result),
+ *               response_unavailable() (the degraded / 503 answer), and
+ *               the failure_mode local path: local_decide() on a small
+ *               fresh store (so it evicts) at a few times, each answered
+ *               by response_local_decision().
  *
  * The policy file is fixed (below) and built once: every algorithm, a
  * multi-tier policy, a shadow policy, a failure_mode: closed policy, and a
@@ -34,6 +37,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "limiter_local.h"
 #include "policy.h"
 #include "request.h"
 #include "response.h"
@@ -88,6 +92,13 @@ static const char policy_yaml[] =
     "    tiers:\n"
     "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}\n"
     "      - {name: hourly, algorithm: gcra, limit: 100, window: 1h}\n"
+    "  local:\n"
+    "    failure_mode: local\n"
+    "    tiers:\n"
+    "      - {name: swl, algorithm: sliding_window_log, limit: 3, window: 1s}\n"
+    "      - {name: swb, algorithm: sliding_window_buckets, limit: 5, window: 10ms, "
+    "precision: 1ms}\n"
+    "      - {name: lb, algorithm: leaky_bucket, limit: 2, window: 1ms, burst: 1}\n"
     "  shadow-closed.x_1:\n"
     "    failure_mode: closed\n"
     "    shadow: true\n"
@@ -326,6 +337,63 @@ static void check_request(const struct check_request *req)
 
 /* ---- the harness ----------------------------------------------------------- */
 
+/*
+ * failure_mode local: the request decided three times by a fresh store of
+ * 1, 3 or 64 keys (the smaller ones evict, even the request's own keys), at
+ * times from the seed within local_decide's 0..2^53 (times may go back, as a
+ * wall clock may). Run for every request, whatever its policies' mode: the
+ * function's contract does not depend on it.
+ */
+static void decide_locally(const struct check_request *req, size_t ntiers, uint64_t seed)
+{
+    static const size_t sizes[] = {1, 3, 64};
+    size_t max_keys = sizes[next(&seed) % 3];
+    struct local_store *store = local_store_new(max_keys, 0x0123456789abcdefULL);
+    struct tier_result *results = calloc(ntiers, sizeof(*results));
+    int64_t now = (int64_t)(next(&seed) % 4 == 0 ? next(&seed) % ((1ULL << 53) + 1) : NOW_US);
+    struct answer ans;
+
+    REQUIRE(store != NULL && results != NULL, "out of memory");
+    for (int round = 0; round < 3; round++) {
+        int allowed = local_decide(store, cfg->key_prefix, req, now, results), expect = 1;
+        const struct tier_result *r = results;
+
+        for (size_t i = 0; i < req->nchecks; i++)
+            for (size_t j = 0; j < req->checks[i].policy->ntiers; j++, r++)
+                if (!r->allowed && !req->checks[i].policy->shadow)
+                    expect = 0;
+        REQUIRE(allowed == expect, "local_decide returned %d, its tiers say %d", allowed, expect);
+        REQUIRE(local_store_size(store) <= max_keys, "%zu entries in a store of %zu",
+                local_store_size(store), max_keys);
+        response_local_decision(req, results, &ans);
+        check_answer(&ans, req);
+        REQUIRE(ans.status == (allowed ? 200 : 429), "status %d for allowed %d", ans.status,
+                allowed);
+        answer_free(&ans);
+
+        /* Next: the same microsecond, a little later, or a jump either way. */
+        switch (next(&seed) % 4) {
+        case 0:
+            break;
+        case 1:
+            now += (int64_t)(next(&seed) % 2000000);
+            break;
+        case 2:
+            now -= (int64_t)(next(&seed) % 2000000);
+            break;
+        default:
+            now = (int64_t)(next(&seed) % ((1ULL << 53) + 1));
+            break;
+        }
+        if (now < 0)
+            now = 0;
+        if (now > (1LL << 53))
+            now = 1LL << 53;
+    }
+    local_store_free(store);
+    free(results);
+}
+
 static void decide(const struct check_request *req, size_t ntiers, uint64_t seed)
 {
     size_t n = SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers;
@@ -393,6 +461,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     scripts_call_free(&call);
 
     decide(&req, ntiers, fnv1a(data, size));
+    decide_locally(&req, ntiers, fnv1a(data, size) ^ 0x5bd1e995);
 
     request_free(&req);
     request_free(&req); /* safe on a freed struct */

@@ -51,7 +51,13 @@ static void utf8_clean(const char *s, char *out, size_t outlen)
         size_t i = 1;
         while (i < n && (p[i] & 0xC0) == 0x80)
             i++;
-        if (n == 0 || i < n || (n == 2 && *p < 0xC2) || o + n >= outlen) {
+        /* Overlong forms, surrogates and code points past U+10FFFF are
+         * invalid too (jansson refuses them). */
+        int bad = n == 0 || i < n || (n == 2 && *p < 0xC2) ||
+                  (n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] >= 0xA0))) ||
+                  (n == 4 && (*p > 0xF4 || (*p == 0xF0 && p[1] < 0x90) ||
+                              (*p == 0xF4 && p[1] >= 0x90)));
+        if (bad || o + n >= outlen) {
             out[o++] = '?';
             p++;
             continue;

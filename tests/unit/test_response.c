@@ -241,6 +241,19 @@ static void test_error(void)
     is_str(json_string_value(json_object_get(b, "message")), "?? ok ??", "invalid bytes become ?");
     json_decref(b);
     answer_free(&a);
+    /* overlong '/', a surrogate, past U+10FFFF, lead byte F5; then valid
+     * 2-, 3- and 4-byte characters. */
+    response_error(400, "x",
+                   "\xe0\x80\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\xf5\x80\x80\x80|"
+                   "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
+                   &a);
+    b = body_of(&a);
+    is_int(a.status, 400, "overlong, surrogate and out-of-range sequences: still a 400");
+    is_str(json_string_value(json_object_get(b, "message")),
+           "???|???|????|????|\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
+           "each of their bytes becomes ?, valid characters stay");
+    json_decref(b);
+    answer_free(&a);
 }
 
 int main(void)

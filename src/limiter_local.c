@@ -39,23 +39,8 @@ __extension__ typedef __int128 i128;
 
 /* ------------------------------------------------------------ arithmetic */
 
-/* floor(a / b) and ceil(a / b) for b > 0 (idiv and idiv_ceil in common.lua). */
-static int64_t idiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if (a % b < 0)
-        q--;
-    return q;
-}
-
-static int64_t idiv_ceil(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if (a % b > 0)
-        q++;
-    return q;
-}
-
+/* floor(a / b) and ceil(a / b) for b > 0 (idiv and idiv_ceil in common.lua),
+ * in 128 bits where a product may pass 64. */
 static i128 idiv128(i128 a, i128 b)
 {
     i128 q = a / b;
@@ -70,6 +55,16 @@ static i128 idiv_ceil128(i128 a, i128 b)
     if (a % b > 0)
         q++;
     return q;
+}
+
+static int64_t idiv(int64_t a, int64_t b)
+{
+    return (int64_t)idiv128(a, b);
+}
+
+static int64_t idiv_ceil(int64_t a, int64_t b)
+{
+    return (int64_t)idiv_ceil128(a, b);
 }
 
 static int64_t max64(int64_t a, int64_t b)

@@ -2,7 +2,8 @@
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
 # `make check`; then the same suite built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
-# missing from the distribution fails too); then a short run of each fuzzer.
+# missing from the distribution fails too); then the daemon's integration
+# tests under valgrind; then a short run of each fuzzer.
 # Ends with one line "N passed, N failed" over every TAP test point.
 set -eu
 cd "$(dirname "$0")/.."
@@ -30,6 +31,11 @@ else
     echo "== the sanitizer build failed"
     rc=1
 fi
+
+# Every daemon of the integration tests under valgrind: no leak, no invalid
+# access.
+echo "== the integration tests with the daemon under valgrind"
+sh tools/valgrind.sh || rc=1
 
 # A short run of each libFuzzer harness (the long runs are in the README).
 echo "== fuzzing, 30 s per harness"

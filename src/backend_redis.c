@@ -46,7 +46,6 @@ struct backend {
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
     int setup_failed;   /* AUTH or SELECT failed on this connection */
     int freeing;
-    unsigned long long reconnects; /* connections lost or dropped */
     backend_state_fn on_state;
     void *on_state_arg;
     struct event *reconnect_ev;
@@ -129,7 +128,6 @@ static void drop_connection(struct backend *b, const char *why)
     b->dropping = 1; /* on_disconnect, if hiredis calls it, leaves it to us */
     redisAsyncFree(ac);
     b->dropping = 0;
-    b->reconnects++;
     metrics_count(b->metrics, METRICS_REDIS_RECONNECTS);
     schedule_reconnect(b);
 }
@@ -160,7 +158,6 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     struct backend *b = ac->data;
     if (b->dropping)
         return;
-    b->reconnects++;
     metrics_count(b->metrics, METRICS_REDIS_RECONNECTS);
     if (!b->freeing)
         log_event(b->log, LOG_LVL_WARN, "redis connection lost", "target", b->target, "error",

@@ -56,17 +56,15 @@ struct backend {
     uint64_t rng;
 };
 
-/* One EVALSHA in flight; owns a copy of its arguments for a NOSCRIPT retry. */
+/* One EVALSHA in flight; owns its arguments, kept for a NOSCRIPT retry. */
 struct pending {
     struct backend *b;
     backend_done_fn done;
     void *arg;
     int retried;
     int64_t sent_us; /* monotonic, for the round-trip histogram */
-    int argc;
-    const char **argv;
-    size_t *lens;
-    char *mem;
+    struct script_call call;
+    char nkeys[24];
 };
 
 static void start_connect(struct backend *b);
@@ -259,9 +257,7 @@ static void start_connect(struct backend *b)
 
 static void pending_free(struct pending *p)
 {
-    free(p->argv);
-    free(p->lens);
-    free(p->mem);
+    scripts_call_free(&p->call);
     free(p);
 }
 
@@ -319,42 +315,34 @@ static int send_pending(struct pending *p)
     if (!b->ac || b->state == CONN_DOWN)
         return -1;
     p->sent_us = util_monotonic_us();
-    return redisAsyncCommandArgv(b->ac, on_eval_reply, p, p->argc, p->argv, p->lens) == REDIS_OK
+    return redisAsyncCommandArgv(b->ac, on_eval_reply, p,
+                                 (int)(SCRIPTS_CALL_HEAD + p->call.nargs), p->call.head_args,
+                                 p->call.head_lens) == REDIS_OK
                ? 0
                : -1;
 }
 
-int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
-                 void *arg)
+int backend_eval(struct backend *b, struct script_call *call, backend_done_fn done, void *arg)
 {
     /* The circuit is open (down, reconnecting, or not yet answering):
      * answer now rather than wait for a deadline. */
-    if (!backend_ready(b))
+    if (!backend_ready(b)) {
+        scripts_call_free(call);
         return -1;
-    char nkeys[24];
-    snprintf(nkeys, sizeof nkeys, "%zu", call->nkeys);
-    const char *head[] = {"EVALSHA", b->sha, nkeys};
-
+    }
     struct pending *p = xcalloc(1, sizeof *p);
     p->b = b;
     p->done = done;
     p->arg = arg;
-    p->argc = (int)(3 + call->nargs);
-    p->argv = xcalloc((size_t)p->argc, sizeof *p->argv);
-    p->lens = xcalloc((size_t)p->argc, sizeof *p->lens);
-    size_t bytes = 0;
-    for (int i = 0; i < p->argc; i++) {
-        size_t len = i < 3 ? strlen(head[i]) : call->lens[i - 3];
-        p->lens[i] = len;
-        bytes += len + 1;
-    }
-    p->mem = xmalloc(bytes);
-    char *m = p->mem;
-    for (int i = 0; i < p->argc; i++) {
-        memcpy(m, i < 3 ? head[i] : call->args[i - 3], p->lens[i]);
-        m[p->lens[i]] = '\0';
-        p->argv[i] = m;
-        m += p->lens[i] + 1;
+    p->call = *call;
+    memset(call, 0, sizeof *call);
+    /* The command words go in the call's free head slots; b->sha outlives
+     * every pending call (backend_free completes them first). */
+    snprintf(p->nkeys, sizeof p->nkeys, "%zu", p->call.nkeys);
+    const char *head[SCRIPTS_CALL_HEAD] = {"EVALSHA", b->sha, p->nkeys};
+    for (int i = 0; i < SCRIPTS_CALL_HEAD; i++) {
+        p->call.head_args[i] = head[i];
+        p->call.head_lens[i] = strlen(head[i]);
     }
     if (send_pending(p) < 0) {
         pending_free(p);

@@ -52,13 +52,14 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
 void backend_start(struct backend *b);
 
 /*
- * Runs the decision script with call's KEYS/ARGV (copied: the caller keeps
- * call). Returns 0 if the call was sent or queued (done will be called
+ * Runs the decision script with call's KEYS/ARGV. Takes call (left empty)
+ * in every case: it is kept, uncopied, until the reply, for a NOSCRIPT
+ * retry. Returns 0 if the call was sent or queued (done will be called
  * exactly once, possibly after the connection is lost), or -1 when the
  * backend is down right now (done is not called; the caller answers at
  * once instead of waiting for a deadline).
  */
-int backend_eval(struct backend *b, const struct script_call *call, backend_done_fn done,
+int backend_eval(struct backend *b, struct script_call *call, backend_done_fn done,
                  void *arg) RL_WUR;
 
 /* Told by the caller when a call's deadline passed with no reply. After a

@@ -210,9 +210,7 @@ void check_start(struct server *srv, struct evhttp_request *req)
                                                 ? util_realtime_us()
                                                 : -1,
                        &call);
-    int rc = backend_eval(srv->backend, &call, on_backend_done, c);
-    scripts_call_free(&call);
-    if (rc < 0) {
+    if (backend_eval(srv->backend, &call, on_backend_done, c) < 0) {
         answer_unavailable(c, "redis is unavailable");
         return;
     }

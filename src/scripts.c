@@ -21,9 +21,12 @@ void scripts_sha1(char out[41])
     sha1_hex(scripts_lua_source, strlen(scripts_lua_source), out);
 }
 
-/* Appends one argument to the call; mem was sized by the caller. */
+/* Appends one argument to the call; mem was sized by scripts_build_call,
+ * and a bound gone wrong is a bug, never an overflow. */
 static void push(struct script_call *c, size_t *used, const char *s, size_t len)
 {
+    if (*used + len + 1 > c->mem_size)
+        abort();
     char *dst = c->mem + *used;
     memcpy(dst, s, len);
     dst[len] = '\0';
@@ -48,21 +51,30 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
 {
     static const char *const log_suffix[] = {NULL, "seq"};
     size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
+    size_t prefix = strlen(cfg->key_prefix);
     for (size_t i = 0; i < req->nchecks; i++) {
-        const struct policy *p = req->checks[i].policy;
+        const struct check_item *c = &req->checks[i];
+        const struct policy *p = c->policy;
         bytes += 3 * NUM_BYTES;
         for (size_t j = 0; j < p->ntiers; j++) {
-            nkeys += (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
-            bytes += 5 * NUM_BYTES + (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm) *
-                                         POLICY_KEY_BUF;
+            size_t k = (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
+            /* A key: prefix, {policy:key} with each key byte at most %XX,
+             * :tier, :seq, NUL. */
+            size_t key_bytes = prefix + strlen(p->name) + 3 * c->keylen +
+                               strlen(p->tiers[j].name) + 16;
+            nkeys += k;
+            bytes += 5 * NUM_BYTES + k * key_bytes;
         }
         ntiers += p->ntiers;
     }
     size_t nargs = nkeys + 3 + 3 * req->nchecks + 5 * ntiers;
     memset(out, 0, sizeof *out);
-    out->args = xcalloc(nargs, sizeof *out->args);
-    out->lens = xcalloc(nargs, sizeof *out->lens);
+    out->head_args = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_args);
+    out->head_lens = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_lens);
+    out->args = out->head_args + SCRIPTS_CALL_HEAD;
+    out->lens = out->head_lens + SCRIPTS_CALL_HEAD;
     out->mem = xmalloc(bytes);
+    out->mem_size = bytes;
     out->ntiers = ntiers;
     out->nkeys = nkeys;
     size_t used = 0;
@@ -108,8 +120,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
 
 void scripts_call_free(struct script_call *call)
 {
-    free(call->args);
-    free(call->lens);
+    free(call->head_args);
+    free(call->head_lens);
     free(call->mem);
     memset(call, 0, sizeof *call);
 }

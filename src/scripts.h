@@ -24,9 +24,14 @@ extern const char scripts_lua_source[]; /* generated: src/scripts_lua.c */
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);
 
+/* Free slots before args[0], for the sender's command words (EVALSHA, the
+ * SHA1, the number of keys), so the call is sent without another copy. */
+#define SCRIPTS_CALL_HEAD 3
+
 /*
  * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
- * One allocation holds everything; free it with scripts_call_free.
+ * args and lens point SCRIPTS_CALL_HEAD entries into head_args/head_lens.
+ * Free it with scripts_call_free (or hand it to backend_eval, which takes it).
  */
 struct script_call {
     size_t nkeys;
@@ -34,7 +39,10 @@ struct script_call {
     size_t ntiers;
     const char **args;
     size_t *lens;
+    const char **head_args;
+    size_t *head_lens;
     char *mem;
+    size_t mem_size;
 };
 
 /* Builds the call deciding every tier of every check of req. now_us < 0

@@ -17,7 +17,7 @@
 #include "limiter_local.h"
 #include "metrics.h"
 #include "request.h"
-#include "response.h"
+#include "answer.h"
 #include "scripts.h"
 
 struct check {
@@ -97,28 +97,23 @@ static void count_checks(struct check *c, const struct tier_result *results, int
     }
 }
 
-static size_t request_tiers(const struct check_request *r)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < r->nchecks; i++)
-        n += r->checks[i].policy->ntiers;
-    return n;
-}
-
 /* Redis could not decide: the request's failure mode answers (local: a
  * decision from this daemon's memory, with the same algorithms). */
 static void answer_unavailable(struct check *c, const char *why)
 {
     struct answer ans;
     if (request_failure_mode(&c->request) != FAILURE_LOCAL) {
-        response_unavailable(&c->request, why, &ans);
+        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .req = &c->request, .why = why};
+        answer_verdict(&v, &ans);
         count_checks(c, NULL, ans.status, 0);
         finish(c, &ans);
         return;
     }
     struct tier_result *results = xcalloc(request_tiers(&c->request), sizeof *results);
     local_decide(c->srv->local, c->cfg->key_prefix, &c->request, util_realtime_us(), results);
-    response_local_decision(&c->request, results, &ans);
+    struct verdict v = {.kind = VERDICT_LOCAL, .req = &c->request, .results = results};
+    decision_summarize(&c->request, results, &v.sum);
+    answer_verdict(&v, &ans);
     count_checks(c, results, ans.status, 1);
     free(results);
     finish(c, &ans);
@@ -152,7 +147,9 @@ static void on_backend_done(void *arg, enum backend_status status, const long lo
         answer_unavailable(c, "redis returned an unexpected reply");
     } else {
         struct answer ans;
-        response_decision(&c->request, results, &ans);
+        struct verdict v = {.kind = VERDICT_DECIDED, .req = &c->request, .results = results};
+        decision_summarize(&c->request, results, &v.sum);
+        answer_verdict(&v, &ans);
         count_checks(c, results, ans.status, 0);
         finish(c, &ans);
     }
@@ -186,7 +183,7 @@ void check_start(struct server *srv, struct evhttp_request *req)
     struct request_error rerr;
     if (request_parse(c->cfg, body, len, &c->request, &rerr) < 0) {
         struct answer ans;
-        response_error(rerr.status, rerr.code, rerr.message, &ans);
+        answer_error(rerr.status, rerr.code, rerr.message, &ans);
         finish(c, &ans);
         return;
     }
@@ -199,8 +196,8 @@ void check_start(struct server *srv, struct evhttp_request *req)
             return;
         }
         struct answer ans;
-        response_error(503, "overloaded", "too many checks in flight", &ans);
-        response_add_header(&ans, "Retry-After", "1");
+        struct verdict v = {.kind = VERDICT_OVERLOADED, .req = &c->request};
+        answer_verdict(&v, &ans);
         finish(c, &ans);
         return;
     }

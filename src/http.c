@@ -230,9 +230,9 @@ static void send_error(struct server *srv, struct evhttp_request *req, int statu
                        const char *hvalue)
 {
     struct answer ans;
-    response_error(status, code, message, &ans);
+    answer_error(status, code, message, &ans);
     if (hname)
-        response_add_header(&ans, hname, hvalue);
+        answer_add_header(&ans, hname, hvalue);
     ans.close = status == 503 || status == 401;
     http_send_answer(srv, req, &ans);
     answer_free(&ans);

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "response.h"
+#include "answer.h"
 #include "server.h"
 #include "util.h"
 

@@ -5,34 +5,36 @@
 
 #include "json_out.h"
 
-/* A comma if the buffer ends with a complete value (and so this is the next
- * member or element); not after '{', '[', ':' or anything before the JSON
- * (an HTTP head ends with '\n'). */
-static void sep(struct buf *b)
+struct json_out json_out_start(struct buf *b)
 {
-    if (b->len == 0)
-        return;
-    char last = b->data[b->len - 1];
-    if (last == '"' || last == '}' || last == ']' || last == 'e' || last == 'l' ||
-        (last >= '0' && last <= '9'))
-        buf_append_char(b, ',');
+    return (struct json_out){.b = b};
 }
 
-void json_out_begin(struct buf *b, char open)
+/* The comma before a key or a value, when one is due. */
+static void sep(struct json_out *j)
 {
-    sep(b);
-    buf_append_char(b, open);
+    if (j->comma)
+        buf_append_char(j->b, ',');
+    j->comma = 0;
 }
 
-void json_out_end(struct buf *b, char close)
+void json_out_begin(struct json_out *j, char open)
 {
-    buf_append_char(b, close);
+    sep(j);
+    buf_append_char(j->b, open);
 }
 
-void json_out_key(struct buf *b, const char *key)
+void json_out_end(struct json_out *j, char close)
 {
-    json_out_cstr(b, key);
-    buf_append_char(b, ':');
+    buf_append_char(j->b, close);
+    j->comma = 1;
+}
+
+void json_out_key(struct json_out *j, const char *key)
+{
+    json_out_cstr(j, key);
+    buf_append_char(j->b, ':');
+    j->comma = 0;
 }
 
 /* The length of the valid UTF-8 sequence at p (n > 0 bytes left), or 0. */
@@ -57,28 +59,28 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return want;
 }
 
-void json_out_str(struct buf *b, const char *s, size_t len)
+void json_out_str(struct json_out *j, const char *s, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
-    sep(b);
-    buf_append_char(b, '"');
+    sep(j);
+    buf_append_char(j->b, '"');
     while (p < end) {
         unsigned char c = *p;
         if (c >= 0x80) {
             size_t n = utf8_seq(p, (size_t)(end - p));
             if (n == 0) {
-                buf_append_char(b, '?');
+                buf_append_char(j->b, '?');
                 p++;
             } else {
-                buf_append(b, p, n);
+                buf_append(j->b, p, n);
                 p += n;
             }
             continue;
         }
         p++;
         if (c >= 0x20 && c != '"' && c != '\\') {
-            buf_append_char(b, (char)c);
+            buf_append_char(j->b, (char)c);
             continue;
         }
         char esc[6] = {'\\', 0};
@@ -111,30 +113,34 @@ void json_out_str(struct buf *b, const char *s, size_t len)
             esc[5] = hex[c & 15];
             n = 6;
         }
-        buf_append(b, esc, n);
+        buf_append(j->b, esc, n);
     }
-    buf_append_char(b, '"');
+    buf_append_char(j->b, '"');
+    j->comma = 1;
 }
 
-void json_out_cstr(struct buf *b, const char *s)
+void json_out_cstr(struct json_out *j, const char *s)
 {
-    json_out_str(b, s, strlen(s));
+    json_out_str(j, s, strlen(s));
 }
 
-void json_out_int(struct buf *b, int64_t v)
+void json_out_int(struct json_out *j, int64_t v)
 {
-    sep(b);
-    buf_append_int(b, (long long)v);
+    sep(j);
+    buf_append_int(j->b, (long long)v);
+    j->comma = 1;
 }
 
-void json_out_bool(struct buf *b, int v)
+void json_out_bool(struct json_out *j, int v)
 {
-    sep(b);
-    buf_append_str(b, v ? "true" : "false");
+    sep(j);
+    buf_append_str(j->b, v ? "true" : "false");
+    j->comma = 1;
 }
 
-void json_out_null(struct buf *b)
+void json_out_null(struct json_out *j)
 {
-    sep(b);
-    buf_append_str(b, "null");
+    sep(j);
+    buf_append_str(j->b, "null");
+    j->comma = 1;
 }

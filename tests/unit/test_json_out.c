@@ -30,27 +30,28 @@ static char *jansson_str(const char *s, size_t len)
 static void test_shape(void)
 {
     struct buf b = {0};
-    json_out_begin(&b, '{');
-    json_out_key(&b, "allowed");
-    json_out_bool(&b, 1);
-    json_out_key(&b, "n");
-    json_out_int(&b, -9223372036854775807LL - 1);
-    json_out_key(&b, "none");
-    json_out_null(&b);
-    json_out_key(&b, "list");
-    json_out_begin(&b, '[');
-    json_out_begin(&b, '{');
-    json_out_key(&b, "a");
-    json_out_bool(&b, 0);
-    json_out_end(&b, '}');
-    json_out_begin(&b, '{');
-    json_out_end(&b, '}');
-    json_out_int(&b, 7);
-    json_out_cstr(&b, "s");
-    json_out_begin(&b, '[');
-    json_out_end(&b, ']');
-    json_out_end(&b, ']');
-    json_out_end(&b, '}');
+    struct json_out j = json_out_start(&b);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "n");
+    json_out_int(&j, -9223372036854775807LL - 1);
+    json_out_key(&j, "none");
+    json_out_null(&j);
+    json_out_key(&j, "list");
+    json_out_begin(&j, '[');
+    json_out_begin(&j, '{');
+    json_out_key(&j, "a");
+    json_out_bool(&j, 0);
+    json_out_end(&j, '}');
+    json_out_begin(&j, '{');
+    json_out_end(&j, '}');
+    json_out_int(&j, 7);
+    json_out_cstr(&j, "s");
+    json_out_begin(&j, '[');
+    json_out_end(&j, ']');
+    json_out_end(&j, ']');
+    json_out_end(&j, '}');
     is_str(text(&b),
            "{\"allowed\":true,\"n\":-9223372036854775808,\"none\":null,"
            "\"list\":[{\"a\":false},{},7,\"s\",[]]}",
@@ -58,10 +59,11 @@ static void test_shape(void)
     buf_free(&b);
 
     /* After an HTTP head (ends with '\n') no separator is written. */
-    buf_append_str(&b, "HTTP/1.1 200 OK\r\n\r\n");
-    json_out_begin(&b, '{');
-    json_out_end(&b, '}');
-    is_str(text(&b), "HTTP/1.1 200 OK\r\n\r\n{}", "no comma after what comes before the JSON");
+    buf_append_str(&b, "HTTP/1.1 200 OK\r\n\r\n1");
+    j = json_out_start(&b);
+    json_out_begin(&j, '{');
+    json_out_end(&j, '}');
+    is_str(text(&b), "HTTP/1.1 200 OK\r\n\r\n1{}", "no comma after what the buffer held before");
     buf_free(&b);
 }
 
@@ -69,9 +71,10 @@ static void test_escapes(void)
 {
     static const char all[] = "\"\\/\b\f\n\r\t\x01\x1f\x7f a\0z";
     struct buf b = {0};
-    json_out_begin(&b, '[');
-    json_out_str(&b, all, sizeof all - 1);
-    json_out_end(&b, ']');
+    struct json_out j = json_out_start(&b);
+    json_out_begin(&j, '[');
+    json_out_str(&j, all, sizeof all - 1);
+    json_out_end(&j, ']');
     char *want = jansson_str(all, sizeof all - 1);
     is_str(text(&b), want, "escapes as jansson writes them");
     free(want);
@@ -84,9 +87,10 @@ static void test_escapes(void)
 static int check_string(const unsigned char *s, size_t len)
 {
     struct buf b = {0};
-    json_out_begin(&b, '[');
-    json_out_str(&b, (const char *)s, len);
-    json_out_end(&b, ']');
+    struct json_out j = json_out_start(&b);
+    json_out_begin(&j, '[');
+    json_out_str(&j, (const char *)s, len);
+    json_out_end(&j, ']');
     json_error_t e;
     json_t *v = json_loadb(b.data, b.len, JSON_ALLOW_NUL, &e);
     int good =
@@ -138,7 +142,8 @@ static void test_hostile(void)
     ok(all, "edge cases of UTF-8 (overlong, surrogates, past U+10FFFF, cut sequences)");
 
     struct buf b = {0};
-    json_out_cstr(&b, "a\xff\xc3\xa9\xed\xa0\x80z");
+    struct json_out j = json_out_start(&b);
+    json_out_cstr(&j, "a\xff\xc3\xa9\xed\xa0\x80z");
     is_str(text(&b), "\"a?\xc3\xa9???z\"", "each invalid byte becomes '?', valid ones stay");
     buf_free(&b);
 

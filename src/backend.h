@@ -79,6 +79,9 @@ static inline int backend_ready(const struct backend *b)
 
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
 
+/* For implementations: tells the listener that backend_ready changed. */
+void backend_state_changed(struct backend *b);
+
 /* NULL is a no-op. */
 void backend_free(struct backend *b);
 

@@ -29,10 +29,18 @@ enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
  * its policies' failure_mode answer at once, or 503 overloaded. */
 enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
 
+/* Where decisions are made: Redis (shared by every daemon) or this process's
+ * memory (backend_memory.c). */
+enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
+
+#define CONFIG_WORKERS_MAX 64
+
 struct config {
     int refcount;
     char *path;   /* the file it was loaded from */
     char *listen; /* "host:port", "[v6]:port" or "unix:/path" */
+    enum backend_kind backend;
+    int64_t workers; /* event loops; 0: one per CPU (auto) */
     char *redis_url;
     int64_t redis_timeout_us;
     char *key_prefix;

@@ -17,16 +17,14 @@
 #include <sys/stat.h>
 #include <sysexits.h>
 
-#include "backend_redis.h"
+#include "backend.h"
 #include "config.h"
-#include "http.h"
-#include "limiter_local.h"
-#include "metrics.h"
 #include "notify.h"
 #include "reload.h"
-#include "watch.h"
 #include "scripts.h"
 #include "server.h"
+#include "watch.h"
+#include "worker.h"
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
@@ -60,7 +58,9 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
     log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
               NULL);
     notify_stopping(srv->notify);
-    http_drain(srv);
+    srv->draining = 1;
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_drain(&srv->workers[i]);
 }
 
 /* Anyone who may write the policy file may lift every limit: warn, or with
@@ -112,12 +112,6 @@ static void block_stop_signals(void)
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
-}
-
-static void on_backend_state(void *arg, int ready)
-{
-    struct server *srv = arg;
-    notify_state(srv->notify, srv);
 }
 
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
@@ -196,16 +190,13 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(&srv);
-    /* A secret hash seed: callers choose the keys of the local store. */
-    uint64_t seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; local store seeded from the clock",
+    /* A secret hash seed: callers choose the keys of the in-memory tables. */
+    srv.hash_seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
+    if (getrandom(&srv.hash_seed, sizeof srv.hash_seed, GRND_NONBLOCK) !=
+        (ssize_t)sizeof srv.hash_seed)
+        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock",
                   NULL);
-    srv.local = local_store_new((size_t)srv.config->local_max_keys, seed);
-    srv.metrics = metrics_new();
     srv.config_loaded_us = util_realtime_us();
-    for (size_t i = 0; i < srv.config->npolicies; i++)
-        metrics_policy_seen(srv.metrics, srv.config->policies[i].name);
 
     int rc = 1;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
@@ -215,16 +206,10 @@ int main(int argc, char **argv)
         goto out;
     }
     srv.notify = notify_new(srv.base);
-    srv.backend =
-        backend_new(srv.base, srv.config->redis_url, &srv.log, srv.metrics, err, sizeof err);
-    if (!srv.backend) {
-        fprintf(stderr, "ratelimitd: %s\n", err);
-        goto out;
-    }
+    srv.nworkers = 1;
+    srv.workers = xcalloc(srv.nworkers, sizeof *srv.workers);
     /* READY=1 waits for the script to be loaded in Redis. */
-    backend_on_state(srv.backend, on_backend_state, &srv);
-    srv.http = http_new(&srv, err, sizeof err);
-    if (!srv.http) {
+    if (worker_init(&srv.workers[0], &srv, 0, srv.base, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
@@ -240,12 +225,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
-    backend_start(srv.backend);
+    for (size_t i = 0; i < srv.nworkers; i++)
+        worker_start(&srv.workers[i]);
+    notify_state(srv.notify, &srv); /* READY=1 now with backend: memory */
     char npol[24];
     snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
     log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION,
-              "policies", npol, "listen", srv.config->listen, "redis",
-              backend_target(srv.backend), "clock",
+              "policies", npol, "listen", srv.config->listen,
+              srv.config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
+              srv.workers[0].backend->ops->target(srv.workers[0].backend), "clock",
               srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
     if (event_base_dispatch(srv.base) < 0) {
         fprintf(stderr, "ratelimitd: event loop failed\n");
@@ -256,11 +244,9 @@ int main(int argc, char **argv)
 out:
     block_stop_signals();
     watch_free(srv.watch);
-    /* The backend first: checks still waiting (after the drain's backstop)
-     * complete as unavailable and are answered while their requests are
-     * alive; http_free then closes the connections. */
-    backend_free(srv.backend);
-    http_free(srv.http);
+    for (size_t i = 0; i < srv.nworkers; i++)
+        worker_fini(&srv.workers[i]);
+    free(srv.workers);
     notify_free(srv.notify);
     if (sigterm)
         event_free(sigterm);
@@ -271,7 +257,5 @@ out:
     if (srv.base)
         event_base_free(srv.base);
     config_unref(srv.config);
-    metrics_free(srv.metrics);
-    local_store_free(srv.local);
     return rc;
 }

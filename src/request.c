@@ -190,25 +190,3 @@ done:
         request_free(out);
     return rc;
 }
-
-enum failure_mode request_failure_mode(const struct check_request *r)
-{
-    enum failure_mode mode = FAILURE_OPEN;
-    for (size_t i = 0; i < r->nchecks; i++) {
-        enum failure_mode m = r->checks[i].policy->failure_mode;
-        if (m == FAILURE_CLOSED)
-            return FAILURE_CLOSED;
-        if (m == FAILURE_LOCAL)
-            mode = FAILURE_LOCAL;
-    }
-    return mode;
-}
-
-void request_free(struct check_request *r)
-{
-    for (size_t i = 0; i < r->nchecks; i++)
-        free(r->checks[i].key);
-    free(r->checks);
-    r->checks = NULL;
-    r->nchecks = 0;
-}

@@ -10,22 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
-
-#define REQUEST_MAX_CHECKS 64
-#define REQUEST_MAX_COST 1000000000LL
-
-struct check_item {
-    const struct policy *policy; /* points into the config snapshot */
-    char *key;                   /* owned; may not contain NUL */
-    size_t keylen;
-    int64_t cost; /* costs of duplicate (policy, key) pairs are added */
-};
-
-struct check_request {
-    int dry_run;
-    size_t nchecks;
-    struct check_item *checks; /* owned */
-};
+#include "decision.h"
 
 struct request_error {
     int status;       /* HTTP status: 400 */
@@ -40,12 +25,5 @@ struct request_error {
  */
 int request_parse(const struct config *cfg, const char *body, size_t len,
                   struct check_request *out, struct request_error *err) RL_WUR;
-
-/* The failure mode for the whole request when Redis cannot decide: the
- * strictest of its policies' (closed, then local, then open). */
-enum failure_mode request_failure_mode(const struct check_request *r);
-
-/* Frees what request_parse allocated; safe on a zeroed or freed struct. */
-void request_free(struct check_request *r);
 
 #endif

@@ -93,21 +93,6 @@ void response_error(int status, const char *code, const char *message, struct an
     finish(ans, status, json_pack("{s:s,s:s}", "error", code, "message", clean));
 }
 
-/* True if a beats b as the binding tier under the rule for `allowed`. */
-static int binds_before(const struct tier_result *a, const struct tier_result *b, int allowed)
-{
-    if (!allowed) {
-        if (a->allowed != b->allowed)
-            return !a->allowed;
-        if (b->retry_us < 0)
-            return 0;
-        return a->retry_us < 0 || a->retry_us > b->retry_us;
-    }
-    if (a->remaining != b->remaining)
-        return a->remaining < b->remaining;
-    return a->reset_us > b->reset_us;
-}
-
 static json_t *tier_json(const struct tier *t, const struct tier_result *r)
 {
     json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I,s:o}", "name", t->name, "algorithm",
@@ -122,31 +107,12 @@ static json_t *tier_json(const struct tier *t, const struct tier_result *r)
     return o;
 }
 
-static void decision(const struct check_request *req, const struct tier_result *results, int local,
-                     struct answer *ans)
+static void decision(const struct check_request *req, const struct tier_result *results,
+                     const struct decision_summary *sum, int local, struct answer *ans)
 {
     memset(ans, 0, sizeof *ans);
     json_t *checks = json_array();
-    int allowed = 1, shadow_denied = 0, any_leaky = 0;
-    int64_t delay_us = 0;
     const struct tier_result *r = results;
-
-    /* First pass: the request's decision (shadow checks never deny it). */
-    for (size_t i = 0; i < req->nchecks; i++) {
-        const struct policy *p = req->checks[i].policy;
-        for (size_t j = 0; j < p->ntiers; j++, r++) {
-            if (r->allowed)
-                continue;
-            if (p->shadow)
-                shadow_denied = 1;
-            else
-                allowed = 0;
-        }
-    }
-
-    /* Second pass: the binding tier, the delay and the per-check JSON. */
-    const struct tier_result *bind = NULL, *bind_any = NULL;
-    r = results;
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         const struct policy *p = c->policy;
@@ -154,15 +120,6 @@ static void decision(const struct check_request *req, const struct tier_result *
         int check_allowed = 1;
         for (size_t j = 0; j < p->ntiers; j++, r++) {
             check_allowed &= r->allowed;
-            if (!p->shadow && (!bind || binds_before(r, bind, allowed)))
-                bind = r;
-            if (!bind_any || binds_before(r, bind_any, allowed))
-                bind_any = r;
-            if (p->tiers[j].algorithm == ALG_LEAKY_BUCKET) {
-                any_leaky = 1;
-                if (allowed && r->allowed && r->delay_us > delay_us)
-                    delay_us = r->delay_us;
-            }
             json_array_append_new(tiers, tier_json(&p->tiers[j], r));
         }
         json_t *co = json_pack("{s:s,s:s%,s:b}", "policy", p->name, "key", c->key, c->keylen,
@@ -172,17 +129,15 @@ static void decision(const struct check_request *req, const struct tier_result *
         json_object_set_new(co, "tiers", tiers);
         json_array_append_new(checks, co);
     }
-    if (!bind)
-        bind = bind_any;
 
-    int64_t retry_us = allowed ? 0 : bind->retry_us;
-    json_t *body = json_pack("{s:b,s:I,s:I,s:I,s:o}", "allowed", allowed, "limit",
+    const struct tier_result *bind = sum->binding;
+    json_t *body = json_pack("{s:b,s:I,s:I,s:I,s:o}", "allowed", sum->allowed, "limit",
                              (json_int_t)bind->limit, "remaining", (json_int_t)bind->remaining,
                              "reset_ms", (json_int_t)us_to_ms(bind->reset_us), "retry_after_ms",
-                             ms_or_null(retry_us));
-    if (any_leaky)
-        json_object_set_new(body, "delay_ms", json_integer(us_to_ms(delay_us)));
-    if (allowed && shadow_denied)
+                             ms_or_null(sum->retry_us));
+    if (sum->any_leaky)
+        json_object_set_new(body, "delay_ms", json_integer(us_to_ms(sum->delay_us)));
+    if (sum->shadow_denied)
         json_object_set_new(body, "shadow_denied", json_true());
     if (req->dry_run)
         json_object_set_new(body, "dry_run", json_true());
@@ -191,30 +146,18 @@ static void decision(const struct check_request *req, const struct tier_result *
         json_object_set_new(body, "local", json_true());
     }
     json_object_set_new(body, "checks", checks);
-    finish(ans, allowed ? 200 : 429, body);
+    finish(ans, sum->allowed ? 200 : 429, body);
 
     add_header_int(ans, "X-RateLimit-Limit", bind->limit);
     add_header_int(ans, "X-RateLimit-Remaining", bind->remaining);
     add_header_int(ans, "X-RateLimit-Reset", util_ceil_div(us_to_ms(bind->reset_us), 1000));
-    if (!allowed && retry_us >= 0) {
-        int64_t s = util_ceil_div(us_to_ms(retry_us), 1000);
+    if (!sum->allowed && sum->retry_us >= 0) {
+        int64_t s = util_ceil_div(us_to_ms(sum->retry_us), 1000);
         add_header_int(ans, "Retry-After", s < 1 ? 1 : s);
     }
 }
 
-void response_decision(const struct check_request *req, const struct tier_result *results,
-                       struct answer *ans)
-{
-    decision(req, results, 0, ans);
-}
-
-void response_local_decision(const struct check_request *req, const struct tier_result *results,
-                             struct answer *ans)
-{
-    decision(req, results, 1, ans);
-}
-
-void response_unavailable(const struct check_request *req, const char *why, struct answer *ans)
+static void unavailable(const struct check_request *req, const char *why, struct answer *ans)
 {
     static const char *const mode_names[] = {
         [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local"};
@@ -237,6 +180,23 @@ void response_unavailable(const struct check_request *req, const char *why, stru
     finish(ans, 200,
            json_pack("{s:b,s:b,s:s,s:o}", "allowed", 1, "degraded", 1, "message", why, "checks",
                      checks));
+}
+
+void response_verdict(const struct verdict *v, struct answer *ans)
+{
+    switch (v->kind) {
+    case VERDICT_DECIDED:
+    case VERDICT_LOCAL:
+        decision(v->req, v->results, &v->sum, v->kind == VERDICT_LOCAL, ans);
+        return;
+    case VERDICT_UNAVAILABLE:
+        unavailable(v->req, v->why, ans);
+        return;
+    case VERDICT_OVERLOADED:
+        response_error(503, "overloaded", "too many checks in flight", ans);
+        response_add_header(ans, "Retry-After", "1");
+        return;
+    }
 }
 
 void answer_free(struct answer *ans)

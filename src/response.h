@@ -11,17 +11,6 @@
 
 #include "request.h"
 
-/* One tier's outcome, as the script reports it (times in microseconds). */
-struct tier_result {
-    int allowed;
-    int64_t limit;
-    int64_t remaining;
-    int64_t reset_us;
-    int64_t retry_us; /* -1: no finite wait */
-    int64_t delay_us; /* leaky_bucket only */
-    int cost_exceeds_limit;
-};
-
 #define RESPONSE_MAX_HEADERS 6
 
 struct answer {
@@ -36,22 +25,10 @@ struct answer {
     } headers[RESPONSE_MAX_HEADERS];
 };
 
-/*
- * The decision for a whole request. results holds one entry per tier, in
- * check order then tier order (as the script returns them).
- */
-void response_decision(const struct check_request *req, const struct tier_result *results,
-                       struct answer *ans);
-
-/* The same, decided by this daemon's memory (failure_mode local) while
- * Redis could not: marked "degraded":true, "local":true. */
-void response_local_decision(const struct check_request *req, const struct tier_result *results,
-                             struct answer *ans);
-
-/* The answer when Redis could not decide and no local decision is made:
- * 503 backend_unavailable if any policy involved fails closed, else 200
- * {"allowed":true,"degraded":true}. */
-void response_unavailable(const struct check_request *req, const char *why, struct answer *ans);
+/* The answer to a check: 200/429 with the figures when decided (plus
+ * "degraded" and "local" when decided in memory), the failure-mode answer
+ * when unavailable, 503 overloaded. */
+void response_verdict(const struct verdict *v, struct answer *ans);
 
 /* {"error": code, "message": message} with the given status. */
 void response_error(int status, const char *code, const char *message, struct answer *ans);

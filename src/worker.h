@@ -37,7 +37,27 @@ struct worker {
     int draining;           /* no new checks; stop once idle */
 };
 
-/* Why the daemon cannot take checks right now ("shutting_down",
+/* Makes worker id on base from srv->config: its backend (not started), its
+ * store and metrics, and its HTTP front. On error returns -1 with a message;
+ * worker_fini then frees what was made. */
+int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
+                char *err, size_t errlen) RL_WUR;
+
+/* Starts the backend (connecting to Redis). */
+void worker_start(struct worker *w);
+
+/* A reload: the worker takes its own reference to cfg; checks in flight keep
+ * the snapshot they started with; limits apply to open connections. */
+void worker_set_config(struct worker *w, struct config *cfg);
+
+/* Stops taking new checks; the loop exits once every check in flight is
+ * answered and written. */
+void worker_drain(struct worker *w);
+
+/* Frees everything the worker holds (not the struct). */
+void worker_fini(struct worker *w);
+
+/* Why the daemon take checks right now ("shutting_down",
  * "redis_unavailable"), or NULL when ready. */
 const char *worker_unready_reason(const struct worker *w);
 

@@ -27,6 +27,17 @@
 #include "response.h"
 #include "scripts.h"
 
+/* The answers to a decided, locally decided or unavailable request, as the
+ * core hands them to the front. */
+static void render(const struct check_request *req, const struct tier_result *results,
+                   enum verdict_kind kind, struct answer *ans)
+{
+    struct verdict v = {.kind = kind, .req = req, .results = results};
+    decision_summarize(req, results, &v.sum);
+    response_verdict(&v, ans);
+}
+
+
 #define NAME "fuzz.yaml"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -99,7 +110,7 @@ static void exercise(const struct config *c)
                                               .reset_us = p->tiers[j].window_us,
                                               .retry_us = j == 3 ? -1 : p->tiers[j].window_us,
                                               .delay_us = p->tiers[j].precision_us};
-        response_decision(&req, results, &ans);
+        render(&req, results, VERDICT_DECIDED, &ans);
         REQUIRE(ans.body != NULL, "no body");
         body = json_loads(ans.body, 0, NULL);
         REQUIRE(json_is_object(body), "not a JSON object: %s", ans.body);

@@ -7,13 +7,13 @@
  *   accepted -> scripts_build_call() (local clock and Redis TIME), then
  *               response_decision() from tier results the script could
  *               have returned (decoded by scripts_decode_result),
- *               response_unavailable() (the degraded / 503 answer), and
+ *               render_unavailable() (the degraded / 503 answer), and
  *               the failure_mode local path: local_decide() on a small
  *               fresh store (so it evicts) at a few times, each answered
- *               by response_local_decision().
+ *               by render().
  *
  * The policy file is fixed (below) and built once: every algorithm, a
- * multi-tier policy, a shadow policy, a failure_mode: closed policy, and a
+ * multi-tier policy, VERDICT_LOCAL, a shadow policy, a failure_mode: closed policy, and a
  * worst case for key length (a 128-byte key_prefix, 64-byte policy and tier
  * names, 16 sliding_window_log tiers of two keys each).
  *
@@ -42,6 +42,23 @@
 #include "request.h"
 #include "response.h"
 #include "scripts.h"
+
+/* The answers to a decided, locally decided or unavailable request, as the
+ * core hands them to the front. */
+static void render(const struct check_request *req, const struct tier_result *results,
+                   enum verdict_kind kind, struct answer *ans)
+{
+    struct verdict v = {.kind = kind, .req = req, .results = results};
+    decision_summarize(req, results, &v.sum);
+    response_verdict(&v, ans);
+}
+
+static void render_unavailable(const struct check_request *req, const char *why,
+                               struct answer *ans)
+{
+    struct verdict v = {.kind = VERDICT_UNAVAILABLE, .req = req, .why = why};
+    response_verdict(&v, ans);
+}
 
 #define NOW_US 1700000000000000LL
 
@@ -365,7 +382,7 @@ static void decide_locally(const struct check_request *req, size_t ntiers, uint6
         REQUIRE(allowed == expect, "local_decide returned %d, its tiers say %d", allowed, expect);
         REQUIRE(local_store_size(store) <= max_keys, "%zu entries in a store of %zu",
                 local_store_size(store), max_keys);
-        response_local_decision(req, results, &ans);
+        render(req, results, VERDICT_LOCAL, &ans);
         check_answer(&ans, req);
         REQUIRE(ans.status == (allowed ? 200 : 429), "status %d for allowed %d", ans.status,
                 allowed);
@@ -419,12 +436,12 @@ static void decide(const struct check_request *req, size_t ntiers, uint64_t seed
             "a reply one integer too long was accepted");
     REQUIRE(scripts_decode_result(ints, n, ntiers, results, err, sizeof(err)) == 0, "%s", err);
 
-    response_decision(req, results, &ans);
+    render(req, results, VERDICT_DECIDED, &ans);
     check_answer(&ans, req);
     answer_free(&ans);
     answer_free(&ans); /* answer_free leaves the struct reusable */
 
-    response_unavailable(req, "fuzz: redis is unavailable", &ans);
+    render_unavailable(req, "fuzz: redis is unavailable", &ans);
     check_answer(&ans, req);
     answer_free(&ans);
 

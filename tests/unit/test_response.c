@@ -10,6 +10,23 @@
 #include "response.h"
 #include "tap.h"
 
+/* The answers to a decided, locally decided or unavailable request, as the
+ * core hands them to the front. */
+static void render(const struct check_request *req, const struct tier_result *results,
+                   enum verdict_kind kind, struct answer *ans)
+{
+    struct verdict v = {.kind = kind, .req = req, .results = results};
+    decision_summarize(req, results, &v.sum);
+    response_verdict(&v, ans);
+}
+
+static void render_unavailable(const struct check_request *req, const char *why,
+                               struct answer *ans)
+{
+    struct verdict v = {.kind = VERDICT_UNAVAILABLE, .req = req, .why = why};
+    response_verdict(&v, ans);
+}
+
 static const char yaml[] =
     "policies:\n"
     "  two:\n"
@@ -68,7 +85,7 @@ static void test_denied_binding(void)
          .retry_us = 1500001},
     };
     struct answer a;
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     json_t *b = body_of(&a);
     is_int(a.status, 429, "denied is 429");
     ok(json_is_false(json_object_get(b, "allowed")), "allowed:false");
@@ -94,12 +111,12 @@ static void test_denied_binding(void)
     r[1].allowed = 1;
     r[1].retry_us = 0;
     r[0].retry_us = 1;
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     is_str(header(&a, "Retry-After"), "1", "Retry-After is at least 1");
     answer_free(&a);
     r[1] = (struct tier_result){.allowed = 0, .limit = 100, .remaining = 3, .retry_us = -1,
                                 .cost_exceeds_limit = 1};
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     b = body_of(&a);
     ok(json_is_null(json_object_get(b, "retry_after_ms")), "no finite wait: retry_after_ms null");
     ok(header(&a, "Retry-After") == NULL, "and no Retry-After header");
@@ -121,7 +138,7 @@ static void test_allowed_binding(void)
         {.allowed = 1, .limit = 100, .remaining = 4, .reset_us = 3600000000LL},
     };
     struct answer a;
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     json_t *b = body_of(&a);
     is_int(a.status, 200, "allowed is 200");
     is_int(jint(b, "limit"), 100, "ties on remaining: the largest reset binds");
@@ -130,7 +147,7 @@ static void test_allowed_binding(void)
     json_decref(b);
     answer_free(&a);
     r[0].remaining = 3;
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     is_str(header(&a, "X-RateLimit-Limit"), "10", "the fewest remaining binds");
     is_str(header(&a, "X-RateLimit-Reset"), "2", "reset 1.2 s rounds up to 2");
     answer_free(&a);
@@ -148,7 +165,7 @@ static void test_shadow(void)
         {.allowed = 0, .limit = 1, .remaining = 0, .reset_us = 5000000, .retry_us = 5000000},
     };
     struct answer a;
-    response_decision(&req, r, &a);
+    render(&req, r, VERDICT_DECIDED, &a);
     json_t *b = body_of(&a);
     is_int(a.status, 200, "a shadow policy that would deny answers allowed");
     ok(json_is_true(json_object_get(b, "shadow_denied")), "with shadow_denied:true");
@@ -162,7 +179,7 @@ static void test_shadow(void)
     request_free(&req);
 
     parse("{\"policy\":\"shadowed\",\"key\":\"k\"}", &req);
-    response_decision(&req, &r[2], &a);
+    render(&req, &r[2], VERDICT_DECIDED, &a);
     is_int(a.status, 200, "a request of only shadow checks is allowed");
     ok(header(&a, "Retry-After") == NULL, "with no Retry-After");
     answer_free(&a);
@@ -176,7 +193,7 @@ static void test_leaky_delay(void)
     struct tier_result r = {.allowed = 1, .limit = 4, .remaining = 1, .reset_us = 300000,
                             .delay_us = 200000};
     struct answer a;
-    response_decision(&req, &r, &a);
+    render(&req, &r, VERDICT_DECIDED, &a);
     json_t *b = body_of(&a);
     is_int(jint(b, "delay_ms"), 200, "top-level delay_ms from the leaky bucket");
     json_t *t = json_array_get(
@@ -192,7 +209,7 @@ static void test_unavailable(void)
     struct check_request req;
     struct answer a;
     parse("{\"policy\":\"two\",\"key\":\"k\"}", &req);
-    response_unavailable(&req, "down", &a);
+    render_unavailable(&req, "down", &a);
     json_t *b = body_of(&a);
     is_int(a.status, 200, "failure_mode open answers 200");
     ok(json_is_true(json_object_get(b, "allowed")) && json_is_true(json_object_get(b, "degraded")),
@@ -203,7 +220,7 @@ static void test_unavailable(void)
 
     parse("{\"checks\":[{\"policy\":\"two\",\"key\":\"k\"},{\"policy\":\"closed\",\"key\":\"k\"}]}",
           &req);
-    response_unavailable(&req, "down", &a);
+    render_unavailable(&req, "down", &a);
     b = body_of(&a);
     is_int(a.status, 503, "any closed policy makes it 503");
     ok(json_is_false(json_object_get(b, "allowed")), "allowed:false");

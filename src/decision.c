@@ -1,0 +1,107 @@
+/*
+ * decision.c: the neutral request's helpers and the binding-tier rule
+ * (decision.h). Pure: no I/O, no clock, no front or backend type.
+ */
+#include <stdlib.h>
+
+#include "decision.h"
+
+void request_free(struct check_request *r)
+{
+    for (size_t i = 0; i < r->nchecks; i++)
+        free(r->checks[i].key);
+    free(r->checks);
+    r->checks = NULL;
+    r->nchecks = 0;
+}
+
+size_t request_tiers(const struct check_request *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->nchecks; i++)
+        n += r->checks[i].policy->ntiers;
+    return n;
+}
+
+enum failure_mode request_failure_mode(const struct check_request *r)
+{
+    enum failure_mode mode = FAILURE_OPEN;
+    for (size_t i = 0; i < r->nchecks; i++) {
+        enum failure_mode m = r->checks[i].policy->failure_mode;
+        if (m == FAILURE_CLOSED)
+            return FAILURE_CLOSED;
+        if (m == FAILURE_LOCAL)
+            mode = FAILURE_LOCAL;
+    }
+    return mode;
+}
+
+/* True if a beats b as the binding tier under the rule for `allowed`. */
+static int binds_before(const struct tier_result *a, const struct tier_result *b, int allowed)
+{
+    if (!allowed) {
+        if (a->allowed != b->allowed)
+            return !a->allowed;
+        if (b->retry_us < 0)
+            return 0;
+        return a->retry_us < 0 || a->retry_us > b->retry_us;
+    }
+    if (a->remaining != b->remaining)
+        return a->remaining < b->remaining;
+    return a->reset_us > b->reset_us;
+}
+
+void decision_summarize(const struct check_request *req, const struct tier_result *results,
+                        struct decision_summary *out)
+{
+    *out = (struct decision_summary){.allowed = 1};
+    const struct tier_result *r = results;
+    /* First pass: the request's decision (shadow checks never deny it). */
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct policy *p = req->checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++, r++) {
+            if (r->allowed)
+                continue;
+            if (p->shadow)
+                out->shadow_denied = 1;
+            else
+                out->allowed = 0;
+        }
+    }
+    if (!out->allowed)
+        out->shadow_denied = 0;
+
+    /* Second pass: the binding tier and the delay. */
+    const struct tier_result *bind = NULL, *bind_any = NULL;
+    r = results;
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct policy *p = req->checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++, r++) {
+            if (!p->shadow && (!bind || binds_before(r, bind, out->allowed)))
+                bind = r;
+            if (!bind_any || binds_before(r, bind_any, out->allowed))
+                bind_any = r;
+            if (p->tiers[j].algorithm == ALG_LEAKY_BUCKET) {
+                out->any_leaky = 1;
+                if (out->allowed && r->allowed && r->delay_us > out->delay_us)
+                    out->delay_us = r->delay_us;
+            }
+        }
+    }
+    out->binding = bind ? bind : bind_any;
+    out->retry_us = out->allowed ? 0 : out->binding->retry_us;
+}
+
+int verdict_status(const struct verdict *v)
+{
+    switch (v->kind) {
+    case VERDICT_DECIDED:
+    case VERDICT_LOCAL:
+        return v->sum.allowed ? 200 : 429;
+    case VERDICT_UNAVAILABLE:
+        return request_failure_mode(v->req) == FAILURE_CLOSED ? 503 : 200;
+    case VERDICT_OVERLOADED:
+        return 503;
+    }
+    return 500;
+}

@@ -12,8 +12,12 @@ void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
 
 void backend_state_changed(struct backend *b)
 {
+    int ready = backend_ready(b);
+    if (ready == b->reported_ready)
+        return;
+    b->reported_ready = ready;
     if (b->on_state)
-        b->on_state(b->on_state_arg, backend_ready(b));
+        b->on_state(b->on_state_arg, ready);
 }
 
 void backend_free(struct backend *b)

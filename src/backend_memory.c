@@ -5,9 +5,13 @@
  * daemon (a sidecar, the quick start). Limits: one process's truth (two
  * daemons count apart), and counters are lost on restart.
  *
- * Does not own the store: the worker does (it is the same store that
- * failure_mode local uses with the Redis backend).
+ * Does not own the store: the server does, shared by every worker under
+ * one lock (it is the same store that failure_mode local uses with the
+ * Redis backend). One lock rather than keys sharded to workers: a request
+ * may name several keys and must be decided atomically, and a decision
+ * takes a few hundred nanoseconds, so the lock is held briefly.
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "backend_memory.h"
@@ -16,6 +20,7 @@
 struct backend_memory {
     struct backend base; /* first */
     struct local_store *store;
+    pthread_mutex_t *lock;
 };
 
 static int memory_decide(struct backend *iface, const struct config *cfg,
@@ -26,7 +31,9 @@ static int memory_decide(struct backend *iface, const struct config *cfg,
     size_t n = request_tiers(req);
     struct tier_result buf[16];
     struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
+    pthread_mutex_lock(b->lock);
     local_decide(b->store, cfg->key_prefix, req, now_us >= 0 ? now_us : util_realtime_us(), res);
+    pthread_mutex_unlock(b->lock);
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
     done(arg, &reply);
     if (res != buf)
@@ -68,10 +75,11 @@ static const struct backend_ops memory_ops = {
     .in_process = 1,
 };
 
-struct backend *backend_memory_new(struct local_store *store)
+struct backend *backend_memory_new(struct local_store *store, pthread_mutex_t *lock)
 {
     struct backend_memory *b = xcalloc(1, sizeof *b);
     b->base.ops = &memory_ops;
     b->store = store;
+    b->lock = lock;
     return &b->base;
 }

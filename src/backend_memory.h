@@ -4,11 +4,14 @@
 #ifndef RATELIMITD_BACKEND_MEMORY_H
 #define RATELIMITD_BACKEND_MEMORY_H
 
+#include <pthread.h>
+
 #include "backend.h"
 
 struct local_store;
 
-/* Decides with store, which must outlive the backend. Never NULL. */
-struct backend *backend_memory_new(struct local_store *store);
+/* Decides with store under lock (both must outlive the backend). Never
+ * NULL. */
+struct backend *backend_memory_new(struct local_store *store, pthread_mutex_t *lock);
 
 #endif

@@ -90,9 +90,8 @@ static int redis_ready(const struct backend *iface)
 
 static void set_loaded(struct backend_redis *b, int loaded)
 {
-    int was = redis_ready(&b->base_iface);
     b->script_loaded = loaded;
-    if (was != redis_ready(&b->base_iface) && !b->freeing)
+    if (!b->freeing)
         backend_state_changed(&b->base_iface);
 }
 

@@ -15,8 +15,8 @@
 
 #include "backend.h"
 #include "check.h"
-#include "limiter_local.h"
 #include "metrics.h"
+#include "server.h"
 #include "worker.h"
 
 struct check {
@@ -120,7 +120,7 @@ static void answer_unavailable(struct check *c, const char *why)
     size_t n = request_tiers(&c->req);
     struct tier_result buf[16];
     struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
-    local_decide(c->w->local, c->cfg->key_prefix, &c->req, util_realtime_us(), res);
+    server_local_decide(c->w->srv, c->cfg->key_prefix, &c->req, util_realtime_us(), res);
     struct verdict v = {.kind = VERDICT_LOCAL, .results = res};
     finish(c, &v);
     if (res != buf)

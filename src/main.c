@@ -14,11 +14,14 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "config.h"
+#include "limiter_local.h"
 #include "notify.h"
 #include "reload.h"
 #include "scripts.h"
@@ -60,7 +63,7 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
     notify_stopping(srv->notify);
     srv->draining = 1;
     for (size_t i = 0; i < srv->nworkers; i++)
-        worker_drain(&srv->workers[i]);
+        worker_post_drain(&srv->workers[i]);
 }
 
 /* Anyone who may write the policy file may lift every limit: warn, or with
@@ -114,6 +117,42 @@ static void block_stop_signals(void)
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
 }
 
+/* A worker's backend became ready or unready: tell systemd. */
+static void on_backend_state(evutil_socket_t fd, short what, void *arg)
+{
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    notify_state(((struct server *)arg)->notify, arg);
+}
+
+/* workers: auto is one per CPU. */
+static size_t worker_count(const struct config *cfg)
+{
+    if (cfg->workers > 0)
+        return (size_t)cfg->workers;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > CONFIG_WORKERS_MAX ? CONFIG_WORKERS_MAX : (size_t)n;
+}
+
+/* Makes the workers: 0 on the main loop, each other on a loop of its own. */
+static int make_workers(struct server *srv, char *err, size_t errlen)
+{
+    size_t n = worker_count(srv->config);
+    srv->workers = xcalloc(n, sizeof *srv->workers);
+    for (size_t i = 0; i < n; i++) {
+        struct event_base *base = i == 0 ? srv->base : event_base_new();
+        if (!base) {
+            snprintf(err, errlen, "cannot create an event loop");
+            return -1;
+        }
+        srv->nworkers = i + 1;
+        if (worker_init(&srv->workers[i], srv, (unsigned)i, base, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
     reload_config(arg, "SIGHUP");
@@ -131,7 +170,9 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct server srv = {.log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG};
+    struct server srv = {.log = {.level = LOG_LVL_INFO},
+                         .config_path = DEFAULT_CONFIG,
+                         .state_pipe = {-1, -1}};
     int check_only = 0, strict_perms = 0, opt;
     log_detect_journal(&srv.log);
     while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
@@ -206,10 +247,17 @@ int main(int argc, char **argv)
         goto out;
     }
     srv.notify = notify_new(srv.base);
-    srv.nworkers = 1;
-    srv.workers = xcalloc(srv.nworkers, sizeof *srv.workers);
-    /* READY=1 waits for the script to be loaded in Redis. */
-    if (worker_init(&srv.workers[0], &srv, 0, srv.base, err, sizeof err) < 0) {
+    srv.local = local_store_new((size_t)srv.config->local_max_keys, srv.hash_seed);
+    pthread_mutex_init(&srv.local_lock, NULL);
+    /* READY=1 waits for the script to be loaded in Redis by every worker. */
+    if (pipe2(srv.state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        !(srv.state_ev = event_new(srv.base, srv.state_pipe[0], EV_READ | EV_PERSIST,
+                                   on_backend_state, &srv)) ||
+        event_add(srv.state_ev, NULL) < 0) {
+        fprintf(stderr, "ratelimitd: cannot create a pipe\n");
+        goto out;
+    }
+    if (make_workers(&srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
@@ -225,13 +273,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
-    for (size_t i = 0; i < srv.nworkers; i++)
-        worker_start(&srv.workers[i]);
+    for (size_t i = 0; i < srv.nworkers; i++) {
+        if (worker_start(&srv.workers[i], err, sizeof err) < 0) {
+            fprintf(stderr, "ratelimitd: %s\n", err);
+            goto out;
+        }
+    }
     notify_state(srv.notify, &srv); /* READY=1 now with backend: memory */
-    char npol[24];
+    char npol[24], nw[24];
     snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
+    snprintf(nw, sizeof nw, "%zu", srv.nworkers);
     log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION,
-              "policies", npol, "listen", srv.config->listen,
+              "policies", npol, "workers", nw, "listen", srv.config->listen,
               srv.config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
               srv.workers[0].backend->ops->target(srv.workers[0].backend), "clock",
               srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
@@ -244,9 +297,25 @@ int main(int argc, char **argv)
 out:
     block_stop_signals();
     watch_free(srv.watch);
+    /* The other workers end when drained (or at their drain's backstop). */
+    for (size_t i = 1; i < srv.nworkers && !srv.draining; i++)
+        if (srv.workers[i].has_thread)
+            worker_post_drain(&srv.workers[i]);
     for (size_t i = 0; i < srv.nworkers; i++)
+        worker_join(&srv.workers[i]);
+    for (size_t i = 0; i < srv.nworkers; i++) {
+        struct event_base *base = srv.workers[i].base;
         worker_fini(&srv.workers[i]);
+        if (i > 0)
+            event_base_free(base);
+    }
     free(srv.workers);
+    if (srv.state_ev)
+        event_free(srv.state_ev);
+    for (int i = 0; i < 2; i++)
+        if (srv.state_pipe[i] >= 0)
+            close(srv.state_pipe[i]);
+    local_store_free(srv.local);
     notify_free(srv.notify);
     if (sigterm)
         event_free(sigterm);

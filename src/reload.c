@@ -70,7 +70,7 @@ int reload_config(struct server *srv, const char *trigger)
     srv->config_loaded_us = util_realtime_us();
     metrics_reload(srv->workers[0].metrics, 1);
     for (size_t i = 0; i < srv->nworkers; i++)
-        worker_set_config(&srv->workers[i], c);
+        worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;
     char n[24];

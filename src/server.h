@@ -7,6 +7,7 @@
 #ifndef RATELIMITD_SERVER_H
 #define RATELIMITD_SERVER_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,12 +29,29 @@ struct server {
     struct notify *notify;
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */
+    /* The in-memory store of failure_mode local and backend: memory, shared
+     * by every worker so that limits stay exact however requests are
+     * spread; local_lock serialises whole decisions (every tier of a
+     * request at once). */
+    struct local_store *local;
+    pthread_mutex_t local_lock;
+    int state_pipe[2];      /* a worker's backend readiness changed: a byte */
+    struct event *state_ev; /* reads state_pipe[0] on the main loop */
     size_t nworkers;
     struct worker *workers; /* nworkers of them */
     int draining;           /* SIGTERM seen */
 };
 
-/* True when every worker's backend is ready (systemd READY=1, /readyz). */
+/* True when every worker's backend is ready (systemd READY=1, /readyz).
+ * Any thread. */
 int server_ready(const struct server *srv);
+
+/* Decides req in the shared in-memory store (server.local), under its
+ * lock. Any thread. */
+struct tier_result;
+struct check_request;
+void server_local_decide(struct server *srv, const char *key_prefix,
+                         const struct check_request *req, int64_t now_us,
+                         struct tier_result *out);
 
 #endif

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "policy.h"
+#include "siphash.h"
 #include "util.h"
 
 __extension__ typedef __int128 i128;
@@ -156,59 +157,14 @@ struct local_store {
     size_t max_slots; /* the power of two >= max_keys: no point growing past */
     size_t sweep;     /* next slot the incremental sweep looks at */
     struct entry *newest, *oldest;
-    uint64_t k0, k1; /* SipHash key */
+    struct siphash_key hash_key;
     struct tier_state *scratch;
     size_t scratch_cap;
 };
 
-/* SipHash-2-4 (Aumasson and Bernstein), for keys chosen by clients. */
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                                   \
-    do {                                                                                           \
-        v0 += v1;                                                                                  \
-        v1 = ROTL(v1, 13);                                                                         \
-        v1 ^= v0;                                                                                  \
-        v0 = ROTL(v0, 32);                                                                         \
-        v2 += v3;                                                                                  \
-        v3 = ROTL(v3, 16);                                                                         \
-        v3 ^= v2;                                                                                  \
-        v0 += v3;                                                                                  \
-        v3 = ROTL(v3, 21);                                                                         \
-        v3 ^= v0;                                                                                  \
-        v2 += v1;                                                                                  \
-        v1 = ROTL(v1, 17);                                                                         \
-        v1 ^= v2;                                                                                  \
-        v2 = ROTL(v2, 32);                                                                         \
-    } while (0)
-
 static uint64_t siphash(const struct local_store *s, const char *key, size_t len)
 {
-    const unsigned char *in = (const unsigned char *)key;
-    uint64_t v0 = 0x736f6d6570736575ULL ^ s->k0, v1 = 0x646f72616e646f6dULL ^ s->k1;
-    uint64_t v2 = 0x6c7967656e657261ULL ^ s->k0, v3 = 0x7465646279746573ULL ^ s->k1;
-    size_t i, whole = len - len % 8;
-    for (i = 0; i < whole; i += 8) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; j++)
-            m |= (uint64_t)in[i + (size_t)j] << (8 * j);
-        v3 ^= m;
-        SIPROUND;
-        SIPROUND;
-        v0 ^= m;
-    }
-    uint64_t b = (uint64_t)len << 56;
-    for (int j = 0; i + (size_t)j < len; j++)
-        b |= (uint64_t)in[i + (size_t)j] << (8 * j);
-    v3 ^= b;
-    SIPROUND;
-    SIPROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
+    return siphash24(&s->hash_key, key, len);
 }
 
 struct local_store *local_store_new(size_t max_keys, uint64_t hash_seed)
@@ -220,19 +176,7 @@ struct local_store *local_store_new(size_t max_keys, uint64_t hash_seed)
         s->max_slots <<= 1;
     s->nslots = s->max_slots < MIN_SLOTS ? s->max_slots : MIN_SLOTS;
     s->slots = xcalloc(s->nslots, sizeof *s->slots);
-    /* Two 64-bit key halves from one seed (splitmix64 steps). */
-    uint64_t z = hash_seed;
-    for (int i = 0; i < 2; i++) {
-        z += 0x9e3779b97f4a7c15ULL;
-        uint64_t x = z;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-        if (i == 0)
-            s->k0 = x;
-        else
-            s->k1 = x;
-    }
+    s->hash_key = siphash_key_from_seed(hash_seed);
     return s;
 }
 

@@ -2,8 +2,8 @@
  * deny_cache.c: the local deny cache (see deny_cache.h for the rule that
  * makes it exact and what the caller must enforce).
  *
- * Owns: a chained hash table keyed with SipHash-2-4 (siphash.c) and a doubly
- * linked LRU list, as in limiter_local.c's store, and the entries: each is
+ * Owns: the entries, indexed by an lru_table (a SipHash-keyed hash table
+ * and LRU list, shared with limiter_local.c's store); each entry is
  * one allocation holding the denial's tier results and its identity, the
  * policy name, a NUL, then the key's bytes. Policy names never contain NUL,
  * so that identity tells (P, K) pairs apart even when keys hold NULs.
@@ -17,15 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "siphash.h"
+#include "lru_table.h"
 #include "util.h"
 
-#define MIN_SLOTS 16
-
 struct entry {
-    struct entry *chain;         /* next in the hash slot */
-    struct entry *newer, *older; /* LRU list: head is the newest */
-    uint64_t hash;
+    struct lru_node node; /* first: a node pointer is the entry's */
     int64_t cost;
     int64_t sent_us;
     int64_t expires_us; /* a hit while now_us < expires_us */
@@ -36,12 +32,7 @@ struct entry {
 
 struct deny_cache {
     size_t max_entries;
-    size_t count;
-    struct entry **slots;
-    size_t nslots;    /* a power of two */
-    size_t max_slots; /* the power of two >= max_entries: no point growing past */
-    struct entry *newest, *oldest;
-    struct siphash_key hash_key;
+    struct lru_table t;
     char *scratch; /* the identity being looked up, grown as keys need */
     size_t scratch_cap;
 };
@@ -55,26 +46,19 @@ struct deny_cache *deny_cache_new(size_t max_entries, uint64_t seed)
 {
     struct deny_cache *dc = xcalloc(1, sizeof *dc);
     dc->max_entries = max_entries;
-    dc->max_slots = 1;
-    while (dc->max_slots < max_entries && dc->max_slots < ((size_t)1 << 40))
-        dc->max_slots <<= 1;
-    dc->nslots = dc->max_slots < MIN_SLOTS ? dc->max_slots : MIN_SLOTS;
-    dc->slots = xcalloc(dc->nslots, sizeof *dc->slots);
-    dc->hash_key = siphash_key_from_seed(seed);
+    lru_table_init(&dc->t, max_entries, seed);
     return dc;
 }
 
 void deny_cache_clear(struct deny_cache *dc)
 {
-    struct entry *e = dc->newest;
-    while (e) {
-        struct entry *next = e->older;
-        free(e);
-        e = next;
+    struct lru_node *n = dc->t.newest;
+    while (n) {
+        struct lru_node *next = n->older;
+        free(n);
+        n = next;
     }
-    memset(dc->slots, 0, dc->nslots * sizeof *dc->slots);
-    dc->newest = dc->oldest = NULL;
-    dc->count = 0;
+    lru_table_reset(&dc->t);
 }
 
 void deny_cache_free(struct deny_cache *dc)
@@ -82,14 +66,14 @@ void deny_cache_free(struct deny_cache *dc)
     if (!dc)
         return;
     deny_cache_clear(dc);
-    free(dc->slots);
+    lru_table_destroy(&dc->t);
     free(dc->scratch);
     free(dc);
 }
 
 size_t deny_cache_size(const struct deny_cache *dc)
 {
-    return dc->count;
+    return dc->t.count;
 }
 
 /* Writes "policy\0key" into the scratch buffer; returns its length. */
@@ -108,62 +92,18 @@ static size_t make_id(struct deny_cache *dc, const char *policy, const char *key
 
 static struct entry *find(struct deny_cache *dc, size_t idlen, uint64_t h)
 {
-    for (struct entry *e = dc->slots[h & (dc->nslots - 1)]; e; e = e->chain)
-        if (e->hash == h && e->idlen == idlen && memcmp(entry_id(e), dc->scratch, idlen) == 0)
+    for (struct lru_node *n = lru_table_chain(&dc->t, h); n; n = n->chain) {
+        struct entry *e = (struct entry *)n;
+        if (n->hash == h && e->idlen == idlen && memcmp(entry_id(e), dc->scratch, idlen) == 0)
             return e;
+    }
     return NULL;
 }
 
-static void lru_unlink(struct deny_cache *dc, struct entry *e)
+static void entry_free(struct deny_cache *dc, struct lru_node *n)
 {
-    if (e->newer)
-        e->newer->older = e->older;
-    else
-        dc->newest = e->older;
-    if (e->older)
-        e->older->newer = e->newer;
-    else
-        dc->oldest = e->newer;
-    e->newer = e->older = NULL;
-}
-
-static void lru_push(struct deny_cache *dc, struct entry *e)
-{
-    e->newer = NULL;
-    e->older = dc->newest;
-    if (dc->newest)
-        dc->newest->newer = e;
-    else
-        dc->oldest = e;
-    dc->newest = e;
-}
-
-static void entry_free(struct deny_cache *dc, struct entry *e)
-{
-    struct entry **p = &dc->slots[e->hash & (dc->nslots - 1)];
-    while (*p != e)
-        p = &(*p)->chain;
-    *p = e->chain;
-    lru_unlink(dc, e);
-    free(e);
-    dc->count--;
-}
-
-/* Doubles the slot array (amortised O(1) per insert). */
-static void grow(struct deny_cache *dc)
-{
-    size_t n = dc->nslots * 2;
-    struct entry **slots = xcalloc(n, sizeof *slots);
-    for (size_t i = 0; i < dc->nslots; i++) {
-        for (struct entry *e = dc->slots[i], *next; e; e = next) {
-            next = e->chain;
-            e->chain = slots[e->hash & (n - 1)];
-            slots[e->hash & (n - 1)] = e;
-        }
-    }
-    free(dc->slots);
-    dc->slots = slots;
-    dc->nslots = n;
+    lru_table_remove(&dc->t, n);
+    free(n);
 }
 
 /* a + b for b > 0, saturating: a retry near INT64_MAX must not wrap into
@@ -180,29 +120,22 @@ void deny_cache_put(struct deny_cache *dc, const char *policy, const char *key, 
     if (dc->max_entries == 0 || retry_us <= 0 || ntiers == 0)
         return;
     size_t idlen = make_id(dc, policy, key, keylen);
-    uint64_t h = siphash24(&dc->hash_key, dc->scratch, idlen);
+    uint64_t h = lru_table_hash(&dc->t, dc->scratch, idlen);
     struct entry *old = find(dc, idlen, h);
     if (old)
-        entry_free(dc, old);
-    else if (dc->count >= dc->max_entries)
-        entry_free(dc, dc->oldest);
+        entry_free(dc, &old->node);
+    else if (dc->t.count >= dc->max_entries)
+        entry_free(dc, dc->t.oldest);
 
     struct entry *e = xmalloc(sizeof *e + ntiers * sizeof e->tiers[0] + idlen);
-    *e = (struct entry){.hash = h,
-                        .cost = cost,
+    *e = (struct entry){.cost = cost,
                         .sent_us = sent_us,
                         .expires_us = add_sat(sent_us, retry_us),
                         .ntiers = ntiers,
                         .idlen = idlen};
     memcpy(e->tiers, results, ntiers * sizeof e->tiers[0]);
     memcpy(entry_id(e), dc->scratch, idlen);
-    size_t slot = h & (dc->nslots - 1);
-    e->chain = dc->slots[slot];
-    dc->slots[slot] = e;
-    lru_push(dc, e);
-    dc->count++;
-    if (dc->count > dc->nslots && dc->nslots < dc->max_slots)
-        grow(dc);
+    lru_table_insert(&dc->t, &e->node, h);
 }
 
 /* A time left at sent_us, elapsed µs later, no less than floor. 0 and -1
@@ -217,14 +150,14 @@ static int64_t shift(int64_t t, int64_t elapsed, int64_t floor)
 int deny_cache_get(struct deny_cache *dc, const char *policy, const char *key, size_t keylen,
                    int64_t cost, size_t ntiers, int64_t now_us, struct tier_result *out)
 {
-    if (dc->count == 0)
+    if (dc->t.count == 0)
         return 0;
     size_t idlen = make_id(dc, policy, key, keylen);
-    struct entry *e = find(dc, idlen, siphash24(&dc->hash_key, dc->scratch, idlen));
+    struct entry *e = find(dc, idlen, lru_table_hash(&dc->t, dc->scratch, idlen));
     if (!e)
         return 0;
     if (now_us >= e->expires_us || e->ntiers != ntiers) {
-        entry_free(dc, e);
+        entry_free(dc, &e->node);
         return 0;
     }
     if (cost < e->cost)
@@ -239,7 +172,6 @@ int deny_cache_get(struct deny_cache *dc, const char *policy, const char *key, s
         if (!out[i].allowed)
             out[i].remaining = 0;
     }
-    lru_unlink(dc, e);
-    lru_push(dc, e);
+    lru_table_touch(&dc->t, &e->node);
     return 1;
 }

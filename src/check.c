@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "deny_cache.h"
 #include "metrics.h"
 #include "server.h"
 #include "worker.h"
@@ -28,6 +29,7 @@ struct check {
     struct event deadline;
     int deadline_armed;
     int64_t started_us; /* monotonic, for the access log */
+    int64_t sent_us;    /* monotonic, when the backend was asked */
     int backend_pending;
     int starting; /* inside check_start: the caller still holds c */
 };
@@ -127,6 +129,43 @@ static void answer_unavailable(struct check *c, const char *why)
         free(res);
 }
 
+/*
+ * The deny cache (deny_cache.h) serves only what it can answer exactly: a
+ * request of one check, real (not a dry run), of a policy that counts
+ * (not shadow) and allows it, with a cost to take. Other callers can only
+ * consume, so no algorithm allows such a request before the retry time of
+ * an earlier denial of a cost no larger; a reload empties the cache.
+ */
+static int cacheable(const struct check *c)
+{
+    const struct check_item *it = &c->req.checks[0];
+    return c->w->deny && !c->w->backend->ops->in_process && c->req.nchecks == 1 && !c->req.dry_run && !it->policy->shadow &&
+           it->policy->deny_cache && it->cost > 0;
+}
+
+static int answer_from_cache(struct check *c)
+{
+    const struct check_item *it = &c->req.checks[0];
+    size_t n = it->policy->ntiers;
+    struct tier_result res[POLICY_MAX_TIERS];
+    if (!cacheable(c) || !deny_cache_get(c->w->deny, it->policy->name, it->key, it->keylen,
+                                         it->cost, n, util_monotonic_us(), res))
+        return 0;
+    metrics_count(c->w->metrics, METRICS_DENY_CACHE_HITS);
+    struct verdict v = {.kind = VERDICT_DECIDED, .results = res, .cached = 1};
+    finish(c, &v);
+    return 1;
+}
+
+static void remember_denial(struct check *c, const struct verdict *v)
+{
+    const struct check_item *it = &c->req.checks[0];
+    if (v->sum.allowed || v->sum.retry_us <= 0 || !cacheable(c))
+        return;
+    deny_cache_put(c->w->deny, it->policy->name, it->key, it->keylen, it->cost, v->results,
+                   it->policy->ntiers, v->sum.retry_us, c->sent_us);
+}
+
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
@@ -139,11 +178,14 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     switch (r->status) {
     case BACKEND_OK: {
         struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results};
+        decision_summarize(&c->req, v.results, &v.sum);
+        remember_denial(c, &v);
         finish(c, &v);
         return;
     }
     case BACKEND_ERROR:
-        log_event(c->w->log, LOG_LVL_ERROR, "redis error", "error", r->errmsg, NULL);
+        log_limited(c->w->log, &c->w->error_log, util_monotonic_us(), LOG_LVL_ERROR,
+                    "redis error", "error", r->errmsg, NULL);
         answer_unavailable(c, "redis returned an error");
         return;
     case BACKEND_UNAVAILABLE:
@@ -157,7 +199,8 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     struct check *c = arg;
     struct worker *w = c->w;
     c->deadline_armed = 0;
-    log_event(w->log, LOG_LVL_WARN, "redis deadline passed", NULL);
+    log_limited(w->log, &w->late_log, util_monotonic_us(), LOG_LVL_WARN, "redis deadline passed",
+                NULL);
     metrics_count(w->metrics, METRICS_REDIS_TIMEOUTS);
     answer_unavailable(c, "redis did not answer in time");
     /* Last: this may drop the connection, which completes (and frees) c. */
@@ -169,6 +212,9 @@ static void ask_backend(struct check *c)
 {
     struct worker *w = c->w;
     const struct config *cfg = c->cfg;
+    /* First: whichever clock decides (ours below, or Redis TIME) reads the
+     * time after this, so a retry time measured from here is never late. */
+    c->sent_us = util_monotonic_us();
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
     c->backend_pending = 1;
     w->backend_pending++;
@@ -204,7 +250,8 @@ struct check *check_start(struct worker *w, struct check_request *req, check_rep
 
     /* Past max_inflight calls waiting for the backend (answered at their
      * deadline or not), answer at once rather than queue without bound. */
-    if (!w->backend->ops->in_process && w->backend_pending >= (size_t)c->cfg->max_inflight) {
+    if (answer_from_cache(c)) {
+    } else if (!w->backend->ops->in_process && w->backend_pending >= (size_t)c->cfg->max_inflight) {
         if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
             answer_unavailable(c, "too many checks in flight");
         } else {

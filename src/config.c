@@ -323,6 +323,7 @@ static const struct field policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
+    {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache)},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
     {.name = NULL},
@@ -359,6 +360,8 @@ static const struct field top_fields[] = {
      .max = 3600LL * 1000000},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000},
+    {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys),
+     .min = 0, .max = 100000000},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
      .parse = parse_token_file},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
@@ -613,6 +616,7 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         }
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
+        parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
         join(child, path, name);
         rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
     }
@@ -716,6 +720,7 @@ static struct config *config_new(const char *name)
     c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
     c->backend = BACKEND_KIND_REDIS;
     c->workers = 1;
+    c->deny_cache_max_keys = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS;
     return c;
 }
 

@@ -45,6 +45,8 @@ static const struct {
     [METRICS_REDIS_TIMEOUTS] = {PREFIX "redis_timeouts_total",
                                 "Checks answered at their deadline because Redis was late."},
     [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
+    [METRICS_DENY_CACHE_HITS] = {PREFIX "deny_cache_hits_total",
+                                 "Checks denied by the local deny cache, without asking Redis."},
 };
 
 /* Every status the daemon sends (http.c's reason_phrase; 413 is libevent's

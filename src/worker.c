@@ -15,12 +15,16 @@
 
 #include "backend_memory.h"
 #include "backend_redis.h"
+#include "deny_cache.h"
 #include "http.h"
 #include "limiter_local.h"
 #include "metrics.h"
 #include "notify.h"
 #include "server.h"
 #include "worker.h"
+
+/* Per-check warnings: at most one line a second per site and worker. */
+#define WORKER_LOG_INTERVAL_US 1000000
 
 /* On the worker's thread: publish readiness, and wake the main loop, which
  * alone speaks to systemd. */
@@ -33,8 +37,22 @@ static void on_backend_state(void *arg, int ready)
     }
 }
 
+/* The deny cache of the snapshot's size (none for 0), empty: a reload may
+ * change limits, and a denial under the old ones proves nothing. */
+static void reset_deny_cache(struct worker *w, const struct config *cfg)
+{
+    deny_cache_free(w->deny);
+    w->deny = cfg->deny_cache_max_keys > 0
+                  ? deny_cache_new((size_t)cfg->deny_cache_max_keys, w->srv->hash_seed ^ w->id)
+                  : NULL;
+}
+
 static void set_config(struct worker *w, struct config *cfg)
 {
+    if (w->deny && cfg->deny_cache_max_keys == w->config->deny_cache_max_keys)
+        deny_cache_clear(w->deny);
+    else
+        reset_deny_cache(w, cfg);
     config_unref(w->config);
     w->config = cfg; /* checks in flight keep their own reference */
     for (size_t i = 0; i < cfg->npolicies; i++)
@@ -80,9 +98,11 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
 {
     const struct config *cfg = srv->config;
     *w = (struct worker){.srv = srv, .id = id, .base = base, .log = &srv->log,
-                         .wake = {-1, -1}};
+                         .wake = {-1, -1}, .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+                         .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
     pthread_mutex_init(&w->mail_lock, NULL);
     w->config = config_ref(srv->config);
+    reset_deny_cache(w, cfg);
     w->metrics = metrics_new();
     for (size_t i = 0; i < cfg->npolicies; i++)
         metrics_policy_seen(w->metrics, cfg->policies[i].name);
@@ -176,6 +196,8 @@ void worker_fini(struct worker *w)
     config_unref(w->mail_config);
     w->mail_config = NULL;
     pthread_mutex_destroy(&w->mail_lock);
+    deny_cache_free(w->deny);
+    w->deny = NULL;
     metrics_free(w->metrics);
     w->metrics = NULL;
     config_unref(w->config);

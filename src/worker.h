@@ -36,6 +36,8 @@ struct worker {
     size_t inflight;        /* checks started and not yet answered */
     size_t backend_pending; /* backend calls not yet completed */
     int draining;           /* no new checks; stop once idle */
+    struct log_limit late_log;  /* "redis deadline passed" */
+    struct log_limit error_log; /* "redis error" */
 
     /* From the main thread to a worker with a thread of its own: a new
      * config snapshot or a drain, under the lock, then a byte on the pipe

@@ -29,8 +29,8 @@
  * thread-safe: one cache per worker (event loop), used from its thread only.
  * Bounded: at most max_entries entries, the least recently used evicted
  * first; an entry is one allocation of about 100 bytes plus the policy
- * name, the key and sizeof(struct tier_result) per tier. Keys are hashed with SipHash-2-4 under a secret seed, since callers
- * choose them.
+ * name, the key and sizeof(struct tier_result) per tier. Keys are hashed
+ * with SipHash-2-4 under a secret seed, since callers choose them.
  */
 #ifndef RATELIMITD_DENY_CACHE_H
 #define RATELIMITD_DENY_CACHE_H

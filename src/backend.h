@@ -63,6 +63,7 @@ struct backend {
     const struct backend_ops *ops;
     backend_state_fn on_state;
     void *on_state_arg;
+    int reported_ready; /* what on_state was last told */
 };
 
 static inline int backend_decide(struct backend *b, const struct config *cfg,
@@ -78,6 +79,10 @@ static inline int backend_ready(const struct backend *b)
 }
 
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
+
+/* For implementations, after any change of state: tells the listener when
+ * backend_ready differs from what it was last told. */
+void backend_state_changed(struct backend *b);
 
 /* NULL is a no-op. */
 void backend_free(struct backend *b);

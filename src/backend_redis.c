@@ -1,6 +1,6 @@
 /*
- * backend_redis.c: the Redis connection. See backend_redis.h for the
- * contract. Owns the hiredis context, the URL's credentials, the reconnect
+ * backend_redis.c: the Redis backend (backend.h) on one pipelined
+ * connection. See backend_redis.h. Owns the hiredis context, the URL's credentials, the reconnect
  * timer and every in-flight call's copy of its arguments.
  *
  * Commands are pipelined: hiredis writes each call into one output buffer
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backend_redis.h"
+#include "scripts.h"
 #include "metrics.h"
 #include "redis_url.h"
 
@@ -32,7 +33,8 @@
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 
-struct backend {
+struct backend_redis {
+    struct backend base_iface; /* first: a struct backend * points here */
     struct event_base *base;
     const struct logger *log;
     struct metrics *metrics;
@@ -46,8 +48,6 @@ struct backend {
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
     int setup_failed;   /* AUTH or SELECT failed on this connection */
     int freeing;
-    backend_state_fn on_state;
-    void *on_state_arg;
     struct event *reconnect_ev;
     struct event *ready_timeout_ev;
     int stalled_timeouts; /* deadlines passed since the last reply */
@@ -56,22 +56,23 @@ struct backend {
     uint64_t rng;
 };
 
-/* One EVALSHA in flight; owns its arguments, kept for a NOSCRIPT retry. */
+/* One call in flight; owns its arguments, kept for a NOSCRIPT retry. */
 struct pending {
-    struct backend *b;
+    struct backend_redis *b;
     backend_done_fn done;
     void *arg;
     int retried;
-    int64_t sent_us; /* monotonic, for the round-trip histogram */
+    int64_t sent_us;     /* monotonic, for the round-trip histogram */
+    int64_t deadline_us; /* monotonic: a reply after it is late */
     struct script_call call;
     char nkeys[24];
 };
 
-static void start_connect(struct backend *b);
+static void start_connect(struct backend_redis *b);
 
 /* ---- connection life ---- */
 
-static uint64_t next_random(struct backend *b)
+static uint64_t next_random(struct backend_redis *b)
 {
     /* xorshift64*: jitter only, no need for quality. */
     b->rng ^= b->rng >> 12;
@@ -81,15 +82,20 @@ static uint64_t next_random(struct backend *b)
 }
 
 /* Records whether the script is loaded, telling the listener on a change. */
-static void set_loaded(struct backend *b, int loaded)
+static int redis_ready(const struct backend *iface)
 {
-    int was = backend_ready(b);
-    b->script_loaded = loaded;
-    if (b->on_state && was != backend_ready(b) && !b->freeing)
-        b->on_state(b->on_state_arg, backend_ready(b));
+    const struct backend_redis *b = (const struct backend_redis *)iface;
+    return b->state == CONN_UP && b->script_loaded;
 }
 
-static void schedule_reconnect(struct backend *b)
+static void set_loaded(struct backend_redis *b, int loaded)
+{
+    b->script_loaded = loaded;
+    if (!b->freeing)
+        backend_state_changed(&b->base_iface);
+}
+
+static void schedule_reconnect(struct backend_redis *b)
 {
     b->state = CONN_DOWN;
     set_loaded(b, 0);
@@ -117,7 +123,7 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
  * backoff. Until the script is loaded again, backend_eval refuses at once:
  * the circuit is open. Never called from inside a hiredis callback.
  */
-static void drop_connection(struct backend *b, const char *why)
+static void drop_connection(struct backend_redis *b, const char *why)
 {
     log_event(b->log, LOG_LVL_WARN, "redis connection dropped", "target", b->target, "reason",
               why, NULL);
@@ -132,14 +138,14 @@ static void drop_connection(struct backend *b, const char *why)
 
 static void on_ready_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    struct backend *b = arg;
-    if (b->ac && !backend_ready(b))
+    struct backend_redis *b = arg;
+    if (b->ac && !redis_ready(&b->base_iface))
         drop_connection(b, "no answer to connect and SCRIPT LOAD in time");
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
-    struct backend *b = ac->data;
+    struct backend_redis *b = ac->data;
     if (status != REDIS_OK) {
         log_event(b->log, LOG_LVL_WARN, "redis connect failed", "target", b->target, "error",
                   ac->errstr, NULL);
@@ -153,7 +159,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-    struct backend *b = ac->data;
+    struct backend_redis *b = ac->data;
     if (b->dropping)
         return;
     metrics_count(b->metrics, METRICS_REDIS_RECONNECTS);
@@ -168,7 +174,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
-    struct backend *b = ac->data;
+    struct backend_redis *b = ac->data;
     if (r && r->type == REDIS_REPLY_ERROR) {
         log_event(b->log, LOG_LVL_ERROR, "redis setup command failed", "command",
                   (const char *)privdata, "target", b->target, "error", r->str, NULL);
@@ -181,7 +187,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
 static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
-    struct backend *b = privdata;
+    struct backend_redis *b = privdata;
     if (!r)
         return; /* connection gone; the next connect loads again */
     b->load_in_flight = 0;
@@ -202,7 +208,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
               r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", NULL);
 }
 
-static void send_script_load(struct backend *b)
+static void send_script_load(struct backend_redis *b)
 {
     if (b->load_in_flight || !b->ac)
         return;
@@ -212,7 +218,7 @@ static void send_script_load(struct backend *b)
         b->load_in_flight = 1;
 }
 
-static void start_connect(struct backend *b)
+static void start_connect(struct backend_redis *b)
 {
     redisAsyncContext *ac = b->url.unix_path ? redisAsyncConnectUnix(b->url.unix_path)
                                              : redisAsyncConnect(b->url.host, b->url.port);
@@ -263,18 +269,54 @@ static void pending_free(struct pending *p)
 
 static int send_pending(struct pending *p);
 
+/* The script's integers, decoded into one result per tier for the caller. */
+static void complete_ok(struct pending *p, const redisReply *r)
+{
+    long long ints_buf[64];
+    struct tier_result res_buf[8];
+    size_t ntiers = p->call.ntiers;
+    long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
+    struct tier_result *res = ntiers <= 8 ? res_buf : xcalloc(ntiers, sizeof *res);
+    char err[RL_ERRLEN];
+    size_t i;
+    for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
+        ints[i] = r->element[i]->integer;
+    struct backend_reply reply = {.status = BACKEND_OK, .results = res};
+    if (i != r->elements) {
+        reply = (struct backend_reply){BACKEND_ERROR, NULL, "script reply holds a non-integer"};
+    } else if (scripts_decode_result(ints, r->elements, ntiers, res, err, sizeof err) < 0) {
+        reply = (struct backend_reply){BACKEND_ERROR, NULL, err};
+    }
+    p->done(p->arg, &reply);
+    if (ints != ints_buf)
+        free(ints);
+    if (res != res_buf)
+        free(res);
+}
+
+static void complete(struct pending *p, enum backend_status status, const char *errmsg)
+{
+    struct backend_reply reply = {.status = status, .errmsg = errmsg};
+    p->done(p->arg, &reply);
+}
+
 static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
     struct pending *p = privdata;
-    struct backend *b = p->b;
+    struct backend_redis *b = p->b;
 
     if (r) {
-        b->stalled_timeouts = 0;
-        metrics_redis_latency(b->metrics, util_monotonic_us() - p->sent_us);
+        int64_t now = util_monotonic_us();
+        /* Only a reply in time shows the connection healthy: a Redis that
+         * answers every call after its deadline keeps the count growing,
+         * and the circuit opens as for one that does not answer. */
+        if (now <= p->deadline_us)
+            b->stalled_timeouts = 0;
+        metrics_redis_latency(b->metrics, now - p->sent_us);
     }
     if (!r) {
-        p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
+        complete(p, BACKEND_UNAVAILABLE, "connection to redis lost");
     } else if (r->type == REDIS_REPLY_ERROR) {
         /* After SCRIPT FLUSH or a restart of Redis, reload and retry once:
          * the caller never sees NOSCRIPT. */
@@ -286,32 +328,22 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
             send_script_load(b);
             if (send_pending(p) == 0)
                 return;
-            p->done(p->arg, BACKEND_UNAVAILABLE, NULL, 0, "connection to redis lost");
+            complete(p, BACKEND_UNAVAILABLE, "connection to redis lost");
         } else {
             metrics_count(b->metrics, METRICS_REDIS_ERRORS);
-            p->done(p->arg, BACKEND_ERROR, NULL, 0, r->str);
+            complete(p, BACKEND_ERROR, r->str);
         }
     } else if (r->type == REDIS_REPLY_ARRAY) {
-        long long stackbuf[64];
-        long long *ints = r->elements <= 64 ? stackbuf : xcalloc(r->elements, sizeof *ints);
-        size_t i;
-        for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
-            ints[i] = r->element[i]->integer;
-        if (i == r->elements)
-            p->done(p->arg, BACKEND_OK, ints, r->elements, NULL);
-        else
-            p->done(p->arg, BACKEND_ERROR, NULL, 0, "script reply holds a non-integer");
-        if (ints != stackbuf)
-            free(ints);
+        complete_ok(p, r);
     } else {
-        p->done(p->arg, BACKEND_ERROR, NULL, 0, "script reply is not an array");
+        complete(p, BACKEND_ERROR, "script reply is not an array");
     }
     pending_free(p);
 }
 
 static int send_pending(struct pending *p)
 {
-    struct backend *b = p->b;
+    struct backend_redis *b = p->b;
     if (!b->ac || b->state == CONN_DOWN)
         return -1;
     p->sent_us = util_monotonic_us();
@@ -322,20 +354,21 @@ static int send_pending(struct pending *p)
                : -1;
 }
 
-int backend_eval(struct backend *b, struct script_call *call, backend_done_fn done, void *arg)
+static int redis_decide(struct backend *iface, const struct config *cfg,
+                        const struct check_request *req, int64_t now_us, backend_done_fn done,
+                        void *arg)
 {
+    struct backend_redis *b = (struct backend_redis *)iface;
     /* The circuit is open (down, reconnecting, or not yet answering):
      * answer now rather than wait for a deadline. */
-    if (!backend_ready(b)) {
-        scripts_call_free(call);
+    if (!redis_ready(iface))
         return -1;
-    }
     struct pending *p = xcalloc(1, sizeof *p);
     p->b = b;
     p->done = done;
     p->arg = arg;
-    p->call = *call;
-    memset(call, 0, sizeof *call);
+    p->deadline_us = util_monotonic_us() + cfg->redis_timeout_us;
+    scripts_build_call(cfg, req, now_us, &p->call);
     /* The command words go in the call's free head slots; b->sha outlives
      * every pending call (backend_free completes them first). */
     snprintf(p->nkeys, sizeof p->nkeys, "%zu", p->call.nkeys);
@@ -351,12 +384,56 @@ int backend_eval(struct backend *b, struct script_call *call, backend_done_fn do
     return 0;
 }
 
-/* ---- life of the backend ---- */
-
-struct backend *backend_new(struct event_base *base, const char *url, const struct logger *lg,
-                            struct metrics *m, char *err, size_t errlen)
+static void redis_start(struct backend *iface)
 {
-    struct backend *b = xcalloc(1, sizeof *b);
+    start_connect((struct backend_redis *)iface);
+}
+
+static void redis_note_timeout(struct backend *iface)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    if (b->ac && ++b->stalled_timeouts >= STALL_TIMEOUTS)
+        drop_connection(b, "no reply in time to several checks in a row");
+}
+
+static const char *redis_target(const struct backend *iface)
+{
+    return ((const struct backend_redis *)iface)->target;
+}
+
+static void redis_free(struct backend *iface)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    b->freeing = 1;
+    if (b->ac) {
+        redisAsyncContext *ac = b->ac;
+        b->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (b->reconnect_ev)
+        event_free(b->reconnect_ev);
+    if (b->ready_timeout_ev)
+        event_free(b->ready_timeout_ev);
+    redis_url_free(&b->url);
+    free(b);
+}
+
+static const struct backend_ops redis_ops = {
+    .name = "redis",
+    .decide = redis_decide,
+    .note_timeout = redis_note_timeout,
+    .start = redis_start,
+    .ready = redis_ready,
+    .target = redis_target,
+    .free = redis_free,
+};
+
+struct backend *backend_redis_new(struct event_base *base, const char *url,
+                                  const struct logger *lg, struct metrics *m, char *err,
+                                  size_t errlen)
+{
+    struct backend_redis *b = xcalloc(1, sizeof *b);
+    b->base_iface.ops = &redis_ops;
     b->base = base;
     b->log = lg;
     b->metrics = m;
@@ -367,11 +444,11 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
     b->ready_timeout_ev = evtimer_new(base, on_ready_timeout, b);
     if (!b->reconnect_ev || !b->ready_timeout_ev) {
         snprintf(err, errlen, "cannot create timers");
-        backend_free(b);
+        redis_free(&b->base_iface);
         return NULL;
     }
     if (redis_url_parse(url, &b->url, err, errlen) < 0) {
-        backend_free(b);
+        redis_free(&b->base_iface);
         return NULL;
     }
     /* The password from the environment wins over the URL's, so that it
@@ -385,50 +462,5 @@ struct backend *backend_new(struct event_base *base, const char *url, const stru
         snprintf(b->target, sizeof b->target, "unix:%s", b->url.unix_path);
     else
         snprintf(b->target, sizeof b->target, "%s:%d/%d", b->url.host, b->url.port, b->url.db);
-    return b;
-}
-
-void backend_start(struct backend *b)
-{
-    start_connect(b);
-}
-
-void backend_note_timeout(struct backend *b)
-{
-    if (b->ac && ++b->stalled_timeouts >= STALL_TIMEOUTS)
-        drop_connection(b, "no reply to several checks in a row");
-}
-
-void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
-{
-    b->on_state = fn;
-    b->on_state_arg = arg;
-}
-
-int backend_ready(const struct backend *b)
-{
-    return b->state == CONN_UP && b->script_loaded;
-}
-
-const char *backend_target(const struct backend *b)
-{
-    return b->target;
-}
-
-void backend_free(struct backend *b)
-{
-    if (!b)
-        return;
-    b->freeing = 1;
-    if (b->ac) {
-        redisAsyncContext *ac = b->ac;
-        b->ac = NULL;
-        redisAsyncFree(ac);
-    }
-    if (b->reconnect_ev)
-        event_free(b->reconnect_ev);
-    if (b->ready_timeout_ev)
-        event_free(b->ready_timeout_ev);
-    redis_url_free(&b->url);
-    free(b);
+    return &b->base_iface;
 }

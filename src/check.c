@@ -1,221 +1,283 @@
 /*
- * check.c: one check from request to answer. The struct check is the single
- * owner of everything the check allocates; it has two reasons to live, the
- * HTTP answer and the Redis reply, and is freed in one place when both are
- * done. The deadline answers per failure_mode when Redis is late; the late
- * reply then only releases the check.
+ * check.c: one check from a decoded request to its verdict, for any front
+ * and any backend. The struct check is the single owner of everything the
+ * check holds (the request, a config reference, the deadline timer, embedded
+ * so that a check costs one allocation); it has two reasons to live, the
+ * answer to the front and the backend's completion, and is freed in one
+ * place when both are over. The deadline answers per failure_mode when the
+ * backend is late; the late completion then only releases the check.
  */
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <event2/event_struct.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_redis.h"
+#include "backend.h"
 #include "check.h"
-#include "http.h"
-#include "limiter_local.h"
+#include "deny_cache.h"
 #include "metrics.h"
-#include "request.h"
-#include "answer.h"
-#include "scripts.h"
+#include "server.h"
+#include "worker.h"
 
 struct check {
-    struct server *srv;
+    struct worker *w;
     struct config *cfg; /* reference: a reload must not free it under us */
-    struct evhttp_request *req;
-    struct check_request request;
-    struct event *deadline;
-    int64_t started_us; /* monotonic, for the access log and metrics */
-    int answered;
+    struct check_request req;
+    check_reply_fn reply; /* NULL once answered or cancelled */
+    void *ctx;
+    struct event deadline;
+    int deadline_armed;
+    int64_t started_us; /* monotonic, for the access log */
+    int64_t sent_us;    /* monotonic, when the backend was asked */
     int backend_pending;
+    int starting; /* inside check_start: the caller still holds c */
 };
 
 static void check_free(struct check *c)
 {
-    request_free(&c->request);
-    if (c->deadline)
-        event_free(c->deadline);
+    if (c->deadline_armed)
+        event_del(&c->deadline);
+    request_free(&c->req);
     config_unref(c->cfg);
     free(c);
 }
 
-/* One line per check: who asked what, the outcome and how long it took.
- * Never the body. */
-static void access_log(const struct check *c, const struct answer *ans)
+/* Frees c once nothing can reach it any more. */
+static void maybe_free(struct check *c)
 {
-    char checks[512] = "", status[8], ms[24];
+    if (!c->reply && !c->backend_pending && !c->starting)
+        check_free(c);
+}
+
+/* One line per check: who asked what, the outcome and how long it took. */
+static void access_log(const struct check *c, int status)
+{
+    char checks[512] = "", st[8], ms[24];
     size_t used = 0;
-    for (size_t i = 0; i < c->request.nchecks && used < sizeof checks; i++) {
-        const struct check_item *it = &c->request.checks[i];
+    for (size_t i = 0; i < c->req.nchecks && used < sizeof checks; i++) {
+        const struct check_item *it = &c->req.checks[i];
         int n = snprintf(checks + used, sizeof checks - used, "%s%s:%.*s", i ? "," : "",
                          it->policy->name, (int)(it->keylen > 64 ? 64 : it->keylen), it->key);
         used += n > 0 ? (size_t)n : 0;
     }
-    snprintf(status, sizeof status, "%d", ans->status);
+    snprintf(st, sizeof st, "%d", status);
     snprintf(ms, sizeof ms, "%.3f", (double)(util_monotonic_us() - c->started_us) / 1000.0);
-    log_event(&c->srv->log, LOG_LVL_INFO, "check", "status", status, "checks", checks, "dry_run",
-              c->request.dry_run ? "true" : "false", "ms", ms, NULL);
+    log_event(c->w->log, LOG_LVL_INFO, "check", "status", st, "checks", checks, "dry_run",
+              c->req.dry_run ? "true" : "false", "ms", ms, NULL);
 }
 
-/* The one place a check answers. */
-static void finish(struct check *c, struct answer *ans)
+/* Counts each check of the request under its policy. */
+static void count_checks(struct check *c, const struct verdict *v)
 {
-    if (c->cfg->access_log)
-        access_log(c, ans);
-    http_send_answer(c->srv, c->req, ans);
-    answer_free(ans);
-    c->answered = 1;
-    c->req = NULL;
-    if (c->deadline)
-        event_del(c->deadline);
-    http_check_done(c->srv);
-    if (!c->backend_pending)
-        check_free(c);
-}
-
-/* Counts each check of the request under its policy: decisions when
- * results are given (from Redis, or from memory when local), else the
- * failure_mode answer by its status. */
-static void count_checks(struct check *c, const struct tier_result *results, int status,
-                         int local)
-{
-    const struct tier_result *r = results;
-    for (size_t i = 0; i < c->request.nchecks; i++) {
-        const struct policy *p = c->request.checks[i].policy;
-        enum metrics_decision d = status == 503 ? METRICS_UNAVAILABLE : METRICS_DEGRADED;
-        if (r) {
+    const struct tier_result *r = v->results;
+    for (size_t i = 0; i < c->req.nchecks; i++) {
+        const struct policy *p = c->req.checks[i].policy;
+        enum metrics_decision d = verdict_status(v) == 503 ? METRICS_UNAVAILABLE
+                                                           : METRICS_DEGRADED;
+        if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL) {
             int allowed = 1;
             for (size_t j = 0; j < p->ntiers; j++, r++)
                 allowed &= r->allowed;
-            d = local     ? METRICS_LOCAL
-                : allowed ? METRICS_ALLOWED
-                : p->shadow ? METRICS_SHADOW_DENIED
-                            : METRICS_DENIED;
+            d = v->kind == VERDICT_LOCAL ? METRICS_LOCAL
+                : allowed                ? METRICS_ALLOWED
+                : p->shadow              ? METRICS_SHADOW_DENIED
+                                         : METRICS_DENIED;
         }
-        metrics_check(c->srv->metrics, p->name, d);
+        metrics_check(c->w->metrics, p->name, d);
     }
 }
 
-/* Redis could not decide: the request's failure mode answers (local: a
- * decision from this daemon's memory, with the same algorithms). */
+/* The one place a check answers. */
+static void finish(struct check *c, struct verdict *v)
+{
+    v->req = &c->req;
+    if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL)
+        decision_summarize(&c->req, v->results, &v->sum);
+    if (v->kind != VERDICT_OVERLOADED)
+        count_checks(c, v);
+    if (c->cfg->access_log)
+        access_log(c, verdict_status(v));
+    check_reply_fn reply = c->reply;
+    c->reply = NULL;
+    if (c->deadline_armed) {
+        event_del(&c->deadline);
+        c->deadline_armed = 0;
+    }
+    c->w->inflight--;
+    reply(c->ctx, v);
+    worker_maybe_idle(c->w);
+    maybe_free(c);
+}
+
+/* The backend could not decide: the request's failure mode answers (local:
+ * a decision from this process's memory, with the same algorithms). */
 static void answer_unavailable(struct check *c, const char *why)
 {
-    struct answer ans;
-    if (request_failure_mode(&c->request) != FAILURE_LOCAL) {
-        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .req = &c->request, .why = why};
-        answer_verdict(&v, &ans);
-        count_checks(c, NULL, ans.status, 0);
-        finish(c, &ans);
+    if (request_failure_mode(&c->req) != FAILURE_LOCAL) {
+        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = why};
+        finish(c, &v);
         return;
     }
-    struct tier_result *results = xcalloc(request_tiers(&c->request), sizeof *results);
-    local_decide(c->srv->local, c->cfg->key_prefix, &c->request, util_realtime_us(), results);
-    struct verdict v = {.kind = VERDICT_LOCAL, .req = &c->request, .results = results};
-    decision_summarize(&c->request, results, &v.sum);
-    answer_verdict(&v, &ans);
-    count_checks(c, results, ans.status, 1);
-    free(results);
-    finish(c, &ans);
+    size_t n = request_tiers(&c->req);
+    struct tier_result buf[16];
+    struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
+    server_local_decide(c->w->srv, c->cfg->key_prefix, &c->req, util_realtime_us(), res);
+    struct verdict v = {.kind = VERDICT_LOCAL, .results = res};
+    finish(c, &v);
+    if (res != buf)
+        free(res);
 }
 
-static void on_backend_done(void *arg, enum backend_status status, const long long *ints,
-                            size_t nints, const char *errmsg)
+/*
+ * The deny cache (deny_cache.h) serves only what it can answer exactly: a
+ * request of one check, real (not a dry run), of a policy that counts
+ * (not shadow) and allows it, with a cost to take. Other callers can only
+ * consume, so no algorithm allows such a request before the retry time of
+ * an earlier denial of a cost no larger; a reload empties the cache.
+ */
+static int cacheable(const struct check *c)
+{
+    const struct check_item *it = &c->req.checks[0];
+    return c->w->deny && !c->w->backend->ops->in_process && c->req.nchecks == 1 && !c->req.dry_run && !it->policy->shadow &&
+           it->policy->deny_cache && it->cost > 0;
+}
+
+static int answer_from_cache(struct check *c)
+{
+    const struct check_item *it = &c->req.checks[0];
+    size_t n = it->policy->ntiers;
+    struct tier_result res[POLICY_MAX_TIERS];
+    if (!cacheable(c) || !deny_cache_get(c->w->deny, it->policy->name, it->key, it->keylen,
+                                         it->cost, n, util_monotonic_us(), res))
+        return 0;
+    metrics_count(c->w->metrics, METRICS_DENY_CACHE_HITS);
+    struct verdict v = {.kind = VERDICT_DECIDED, .results = res, .cached = 1};
+    finish(c, &v);
+    return 1;
+}
+
+static void remember_denial(struct check *c, const struct verdict *v)
+{
+    const struct check_item *it = &c->req.checks[0];
+    if (v->sum.allowed || v->sum.retry_us <= 0 || !cacheable(c))
+        return;
+    deny_cache_put(c->w->deny, it->policy->name, it->key, it->keylen, it->cost, v->results,
+                   it->policy->ntiers, v->sum.retry_us, c->sent_us);
+}
+
+static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
     c->backend_pending = 0;
-    c->srv->redis_pending--;
-    if (c->answered) {
-        check_free(c); /* answered at the deadline: the late reply is dropped */
+    c->w->backend_pending--;
+    if (!c->reply) {
+        maybe_free(c); /* answered at the deadline, or cancelled */
         return;
     }
-    if (status == BACKEND_UNAVAILABLE) {
-        answer_unavailable(c, errmsg);
+    switch (r->status) {
+    case BACKEND_OK: {
+        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results};
+        decision_summarize(&c->req, v.results, &v.sum);
+        remember_denial(c, &v);
+        finish(c, &v);
         return;
     }
-    if (status == BACKEND_ERROR) {
-        log_event(&c->srv->log, LOG_LVL_ERROR, "redis error", "error", errmsg, NULL);
+    case BACKEND_ERROR:
+        log_limited(c->w->log, &c->w->error_log, util_monotonic_us(), LOG_LVL_ERROR,
+                    "redis error", "error", r->errmsg, NULL);
         answer_unavailable(c, "redis returned an error");
         return;
+    case BACKEND_UNAVAILABLE:
+        answer_unavailable(c, r->errmsg);
+        return;
     }
-    size_t ntiers = request_tiers(&c->request);
-    struct tier_result stackbuf[16];
-    struct tier_result *results = ntiers <= 16 ? stackbuf : xcalloc(ntiers, sizeof *results);
-    char err[RL_ERRLEN];
-    if (scripts_decode_result(ints, nints, ntiers, results, err, sizeof err) < 0) {
-        log_event(&c->srv->log, LOG_LVL_ERROR, "bad script reply", "error", err, NULL);
-        answer_unavailable(c, "redis returned an unexpected reply");
-    } else {
-        struct answer ans;
-        struct verdict v = {.kind = VERDICT_DECIDED, .req = &c->request, .results = results};
-        decision_summarize(&c->request, results, &v.sum);
-        answer_verdict(&v, &ans);
-        count_checks(c, results, ans.status, 0);
-        finish(c, &ans);
-    }
-    if (results != stackbuf)
-        free(results);
 }
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct check *c = arg;
-    log_event(&c->srv->log, LOG_LVL_WARN, "redis deadline passed", NULL);
-    struct server *srv = c->srv;
-    metrics_count(srv->metrics, METRICS_REDIS_TIMEOUTS);
+    struct worker *w = c->w;
+    c->deadline_armed = 0;
+    log_limited(w->log, &w->late_log, util_monotonic_us(), LOG_LVL_WARN, "redis deadline passed",
+                NULL);
+    metrics_count(w->metrics, METRICS_REDIS_TIMEOUTS);
     answer_unavailable(c, "redis did not answer in time");
     /* Last: this may drop the connection, which completes (and frees) c. */
-    backend_note_timeout(srv->backend);
+    w->backend->ops->note_timeout(w->backend);
 }
 
-void check_start(struct server *srv, struct evhttp_request *req)
+/* Asks the backend; answers at once when it cannot take the call. */
+static void ask_backend(struct check *c)
 {
-    struct check *c = xcalloc(1, sizeof *c);
-    c->srv = srv;
-    c->req = req;
-    c->cfg = config_ref(srv->config);
-    c->started_us = util_monotonic_us();
-    srv->inflight++;
-
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
-    struct request_error rerr;
-    if (request_parse(c->cfg, body, len, &c->request, &rerr) < 0) {
-        struct answer ans;
-        answer_error(rerr.status, rerr.code, rerr.message, &ans);
-        finish(c, &ans);
-        return;
-    }
-
-    /* Past max_inflight calls waiting for Redis (answered at their deadline
-     * or not), answer at once rather than queue without bound. */
-    if (srv->redis_pending >= (size_t)c->cfg->max_inflight) {
-        if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
-            answer_unavailable(c, "too many checks in flight");
-            return;
-        }
-        struct answer ans;
-        struct verdict v = {.kind = VERDICT_OVERLOADED, .req = &c->request};
-        answer_verdict(&v, &ans);
-        finish(c, &ans);
-        return;
-    }
-
-    struct script_call call;
-    scripts_build_call(c->cfg, &c->request, c->cfg->clock == CLOCK_SOURCE_LOCAL
-                                                ? util_realtime_us()
-                                                : -1,
-                       &call);
-    if (backend_eval(srv->backend, &call, on_backend_done, c) < 0) {
+    struct worker *w = c->w;
+    const struct config *cfg = c->cfg;
+    /* First: whichever clock decides (ours below, or Redis TIME) reads the
+     * time after this, so a retry time measured from here is never late. */
+    c->sent_us = util_monotonic_us();
+    int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
+    c->backend_pending = 1;
+    w->backend_pending++;
+    if (backend_decide(w->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
+        c->backend_pending = 0;
+        w->backend_pending--;
         answer_unavailable(c, "redis is unavailable");
         return;
     }
-    c->backend_pending = 1;
-    srv->redis_pending++;
-    c->deadline = evtimer_new(srv->base, on_deadline, c);
-    struct timeval tv = {.tv_sec = c->cfg->redis_timeout_us / 1000000,
-                         .tv_usec = c->cfg->redis_timeout_us % 1000000};
-    if (!c->deadline || evtimer_add(c->deadline, &tv) < 0)
-        abort(); /* only on allocation failure */
+    if (!c->backend_pending || w->backend->ops->in_process)
+        return;
+    struct timeval tv = {.tv_sec = cfg->redis_timeout_us / 1000000,
+                         .tv_usec = cfg->redis_timeout_us % 1000000};
+    if (evtimer_assign(&c->deadline, w->base, on_deadline, c) < 0 ||
+        evtimer_add(&c->deadline, &tv) < 0)
+        abort(); /* only on a broken event base */
+    c->deadline_armed = 1;
+}
+
+struct check *check_start(struct worker *w, struct check_request *req, check_reply_fn reply,
+                          void *ctx)
+{
+    struct check *c = xcalloc(1, sizeof *c);
+    c->w = w;
+    c->cfg = config_ref(w->config);
+    c->req = *req;
+    memset(req, 0, sizeof *req);
+    c->reply = reply;
+    c->ctx = ctx;
+    c->started_us = util_monotonic_us();
+    c->starting = 1;
+    w->inflight++;
+
+    /* Past max_inflight calls waiting for the backend (answered at their
+     * deadline or not), answer at once rather than queue without bound. */
+    if (answer_from_cache(c)) {
+    } else if (!w->backend->ops->in_process && w->backend_pending >= (size_t)c->cfg->max_inflight) {
+        if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
+            answer_unavailable(c, "too many checks in flight");
+        } else {
+            struct verdict v = {.kind = VERDICT_OVERLOADED};
+            finish(c, &v);
+        }
+    } else {
+        ask_backend(c);
+    }
+    c->starting = 0;
+    if (!c->reply) {
+        maybe_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void check_cancel(struct check *c)
+{
+    if (!c || !c->reply)
+        return;
+    c->reply = NULL;
+    if (c->deadline_armed) {
+        event_del(&c->deadline);
+        c->deadline_armed = 0;
+    }
+    c->w->inflight--;
+    maybe_free(c);
 }

@@ -34,7 +34,7 @@
 #define MAX_BODY_MAX 16777216
 #define PATH_LEN 256 /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48 /* a value quoted in a message */
-#define MAX_FIELDS 16 /* rows in the largest field table */
+#define MAX_FIELDS 24 /* rows in the largest field table */
 #define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 struct loader {
@@ -283,12 +283,17 @@ static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *p
 static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
                             void *slot);
+static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path,
+                         void *slot);
 
 /* F_CHOICE values are stored through an int. */
 _Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
 _Static_assert(sizeof(enum failure_mode) == sizeof(int), "enum failure_mode is an int");
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int");
 _Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
+_Static_assert(sizeof(enum backend_kind) == sizeof(int), "enum backend_kind is an int");
+static const char *const backend_names[] = {
+    [BACKEND_KIND_REDIS] = "redis", [BACKEND_KIND_MEMORY] = "memory", NULL};
 static const char *const clock_names[] = {
     [CLOCK_SOURCE_REDIS] = "redis", [CLOCK_SOURCE_LOCAL] = "local", NULL};
 static const char *const log_level_names[] = {
@@ -318,6 +323,7 @@ static const struct field policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
+    {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache)},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
     {.name = NULL},
@@ -333,6 +339,8 @@ static const struct field redis_fields[] = {
 
 static const struct field top_fields[] = {
     {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen},
+    {"backend", F_CHOICE, .offset = offsetof(struct config, backend), .choices = backend_names},
+    {"workers", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_workers},
     {"redis", F_SECTION, .section = redis_fields},
     {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names},
     {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
@@ -352,6 +360,8 @@ static const struct field top_fields[] = {
      .max = 3600LL * 1000000},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000},
+    {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys),
+     .min = 0, .max = 100000000},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
      .parse = parse_token_file},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
@@ -606,6 +616,7 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         }
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
+        parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
         join(child, path, name);
         rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
     }
@@ -624,6 +635,25 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
     free(order);
     free(parsed);
     return rc;
+}
+
+/* workers: a number of event loops, or "auto" (one per CPU, counted when
+ * the daemon starts, stored as 0). */
+static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct config *c = slot;
+    const char *text = scalar_text(ld, node, path, "a number or auto", 0);
+    char err[RL_ERRLEN];
+    if (text == NULL)
+        return -1;
+    if (strcmp(text, "auto") == 0) {
+        c->workers = 0;
+        return 0;
+    }
+    if (util_parse_int64(text, 1, CONFIG_WORKERS_MAX, &c->workers, err, sizeof err) < 0)
+        return fail(ld, node, path, "must be auto or a number from 1 to %d: %s",
+                    CONFIG_WORKERS_MAX, err);
+    return 0;
 }
 
 /*
@@ -688,6 +718,9 @@ static struct config *config_new(const char *name)
     c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
     c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
     c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
+    c->backend = BACKEND_KIND_REDIS;
+    c->workers = 1;
+    c->deny_cache_max_keys = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS;
     return c;
 }
 

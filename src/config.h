@@ -29,10 +29,18 @@ enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
  * its policies' failure_mode answer at once, or 503 overloaded. */
 enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
 
+/* Where decisions are made: Redis (shared by every daemon) or this process's
+ * memory (backend_memory.c). */
+enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
+
+#define CONFIG_WORKERS_MAX 64
+
 struct config {
     int refcount;
     char *path;   /* the file it was loaded from */
     char *listen; /* "host:port", "[v6]:port" or "unix:/path" */
+    enum backend_kind backend;
+    int64_t workers; /* event loops; 0: one per CPU (auto) */
     char *redis_url;
     int64_t redis_timeout_us;
     char *key_prefix;
@@ -47,6 +55,7 @@ struct config {
     int64_t max_connections;
     int64_t idle_timeout_us; /* a connection silent this long is closed */
     int64_t local_max_keys;  /* keys held in memory for failure_mode local */
+    int64_t deny_cache_max_keys; /* entries in each worker's deny cache; 0: no cache */
     char *auth_token_file;   /* NULL: /check needs no token */
     char *auth_token;        /* its content, read at load */
     size_t npolicies;
@@ -63,6 +72,7 @@ struct config {
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 4096
 #define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
 #define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
+#define CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS 100000
 
 /*
  * Loads and validates a policy file. On error returns NULL and writes

@@ -91,3 +91,17 @@ void decision_summarize(const struct check_request *req, const struct tier_resul
     out->binding = bind ? bind : bind_any;
     out->retry_us = out->allowed ? 0 : out->binding->retry_us;
 }
+
+int verdict_status(const struct verdict *v)
+{
+    switch (v->kind) {
+    case VERDICT_DECIDED:
+    case VERDICT_LOCAL:
+        return v->sum.allowed ? 200 : 429;
+    case VERDICT_UNAVAILABLE:
+        return request_failure_mode(v->req) == FAILURE_CLOSED ? 503 : 200;
+    case VERDICT_OVERLOADED:
+        return 503;
+    }
+    return 500;
+}

@@ -99,4 +99,9 @@ struct verdict {
     int cached;                         /* DECIDED by the local deny cache */
 };
 
+/* The status the outcome maps to, in HTTP's numbering (every front and the
+ * access log use it): 200 allowed (or degraded open), 429 denied, 503
+ * closed or overloaded. */
+int verdict_status(const struct verdict *v);
+
 #endif

@@ -32,11 +32,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "backend_redis.h"
 #include "check.h"
 #include "http.h"
 #include "metrics.h"
+#include "request.h"
+#include "answer.h"
 #include "sha1.h"
+#include "worker.h"
 
 #define HTTP_MAX_HEADERS_SIZE 8192
 #define HTTP_DRAIN_MAX_S 5 /* past redis.timeout */
@@ -75,7 +77,8 @@ struct conn_set {
 };
 
 struct http {
-    struct server *srv;
+    struct worker *w;
+    size_t writing; /* answers handed to libevent and not yet written */
     struct listener main, admin;
     struct event *resume; /* re-enables accepting paused by on_accept_error */
     struct conn_set conns;
@@ -125,7 +128,6 @@ static void conn_remove(struct conn_set *s, struct conn_slot *slot)
     }
 }
 
-static void maybe_end_drain(struct server *srv);
 
 /* libevent frees a connection whose write failed without telling the
  * request (no on-complete callback): its unwritten answers are forgotten
@@ -136,9 +138,9 @@ static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
     struct conn_slot *slot = conn_find(&h->conns, evcon);
     if (!slot->conn)
         return;
-    h->srv->writing -= slot->writing;
+    h->writing -= slot->writing;
     conn_remove(&h->conns, slot);
-    maybe_end_drain(h->srv);
+    worker_maybe_idle(h->w);
 }
 
 /* Counts req's connection if it is new. Returns -1 when it is new and the
@@ -177,44 +179,38 @@ static const char *reason_phrase(int status)
     }
 }
 
-/* Exits the loop once a drain has nothing left to answer or to write. */
-static void maybe_end_drain(struct server *srv)
-{
-    if (srv->draining && srv->inflight == 0 && srv->writing == 0)
-        event_base_loopexit(srv->base, NULL);
-}
-
 static void on_answer_written(struct evhttp_request *req, void *arg)
 {
     struct http *h = arg;
     struct conn_slot *slot = conn_find(&h->conns, evhttp_request_get_connection(req));
     if (slot->conn && slot->writing) {
         slot->writing--;
-        h->srv->writing--;
+        h->writing--;
     }
-    maybe_end_drain(h->srv);
+    worker_maybe_idle(h->w);
 }
 
-void http_send_answer(struct server *srv, struct evhttp_request *req, const struct answer *ans)
+static void send_answer(struct http *h, struct evhttp_request *req, const struct answer *ans)
 {
     /* A drain waits for answers on counted connections to be written:
      * libevent calls on_answer_written once one is on the wire, or the
      * connection's close callback if it fails first. */
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    struct conn_slot *slot = evcon ? conn_find(&srv->http->conns, evcon) : NULL;
+    struct conn_slot *slot = evcon ? conn_find(&h->conns, evcon) : NULL;
     if (slot && slot->conn) {
         slot->writing++;
-        srv->writing++;
-        evhttp_request_set_on_complete_cb(req, on_answer_written, srv->http);
+        h->writing++;
+        evhttp_request_set_on_complete_cb(req, on_answer_written, h);
     }
-    metrics_http_status(srv->metrics, ans->status);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", ans->content_type ? ans->content_type : "application/json");
-    evhttp_add_header(h, "Cache-Control", "no-store");
+    metrics_http_status(h->w->metrics, ans->status);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    evhttp_add_header(out, "Content-Type",
+                      ans->content_type ? ans->content_type : "application/json");
+    evhttp_add_header(out, "Cache-Control", "no-store");
     for (size_t i = 0; i < ans->nheaders; i++)
-        evhttp_add_header(h, ans->headers[i].name, ans->headers[i].value);
-    if (srv->draining || ans->close)
-        evhttp_add_header(h, "Connection", "close");
+        evhttp_add_header(out, ans->headers[i].name, ans->headers[i].value);
+    if (h->w->draining || ans->close)
+        evhttp_add_header(out, "Connection", "close");
     struct evbuffer *buf = evbuffer_new();
     size_t len = strlen(ans->body);
     /* Every body ends with exactly one newline, for people with curl. */
@@ -225,7 +221,7 @@ void http_send_answer(struct server *srv, struct evhttp_request *req, const stru
     evbuffer_free(buf);
 }
 
-static void send_error(struct server *srv, struct evhttp_request *req, int status,
+static void send_error(struct http *h, struct evhttp_request *req, int status,
                        const char *code, const char *message, const char *hname,
                        const char *hvalue)
 {
@@ -234,16 +230,16 @@ static void send_error(struct server *srv, struct evhttp_request *req, int statu
     if (hname)
         answer_add_header(&ans, hname, hvalue);
     ans.close = status == 503 || status == 401;
-    http_send_answer(srv, req, &ans);
+    send_answer(h, req, &ans);
     answer_free(&ans);
 }
 
-static void send_status(struct server *srv, struct evhttp_request *req, int status,
+static void send_status(struct http *h, struct evhttp_request *req, int status,
                         const char *state)
 {
     struct answer ans = {.status = status};
     ans.body = xstrdup(state);
-    http_send_answer(srv, req, &ans);
+    send_answer(h, req, &ans);
     answer_free(&ans);
 }
 
@@ -267,60 +263,88 @@ static int authorized(const struct config *cfg, struct evhttp_request *req)
     return util_consttime_equal(got, 40, want, 40);
 }
 
-static void route_check(struct server *srv, struct evhttp_request *req)
+/* What a check's answer needs to find its way back. */
+struct pending_answer {
+    struct http *h;
+    struct evhttp_request *req;
+};
+
+static void on_check_reply(void *ctx, const struct verdict *v)
+{
+    struct pending_answer *pa = ctx;
+    struct answer ans;
+    answer_verdict(v, &ans);
+    send_answer(pa->h, pa->req, &ans);
+    answer_free(&ans);
+    free(pa);
+}
+
+/* Decodes the body and hands the request to the core. */
+static void start_check(struct http *h, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    struct check_request creq;
+    struct request_error rerr;
+    if (request_parse(h->w->config, body, len, &creq, &rerr) < 0) {
+        send_error(h, req, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    struct pending_answer *pa = xmalloc(sizeof *pa);
+    *pa = (struct pending_answer){h, req};
+    (void)check_start(h->w, &creq, on_check_reply, pa);
+}
+
+static void route_check(struct http *h, struct evhttp_request *req)
 {
     if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
-        send_error(srv, req, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
-    else if (srv->draining)
-        send_error(srv, req, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
+        send_error(h, req, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
+    else if (h->w->draining)
+        send_error(h, req, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
                    "1");
-    else if (!authorized(srv->config, req))
-        send_error(srv, req, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+    else if (!authorized(h->w->config, req))
+        send_error(h, req, 401, "unauthorized", "a valid Authorization: Bearer token is required",
                    "WWW-Authenticate", "Bearer");
     else
-        check_start(srv, req);
+        start_check(h, req);
 }
 
-static void route_health(struct server *srv, struct evhttp_request *req, int ready)
+static void route_health(struct http *h, struct evhttp_request *req, int ready)
 {
     enum evhttp_cmd_type method = evhttp_request_get_command(req);
-    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD)
-        send_error(srv, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
-    else if (!ready)
-        send_status(srv, req, 200, "{\"status\":\"ok\"}");
-    else if (srv->draining)
-        send_status(srv, req, 503, "{\"status\":\"unready\",\"reason\":\"shutting_down\"}");
-    else if (!backend_ready(srv->backend))
-        send_status(srv, req, 503, "{\"status\":\"unready\",\"reason\":\"redis_unavailable\"}");
-    else
-        send_status(srv, req, 200, "{\"status\":\"ready\"}");
+    const char *reason = ready ? worker_unready_reason(h->w) : NULL;
+    char body[96];
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+        send_error(h, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
+    } else if (!ready) {
+        send_status(h, req, 200, "{\"status\":\"ok\"}");
+    } else if (reason) {
+        snprintf(body, sizeof body, "{\"status\":\"unready\",\"reason\":\"%s\"}", reason);
+        send_status(h, req, 503, body);
+    } else {
+        send_status(h, req, 200, "{\"status\":\"ready\"}");
+    }
 }
 
-static void route_metrics(struct server *srv, struct evhttp_request *req)
+static void route_metrics(struct http *h, struct evhttp_request *req)
 {
     enum evhttp_cmd_type method = evhttp_request_get_command(req);
     if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
-        send_error(srv, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
+        send_error(h, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
         return;
     }
-    struct metrics_gauges g = {
-        .version = PACKAGE_VERSION,
-        .checks_in_flight = srv->inflight,
-        .redis_up = backend_ready(srv->backend),
-        .config_loaded_us = srv->config_loaded_us,
-        .policies = srv->config->npolicies,
-    };
     /* The body is the exposition text, not JSON. */
     struct answer ans = {.status = 200, .content_type = "text/plain; version=0.0.4; charset=utf-8"};
-    ans.body = metrics_render(srv->metrics, &g);
-    http_send_answer(srv, req, &ans);
+    ans.body = worker_metrics_text(h->w);
+    send_answer(h, req, &ans);
     answer_free(&ans);
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
 {
     struct listener *l = arg;
-    struct server *srv = l->http->srv;
+    struct http *h = l->http;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     if (!path)
@@ -329,26 +353,25 @@ static void on_request(struct evhttp_request *req, void *arg)
     /* Only the check port's connections count: callers filling it up must
      * not lock out health probes and scrapes on admin_listen. */
     if (l->checks && conn_track(l->http, req) < 0) {
-        send_error(srv, req, 503, "too_many_connections", "the daemon has too many connections",
+        send_error(h, req, 503, "too_many_connections", "the daemon has too many connections",
                    "Retry-After", "1");
         return;
     }
     if (l->checks && strcmp(path, "/check") == 0)
-        route_check(srv, req);
+        route_check(h, req);
     else if (l->admin && strcmp(path, "/healthz") == 0)
-        route_health(srv, req, 0);
+        route_health(h, req, 0);
     else if (l->admin && strcmp(path, "/readyz") == 0)
-        route_health(srv, req, 1);
+        route_health(h, req, 1);
     else if (l->admin && strcmp(path, "/metrics") == 0)
-        route_metrics(srv, req);
+        route_metrics(h, req);
     else
-        send_error(srv, req, 404, "not_found", "no such path", NULL, NULL);
+        send_error(h, req, 404, "not_found", "no such path", NULL, NULL);
 }
 
-void http_check_done(struct server *srv)
+int http_idle(const struct http *h)
 {
-    srv->inflight--;
-    maybe_end_drain(srv);
+    return h->writing == 0;
 }
 
 /* ---- listeners ---- */
@@ -454,7 +477,7 @@ static int listener_open(struct http *h, struct listener *l, const char *addr, i
     l->http = h;
     l->checks = checks;
     l->admin = admin;
-    l->evh = evhttp_new(h->srv->base);
+    l->evh = evhttp_new(h->w->base);
     if (!l->evh) {
         snprintf(err, errlen, "cannot create the HTTP server");
         return -1;
@@ -469,7 +492,7 @@ static int listener_open(struct http *h, struct listener *l, const char *addr, i
     /* Read (and drop) the rest of an oversized body before closing, so the
      * client gets its 413 instead of a reset. */
     evhttp_set_flags(l->evh, EVHTTP_SERVER_LINGERING_CLOSE);
-    apply_limits(l, h->srv->config);
+    apply_limits(l, h->w->config);
     evhttp_set_gencb(l->evh, on_request, l);
     int rc = strncmp(addr, "unix:", 5) == 0 ? bind_unix(l, addr + 5, err, errlen)
                                             : bind_tcp(l, addr, err, errlen);
@@ -495,14 +518,14 @@ static void listener_close(struct listener *l)
     }
 }
 
-struct http *http_new(struct server *srv, char *err, size_t errlen)
+struct http *http_new(struct worker *w, char *err, size_t errlen)
 {
-    const struct config *cfg = srv->config;
+    const struct config *cfg = w->config;
     struct http *h = xcalloc(1, sizeof *h);
-    h->srv = srv;
+    h->w = w;
     conn_set_init(&h->conns, (size_t)cfg->max_connections);
     struct timeval tick = {.tv_sec = HTTP_ACCEPT_RESUME_S};
-    h->resume = event_new(srv->base, -1, EV_PERSIST, on_accept_resume, h);
+    h->resume = event_new(w->base, -1, EV_PERSIST, on_accept_resume, h);
     if (!h->resume || event_add(h->resume, &tick) < 0) {
         snprintf(err, errlen, "cannot create a timer");
         http_free(h);
@@ -524,17 +547,15 @@ void http_apply_config(struct http *h, const struct config *cfg)
         apply_limits(&h->admin, cfg);
 }
 
-void http_drain(struct server *srv)
+void http_drain(struct http *h)
 {
-    srv->draining = 1;
-    listener_stop(&srv->http->main);
-    listener_stop(&srv->http->admin);
+    listener_stop(&h->main);
+    listener_stop(&h->admin);
     /* The backstop ends a drain that waits too long anyway: past the Redis
      * deadline every check has had its answer. */
     struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S +
-                                         srv->config->redis_timeout_us / 1000000};
-    event_base_loopexit(srv->base, &backstop);
-    maybe_end_drain(srv);
+                                         h->w->config->redis_timeout_us / 1000000};
+    event_base_loopexit(h->w->base, &backstop);
 }
 
 void http_free(struct http *h)

@@ -7,22 +7,18 @@
 
 #include <stddef.h>
 
-#include "answer.h"
-#include "server.h"
+#include "config.h"
 #include "util.h"
 
-struct evhttp_request;
+struct worker;
+struct http;
 
-/* Binds srv->config->listen and routes requests to srv. Returns NULL with a
+/* Binds w->config->listen and routes requests to w. Returns NULL with a
  * message if the address is bad or cannot be bound. */
-struct http *http_new(struct server *srv, char *err, size_t errlen) RL_WUR;
+struct http *http_new(struct worker *w, char *err, size_t errlen) RL_WUR;
 
-/* Sends ans on req (which may already be gone if the client left: then
- * libevent only frees it). */
-void http_send_answer(struct server *srv, struct evhttp_request *req, const struct answer *ans);
-
-/* Called by check.c when a check has been answered: lets a drain finish. */
-void http_check_done(struct server *srv);
+/* Nothing handed to libevent is left to write. */
+int http_idle(const struct http *h);
 
 /* Applies what a reload may change without a restart (max_body,
  * idle_timeout) to new requests. */
@@ -31,7 +27,7 @@ void http_apply_config(struct http *h, const struct config *cfg);
 /* Starts a drain: closes the listening sockets, answers new requests on
  * open connections with 503, and exits the event loop once every check in
  * flight is answered and written (or after 30 s at most). */
-void http_drain(struct server *srv);
+void http_drain(struct http *h);
 
 /* Closes everything. NULL is a no-op. */
 void http_free(struct http *h);

@@ -3,10 +3,10 @@
  * the Lua script (lua/check.lua drives, lua/<algorithm>.lua decide), for
  * `failure_mode: local`. See limiter_local.h for the contract.
  *
- * Owns: the store (a chained hash table keyed with SipHash, a doubly linked
- * LRU list, lazy and incremental expiry) and the in-memory form of each
- * algorithm's Redis state. Does not own: key encoding (policy.c), the
- * request (request.c), clocks.
+ * Owns: the store (its entries, indexed by an lru_table: a chained hash
+ * table keyed with SipHash and an LRU list; lazy and incremental expiry)
+ * and the in-memory form of each algorithm's Redis state. Does not own: key
+ * encoding (policy.c), the request (request.c), clocks.
  *
  * Each algorithm has the script's five steps, with the same names: load
  * (reads only, into a struct tier_state like the script's `st`), allows,
@@ -27,15 +27,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lru_table.h"
 #include "policy.h"
 #include "util.h"
 
 __extension__ typedef __int128 i128;
 
 #define EXPIRY_SLACK_MS 1000 /* EXPIRY_SLACK_MS in lua/common.lua */
-#define MIN_SLOTS 16
-#define SWEEP_SLOTS 4 /* hash slots checked for expired entries per call */
-#define TAIL_CHECKS 2 /* LRU tail entries checked for expiry per call */
+#define SWEEP_SLOTS 4        /* hash slots checked for expired entries per call */
+#define TAIL_CHECKS 2        /* LRU tail entries checked for expiry per call */
 
 /* ------------------------------------------------------------ arithmetic */
 
@@ -99,10 +99,8 @@ struct swb_bucket {
 };
 
 struct entry {
-    struct entry *chain;         /* next in the hash slot */
-    struct entry *newer, *older; /* LRU list: head is the newest */
-    uint64_t hash;
-    int64_t expires_at; /* µs; alive while now_us <= expires_at */
+    struct lru_node node; /* first: a node pointer is the entry's */
+    int64_t expires_at;   /* µs; alive while now_us <= expires_at */
     enum kind kind;
     union {
         struct {
@@ -150,89 +148,22 @@ struct tier_state {
 
 struct local_store {
     size_t max_keys;
-    size_t count;
-    struct entry **slots;
-    size_t nslots;    /* a power of two */
-    size_t max_slots; /* the power of two >= max_keys: no point growing past */
-    size_t sweep;     /* next slot the incremental sweep looks at */
-    struct entry *newest, *oldest;
-    uint64_t k0, k1; /* SipHash key */
+    struct lru_table t;
+    size_t sweep; /* next slot the incremental sweep looks at */
     struct tier_state *scratch;
     size_t scratch_cap;
 };
 
-/* SipHash-2-4 (Aumasson and Bernstein), for keys chosen by clients. */
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                                   \
-    do {                                                                                           \
-        v0 += v1;                                                                                  \
-        v1 = ROTL(v1, 13);                                                                         \
-        v1 ^= v0;                                                                                  \
-        v0 = ROTL(v0, 32);                                                                         \
-        v2 += v3;                                                                                  \
-        v3 = ROTL(v3, 16);                                                                         \
-        v3 ^= v2;                                                                                  \
-        v0 += v3;                                                                                  \
-        v3 = ROTL(v3, 21);                                                                         \
-        v3 ^= v0;                                                                                  \
-        v2 += v1;                                                                                  \
-        v1 = ROTL(v1, 17);                                                                         \
-        v1 ^= v2;                                                                                  \
-        v2 = ROTL(v2, 32);                                                                         \
-    } while (0)
-
 static uint64_t siphash(const struct local_store *s, const char *key, size_t len)
 {
-    const unsigned char *in = (const unsigned char *)key;
-    uint64_t v0 = 0x736f6d6570736575ULL ^ s->k0, v1 = 0x646f72616e646f6dULL ^ s->k1;
-    uint64_t v2 = 0x6c7967656e657261ULL ^ s->k0, v3 = 0x7465646279746573ULL ^ s->k1;
-    size_t i, whole = len - len % 8;
-    for (i = 0; i < whole; i += 8) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; j++)
-            m |= (uint64_t)in[i + (size_t)j] << (8 * j);
-        v3 ^= m;
-        SIPROUND;
-        SIPROUND;
-        v0 ^= m;
-    }
-    uint64_t b = (uint64_t)len << 56;
-    for (int j = 0; i + (size_t)j < len; j++)
-        b |= (uint64_t)in[i + (size_t)j] << (8 * j);
-    v3 ^= b;
-    SIPROUND;
-    SIPROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
+    return lru_table_hash(&s->t, key, len);
 }
 
 struct local_store *local_store_new(size_t max_keys, uint64_t hash_seed)
 {
     struct local_store *s = xcalloc(1, sizeof *s);
     s->max_keys = max_keys ? max_keys : 1;
-    s->max_slots = 1;
-    while (s->max_slots < s->max_keys && s->max_slots < ((size_t)1 << 40))
-        s->max_slots <<= 1;
-    s->nslots = s->max_slots < MIN_SLOTS ? s->max_slots : MIN_SLOTS;
-    s->slots = xcalloc(s->nslots, sizeof *s->slots);
-    /* Two 64-bit key halves from one seed (splitmix64 steps). */
-    uint64_t z = hash_seed;
-    for (int i = 0; i < 2; i++) {
-        z += 0x9e3779b97f4a7c15ULL;
-        uint64_t x = z;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-        if (i == 0)
-            s->k0 = x;
-        else
-            s->k1 = x;
-    }
+    lru_table_init(&s->t, s->max_keys, hash_seed);
     return s;
 }
 
@@ -251,21 +182,21 @@ void local_store_free(struct local_store *s)
 {
     if (!s)
         return;
-    struct entry *e = s->newest;
-    while (e) {
-        struct entry *next = e->older;
-        entry_clear(e);
-        free(e);
-        e = next;
+    struct lru_node *n = s->t.newest;
+    while (n) {
+        struct lru_node *next = n->older;
+        entry_clear((struct entry *)n);
+        free(n);
+        n = next;
     }
-    free(s->slots);
+    lru_table_destroy(&s->t);
     free(s->scratch);
     free(s);
 }
 
 size_t local_store_size(const struct local_store *s)
 {
-    return s->count;
+    return s->t.count;
 }
 
 static int expired(const struct entry *e, int64_t now)
@@ -275,65 +206,19 @@ static int expired(const struct entry *e, int64_t now)
 
 static struct entry *find(const struct local_store *s, const char *key, size_t len, uint64_t h)
 {
-    for (struct entry *e = s->slots[h & (s->nslots - 1)]; e; e = e->chain)
-        if (e->hash == h && e->keylen == len && memcmp(e->key, key, len) == 0)
+    for (struct lru_node *n = lru_table_chain(&s->t, h); n; n = n->chain) {
+        struct entry *e = (struct entry *)n;
+        if (n->hash == h && e->keylen == len && memcmp(e->key, key, len) == 0)
             return e;
+    }
     return NULL;
-}
-
-static void lru_unlink(struct local_store *s, struct entry *e)
-{
-    if (e->newer)
-        e->newer->older = e->older;
-    else
-        s->newest = e->older;
-    if (e->older)
-        e->older->newer = e->newer;
-    else
-        s->oldest = e->newer;
-    e->newer = e->older = NULL;
-}
-
-static void lru_push(struct local_store *s, struct entry *e)
-{
-    e->newer = NULL;
-    e->older = s->newest;
-    if (s->newest)
-        s->newest->newer = e;
-    else
-        s->oldest = e;
-    s->newest = e;
 }
 
 static void entry_free(struct local_store *s, struct entry *e)
 {
-    struct entry **p = &s->slots[e->hash & (s->nslots - 1)];
-    while (*p != e)
-        p = &(*p)->chain;
-    *p = e->chain;
-    lru_unlink(s, e);
+    lru_table_remove(&s->t, &e->node);
     entry_clear(e);
     free(e);
-    s->count--;
-}
-
-/* Doubles the slot array (amortised O(1) per insert). */
-static void grow(struct local_store *s)
-{
-    size_t n = s->nslots * 2;
-    struct entry **slots = xcalloc(n, sizeof *slots);
-    for (size_t i = 0; i < s->nslots; i++) {
-        struct entry *e = s->slots[i];
-        while (e) {
-            struct entry *next = e->chain;
-            e->chain = slots[e->hash & (n - 1)];
-            slots[e->hash & (n - 1)] = e;
-            e = next;
-        }
-    }
-    free(s->slots);
-    s->slots = slots;
-    s->nslots = n;
 }
 
 /* The live entry under key (a use: moves it to the LRU head), or NULL. An
@@ -347,8 +232,7 @@ static struct entry *lookup(struct local_store *s, const char *key, size_t len, 
         entry_free(s, e);
         return NULL;
     }
-    lru_unlink(s, e);
-    lru_push(s, e);
+    lru_table_touch(&s->t, &e->node);
     return e;
 }
 
@@ -359,21 +243,14 @@ static struct entry *get_or_create(struct local_store *s, const char *key, size_
     struct entry *e = lookup(s, key, len, now);
     if (e)
         return e;
-    if (s->count >= s->max_keys)
-        entry_free(s, s->oldest);
+    if (s->t.count >= s->max_keys)
+        entry_free(s, (struct entry *)s->t.oldest);
     e = xcalloc(1, sizeof *e + len + 1);
-    e->hash = siphash(s, key, len);
     e->keylen = len;
     memcpy(e->key, key, len);
     e->kind = KIND_NONE;
     e->expires_at = now;
-    size_t slot = e->hash & (s->nslots - 1);
-    e->chain = s->slots[slot];
-    s->slots[slot] = e;
-    lru_push(s, e);
-    s->count++;
-    if (s->count > s->nslots && s->nslots < s->max_slots)
-        grow(s);
+    lru_table_insert(&s->t, &e->node, siphash(s, key, len));
     return e;
 }
 
@@ -399,17 +276,18 @@ static void expire_in(struct entry *e, int64_t now, int64_t us)
 static void reclaim(struct local_store *s, int64_t now)
 {
     for (int i = 0; i < SWEEP_SLOTS; i++) {
-        size_t slot = s->sweep++ & (s->nslots - 1);
-        struct entry *e = s->slots[slot];
-        while (e) {
-            struct entry *next = e->chain;
-            if (expired(e, now))
-                entry_free(s, e);
-            e = next;
+        size_t slot = s->sweep++ & (s->t.nslots - 1);
+        struct lru_node *n = s->t.slots[slot];
+        while (n) {
+            struct lru_node *next = n->chain;
+            if (expired((struct entry *)n, now))
+                entry_free(s, (struct entry *)n);
+            n = next;
         }
     }
-    for (int i = 0; i < TAIL_CHECKS && s->oldest && expired(s->oldest, now); i++)
-        entry_free(s, s->oldest);
+    for (int i = 0; i < TAIL_CHECKS && s->t.oldest && expired((struct entry *)s->t.oldest, now);
+         i++)
+        entry_free(s, (struct entry *)s->t.oldest);
 }
 
 int64_t local_store_expiry(const struct local_store *s, const char *key, size_t keylen,

@@ -1,12 +1,13 @@
 /*
- * log.c: logfmt lines on stderr. Owns formatting and escaping of values;
- * does not own what is logged (callers never pass bodies or secrets).
+ * log.c: logfmt lines on stderr. Owns formatting and escaping of values and
+ * the per-site rate limit (struct log_limit); does not own what is logged
+ * (callers never pass bodies or secrets).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,10 +70,20 @@ static void append_raw(char *buf, size_t cap, size_t *pos, const char *s)
     *pos += n;
 }
 
-void log_event(const struct logger *lg, enum log_level level, const char *msg, ...)
+/* " key=value", the value quoted and escaped as needed (NULL as ""). */
+static void append_pair(char *buf, size_t cap, size_t *pos, const char *k, const char *v)
 {
-    if (lg && level < lg->level)
-        return;
+    append_raw(buf, cap, pos, " ");
+    append_raw(buf, cap, pos, k);
+    append_raw(buf, cap, pos, "=");
+    append_value(buf, cap, pos, v ? v : "");
+}
+
+/* Formats and writes one line: msg, the pairs in ap, then extra_k=extra_v
+ * when extra_k is not NULL. */
+static void write_line(const struct logger *lg, enum log_level level, const char *msg, va_list ap,
+                       const char *extra_k, const char *extra_v)
+{
     char buf[2048];
     size_t cap = sizeof buf - 1, pos = 0;
     struct timespec ts;
@@ -86,21 +97,58 @@ void log_event(const struct logger *lg, enum log_level level, const char *msg, .
                             level_names[level]);
     append_value(buf, cap, &pos, msg);
 
-    va_list ap;
-    va_start(ap, msg);
     for (;;) {
         const char *k = va_arg(ap, const char *);
         if (!k)
             break;
         const char *v = va_arg(ap, const char *);
-        append_raw(buf, cap, &pos, " ");
-        append_raw(buf, cap, &pos, k);
-        append_raw(buf, cap, &pos, "=");
-        append_value(buf, cap, &pos, v ? v : "");
+        append_pair(buf, cap, &pos, k, v);
     }
-    va_end(ap);
+    if (extra_k)
+        append_pair(buf, cap, &pos, extra_k, extra_v);
     buf[pos++] = '\n';
     /* One write per line; a failed write to stderr has nowhere to be reported. */
     ssize_t w = write(STDERR_FILENO, buf, pos);
     (void)w;
+}
+
+void log_event(const struct logger *lg, enum log_level level, const char *msg, ...)
+{
+    if (lg && level < lg->level)
+        return;
+    va_list ap;
+    va_start(ap, msg);
+    write_line(lg, level, msg, ap, NULL, NULL);
+    va_end(ap);
+}
+
+int log_limit_allow(struct log_limit *ll, int64_t now_us, uint64_t *suppressed_out)
+{
+    /* The difference in unsigned arithmetic: exact for now_us >= last_us,
+     * where the signed one could overflow. */
+    int due = !ll->started || now_us < ll->last_us || ll->interval_us <= 0 ||
+              (uint64_t)now_us - (uint64_t)ll->last_us >= (uint64_t)ll->interval_us;
+    if (!due) {
+        ll->suppressed++;
+        return 0;
+    }
+    *suppressed_out = ll->suppressed;
+    ll->suppressed = 0;
+    ll->last_us = now_us;
+    ll->started = 1;
+    return 1;
+}
+
+void log_limited(const struct logger *lg, struct log_limit *ll, int64_t now_us,
+                 enum log_level level, const char *msg, ...)
+{
+    uint64_t suppressed;
+    if ((lg && level < lg->level) || !log_limit_allow(ll, now_us, &suppressed))
+        return;
+    char n[24];
+    snprintf(n, sizeof n, "%llu", (unsigned long long)suppressed);
+    va_list ap;
+    va_start(ap, msg);
+    write_line(lg, level, msg, ap, suppressed ? "suppressed" : NULL, n);
+    va_end(ap);
 }

@@ -14,19 +14,20 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sysexits.h>
+#include <unistd.h>
 
-#include "backend_redis.h"
+#include "backend.h"
 #include "config.h"
-#include "http.h"
 #include "limiter_local.h"
-#include "metrics.h"
 #include "notify.h"
 #include "reload.h"
-#include "watch.h"
 #include "scripts.h"
 #include "server.h"
+#include "watch.h"
+#include "worker.h"
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
@@ -60,7 +61,9 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
     log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
               NULL);
     notify_stopping(srv->notify);
-    http_drain(srv);
+    srv->draining = 1;
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_post_drain(&srv->workers[i]);
 }
 
 /* Anyone who may write the policy file may lift every limit: warn, or with
@@ -114,10 +117,40 @@ static void block_stop_signals(void)
     sigprocmask(SIG_BLOCK, &stop_signals, NULL);
 }
 
-static void on_backend_state(void *arg, int ready)
+/* A worker's backend became ready or unready: tell systemd. */
+static void on_backend_state(evutil_socket_t fd, short what, void *arg)
 {
-    struct server *srv = arg;
-    notify_state(srv->notify, srv);
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    notify_state(((struct server *)arg)->notify, arg);
+}
+
+/* workers: auto is one per CPU. */
+static size_t worker_count(const struct config *cfg)
+{
+    if (cfg->workers > 0)
+        return (size_t)cfg->workers;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > CONFIG_WORKERS_MAX ? CONFIG_WORKERS_MAX : (size_t)n;
+}
+
+/* Makes the workers: 0 on the main loop, each other on a loop of its own. */
+static int make_workers(struct server *srv, char *err, size_t errlen)
+{
+    size_t n = worker_count(srv->config);
+    srv->workers = xcalloc(n, sizeof *srv->workers);
+    for (size_t i = 0; i < n; i++) {
+        struct event_base *base = i == 0 ? srv->base : event_base_new();
+        if (!base) {
+            snprintf(err, errlen, "cannot create an event loop");
+            return -1;
+        }
+        srv->nworkers = i + 1;
+        if (worker_init(&srv->workers[i], srv, (unsigned)i, base, err, errlen) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
@@ -137,7 +170,9 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct server srv = {.log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG};
+    struct server srv = {.log = {.level = LOG_LVL_INFO},
+                         .config_path = DEFAULT_CONFIG,
+                         .state_pipe = {-1, -1}};
     int check_only = 0, strict_perms = 0, opt;
     log_detect_journal(&srv.log);
     while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
@@ -196,16 +231,13 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(&srv);
-    /* A secret hash seed: callers choose the keys of the local store. */
-    uint64_t seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
-    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; local store seeded from the clock",
+    /* A secret hash seed: callers choose the keys of the in-memory tables. */
+    srv.hash_seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
+    if (getrandom(&srv.hash_seed, sizeof srv.hash_seed, GRND_NONBLOCK) !=
+        (ssize_t)sizeof srv.hash_seed)
+        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock",
                   NULL);
-    srv.local = local_store_new((size_t)srv.config->local_max_keys, seed);
-    srv.metrics = metrics_new();
     srv.config_loaded_us = util_realtime_us();
-    for (size_t i = 0; i < srv.config->npolicies; i++)
-        metrics_policy_seen(srv.metrics, srv.config->policies[i].name);
 
     int rc = 1;
     struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
@@ -215,16 +247,17 @@ int main(int argc, char **argv)
         goto out;
     }
     srv.notify = notify_new(srv.base);
-    srv.backend =
-        backend_new(srv.base, srv.config->redis_url, &srv.log, srv.metrics, err, sizeof err);
-    if (!srv.backend) {
-        fprintf(stderr, "ratelimitd: %s\n", err);
+    srv.local = local_store_new((size_t)srv.config->local_max_keys, srv.hash_seed);
+    pthread_mutex_init(&srv.local_lock, NULL);
+    /* READY=1 waits for the script to be loaded in Redis by every worker. */
+    if (pipe2(srv.state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        !(srv.state_ev = event_new(srv.base, srv.state_pipe[0], EV_READ | EV_PERSIST,
+                                   on_backend_state, &srv)) ||
+        event_add(srv.state_ev, NULL) < 0) {
+        fprintf(stderr, "ratelimitd: cannot create a pipe\n");
         goto out;
     }
-    /* READY=1 waits for the script to be loaded in Redis. */
-    backend_on_state(srv.backend, on_backend_state, &srv);
-    srv.http = http_new(&srv, err, sizeof err);
-    if (!srv.http) {
+    if (make_workers(&srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
@@ -240,12 +273,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         goto out;
     }
-    backend_start(srv.backend);
-    char npol[24];
+    for (size_t i = 0; i < srv.nworkers; i++) {
+        if (worker_start(&srv.workers[i], err, sizeof err) < 0) {
+            fprintf(stderr, "ratelimitd: %s\n", err);
+            goto out;
+        }
+    }
+    notify_state(srv.notify, &srv); /* READY=1 now with backend: memory */
+    char npol[24], nw[24];
     snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
+    snprintf(nw, sizeof nw, "%zu", srv.nworkers);
     log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION,
-              "policies", npol, "listen", srv.config->listen, "redis",
-              backend_target(srv.backend), "clock",
+              "policies", npol, "workers", nw, "listen", srv.config->listen,
+              srv.config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
+              srv.workers[0].backend->ops->target(srv.workers[0].backend), "clock",
               srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
     if (event_base_dispatch(srv.base) < 0) {
         fprintf(stderr, "ratelimitd: event loop failed\n");
@@ -256,11 +297,25 @@ int main(int argc, char **argv)
 out:
     block_stop_signals();
     watch_free(srv.watch);
-    /* The backend first: checks still waiting (after the drain's backstop)
-     * complete as unavailable and are answered while their requests are
-     * alive; http_free then closes the connections. */
-    backend_free(srv.backend);
-    http_free(srv.http);
+    /* The other workers end when drained (or at their drain's backstop). */
+    for (size_t i = 1; i < srv.nworkers && !srv.draining; i++)
+        if (srv.workers[i].has_thread)
+            worker_post_drain(&srv.workers[i]);
+    for (size_t i = 0; i < srv.nworkers; i++)
+        worker_join(&srv.workers[i]);
+    for (size_t i = 0; i < srv.nworkers; i++) {
+        struct event_base *base = srv.workers[i].base;
+        worker_fini(&srv.workers[i]);
+        if (i > 0)
+            event_base_free(base);
+    }
+    free(srv.workers);
+    if (srv.state_ev)
+        event_free(srv.state_ev);
+    for (int i = 0; i < 2; i++)
+        if (srv.state_pipe[i] >= 0)
+            close(srv.state_pipe[i]);
+    local_store_free(srv.local);
     notify_free(srv.notify);
     if (sigterm)
         event_free(sigterm);
@@ -271,7 +326,5 @@ out:
     if (srv.base)
         event_base_free(srv.base);
     config_unref(srv.config);
-    metrics_free(srv.metrics);
-    local_store_free(srv.local);
     return rc;
 }

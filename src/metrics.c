@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "policy.h"
 #include "util.h"
+#include <pthread.h>
 
 #define PREFIX "ratelimitd_"
 #define OTHER_POLICY "_other"
@@ -44,6 +45,8 @@ static const struct {
     [METRICS_REDIS_TIMEOUTS] = {PREFIX "redis_timeouts_total",
                                 "Checks answered at their deadline because Redis was late."},
     [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
+    [METRICS_DENY_CACHE_HITS] = {PREFIX "deny_cache_hits_total",
+                                 "Checks denied by the local deny cache, without asking Redis."},
 };
 
 /* Every status the daemon sends (http.c's reason_phrase; 413 is libevent's
@@ -69,6 +72,9 @@ struct policy_slot {
 };
 
 struct metrics {
+    /* Taken by the owning worker while it records and by whoever renders
+     * the sum of every worker's shard: uncontended but for a scrape. */
+    pthread_mutex_t lock;
     struct policy_slot *policies; /* in order of first sight, the render order */
     size_t npolicies, policies_cap;
     uint16_t index[INDEX_SIZE];
@@ -82,13 +88,16 @@ struct metrics {
 
 struct metrics *metrics_new(void)
 {
-    return xcalloc(1, sizeof(struct metrics));
+    struct metrics *m = xcalloc(1, sizeof(struct metrics));
+    pthread_mutex_init(&m->lock, NULL);
+    return m;
 }
 
 void metrics_free(struct metrics *m)
 {
     if (!m)
         return;
+    pthread_mutex_destroy(&m->lock);
     free(m->policies);
     free(m);
 }
@@ -134,13 +143,18 @@ static struct policy_slot *policy_slot(struct metrics *m, const char *name)
 
 void metrics_policy_seen(struct metrics *m, const char *policy)
 {
+    pthread_mutex_lock(&m->lock);
     (void)policy_slot(m, policy);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d)
 {
-    if ((unsigned)d < METRICS_NDECISIONS)
-        policy_slot(m, policy)->checks[d]++;
+    if ((unsigned)d >= METRICS_NDECISIONS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    policy_slot(m, policy)->checks[d]++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_http_status(struct metrics *m, int status)
@@ -148,7 +162,9 @@ void metrics_http_status(struct metrics *m, int status)
     size_t i = 0;
     while (i < NSTATUS && known_status[i] != status)
         i++;
+    pthread_mutex_lock(&m->lock);
     m->http[i]++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_redis_latency(struct metrics *m, int64_t us)
@@ -158,20 +174,51 @@ void metrics_redis_latency(struct metrics *m, int64_t us)
     size_t i = 0;
     while (i < NBUCKETS && us > bucket_us[i]) /* le: "less than or equal" */
         i++;
+    pthread_mutex_lock(&m->lock);
     m->latency[i]++;
     m->latency_sum_us += (uint64_t)us;
     m->latency_count++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_count(struct metrics *m, enum metrics_counter c)
 {
-    if ((unsigned)c < METRICS_NCOUNTERS)
-        m->counters[c]++;
+    if ((unsigned)c >= METRICS_NCOUNTERS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->counters[c]++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_reload(struct metrics *m, int ok)
 {
+    pthread_mutex_lock(&m->lock);
     m->reloads[ok ? 1 : 0]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_add(struct metrics *into, struct metrics *from)
+{
+    pthread_mutex_lock(&from->lock);
+    pthread_mutex_lock(&into->lock);
+    for (size_t i = 0; i < from->npolicies; i++) {
+        const struct policy_slot *f = &from->policies[i];
+        struct policy_slot *t = policy_slot(into, f->name);
+        for (size_t d = 0; d < METRICS_NDECISIONS; d++)
+            t->checks[d] += f->checks[d];
+    }
+    for (size_t i = 0; i <= NSTATUS; i++)
+        into->http[i] += from->http[i];
+    for (size_t i = 0; i <= NBUCKETS; i++)
+        into->latency[i] += from->latency[i];
+    into->latency_sum_us += from->latency_sum_us;
+    into->latency_count += from->latency_count;
+    for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
+        into->counters[i] += from->counters[i];
+    for (size_t i = 0; i < 2; i++)
+        into->reloads[i] += from->reloads[i];
+    pthread_mutex_unlock(&into->lock);
+    pthread_mutex_unlock(&from->lock);
 }
 
 /* ------------------------------------------------------------- rendering */

@@ -4,8 +4,9 @@
  * format 0.0.4. Pure: no I/O, no clock, no libevent; the caller serves the
  * text and passes in the values that live elsewhere (struct metrics_gauges).
  *
- * One struct metrics per event loop (the server's today, one per worker
- * later), used from that loop's thread only, so recording takes no lock.
+ * One struct metrics per worker (a shard), recorded by that worker's thread
+ * under the shard's own mutex, uncontended except while a scrape sums the
+ * shards (metrics_add).
  * Everything stored is a plain sum (the histogram keeps per-bucket counts,
  * not cumulative ones), so summing workers at render time needs only an
  * "add b into a" later.
@@ -42,6 +43,7 @@ enum metrics_counter {
     METRICS_REDIS_NOSCRIPT_RELOADS, /* ratelimitd_redis_noscript_reloads_total */
     METRICS_REDIS_TIMEOUTS,         /* ratelimitd_redis_timeouts_total */
     METRICS_REDIS_ERRORS,           /* ratelimitd_redis_errors_total */
+    METRICS_DENY_CACHE_HITS,        /* ratelimitd_deny_cache_hits_total */
     METRICS_NCOUNTERS
 };
 
@@ -84,6 +86,10 @@ void metrics_count(struct metrics *m, enum metrics_counter c);
 
 /* Counts one config reload: ok nonzero for success, 0 for failure. */
 void metrics_reload(struct metrics *m, int ok);
+
+/* Adds every count of from into into (a worker's shard into the sum that
+ * is rendered); takes both locks, from first. */
+void metrics_add(struct metrics *into, struct metrics *from);
 
 /*
  * The whole exposition as text (Content-Type: text/plain; version=0.0.4;

@@ -8,7 +8,6 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#include "backend_redis.h"
 #include "notify.h"
 #include "server.h"
 #include "util.h"
@@ -65,14 +64,16 @@ void notify_free(struct notify *n)
 
 void notify_state(struct notify *n, const struct server *srv)
 {
-    int ready = backend_ready(srv->backend);
+    int ready = server_ready(srv);
     /* systemd waits for READY=1 after RELOADING=1 whether or not Redis is
      * up: the reload itself is over. */
     int say_ready = (ready && !n->ready_sent) || (n->reloading && n->ready_sent);
     char msg[256];
-    snprintf(msg, sizeof msg, "%sSTATUS=%zu policies loaded, redis %s",
-             say_ready ? "READY=1\n" : "", srv->config->npolicies,
-             ready ? "connected" : "unavailable");
+    snprintf(msg, sizeof msg, "%sSTATUS=%zu policies loaded, %s", say_ready ? "READY=1\n" : "",
+             srv->config->npolicies,
+             srv->config->backend == BACKEND_KIND_MEMORY ? "in-memory backend"
+             : ready                                     ? "redis connected"
+                                                         : "redis unavailable");
     n->ready_sent |= ready;
     n->reloading = 0;
     notify_send(msg);

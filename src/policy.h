@@ -45,6 +45,7 @@ struct policy {
     char name[POLICY_NAME_MAX + 1];
     enum failure_mode failure_mode;
     int shadow;
+    int deny_cache; /* its Redis denials may be answered locally (deny_cache.h) */
     size_t ntiers;
     struct tier tiers[POLICY_MAX_TIERS];
 };

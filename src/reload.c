@@ -3,15 +3,15 @@
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
  * idle_timeout, max_inflight, overload, log_level, access_log,
  * auth_token_file) and which need a restart (listen, admin_listen, redis.url,
- * max_connections, watch, local_max_keys).
+ * max_connections, watch, local_max_keys, backend, workers).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "http.h"
 #include "metrics.h"
 #include "notify.h"
 #include "reload.h"
+#include "worker.h"
 
 static int differ(const char *a, const char *b)
 {
@@ -35,6 +35,10 @@ static const char *restart_field(const struct config *old, const struct config *
         return "watch";
     if (old->local_max_keys != new->local_max_keys)
         return "local_max_keys";
+    if (old->backend != new->backend)
+        return "backend";
+    if (old->workers != new->workers)
+        return "workers";
     return NULL;
 }
 
@@ -47,7 +51,7 @@ int reload_config(struct server *srv, const char *trigger)
         log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
                   trigger, "error", err, NULL);
         notify_state(srv->notify, srv);
-        metrics_reload(srv->metrics, 0);
+        metrics_reload(srv->workers[0].metrics, 0);
         return -1;
     }
     const char *field = restart_field(srv->config, c);
@@ -58,16 +62,15 @@ int reload_config(struct server *srv, const char *trigger)
                   "trigger", trigger, "field", field, NULL);
         config_unref(c);
         notify_state(srv->notify, srv);
-        metrics_reload(srv->metrics, 0);
+        metrics_reload(srv->workers[0].metrics, 0);
         return -1;
     }
     config_unref(srv->config);
     srv->config = c; /* checks in flight keep their own reference */
     srv->config_loaded_us = util_realtime_us();
-    metrics_reload(srv->metrics, 1);
-    for (size_t i = 0; i < c->npolicies; i++)
-        metrics_policy_seen(srv->metrics, c->policies[i].name);
-    http_apply_config(srv->http, c);
+    metrics_reload(srv->workers[0].metrics, 1);
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;
     char n[24];

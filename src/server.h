@@ -1,41 +1,57 @@
 /*
- * server.h: the one struct that holds the daemon's mutable state. Every
- * module gets it (or the part it needs) passed explicitly; there are no other
- * mutable globals, so that worker threads can later each own one.
+ * server.h: the process-wide state: the policy file and its current
+ * snapshot, the main event loop (signals, reloads, the file watch, systemd
+ * notification) and the workers. What one event loop owns lives in struct
+ * worker (worker.h). There are no other mutable globals.
  */
 #ifndef RATELIMITD_SERVER_H
 #define RATELIMITD_SERVER_H
 
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "log.h"
 
 struct event_base;
-struct backend;
-struct http;
 struct watch;
 struct notify;
-struct metrics;
-struct local_store;
+struct worker;
 
 struct server {
-    struct event_base *base;
+    struct event_base *base; /* the main loop; worker 0 runs on it */
     struct logger log;
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
     struct config *config; /* current snapshot; one reference held here */
-    struct backend *backend;
-    struct http *http;
-    struct watch *watch; /* NULL unless `watch: true` */
+    struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;
-    struct metrics *metrics;
-    struct local_store *local; /* state for failure_mode local */
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
-    size_t inflight; /* checks accepted and not yet answered */
-    size_t writing;  /* answers handed to libevent and not yet written */
-    size_t redis_pending; /* calls sent to Redis and not yet completed */
-    int draining;    /* SIGTERM seen: no new checks, exit when inflight is 0 */
+    uint64_t hash_seed;       /* secret: keys the in-memory tables */
+    /* The in-memory store of failure_mode local and backend: memory, shared
+     * by every worker so that limits stay exact however requests are
+     * spread; local_lock serialises whole decisions (every tier of a
+     * request at once). */
+    struct local_store *local;
+    pthread_mutex_t local_lock;
+    int state_pipe[2];      /* a worker's backend readiness changed: a byte */
+    struct event *state_ev; /* reads state_pipe[0] on the main loop */
+    size_t nworkers;
+    struct worker *workers; /* nworkers of them */
+    int draining;           /* SIGTERM seen */
 };
+
+/* True when every worker's backend is ready (systemd READY=1, /readyz).
+ * Any thread. */
+int server_ready(const struct server *srv);
+
+/* Decides req in the shared in-memory store (server.local), under its
+ * lock. Any thread. */
+struct tier_result;
+struct check_request;
+void server_local_decide(struct server *srv, const char *key_prefix,
+                         const struct check_request *req, int64_t now_us,
+                         struct tier_result *out);
 
 #endif

@@ -7,6 +7,7 @@
 #ifndef RATELIMITD_WORKER_H
 #define RATELIMITD_WORKER_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,21 +24,60 @@ struct server;
 
 struct worker {
     struct server *srv;
-    unsigned id;
+    unsigned id; /* 0 runs on the main thread's loop */
     struct event_base *base;
     const struct logger *log;
     struct config *config; /* this worker's current snapshot (one reference) */
     struct backend *backend;
-    struct local_store *local; /* failure_mode local (and backend: memory) */
+    int backend_up; /* backend_ready, kept for other threads (atomic access) */
     struct deny_cache *deny;   /* NULL: no deny cache */
     struct metrics *metrics;   /* this worker's shard */
     struct http *http;
     size_t inflight;        /* checks started and not yet answered */
     size_t backend_pending; /* backend calls not yet completed */
     int draining;           /* no new checks; stop once idle */
+    struct log_limit late_log;  /* "redis deadline passed" */
+    struct log_limit error_log; /* "redis error" */
+
+    /* From the main thread to a worker with a thread of its own: a new
+     * config snapshot or a drain, under the lock, then a byte on the pipe
+     * wakes its loop. */
+    pthread_t thread;
+    int has_thread;
+    int wake[2]; /* pipe: [0] read by the worker's loop, [1] written by main */
+    struct event *wake_ev;
+    pthread_mutex_t mail_lock;
+    struct config *mail_config; /* a reference, or NULL */
+    int mail_drain;
 };
 
-/* Why the daemon cannot take checks right now ("shutting_down",
+/* Makes worker id on base from srv->config: its backend (not started), its
+ * metrics shard and its HTTP front (the local store is the server's). On error returns -1 with a message;
+ * worker_fini then frees what was made. */
+int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
+                char *err, size_t errlen) RL_WUR;
+
+/* Starts the backend (connecting to Redis) and, for every worker but 0, a
+ * thread running its loop. Returns -1 with a message if a thread cannot
+ * be started. */
+int worker_start(struct worker *w, char *err, size_t errlen) RL_WUR;
+
+/* From the main thread. A reload: the worker takes its own reference to
+ * cfg on its own loop; checks in flight keep the snapshot they started
+ * with; limits apply to open connections. */
+void worker_post_config(struct worker *w, struct config *cfg);
+
+/* From the main thread. Stops taking new checks; the worker's loop exits
+ * once every check in flight is answered and written. */
+void worker_post_drain(struct worker *w);
+
+/* Waits for the worker's thread to end (none: returns at once). */
+void worker_join(struct worker *w);
+
+/* Frees everything the worker holds (not the struct). */
+void worker_fini(struct worker *w);
+
+/* Why the daemon take checks right now ("shutting_down",
  * "redis_unavailable"), or NULL when ready. */
 const char *worker_unready_reason(const struct worker *w);
 

@@ -48,10 +48,16 @@ static const struct error_case {
 
     /* unknown fields, at every level, naming the key and its siblings */
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
-     "unknown field \"listn\" (known: listen, redis, clock, max_body, log_level, access_log, "
+     "unknown field \"listn\" (known: listen, backend, workers, redis, clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, "
-     "local_max_keys, auth_token_file, policies)"},
+     "local_max_keys, deny_cache_max_keys, auth_token_file, policies)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
+    {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
+     "deny_cache_max_keys: invalid value \"-1\""},
+    {"deny_cache_max_keys too large", "deny_cache_max_keys: 100000001\n" POLICY_P, "1:22",
+     "deny_cache_max_keys: invalid value \"100000001\""},
+    {"deny_cache_max_keys quoted", "deny_cache_max_keys: \"5\"\n" POLICY_P, "1:22",
+     "deny_cache_max_keys: expected an integer, got a quoted string"},
     {"bad log_level", "log_level: loud\n" POLICY_P, "1:12",
      "log_level: invalid value \"loud\": must be one of debug, info, warn, error"},
     {"bad access_log", "access_log: yes\n" POLICY_P, "1:13", "access_log: invalid value"},
@@ -97,6 +103,10 @@ static const struct error_case {
      TIER("name: a\n        algorithm: gcra\n        limit: 1\n"
           "        window: [1s]\n"),
      "7:17", "policies.p.tiers[0].window: expected a duration, got a sequence"},
+    {"deny_cache is 1", "policies:\n  p:\n    deny_cache: 1\n    tiers:\n" TIER_A, "3:17",
+     "policies.p.deny_cache: invalid value \"1\": expected true or false"},
+    {"deny_cache is null", "policies:\n  p:\n    deny_cache:\n    tiers:\n" TIER_A, "3:16",
+     "policies.p.deny_cache: expected true or false, got null"},
     {"shadow is yes", "policies:\n  p:\n    shadow: yes\n    tiers:\n" TIER_A, "3:13",
      "policies.p.shadow: invalid value \"yes\": expected true or false"},
     {"shadow is quoted", "policies:\n  p:\n    shadow: \"true\"\n    tiers:\n" TIER_A, "3:13",
@@ -352,10 +362,12 @@ static const char full_yaml[] =
     "max_connections: 100\n"
     "idle_timeout: 5s\n"
     "local_max_keys: 500\n"
+    "deny_cache_max_keys: 0\n"
     "policies:\n"
     "  zeta:\n"
     "    failure_mode: closed\n"
     "    shadow: true\n"
+    "    deny_cache: false\n"
     "    tiers:\n"
     "      - name: t1\n"
     "        algorithm: sliding_window_buckets\n"
@@ -366,6 +378,7 @@ static const char full_yaml[] =
     "      - {name: t3, algorithm: token_bucket, limit: 5, window: 1s}\n"
     "  alpha:\n"
     "    shadow: false\n"
+    "    deny_cache: true\n"
     "    failure_mode: open\n"
     "    tiers: &shared\n"
     "      - name: only\n"
@@ -405,6 +418,7 @@ static void test_full(void)
     is_int(c->max_connections, 100, "max_connections");
     is_int(c->idle_timeout_us, 5000000, "idle_timeout");
     is_int(c->local_max_keys, 500, "local_max_keys");
+    is_int(c->deny_cache_max_keys, 0, "deny_cache_max_keys 0 (no cache)");
 
     is_int(c->npolicies, 3, "three policies");
     is_str(c->policies[0].name, "alpha", "sorted: alpha");
@@ -415,6 +429,7 @@ static void test_full(void)
     ok(p == &c->policies[2], "find zeta");
     is_int(p->failure_mode, FAILURE_CLOSED, "zeta failure_mode");
     is_int(p->shadow, 1, "zeta shadow");
+    is_int(p->deny_cache, 0, "zeta deny_cache false");
     is_int(p->ntiers, 3, "zeta has three tiers");
     t = &p->tiers[0];
     is_str(t->name, "t1", "t1 name");
@@ -436,6 +451,7 @@ static void test_full(void)
     ok(p == &c->policies[0], "find alpha");
     is_int(p->failure_mode, FAILURE_OPEN, "alpha failure_mode");
     is_int(p->shadow, 0, "alpha shadow");
+    is_int(p->deny_cache, 1, "alpha deny_cache true");
     is_int(p->ntiers, 1, "alpha has one tier");
     is_int(p->tiers[0].algorithm, ALG_GCRA, "alpha algorithm");
     is_int(p->tiers[0].burst, 3, "alpha burst");
@@ -444,6 +460,7 @@ static void test_full(void)
     ok(p == &c->policies[1], "find mid.dle-1");
     ok(p->ntiers == 1 && strcmp(p->tiers[0].name, "only") == 0 && p->tiers[0].limit == 10,
        "an alias shares the tiers");
+    is_int(p->deny_cache, 1, "mid.dle-1 deny_cache defaults to true");
 
     ok(config_find_policy(c, "") == NULL, "no policy \"\"");
     ok(config_find_policy(c, "aaa") == NULL, "no policy before the first");
@@ -486,8 +503,10 @@ static void test_defaults(void)
     is_int(c->max_connections, CONFIG_DEFAULT_MAX_CONNECTIONS, "default max_connections");
     is_int(c->idle_timeout_us, CONFIG_DEFAULT_IDLE_TIMEOUT_US, "default idle_timeout");
     is_int(c->local_max_keys, CONFIG_DEFAULT_LOCAL_MAX_KEYS, "default local_max_keys");
+    is_int(c->deny_cache_max_keys, 100000, "default deny_cache_max_keys");
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
+    is_int(c->policies[0].deny_cache, 1, "default deny_cache");
     t = &c->policies[0].tiers[0];
     ok(t->burst == 0 && t->precision_us == 0, "default burst and precision");
     ok(strcmp(t->name, "a") == 0 && t->algorithm == ALG_FIXED_WINDOW && t->limit == 10 &&

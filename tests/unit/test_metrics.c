@@ -130,6 +130,10 @@ static const char *const expected_scenario[] = {
     "# HELP ratelimitd_redis_errors_total Error replies from Redis.",
     "# TYPE ratelimitd_redis_errors_total counter",
     "ratelimitd_redis_errors_total 2",
+    "# HELP ratelimitd_deny_cache_hits_total Checks denied by the local deny cache, without "
+    "asking Redis.",
+    "# TYPE ratelimitd_deny_cache_hits_total counter",
+    "ratelimitd_deny_cache_hits_total 3",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -166,6 +170,8 @@ static void test_scenario(void)
     metrics_count(m, METRICS_REDIS_RECONNECTS);
     metrics_count(m, METRICS_REDIS_ERRORS);
     metrics_count(m, METRICS_REDIS_ERRORS);
+    for (int i = 0; i < 3; i++)
+        metrics_count(m, METRICS_DENY_CACHE_HITS);
     metrics_reload(m, 1);
     metrics_reload(m, 0);
 
@@ -202,10 +208,10 @@ static void test_empty(void)
     struct metrics *m = metrics_new();
     char *text = metrics_render(m, NULL);
 
-    /* build_info + checks + in_flight + http + redis_up + histogram + 4
+    /* build_info + checks + in_flight + http + redis_up + histogram + 5
      * counters + reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 13, "empty: 13 families");
-    is_int(count_substr(text, "# HELP "), 13, "empty: 13 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 14, "empty: 14 families");
+    is_int(count_substr(text, "# HELP "), 14, "empty: 14 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,

@@ -1,0 +1,258 @@
+/*
+ * worker.c: one event loop's state (worker.h): its backend, metrics shard
+ * and HTTP front, made from the config snapshot it is given; its thread
+ * (every worker but 0, which runs on the main loop), the mailbox through
+ * which the main thread hands it a reload or a drain; readiness, the
+ * metrics text and the end of a drain.
+ */
+#include <event2/event.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_memory.h"
+#include "backend_redis.h"
+#include "deny_cache.h"
+#include "http.h"
+#include "limiter_local.h"
+#include "metrics.h"
+#include "notify.h"
+#include "server.h"
+#include "worker.h"
+
+/* Per-check warnings: at most one line a second per site and worker. */
+#define WORKER_LOG_INTERVAL_US 1000000
+
+/* On the worker's thread: publish readiness, and wake the main loop, which
+ * alone speaks to systemd. */
+static void on_backend_state(void *arg, int ready)
+{
+    struct worker *w = arg;
+    __atomic_store_n(&w->backend_up, ready, __ATOMIC_RELEASE);
+    /* A full pipe already holds a wake-up. */
+    if (write(w->srv->state_pipe[1], "", 1) < 0) {
+    }
+}
+
+/* The deny cache of the snapshot's size (none for 0), empty: a reload may
+ * change limits, and a denial under the old ones proves nothing. */
+static void reset_deny_cache(struct worker *w, const struct config *cfg)
+{
+    deny_cache_free(w->deny);
+    w->deny = cfg->deny_cache_max_keys > 0
+                  ? deny_cache_new((size_t)cfg->deny_cache_max_keys, w->srv->hash_seed ^ w->id)
+                  : NULL;
+}
+
+static void set_config(struct worker *w, struct config *cfg)
+{
+    if (w->deny && cfg->deny_cache_max_keys == w->config->deny_cache_max_keys)
+        deny_cache_clear(w->deny);
+    else
+        reset_deny_cache(w, cfg);
+    config_unref(w->config);
+    w->config = cfg; /* checks in flight keep their own reference */
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        metrics_policy_seen(w->metrics, cfg->policies[i].name);
+    http_apply_config(w->http, cfg);
+}
+
+static void drain(struct worker *w)
+{
+    w->draining = 1;
+    http_drain(w->http);
+    worker_maybe_idle(w);
+}
+
+/* The mailbox, on the worker's own loop. */
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    pthread_mutex_lock(&w->mail_lock);
+    struct config *cfg = w->mail_config;
+    int do_drain = w->mail_drain;
+    w->mail_config = NULL;
+    w->mail_drain = 0;
+    pthread_mutex_unlock(&w->mail_lock);
+    if (cfg)
+        set_config(w, cfg);
+    if (do_drain && !w->draining)
+        drain(w);
+}
+
+static void post(struct worker *w)
+{
+    /* A full pipe already holds a wake-up. */
+    if (write(w->wake[1], "", 1) < 0) {
+    }
+}
+
+int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
+                char *err, size_t errlen)
+{
+    const struct config *cfg = srv->config;
+    *w = (struct worker){.srv = srv, .id = id, .base = base, .log = &srv->log,
+                         .wake = {-1, -1}, .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+                         .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
+    pthread_mutex_init(&w->mail_lock, NULL);
+    w->config = config_ref(srv->config);
+    reset_deny_cache(w, cfg);
+    w->metrics = metrics_new();
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        metrics_policy_seen(w->metrics, cfg->policies[i].name);
+    if (pipe2(w->wake, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        !(w->wake_ev = event_new(base, w->wake[0], EV_READ | EV_PERSIST, on_wake, w)) ||
+        event_add(w->wake_ev, NULL) < 0) {
+        snprintf(err, errlen, "cannot create a worker's mailbox: %s", strerror(errno));
+        return -1;
+    }
+    if (cfg->backend == BACKEND_KIND_MEMORY)
+        w->backend = backend_memory_new(srv->local, &srv->local_lock);
+    else
+        w->backend = backend_redis_new(base, cfg->redis_url, w->log, w->metrics, err, errlen);
+    if (!w->backend)
+        return -1;
+    backend_on_state(w->backend, on_backend_state, w);
+    w->backend_up = backend_ready(w->backend);
+    w->http = http_new(w, err, errlen);
+    return w->http ? 0 : -1;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    if (event_base_dispatch(w->base) < 0)
+        log_event(w->log, LOG_LVL_ERROR, "a worker's event loop failed", NULL);
+    return NULL;
+}
+
+int worker_start(struct worker *w, char *err, size_t errlen)
+{
+    w->backend->ops->start(w->backend);
+    if (w->id == 0)
+        return 0;
+    int rc = pthread_create(&w->thread, NULL, worker_main, w);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start worker %u: %s", w->id, strerror(rc));
+        return -1;
+    }
+    w->has_thread = 1;
+    return 0;
+}
+
+void worker_post_config(struct worker *w, struct config *cfg)
+{
+    if (!w->has_thread) {
+        set_config(w, config_ref(cfg));
+        return;
+    }
+    pthread_mutex_lock(&w->mail_lock);
+    config_unref(w->mail_config); /* an older reload not yet taken */
+    w->mail_config = config_ref(cfg);
+    pthread_mutex_unlock(&w->mail_lock);
+    post(w);
+}
+
+void worker_post_drain(struct worker *w)
+{
+    if (!w->has_thread) {
+        drain(w);
+        return;
+    }
+    pthread_mutex_lock(&w->mail_lock);
+    w->mail_drain = 1;
+    pthread_mutex_unlock(&w->mail_lock);
+    post(w);
+}
+
+void worker_join(struct worker *w)
+{
+    if (w->has_thread)
+        pthread_join(w->thread, NULL);
+    w->has_thread = 0;
+}
+
+void worker_fini(struct worker *w)
+{
+    /* The backend first: checks still waiting (after the drain's backstop)
+     * complete as unavailable and are answered while their requests are
+     * alive; http_free then closes the connections. */
+    backend_free(w->backend);
+    w->backend = NULL;
+    http_free(w->http);
+    w->http = NULL;
+    if (w->wake_ev)
+        event_free(w->wake_ev);
+    w->wake_ev = NULL;
+    for (int i = 0; i < 2; i++)
+        if (w->wake[i] >= 0)
+            close(w->wake[i]);
+    config_unref(w->mail_config);
+    w->mail_config = NULL;
+    pthread_mutex_destroy(&w->mail_lock);
+    deny_cache_free(w->deny);
+    w->deny = NULL;
+    metrics_free(w->metrics);
+    w->metrics = NULL;
+    config_unref(w->config);
+    w->config = NULL;
+}
+
+const char *worker_unready_reason(const struct worker *w)
+{
+    if (w->draining)
+        return "shutting_down";
+    if (!server_ready(w->srv))
+        return "redis_unavailable";
+    return NULL;
+}
+
+char *worker_metrics_text(struct worker *w)
+{
+    const struct server *srv = w->srv;
+    struct metrics *sum = metrics_new();
+    size_t inflight = 0;
+    for (size_t i = 0; i < srv->nworkers; i++) {
+        metrics_add(sum, srv->workers[i].metrics);
+        inflight += __atomic_load_n(&srv->workers[i].inflight, __ATOMIC_RELAXED);
+    }
+    struct metrics_gauges g = {
+        .version = PACKAGE_VERSION,
+        .checks_in_flight = inflight,
+        .redis_up = server_ready(srv),
+        .config_loaded_us = srv->config_loaded_us,
+        .policies = w->config->npolicies,
+    };
+    char *text = metrics_render(sum, &g);
+    metrics_free(sum);
+    return text;
+}
+
+void worker_maybe_idle(struct worker *w)
+{
+    if (w->draining && w->inflight == 0 && http_idle(w->http))
+        event_base_loopexit(w->base, NULL);
+}
+
+int server_ready(const struct server *srv)
+{
+    for (size_t i = 0; i < srv->nworkers; i++)
+        if (!__atomic_load_n(&srv->workers[i].backend_up, __ATOMIC_ACQUIRE))
+            return 0;
+    return srv->nworkers > 0;
+}
+
+void server_local_decide(struct server *srv, const char *key_prefix,
+                         const struct check_request *req, int64_t now_us,
+                         struct tier_result *out)
+{
+    pthread_mutex_lock(&srv->local_lock);
+    local_decide(srv->local, key_prefix, req, now_us, out);
+    pthread_mutex_unlock(&srv->local_lock);
+}

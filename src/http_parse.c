@@ -267,15 +267,18 @@ enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_l
             p->head_bytes += n + (p->headers_done ? 1 : 0);
         }
         enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
-        if (e != HPE_OK && e != HPE_PAUSED) {
-            if (!p->error_status)
-                parser_error(p);
+        /* A head over the limit is 431 whatever else is wrong with it, so
+         * that the answer does not depend on how the bytes were split. */
+        if (!head_before && p->head_bytes > lim->max_head) {
+            p->error_status = 0;
+            head_too_large(p);
             p->failed = 1;
             *used = off;
             return HTTP_PARSE_ERROR;
         }
-        if (!head_before && p->head_bytes > lim->max_head) {
-            head_too_large(p);
+        if (e != HPE_OK && e != HPE_PAUSED) {
+            if (!p->error_status)
+                parser_error(p);
             p->failed = 1;
             *used = off;
             return HTTP_PARSE_ERROR;

@@ -30,8 +30,10 @@
 --   commit(t)              takes the cost: writes the state and its expiry
 --
 -- Stored state never depends on settings the reader cannot know: times are
--- absolute µs, and a value scaled by the window or the limit is stored with
--- them, so a tier whose settings changed (a reload) reads it correctly.
+-- absolute µs, and a value scaled by the window is stored with it, so a tier
+-- whose settings changed (a reload) reads it correctly. A state string
+-- starts with its algorithm's letter (f, c, t, g), so that a tier whose
+-- algorithm changed reads another's state as absent.
 
 -- Every key written lives this long after its state stops mattering: covers
 -- clock skew between daemons and the time between a script and the next.

@@ -3,7 +3,7 @@
 -- Time is cut into windows [k * W, (k + 1) * W); each window counts from 0.
 -- Cheap and exact, but a client can spend 2 * limit around a boundary.
 --
--- State: STRING KEYS[1] "<e>:<n>": n units taken in the window that ends at
+-- State: STRING KEYS[1] "f:<e>:<n>": n units taken in the window that ends at
 -- e (absolute µs). A stored e other than the current window's end means the
 -- count is 0: no need to reset anything when a window ends, and a window
 -- whose length changed (a reload) starts from 0 unless it ends at the same
@@ -23,7 +23,7 @@ function fixed_window.load(t)
     t.window_end, t.n = e, 0
     local v = get_string(t.key)
     if v then
-        local se, sn = string.match(v, '^(%d+):(%d+)$')
+        local se, sn = string.match(v, '^f:(%d+):(%d+)$')
         if tonumber(se) == e then
             t.n = tonumber(sn)
         end
@@ -51,6 +51,6 @@ function fixed_window.retry(t)
 end
 
 function fixed_window.commit(t)
-    redis.call('SET', t.key, fmt(t.window_end) .. ':' .. fmt(t.n + t.cost),
+    redis.call('SET', t.key, 'f:' .. fmt(t.window_end) .. ':' .. fmt(t.n + t.cost),
         'PX', px_in(t.window_end - t.now))
 end

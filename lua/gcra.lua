@@ -9,7 +9,7 @@
 -- d = max(0, TAT - now) * limit is how empty the bucket is: token_bucket's S
 -- is C * W - d. A request fits iff d + cost * W <= C * W.
 --
--- State: a plain string KEYS[1] "<d>:<t>:<w>": at time t (absolute µs)
+-- State: a plain string KEYS[1] "g:<d>:<t>:<w>": at time t (absolute µs)
 -- the bucket was d / w tokens short of full, i.e. TAT = t + d / limit
 -- exactly (the TAT itself is not stored: as a time it only means a number
 -- of tokens at the rate it was computed at, and a reload may change that
@@ -32,7 +32,7 @@ local function gcra_read(t)
     if not v then
         return 0
     end
-    local d, at, w = string.match(v, '^(%d+):(%d+):(%d+)$')
+    local d, at, w = string.match(v, '^g:(%d+):(%d+):(%d+)$')
     d, at, w = tonumber(d), tonumber(at), tonumber(w)
     if not w then
         return 0 -- another layout: as absent
@@ -55,7 +55,7 @@ end
 
 -- Stores d as of now, and makes the key expire when TAT passes.
 local function gcra_write(t, d)
-    redis.call('SET', t.key, fmt(d) .. ':' .. fmt(t.now) .. ':' .. fmt(t.window),
+    redis.call('SET', t.key, 'g:' .. fmt(d) .. ':' .. fmt(t.now) .. ':' .. fmt(t.window),
         'PX', px_in(idiv_ceil(d, t.limit)))
 end
 

@@ -9,7 +9,7 @@
 --     prev * (W - elapsed) <= (limit - cur - cost) * W
 -- (that form also keeps both sides <= limit * W <= 2^53).
 --
--- State: STRING KEYS[1] "<e>:<c>:<p>": c units in the window ending at e
+-- State: STRING KEYS[1] "c:<e>:<c>:<p>": c units in the window ending at e
 -- (absolute µs), p in the window before it. Stored e == the current
 -- window's end: cur = c, prev = p; e == its start: the window has rolled,
 -- prev = c and cur = 0; anything else (older, or a window whose length
@@ -32,7 +32,7 @@ function sliding_window_counter.load(t)
     t.start, t.cur, t.prev, t.elapsed = start, 0, 0, t.now - start
     local v = get_string(t.key)
     if v then
-        local se, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
+        local se, sc, sp = string.match(v, '^c:(%d+):(%d+):(%d+)$')
         se = tonumber(se)
         if se == start + t.window then
             t.cur, t.prev = tonumber(sc), tonumber(sp)
@@ -85,6 +85,6 @@ end
 
 function sliding_window_counter.commit(t)
     local e = t.start + t.window
-    redis.call('SET', t.key, fmt(e) .. ':' .. fmt(t.cur + t.cost) .. ':' .. fmt(t.prev),
+    redis.call('SET', t.key, 'c:' .. fmt(e) .. ':' .. fmt(t.cur + t.cost) .. ':' .. fmt(t.prev),
         'PX', px_in(e + t.window - t.now))
 end

@@ -7,7 +7,7 @@
 -- W units and the refill is exactly `limit` units per µs (no fraction of a
 -- token is ever rounded). A full bucket is C * W <= 2^53.
 --
--- State: STRING KEYS[1] "<s>:<t>:<w>": the bucket held s / w tokens at time
+-- State: STRING KEYS[1] "t:<s>:<t>:<w>": the bucket held s / w tokens at time
 -- t (absolute µs). A missing key is a full bucket. The tokens carry over a
 -- change of limit or burst as they are (capped at the new capacity, refilled
 -- at the new rate from t); over a change of window they are rounded down to
@@ -37,7 +37,7 @@ function token_bucket.load(t)
     if not v then
         return
     end
-    local s, last, w = string.match(v, '^(%d+):(%d+):(%d+)$')
+    local s, last, w = string.match(v, '^t:(%d+):(%d+):(%d+)$')
     s, last, w = tonumber(s), tonumber(last), tonumber(w)
     if not w then
         return -- another layout: as absent
@@ -87,6 +87,6 @@ end
 function token_bucket.commit(t)
     local s = t.s - t.cost * t.window
     -- Keep the later of the two times: S is what the bucket holds then.
-    redis.call('SET', t.key, fmt(s) .. ':' .. fmt(t.last) .. ':' .. fmt(t.window),
+    redis.call('SET', t.key, 't:' .. fmt(s) .. ':' .. fmt(t.last) .. ':' .. fmt(t.window),
         'PX', px_in(refill_starts(t) + idiv_ceil(t.full - s, t.limit)))
 end

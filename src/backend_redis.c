@@ -31,6 +31,9 @@
 /* Checks in a row that reached their deadline with no reply from Redis in
  * between: the connection is then taken as hung, and dropped. */
 #define STALL_TIMEOUTS 3
+/* Reloads of the code (and retries) one call may need: a flush can land
+ * between a reload and the retry that follows it. */
+#define CODE_RELOAD_RETRIES 3
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 
@@ -63,7 +66,7 @@ struct pending {
     struct backend_redis *b;
     backend_done_fn done;
     void *arg;
-    int retried;
+    int retries; /* reloads of the code for this call */
     int64_t sent_us;     /* monotonic, for the round-trip histogram */
     int64_t deadline_us; /* monotonic: a reply after it is late */
     struct script_call call;
@@ -359,8 +362,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
     } else if (r->type == REDIS_REPLY_ERROR) {
         /* After SCRIPT FLUSH or a restart of Redis, reload and retry once:
          * the caller never sees NOSCRIPT. */
-        if (code_missing(r->str) && !p->retried && b->ac == ac) {
-            p->retried = 1;
+        if (code_missing(r->str) && p->retries < CODE_RELOAD_RETRIES && b->ac == ac) {
+            p->retries++;
             metrics_count(b->metrics, METRICS_REDIS_NOSCRIPT_RELOADS);
             log_event(b->log, LOG_LVL_INFO, "redis script missing, reloading", "target",
                       b->target, NULL);

@@ -13,19 +13,19 @@ set datafile missing 'NaN'
 set logscale x 2
 set xlabel 'concurrent connections (wrk -t1 -c N)'
 set grid
-set key top left
-set multiplot layout 2,1 title 'ratelimitd vs nginx constant 200: POST /check, 100 000 random keys, fixed_window 100/60s  '.title_note
+set key outside right top
+set multiplot layout 2,1 title 'POST /check, 100 000 random keys, fixed_window 100/60s: ratelimitd vs nginx constant 200'.(title_note eq '' ? '' : "\n".title_note)
 
 set ylabel 'requests per second'
 set yrange [0:*]
 set format y '%.0f'
 if (has_w2) {
-  plot datafile using 1:2 with linespoints lw 2 pt 7 title 'ratelimitd, 1 worker', \
-       datafile using 1:6 with linespoints lw 2 pt 5 title 'ratelimitd, 2 workers', \
-       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 title 'nginx, 1 worker (ceiling)'
+  plot datafile using 1:2 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:6 with linespoints lw 2 pt 5 lc rgb '#00897b' title 'ratelimitd, 2 workers', \
+       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
 } else {
-  plot datafile using 1:2 with linespoints lw 2 pt 7 title 'ratelimitd, 1 worker', \
-       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 title 'nginx, 1 worker (ceiling)'
+  plot datafile using 1:2 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
 }
 
 set ylabel 'p99 latency (ms)'
@@ -33,11 +33,11 @@ set logscale y 10
 set yrange [*:*]
 set format y '%g'
 if (has_w2) {
-  plot datafile using 1:3 with linespoints lw 2 pt 7 title 'ratelimitd, 1 worker', \
-       datafile using 1:7 with linespoints lw 2 pt 5 title 'ratelimitd, 2 workers', \
-       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 title 'nginx, 1 worker'
+  plot datafile using 1:3 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:7 with linespoints lw 2 pt 5 lc rgb '#00897b' title 'ratelimitd, 2 workers', \
+       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
 } else {
-  plot datafile using 1:3 with linespoints lw 2 pt 7 title 'ratelimitd, 1 worker', \
-       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 title 'nginx, 1 worker'
+  plot datafile using 1:3 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
 }
 unset multiplot

@@ -148,10 +148,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
+# A free port outside the kernel's ephemeral range (where any client
+# connection on the box, wrk's included, may hold the same local port).
+read -r EPH_LO EPH_HI < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { EPH_LO=32768; EPH_HI=60999; }
+if [ "$EPH_LO" -gt 12000 ]; then PORT_LO=10000 PORT_N=$(( EPH_LO - 10000 ))
+else PORT_LO=$(( EPH_HI + 1 )) PORT_N=$(( 65535 - EPH_HI )); fi
 free_port() {
     local p i
     for i in $(seq 1 100); do
-        p=$(( 20000 + RANDOM % 30000 ))
+        p=$(( PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_N ))
         (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
     done
     return 1
@@ -190,15 +195,29 @@ wait_ready() {   # wait_ready PID URL POLICY SECONDS
 }
 
 # -------------------------------------------------------------- redis ---
-RPORT=$(free_port)
 mkdir -p "$TMP/redis"
-redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$TMP/redis" --save '' --appendonly no \
-    --daemonize no --loglevel warning >"$TMP/redis/log" 2>&1 &
-RPID=$!
-STARTED+=("$RPID")
-for i in $(seq 1 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for try in 1 2 3; do
+    RPORT=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$TMP/redis" --save '' --appendonly no \
+        --daemonize no --loglevel warning >"$TMP/redis/log" 2>&1 &
+    RPID=$!
+    STARTED+=("$RPID")
+    for i in $(seq 1 50); do
+        kill -0 "$RPID" 2>/dev/null || break
+        redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break
+    stop_pid "$RPID"
+done
 redis-cli -p "$RPORT" ping >/dev/null 2>&1 || { log "redis did not start"; cat "$TMP/redis/log" >&2; exit 1; }
-log "redis $(redis-server --version | awk '{print $3}') on 127.0.0.1:$RPORT"
+log "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}') on 127.0.0.1:$RPORT"
+
+# How busy the box is before any load: other work skews every figure.
+read -r b0 t0 < <(box_ticks); sleep 1; read -r b1 t1 < <(box_ticks)
+IDLE_BUSY=$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.0f", t ? 100 * '"$(nproc)"' * b / t : 0 }')
+log "box busy before the load: ${IDLE_BUSY}% of $(( $(nproc) * 100 ))% (other work on the machine)"
+[ "$IDLE_BUSY" -gt 20 ] && log "WARNING: the box is not quiet; figures will be noisy"
 
 # ------------------------------------------------------------ targets ---
 TPID="" URL=""
@@ -313,9 +332,9 @@ measure() {
     if [ -z "$res" ]; then log "$key: wrk gave no result"; R[$key,rps]="failed"; return; fi
     n=$(field "$res" requests)
     read -r tcpu rcpu busy < <(awk -v n="$n" -v hz="$CLK_TCK" -v dt=$((t1 - t0)) -v dr=$((r1 - r0)) \
-        -v b="$b0 $b1" 'BEGIN { split(b, x, " ");
+        -v b="$b0 $b1" -v ncpu="$(nproc)" 'BEGIN { split(b, x, " ");
             printf "%.1f %.1f %.0f\n", n ? dt * 1e6 / hz / n : 0, n ? dr * 1e6 / hz / n : 0,
-                   (x[4] - x[2]) ? 200 * (x[3] - x[1]) / (x[4] - x[2]) : 0 }')
+                   (x[4] - x[2]) ? 100 * ncpu * (x[3] - x[1]) / (x[4] - x[2]) : 0 }')
     R[$key,rps]=$(field "$res" rps) R[$key,p50]=$(field "$res" p50_ms) R[$key,p99]=$(field "$res" p99_ms)
     R[$key,non2xx]=$(awk -v a="$(field "$res" non2xx)" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * a / n : 0 }')
     R[$key,sockerr]=$(field "$res" sockerr) R[$key,tcpu]=$tcpu R[$key,rcpu]=$rcpu R[$key,probe]=$pr R[$key,busy]=$busy
@@ -347,9 +366,20 @@ sweep() {   # sweep SERIES POLICY
 # ---------------------------------------------------------------- runs ---
 log "wrk -t1 -c$CONNS, ${DUR}s per case after ${WARM}s warmup; keys: spread = $KEYS random, hot = one key; daemon clock: $CLOCK"
 
+# start_target FUNCTION ARG: up to 3 tries (a port can be taken meanwhile)
+start_target() {
+    local i
+    for i in 1 2 3; do
+        "$1" "$2" && return 0
+        stop_target
+        log "retrying $1 $2 on another port"
+    done
+    return 1
+}
+
 for w in 1 2; do
     want "nginx$w" || continue
-    if start_nginx "$w"; then
+    if start_target start_nginx "$w"; then
         measure "nginx$w-spread" nginx "$w" "constant 200" fw spread
         measure "nginx$w-hot" nginx "$w" "constant 200" fw hot
         if [ "$w" = 1 ] && want sweep; then sweep nginx1 fw; fi
@@ -358,7 +388,7 @@ for w in 1 2; do
 done
 
 if want rlf; then
-    if start_rlf 2; then
+    if start_target start_rlf 2; then
         measure rlf-spread "node RLF" 2 fixed_window fw spread
         measure rlf-hot "node RLF" 2 fixed_window fw hot
     fi
@@ -380,7 +410,7 @@ for w in 1 2; do
         done
         continue
     fi
-    if start_rl "$w"; then
+    if start_target start_rl "$w"; then
         for a in fixed_window:fw token_bucket:tb; do
             for m in spread hot; do measure "rl$w-${a#*:}-$m" ratelimitd "$w" "${a%:*}" "${a#*:}" "$m"; done
         done
@@ -419,6 +449,7 @@ MD="$OUT/results.md"
          "redis $(redis-server --version | awk '{sub("v=","",$3); print $3}'), $(nginx -v 2>&1 | sed 's/.*: //')," \
          "node $(node --version), wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null)."
     echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup; daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"
+    echo "Box busy before the load (other work on the machine, 1 s sample): ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%."
     [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }
     echo
     echo "| target | workers | algorithm | keys | req/s | p50 ms | p99 ms | target CPU µs/req | redis CPU µs/req | non-2xx % | probe after |"
@@ -432,6 +463,9 @@ MD="$OUT/results.md"
             printf '| %s | %s | %s | %s | %s | | | | | | |\n' "$(v "$k" target)" "$(v "$k" workers)" \
                 "$(v "$k" algo)" "$(v "$k" keys)" "$(v "$k" rps)"
         fi
+    done
+    for k in "${ROWS[@]}"; do
+        has "$k" && [ "$(v "$k" sockerr)" != 0 ] && printf '\n%s: %s socket errors (connect/read/write/timeout) in the measured run.\n' "$k" "$(v "$k" sockerr)"
     done
     echo
     echo "| target ratio (issue \"ratelimitd fast\") | workers | value | target | verdict |"

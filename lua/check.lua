@@ -1,14 +1,16 @@
--- check.lua: the entry point. Decides one HTTP request, every tier of every
--- check, atomically (Redis runs a script alone), in two passes: read and
--- decide everything, then write only if the request is allowed.
+-- check.lua: the entry point, decide(keys, argv). Decides one HTTP request,
+-- every tier of every check, atomically (Redis runs a script or a function
+-- alone), in two passes: read and decide everything, then write only if the
+-- request is allowed. The EVAL script ends with `return decide(KEYS, ARGV)`;
+-- the Function library registers decide itself (lua/embed.sh adds either).
 --
--- ARGV[1]  now in µs (decimal), or "" for the Redis server's TIME
--- ARGV[2]  "1" for a dry run (decide and report, write nothing), else "0"
--- ARGV[3]  N, the number of checks; then per check:
+-- argv[1]  now in µs (decimal), or "" for the Redis server's TIME
+-- argv[2]  "1" for a dry run (decide and report, write nothing), else "0"
+-- argv[3]  N, the number of checks; then per check:
 --            shadow ("0"/"1"), cost (integer >= 0), ntiers; then per tier:
 --            algorithm, limit, window_us, burst (0 = default),
 --            precision_us (0 unless sliding_window_buckets)
--- KEYS     per check, per tier, in order: sliding_window_log takes two (the
+-- keys     per check, per tier, in order: sliding_window_log takes two (the
 --          ZSET, then its sequence counter), every other algorithm one.
 --
 -- The request is allowed iff every tier of every non-shadow check allows.
@@ -36,135 +38,157 @@ local ALGORITHMS = {
 local REASON_NONE = 0
 local REASON_COST_EXCEEDS_LIMIT = 1
 
--- ARGV[i] as an integer >= min; anything else is a bug in the caller.
-local function arg_int(i, min)
-    local v = tonumber(ARGV[i])
+-- argv[i] as an integer >= min; anything else is a bug in the caller.
+local function arg_int(argv, i, min)
+    local v = tonumber(argv[i])
     if not v or v < min or v ~= math.floor(v) or v > 2 ^ 53 then
         error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. min
-            .. ', got ' .. tostring(ARGV[i]))
+            .. ', got ' .. tostring(argv[i]))
     end
     return v
 end
 
--- ARGV[i] as a boolean, from "0" or "1".
-local function arg_flag(i)
-    local v = ARGV[i]
+-- argv[i] as a boolean, from "0" or "1".
+local function arg_flag(argv, i)
+    local v = argv[i]
     if v ~= '0' and v ~= '1' then
         error('ratelimitd: ARGV[' .. i .. '] must be 0 or 1, got ' .. tostring(v))
     end
     return v == '1'
 end
 
-local now
-if ARGV[1] == '' then
-    local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-    now = arg_int(1, 0)
-end
-local dry_run = arg_flag(2)
-
--- Parse the checks and hand each tier its keys.
-local checks = {}
-local argi, nkeys = 4, 0
-for c = 1, arg_int(3, 0) do
-    local check = { shadow = arg_flag(argi), cost = arg_int(argi + 1, 0), tiers = {} }
-    local ntiers = arg_int(argi + 2, 1)
-    argi = argi + 3
-    for i = 1, ntiers do
-        local alg = ALGORITHMS[ARGV[argi]]
-        if not alg then
-            error('ratelimitd: unknown algorithm ' .. tostring(ARGV[argi]))
-        end
-        local t = {
-            alg = alg,
-            now = now,
-            cost = check.cost,
-            limit = arg_int(argi + 1, 1),
-            window = arg_int(argi + 2, 1),
-            burst = arg_int(argi + 3, 0),
-            precision = arg_int(argi + 4, 0),
-            keys = {},
-        }
-        if alg == sliding_window_buckets
-            and (t.precision < 1 or math.fmod(t.window, t.precision) ~= 0) then
-            error('ratelimitd: precision_us must divide window_us')
-        end
-        for k = 1, alg.nkeys do
-            t.keys[k] = KEYS[nkeys + k]
-        end
-        nkeys = nkeys + alg.nkeys
-        argi = argi + 5
-        check.tiers[i] = t
+-- The current time in µs: argv[1], or the server's TIME if it is "".
+local function arg_now(argv)
+    if argv[1] == '' then
+        local time = redis.call('TIME')
+        return tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
-    checks[c] = check
-end
-if nkeys ~= #KEYS or argi ~= #ARGV + 1 then
-    error('ratelimitd: the checks need ' .. nkeys .. ' keys and ' .. (argi - 1)
-        .. ' arguments, got ' .. #KEYS .. ' and ' .. #ARGV)
+    return arg_int(argv, 1, 0)
 end
 
--- Pass 1: read every tier and decide. Every tier is read even after one has
--- denied, because every tier reports its figures.
-local request_allowed = true
-for _, check in ipairs(checks) do
-    check.allowed = true
-    for _, t in ipairs(check.tiers) do
-        t.capacity = t.alg.capacity(t)
-        t.st = t.alg.load(t)
-        t.reason = REASON_NONE
-        if t.cost == 0 then
-            t.allowed = true
-        elseif t.cost > t.capacity then
-            -- Could never pass; also keeps cost * window below 2^53 in the
-            -- algorithms, which are only asked about cost <= capacity.
-            t.allowed = false
-            t.reason = REASON_COST_EXCEEDS_LIMIT
-        else
-            t.allowed = t.alg.allows(t, t.st)
+-- Parses the checks: a list of {shadow, cost, first, last}, tiers[first..
+-- last] being the check's tiers (one flat list of tier tables for all).
+local function parse(keys, argv, now)
+    local checks, tiers = {}, {}
+    local argi, nkeys = 4, 0
+    for c = 1, arg_int(argv, 3, 0) do
+        local cost = arg_int(argv, argi + 1, 0)
+        local check = { shadow = arg_flag(argv, argi), cost = cost, first = #tiers + 1 }
+        local ntiers = arg_int(argv, argi + 2, 1)
+        argi = argi + 3
+        for _ = 1, ntiers do
+            local alg = ALGORITHMS[argv[argi]]
+            if not alg then
+                error('ratelimitd: unknown algorithm ' .. tostring(argv[argi]))
+            end
+            local t = {
+                alg = alg,
+                now = now,
+                cost = cost,
+                limit = arg_int(argv, argi + 1, 1),
+                window = arg_int(argv, argi + 2, 1),
+                burst = arg_int(argv, argi + 3, 0),
+                precision = arg_int(argv, argi + 4, 0),
+                key = keys[nkeys + 1],
+                key2 = keys[nkeys + 2],
+            }
+            if alg == sliding_window_buckets
+                and (t.precision < 1 or math.fmod(t.window, t.precision) ~= 0) then
+                error('ratelimitd: precision_us must divide window_us')
+            end
+            nkeys = nkeys + alg.nkeys
+            argi = argi + 5
+            tiers[#tiers + 1] = t
         end
-        check.allowed = check.allowed and t.allowed
+        check.last = #tiers
+        checks[c] = check
     end
-    if not check.shadow and not check.allowed then
-        request_allowed = false
+    if nkeys ~= #keys or argi ~= #argv + 1 then
+        error('ratelimitd: the checks need ' .. nkeys .. ' keys and ' .. (argi - 1)
+            .. ' arguments, got ' .. #keys .. ' and ' .. #argv)
     end
+    return checks, tiers
 end
 
--- The figures, from the state read in pass 1, before anything is written.
-local out = { now, request_allowed and 1 or 0 }
-for _, check in ipairs(checks) do
-    -- A non-shadow check of an allowed request is always allowed.
-    local consumed = request_allowed and check.allowed
-    for _, t in ipairs(check.tiers) do
-        local remaining, reset = t.alg.figures(t, t.st, consumed)
-        local retry, delay = 0, 0
-        if t.reason == REASON_COST_EXCEEDS_LIMIT then
-            retry = -1
-        elseif not t.allowed then
-            retry = t.alg.retry(t, t.st)
-        elseif t.cost > 0 and t.alg.delay then
-            delay = t.alg.delay(t, t.st)
-        end
-        local n = #out
-        out[n + 1] = t.allowed and 1 or 0
-        out[n + 2] = t.capacity
-        out[n + 3] = remaining
-        out[n + 4] = reset
-        out[n + 5] = retry
-        out[n + 6] = delay
-        out[n + 7] = t.reason
+-- Pass 1 for one tier: reads its state and decides.
+local function read_and_decide(t)
+    local alg = t.alg
+    t.capacity = alg.capacity(t)
+    alg.load(t)
+    t.reason = REASON_NONE
+    if t.cost == 0 then
+        t.allowed = true
+    elseif t.cost > t.capacity then
+        -- Could never pass; also keeps cost * window below 2^53 in the
+        -- algorithms, which are only asked about cost <= capacity.
+        t.allowed = false
+        t.reason = REASON_COST_EXCEEDS_LIMIT
+    else
+        t.allowed = alg.allows(t)
     end
+    return t.allowed
 end
 
--- Pass 2: take the cost, only for a real run of an allowed request.
-if request_allowed and not dry_run then
+-- Appends one tier's 7 figures to out, from the state read in pass 1.
+local function report(out, t, consumed)
+    local alg = t.alg
+    local remaining, reset = alg.figures(t, consumed)
+    local retry, delay = 0, 0
+    if t.reason == REASON_COST_EXCEEDS_LIMIT then
+        retry = -1
+    elseif not t.allowed then
+        retry = alg.retry(t)
+    elseif t.cost > 0 and alg.delay then
+        delay = alg.delay(t)
+    end
+    local n = #out
+    out[n + 1] = t.allowed and 1 or 0
+    out[n + 2] = t.capacity
+    out[n + 3] = remaining
+    out[n + 4] = reset
+    out[n + 5] = retry
+    out[n + 6] = delay
+    out[n + 7] = t.reason
+end
+
+local function decide(keys, argv)
+    local now = arg_now(argv)
+    local dry_run = arg_flag(argv, 2)
+    local checks, tiers = parse(keys, argv, now)
+
+    -- Pass 1: read every tier and decide. Every tier is read even after one
+    -- has denied, because every tier reports its figures.
+    local request_allowed = true
     for _, check in ipairs(checks) do
-        if check.allowed and check.cost > 0 then
-            for _, t in ipairs(check.tiers) do
-                t.alg.commit(t, t.st)
+        local allowed = true
+        for i = check.first, check.last do
+            allowed = read_and_decide(tiers[i]) and allowed
+        end
+        check.allowed = allowed
+        if not check.shadow and not allowed then
+            request_allowed = false
+        end
+    end
+
+    -- The figures, before anything is written. A non-shadow check of an
+    -- allowed request is always allowed.
+    local out = { now, request_allowed and 1 or 0 }
+    for _, check in ipairs(checks) do
+        local consumed = request_allowed and check.allowed
+        for i = check.first, check.last do
+            report(out, tiers[i], consumed)
+        end
+    end
+
+    -- Pass 2: take the cost, only for a real run of an allowed request.
+    if request_allowed and not dry_run then
+        for _, check in ipairs(checks) do
+            if check.allowed and check.cost > 0 then
+                for i = check.first, check.last do
+                    tiers[i].alg.commit(tiers[i])
+                end
             end
         end
     end
+    return out
 end
-
-return out

@@ -1,9 +1,12 @@
--- common.lua: helpers shared by every algorithm of the one script.
+-- common.lua: helpers shared by every algorithm.
 --
 -- The build concatenates common.lua, the seven algorithm files and check.lua
--- (the entry point) into one chunk, so the `local`s defined here are visible
--- to every file that follows. Redis forbids new globals in scripts, which is
--- why nothing here (or anywhere) is global.
+-- into one chunk, twice (lua/embed.sh): as the EVAL script, which ends with
+-- `return decide(KEYS, ARGV)`, and as a Redis Function library, which ends
+-- by registering decide. In the library the chunk runs once, at FUNCTION
+-- LOAD: every function below is defined once, and a call only runs decide.
+-- Nothing here is global (Redis forbids new globals in both forms), and
+-- nothing at the top level calls Redis (a library may not while loading).
 --
 -- Arithmetic: Lua 5.1 numbers are doubles, exact for integers up to 2^53.
 -- The daemon validates every tier so that capacity * window_us and
@@ -12,18 +15,25 @@
 -- idiv_ceil below, never through a bare `/`.
 --
 -- Each algorithm file defines one table with the same fields, which check.lua
--- drives (t is one tier: t.now, t.cost, t.limit, t.window, t.burst,
--- t.precision, t.capacity, t.keys):
+-- drives. t is one tier, one table per tier per call: t.now, t.cost,
+-- t.limit, t.window, t.burst, t.precision, t.capacity, t.key (and t.key2
+-- for a second key); load stores the algorithm's state in t as well.
 --   nkeys                  how many KEYS the tier consumes
 --   capacity(t)            the figure reported as `limit`
---   load(t) -> st          reads the tier's state as of t.now (reads only)
---   allows(t, st)          the decision, only asked when 0 < cost <= capacity
---   figures(t, st, consumed) -> remaining, reset_us
+--   load(t)                reads the tier's state as of t.now (reads only)
+--   allows(t)              the decision, only asked when 0 < cost <= capacity
+--   figures(t, consumed) -> remaining, reset_us
 --                          as if the request's cost were taken iff consumed
---   retry(t, st)           µs until this request would be allowed, only
+--   retry(t)               µs until this request would be allowed, only
 --                          asked when denied with cost <= capacity
---   delay(t, st)           (optional) µs the allowed request must wait
---   commit(t, st)          takes the cost: writes the state and its expiry
+--   delay(t)               (optional) µs the allowed request must wait
+--   commit(t)              takes the cost: writes the state and its expiry
+--
+-- Stored state never depends on settings the reader cannot know: times are
+-- absolute µs, and a value scaled by the window is stored with it, so a tier
+-- whose settings changed (a reload) reads it correctly. A state string
+-- starts with its algorithm's letter (f, c, t, g), so that a tier whose
+-- algorithm changed reads another's state as absent.
 
 -- Every key written lives this long after its state stops mattering: covers
 -- clock skew between daemons and the time between a script and the next.
@@ -63,14 +73,26 @@ local function fmt(n)
     return string.format('%.0f', n)
 end
 
--- Makes key live for `us` more microseconds (rounded up to ms), plus slack.
-local function expire_in(key, us)
-    redis.call('PEXPIRE', key, fmt(idiv_ceil(us, 1000) + EXPIRY_SLACK_MS))
-end
-
--- The PX argument for a SET that expires in `us` microseconds (plus slack).
+-- The PX/PEXPIRE argument for a key that matters `us` more microseconds
+-- (rounded up to ms), plus slack.
 local function px_in(us)
     return fmt(idiv_ceil(us, 1000) + EXPIRY_SLACK_MS)
+end
+
+-- Makes key live for `us` more microseconds (rounded up to ms), plus slack.
+local function expire_in(key, us)
+    redis.call('PEXPIRE', key, px_in(us))
+end
+
+-- The string value of key, or nil if it is missing or not a string (state
+-- of another layout, e.g. written by an older daemon: read as absent, and
+-- replaced on the next commit, since SET overwrites any type).
+local function get_string(key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'string' then
+        return v
+    end
+    return nil
 end
 
 -- Calls `cmd key` with args[1..n] in chunks of CALL_CHUNK * per values, so

@@ -3,10 +3,12 @@
 -- Time is cut into windows [k * W, (k + 1) * W); each window counts from 0.
 -- Cheap and exact, but a client can spend 2 * limit around a boundary.
 --
--- State: HASH KEYS[1] {w = window index floor(now / W), n = units taken}.
--- A stored w other than the current index means the count is 0: no need to
--- reset anything when a window ends.
--- Expiry: the end of the window (plus slack); after that w is stale anyway.
+-- State: STRING KEYS[1] "f:<e>:<n>": n units taken in the window that ends at
+-- e (absolute µs). A stored e other than the current window's end means the
+-- count is 0: no need to reset anything when a window ends, and a window
+-- whose length changed (a reload) starts from 0 unless it ends at the same
+-- instant. One GET to read, one SET ... PX to write.
+-- Expiry: the end of the window (plus slack); after that e is stale anyway.
 -- Figures: remaining = limit - n; reset = end of window if n > 0; retry =
 -- end of window (the next window starts empty, and cost <= limit).
 
@@ -17,37 +19,38 @@ function fixed_window.capacity(t)
 end
 
 function fixed_window.load(t)
-    local idx = idiv(t.now, t.window)
-    local v = redis.call('HMGET', t.keys[1], 'w', 'n')
-    local n = 0
-    if tonumber(v[1]) == idx then
-        n = tonumber(v[2]) or 0
+    local e = (idiv(t.now, t.window) + 1) * t.window
+    t.window_end, t.n = e, 0
+    local v = get_string(t.key)
+    if v then
+        local se, sn = string.match(v, '^f:(%d+):(%d+)$')
+        if tonumber(se) == e then
+            t.n = tonumber(sn)
+        end
     end
-    return { idx = idx, n = n, window_end = (idx + 1) * t.window }
 end
 
-function fixed_window.allows(t, st)
-    return st.n + t.cost <= t.limit
+function fixed_window.allows(t)
+    return t.n + t.cost <= t.limit
 end
 
-function fixed_window.figures(t, st, consumed)
-    local n = st.n
+function fixed_window.figures(t, consumed)
+    local n = t.n
     if consumed then
         n = n + t.cost
     end
     local reset = 0
     if n > 0 then
-        reset = st.window_end - t.now
+        reset = t.window_end - t.now
     end
     return math.max(0, t.limit - n), reset
 end
 
-function fixed_window.retry(t, st)
-    return st.window_end - t.now
+function fixed_window.retry(t)
+    return t.window_end - t.now
 end
 
-function fixed_window.commit(t, st)
-    local key = t.keys[1]
-    redis.call('HSET', key, 'w', fmt(st.idx), 'n', fmt(st.n + t.cost))
-    expire_in(key, st.window_end - t.now)
+function fixed_window.commit(t)
+    redis.call('SET', t.key, 'f:' .. fmt(t.window_end) .. ':' .. fmt(t.n + t.cost),
+        'PX', px_in(t.window_end - t.now))
 end

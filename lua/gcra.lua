@@ -1,7 +1,7 @@
 -- gcra.lua: the token bucket as a Generic Cell Rate Algorithm.
 --
 -- Same parameters, decisions and figures as token_bucket.lua for the same
--- requests at the same times, but the state is a single number: the
+-- requests at the same times, but the state is a single value: the
 -- theoretical arrival time TAT, when the bucket would be full again. Each
 -- unit of cost pushes TAT one emission interval (W / limit µs) further.
 --
@@ -9,8 +9,15 @@
 -- d = max(0, TAT - now) * limit is how empty the bucket is: token_bucket's S
 -- is C * W - d. A request fits iff d + cost * W <= C * W.
 --
--- State: a plain string KEYS[1] "<a>:<b>" meaning TAT = a + b / limit µs
--- exactly (0 <= b < limit): an exact rational, no rounding ever stored.
+-- State: a plain string KEYS[1] "g:<d>:<t>:<w>": at time t (absolute µs)
+-- the bucket was d / w tokens short of full, i.e. TAT = t + d / limit
+-- exactly (the TAT itself is not stored: as a time it only means a number
+-- of tokens at the rate it was computed at, and a reload may change that
+-- rate). Read at now: d - (now - t) * limit with the current limit, never
+-- below 0 (the same as TAT - now in scaled units); with a window other than
+-- w, d is first rounded up to whole tokens short, at most C. So a change of
+-- limit or burst carries the tokens missing over as they are, refilled at
+-- the new rate; one GET, one SET ... PX.
 -- Expiry: when TAT passes (plus slack); a missing key is an idle one.
 -- Figures: remaining = floor((C * W - d) / W); reset = ceil(d / limit);
 -- retry = ceil((d + cost * W - C * W) / limit).
@@ -19,55 +26,59 @@
 
 local gcra = { nkeys = 1, capacity = bucket_capacity }
 
--- d for the TAT stored in key, as of now; 0 for a missing key.
-local function gcra_read(key, now, limit)
-    local v = redis.call('GET', key)
+-- d for the state stored in t.key, as of t.now; 0 for a missing key.
+local function gcra_read(t)
+    local v = get_string(t.key)
     if not v then
         return 0
     end
-    local a, b = string.match(v, '^(%-?%d+):(%d+)$')
-    a, b = tonumber(a), tonumber(b)
-    if not a or not b then
-        error('ratelimitd: malformed GCRA state in ' .. key)
+    local d, at, w = string.match(v, '^g:(%d+):(%d+):(%d+)$')
+    d, at, w = tonumber(d), tonumber(at), tonumber(w)
+    if not w then
+        return 0 -- another layout: as absent
     end
-    local behind = now - a
-    if behind <= 0 then
-        return -behind * limit + b
+    if w ~= t.window then
+        d = math.min(idiv_ceil(d, w), t.capacity) * t.window
     end
-    -- TAT is in the past: the bucket is full (d = 0). Compared this way, not
-    -- as b - behind * limit, so a long idle cannot overflow.
-    if behind >= idiv_ceil(b, limit) then
+    local elapsed = t.now - at
+    if elapsed <= 0 then
+        -- A clock behind the writer's: TAT is further away from it.
+        return d - elapsed * t.limit
+    end
+    -- Compared this way, not as d - elapsed * limit, so that a long idle
+    -- cannot overflow: TAT has passed, the bucket is full.
+    if elapsed >= idiv_ceil(d, t.limit) then
         return 0
     end
-    return b - behind * limit
+    return d - elapsed * t.limit
 end
 
--- Stores TAT = now + d / limit and makes the key expire when it passes.
-local function gcra_write(key, now, limit, d)
-    local tat = fmt(now + idiv(d, limit)) .. ':' .. fmt(math.fmod(d, limit))
-    redis.call('SET', key, tat, 'PX', px_in(idiv_ceil(d, limit)))
+-- Stores d as of now, and makes the key expire when TAT passes.
+local function gcra_write(t, d)
+    redis.call('SET', t.key, 'g:' .. fmt(d) .. ':' .. fmt(t.now) .. ':' .. fmt(t.window),
+        'PX', px_in(idiv_ceil(d, t.limit)))
 end
 
 function gcra.load(t)
-    return { d = gcra_read(t.keys[1], t.now, t.limit), full = t.capacity * t.window }
+    t.d, t.full = gcra_read(t), t.capacity * t.window
 end
 
-function gcra.allows(t, st)
-    return st.d + t.cost * t.window <= st.full
+function gcra.allows(t)
+    return t.d + t.cost * t.window <= t.full
 end
 
-function gcra.figures(t, st, consumed)
-    local d = st.d
+function gcra.figures(t, consumed)
+    local d = t.d
     if consumed then
         d = d + t.cost * t.window
     end
-    return math.max(0, idiv(st.full - d, t.window)), idiv_ceil(d, t.limit)
+    return math.max(0, idiv(t.full - d, t.window)), idiv_ceil(d, t.limit)
 end
 
-function gcra.retry(t, st)
-    return idiv_ceil(st.d + t.cost * t.window - st.full, t.limit)
+function gcra.retry(t)
+    return idiv_ceil(t.d + t.cost * t.window - t.full, t.limit)
 end
 
-function gcra.commit(t, st)
-    gcra_write(t.keys[1], t.now, t.limit, st.d + t.cost * t.window)
+function gcra.commit(t)
+    gcra_write(t, t.d + t.cost * t.window)
 end

@@ -7,7 +7,7 @@
 -- intervals. So the state, the decisions and the figures are gcra.lua's,
 -- with `limit` reported as burst + 1.
 --
--- State, expiry: as gcra.lua ("<a>:<b>" TAT in a string KEYS[1]).
+-- State, expiry, changes of settings: as gcra.lua.
 -- delay_us: for an allowed request of cost c >= 1, when its last unit is
 -- due: ceil((d + (c - 1) * W) / limit), d taken before the request.
 
@@ -24,6 +24,6 @@ function leaky_bucket.capacity(t)
     return t.burst + 1
 end
 
-function leaky_bucket.delay(t, st)
-    return idiv_ceil(st.d + (t.cost - 1) * t.window, t.limit)
+function leaky_bucket.delay(t)
+    return idiv_ceil(t.d + (t.cost - 1) * t.window, t.limit)
 end

@@ -9,9 +9,11 @@
 --     prev * (W - elapsed) <= (limit - cur - cost) * W
 -- (that form also keeps both sides <= limit * W <= 2^53).
 --
--- State: HASH KEYS[1] {w = window index, c = count in w, p = count in w - 1}.
--- Stored w == current: cur = c, prev = p; w == current - 1: the window has
--- rolled, prev = c and cur = 0; anything older: both 0.
+-- State: STRING KEYS[1] "c:<e>:<c>:<p>": c units in the window ending at e
+-- (absolute µs), p in the window before it. Stored e == the current
+-- window's end: cur = c, prev = p; e == its start: the window has rolled,
+-- prev = c and cur = 0; anything else (older, or a window whose length
+-- changed): both 0. One GET, one SET ... PX.
 -- Expiry: the end of the next window, when this window's count stops
 -- weighing on the estimate.
 -- Figures: remaining = floor(limit - estimate after); reset = end of the
@@ -26,27 +28,28 @@ function sliding_window_counter.capacity(t)
 end
 
 function sliding_window_counter.load(t)
-    local idx = idiv(t.now, t.window)
-    local v = redis.call('HMGET', t.keys[1], 'w', 'c', 'p')
-    local w = tonumber(v[1])
-    local cur, prev = 0, 0
-    if w == idx then
-        cur = tonumber(v[2]) or 0
-        prev = tonumber(v[3]) or 0
-    elseif w == idx - 1 then
-        prev = tonumber(v[2]) or 0
+    local start = idiv(t.now, t.window) * t.window
+    t.start, t.cur, t.prev, t.elapsed = start, 0, 0, t.now - start
+    local v = get_string(t.key)
+    if v then
+        local se, sc, sp = string.match(v, '^c:(%d+):(%d+):(%d+)$')
+        se = tonumber(se)
+        if se == start + t.window then
+            t.cur, t.prev = tonumber(sc), tonumber(sp)
+        elseif se == start then
+            t.prev = tonumber(sc)
+        end
     end
-    return { idx = idx, cur = cur, prev = prev, elapsed = t.now - idx * t.window }
 end
 
-function sliding_window_counter.allows(t, st)
-    local room = t.limit - st.cur - t.cost
-    return room >= 0 and st.prev * (t.window - st.elapsed) <= room * t.window
+function sliding_window_counter.allows(t)
+    local room = t.limit - t.cur - t.cost
+    return room >= 0 and t.prev * (t.window - t.elapsed) <= room * t.window
 end
 
-function sliding_window_counter.figures(t, st, consumed)
+function sliding_window_counter.figures(t, consumed)
     local W = t.window
-    local cur = st.cur
+    local cur = t.cur
     if consumed then
         cur = cur + t.cost
     end
@@ -54,35 +57,34 @@ function sliding_window_counter.figures(t, st, consumed)
     local remaining = 0
     local room = t.limit - cur
     if room > 0 then
-        remaining = math.max(0, idiv(room * W - st.prev * (W - st.elapsed), W))
+        remaining = math.max(0, idiv(room * W - t.prev * (W - t.elapsed), W))
     end
     local reset = 0
     if cur > 0 then
-        reset = (st.idx + 2) * W - t.now
-    elseif st.prev > 0 then
-        reset = (st.idx + 1) * W - t.now
+        reset = t.start + 2 * W - t.now
+    elseif t.prev > 0 then
+        reset = t.start + W - t.now
     end
     return remaining, reset
 end
 
-function sliding_window_counter.retry(t, st)
+function sliding_window_counter.retry(t)
     local W = t.window
-    local room = t.limit - st.cur - t.cost
-    if room >= 0 and st.prev > 0 then
+    local room = t.limit - t.cur - t.cost
+    if room >= 0 and t.prev > 0 then
         -- Fits later in this window, at the first elapsed with
         -- prev * (W - elapsed) <= room * W, i.e. W - elapsed <= room * W / prev.
-        return st.idx * W + (W - idiv(room * W, st.prev)) - t.now
+        return t.start + (W - idiv(room * W, t.prev)) - t.now
     end
     -- Only in the next window, where prev' = cur and cur' = 0.
-    if st.cur == 0 then
-        return (st.idx + 1) * W - t.now
+    if t.cur == 0 then
+        return t.start + W - t.now
     end
-    return (st.idx + 1) * W + (W - idiv((t.limit - t.cost) * W, st.cur)) - t.now
+    return t.start + W + (W - idiv((t.limit - t.cost) * W, t.cur)) - t.now
 end
 
-function sliding_window_counter.commit(t, st)
-    local key = t.keys[1]
-    redis.call('HSET', key, 'w', fmt(st.idx), 'c', fmt(st.cur + t.cost),
-        'p', fmt(st.prev))
-    expire_in(key, (st.idx + 2) * t.window - t.now)
+function sliding_window_counter.commit(t)
+    local e = t.start + t.window
+    redis.call('SET', t.key, 'c:' .. fmt(e) .. ':' .. fmt(t.cur + t.cost) .. ':' .. fmt(t.prev),
+        'PX', px_in(e + t.window - t.now))
 end

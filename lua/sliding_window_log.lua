@@ -3,8 +3,9 @@
 -- Exact sliding window: remembers the time of every unit taken.
 --
 -- State: ZSET KEYS[1] with one member per unit of cost, scored by the time
--- it was taken (µs); the units that count are those scored after now - W
--- (including any from a daemon whose clock is ahead of ours).
+-- it was taken (absolute µs, so any change of settings reads it right); the
+-- units that count are those scored after now - W (including any from a
+-- daemon whose clock is ahead of ours).
 -- Members must be unique even when two requests (from two daemons) land on
 -- the same µs, so a member is "<now>-<seq>", seq coming from INCRBY on the
 -- sequence counter KEYS[2].
@@ -19,28 +20,25 @@ function sliding_window_log.capacity(t)
     return t.limit
 end
 
--- ZRANGEBYSCORE bound for "score > now - W".
-local function log_window_start(t)
-    return '(' .. fmt(t.now - t.window)
-end
-
 function sliding_window_log.load(t)
-    local count = redis.call('ZCOUNT', t.keys[1], log_window_start(t), '+inf')
-    return { count = count }
+    t.from = '(' .. fmt(t.now - t.window) -- "score > now - W"
+    t.count = redis.call('ZCOUNT', t.key, t.from, '+inf')
 end
 
-function sliding_window_log.allows(t, st)
-    return st.count + t.cost <= t.limit
+function sliding_window_log.allows(t)
+    return t.count + t.cost <= t.limit
 end
 
-function sliding_window_log.figures(t, st, consumed)
-    local count = st.count
+function sliding_window_log.figures(t, consumed)
+    local count = t.count
     local newest = nil
     if count > 0 then
-        local top = redis.call('ZREVRANGEBYSCORE', t.keys[1], '+inf',
-            log_window_start(t), 'WITHSCORES', 'LIMIT', 0, 1)
+        local top = redis.call('ZREVRANGEBYSCORE', t.key, '+inf', t.from,
+            'WITHSCORES', 'LIMIT', 0, 1)
         newest = tonumber(top[2])
     end
+    -- Kept for commit: the newest member after it is max(newest, now).
+    t.newest = newest
     if consumed and t.cost > 0 then
         count = count + t.cost
         -- max(): a member from a daemon whose clock is ahead can be newer.
@@ -53,29 +51,34 @@ function sliding_window_log.figures(t, st, consumed)
     return math.max(0, t.limit - count), reset
 end
 
-function sliding_window_log.retry(t, st)
+function sliding_window_log.retry(t)
     -- With the in-window scores s_1 <= ... <= s_count, the request fits once
     -- count + cost - limit of them have left: at s_(count+cost-limit) + W.
-    local k = st.count + t.cost - t.limit
-    local r = redis.call('ZRANGEBYSCORE', t.keys[1], log_window_start(t),
-        '+inf', 'WITHSCORES', 'LIMIT', fmt(k - 1), 1)
+    local k = t.count + t.cost - t.limit
+    local r = redis.call('ZRANGEBYSCORE', t.key, t.from, '+inf', 'WITHSCORES',
+        'LIMIT', fmt(k - 1), 1)
     return tonumber(r[2]) + t.window - t.now
 end
 
-function sliding_window_log.commit(t, st)
-    local key, seqkey = t.keys[1], t.keys[2]
+function sliding_window_log.commit(t)
+    local key, seqkey = t.key, t.key2
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t.now - t.window))
     local last = redis.call('INCRBY', seqkey, fmt(t.cost))
     local now = fmt(t.now)
-    local args = {}
-    for seq = last - t.cost + 1, last do
-        args[#args + 1] = now
-        args[#args + 1] = now .. '-' .. fmt(seq)
+    if t.cost == 1 then
+        redis.call('ZADD', key, now, now .. '-' .. fmt(last))
+    else
+        local args = {}
+        for seq = last - t.cost + 1, last do
+            args[#args + 1] = now
+            args[#args + 1] = now .. '-' .. fmt(seq)
+        end
+        call_chunked('ZADD', key, args, 2)
     end
-    call_chunked('ZADD', key, args, 2)
-    -- The newest member is now, unless a clock ahead of ours wrote one later.
-    local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-    local ttl = math.max(tonumber(top[2]), t.now) + t.window - t.now
-    expire_in(key, ttl)
-    expire_in(seqkey, ttl)
+    -- The newest member is now, unless a clock ahead of ours wrote one later
+    -- (figures, always run before commit, read the newest in the window).
+    local ttl = math.max(t.newest or t.now, t.now) + t.window - t.now
+    local px = px_in(ttl)
+    redis.call('PEXPIRE', key, px)
+    redis.call('PEXPIRE', seqkey, px)
 end

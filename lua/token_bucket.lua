@@ -7,8 +7,11 @@
 -- W units and the refill is exactly `limit` units per µs (no fraction of a
 -- token is ever rounded). A full bucket is C * W <= 2^53.
 --
--- State: HASH KEYS[1] {s = S at time t, t = time of that S (µs)}. A missing
--- key is a full bucket.
+-- State: STRING KEYS[1] "t:<s>:<t>:<w>": the bucket held s / w tokens at time
+-- t (absolute µs). A missing key is a full bucket. The tokens carry over a
+-- change of limit or burst as they are (capped at the new capacity, refilled
+-- at the new rate from t); over a change of window they are rounded down to
+-- whole tokens. One GET, one SET ... PX.
 -- Expiry: when the bucket is full again (plus slack), as a full bucket and
 -- a missing key are the same. (A commit always takes at least one token, so
 -- the state written is never full.)
@@ -29,53 +32,61 @@ token_bucket.capacity = bucket_capacity
 
 function token_bucket.load(t)
     local full = t.capacity * t.window
-    local v = redis.call('HMGET', t.keys[1], 's', 't')
-    local s, last = tonumber(v[1]), tonumber(v[2])
-    if not s or not last then
-        return { s = full, last = t.now, full = full }
+    t.full, t.s, t.last = full, full, t.now
+    local v = get_string(t.key)
+    if not v then
+        return
+    end
+    local s, last, w = string.match(v, '^t:(%d+):(%d+):(%d+)$')
+    s, last, w = tonumber(s), tonumber(last), tonumber(w)
+    if not w then
+        return -- another layout: as absent
+    end
+    if w ~= t.window then
+        s = math.min(idiv(s, w), t.capacity) * t.window
     end
     -- A clock behind the one that wrote t refills nothing (elapsed >= 0).
     local elapsed = math.max(0, t.now - last)
     -- Compare elapsed against the time to fill up rather than multiplying
-    -- it by limit: after a long idle elapsed * limit could pass 2^53.
+    -- it by limit: after a long idle elapsed * limit could pass 2^53. (Past
+    -- a cut of the capacity, s > full: full at once.)
     if elapsed >= idiv_ceil(full - s, t.limit) then
         s = full
     else
         s = s + elapsed * t.limit
     end
-    return { s = s, last = math.max(last, t.now), full = full }
+    t.s, t.last = s, math.max(last, t.now)
 end
 
-function token_bucket.allows(t, st)
-    return st.s >= t.cost * t.window
+function token_bucket.allows(t)
+    return t.s >= t.cost * t.window
 end
 
--- Refill only starts at st.last, which is later than now only when this
+-- Refill only starts at t.last, which is later than now only when this
 -- daemon's clock is behind the one that wrote the state (else it is 0).
-local function refill_starts(t, st)
-    return st.last - t.now
+local function refill_starts(t)
+    return t.last - t.now
 end
 
-function token_bucket.figures(t, st, consumed)
-    local s = st.s
+function token_bucket.figures(t, consumed)
+    local s = t.s
     if consumed then
         s = s - t.cost * t.window
     end
     local reset = 0
-    if s < st.full then
-        reset = refill_starts(t, st) + idiv_ceil(st.full - s, t.limit)
+    if s < t.full then
+        reset = refill_starts(t) + idiv_ceil(t.full - s, t.limit)
     end
     return idiv(s, t.window), reset
 end
 
-function token_bucket.retry(t, st)
-    return refill_starts(t, st) + idiv_ceil(t.cost * t.window - st.s, t.limit)
+function token_bucket.retry(t)
+    return refill_starts(t) + idiv_ceil(t.cost * t.window - t.s, t.limit)
 end
 
-function token_bucket.commit(t, st)
-    local key = t.keys[1]
-    local s = st.s - t.cost * t.window
+function token_bucket.commit(t)
+    local s = t.s - t.cost * t.window
     -- Keep the later of the two times: S is what the bucket holds then.
-    redis.call('HSET', key, 's', fmt(s), 't', fmt(st.last))
-    expire_in(key, refill_starts(t, st) + idiv_ceil(st.full - s, t.limit))
+    redis.call('SET', t.key, 't:' .. fmt(s) .. ':' .. fmt(t.last) .. ':' .. fmt(t.window),
+        'PX', px_in(refill_starts(t) + idiv_ceil(t.full - s, t.limit)))
 end

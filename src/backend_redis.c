@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "backend_redis.h"
@@ -30,6 +31,9 @@
 /* Checks in a row that reached their deadline with no reply from Redis in
  * between: the connection is then taken as hung, and dropped. */
 #define STALL_TIMEOUTS 3
+/* Reloads of the code (and retries) one call may need: a flush can land
+ * between a reload and the retry that follows it. */
+#define CODE_RELOAD_RETRIES 3
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 
@@ -45,6 +49,7 @@ struct backend_redis {
     redisAsyncContext *ac;
     enum conn_state state;
     int script_loaded;
+    int use_eval; /* the server has no Functions (Redis 6, KeyDB): EVALSHA */
     int load_in_flight; /* a SCRIPT LOAD is queued: retries can follow it */
     int setup_failed;   /* AUTH or SELECT failed on this connection */
     int freeing;
@@ -61,7 +66,7 @@ struct pending {
     struct backend_redis *b;
     backend_done_fn done;
     void *arg;
-    int retried;
+    int retries; /* reloads of the code for this call */
     int64_t sent_us;     /* monotonic, for the round-trip histogram */
     int64_t deadline_us; /* monotonic: a reply after it is late */
     struct script_call call;
@@ -184,6 +189,19 @@ static void on_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
 }
 
+/* The code is loaded: connected and answering, the circuit closes. */
+static void loaded(struct backend_redis *b, const char *how)
+{
+    if (!b->script_loaded)
+        log_event(b->log, LOG_LVL_INFO, "redis code loaded", "as", how, "sha1", b->sha, NULL);
+    event_del(b->ready_timeout_ev);
+    b->backoff_us = BACKOFF_MIN_US;
+    b->stalled_timeouts = 0;
+    set_loaded(b, 1);
+}
+
+static void send_script_load(struct backend_redis *b);
+
 static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
@@ -193,28 +211,44 @@ static void on_script_loaded(redisAsyncContext *ac, void *reply, void *privdata)
     b->load_in_flight = 0;
     if (b->setup_failed)
         return;
-    if (r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
-        if (!b->script_loaded)
-            log_event(b->log, LOG_LVL_INFO, "redis script loaded", "sha1", b->sha, NULL);
-        /* Connected and answering: the circuit closes. */
-        event_del(b->ready_timeout_ev);
-        b->backoff_us = BACKOFF_MIN_US;
-        b->stalled_timeouts = 0;
-        set_loaded(b, 1);
+    if (!b->use_eval && r->type == REDIS_REPLY_STRING &&
+        strcmp(r->str, scripts_function_name()) == 0) {
+        loaded(b, "function");
+        return;
+    }
+    if (b->use_eval && r->type == REDIS_REPLY_STRING && strcmp(r->str, b->sha) == 0) {
+        loaded(b, "script");
+        return;
+    }
+    /* No FUNCTION command here (before Redis 7, KeyDB, or renamed away):
+     * the same code by EVALSHA, decided once per connection. */
+    if (!b->use_eval && r->type == REDIS_REPLY_ERROR &&
+        (strncasecmp(r->str, "ERR unknown command", 19) == 0 ||
+         strncasecmp(r->str, "ERR unknown subcommand", 22) == 0)) {
+        b->use_eval = 1;
+        log_event(b->log, LOG_LVL_INFO, "redis has no Functions, using EVALSHA", "target",
+                  b->target, NULL);
+        send_script_load(b);
         return;
     }
     metrics_count(b->metrics, METRICS_REDIS_ERRORS);
-    log_event(b->log, LOG_LVL_ERROR, "redis SCRIPT LOAD failed", "target", b->target, "error",
+    log_event(b->log, LOG_LVL_ERROR, "redis code load failed", "target", b->target, "error",
               r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", NULL);
 }
 
+/* FUNCTION LOAD REPLACE (Redis 7+) or SCRIPT LOAD. REPLACE because a
+ * library of this name holds exactly this code (the name is its hash). */
 static void send_script_load(struct backend_redis *b)
 {
     if (b->load_in_flight || !b->ac)
         return;
-    const char *argv[] = {"SCRIPT", "LOAD", scripts_lua_source};
-    size_t lens[] = {6, 4, strlen(scripts_lua_source)};
-    if (redisAsyncCommandArgv(b->ac, on_script_loaded, b, 3, argv, lens) == REDIS_OK)
+    const char *fn_argv[] = {"FUNCTION", "LOAD", "REPLACE", scripts_library_code()};
+    size_t fn_lens[] = {8, 4, 7, strlen(scripts_library_code())};
+    const char *sc_argv[] = {"SCRIPT", "LOAD", scripts_lua_source};
+    size_t sc_lens[] = {6, 4, strlen(scripts_lua_source)};
+    int rc = b->use_eval ? redisAsyncCommandArgv(b->ac, on_script_loaded, b, 3, sc_argv, sc_lens)
+                         : redisAsyncCommandArgv(b->ac, on_script_loaded, b, 4, fn_argv, fn_lens);
+    if (rc == REDIS_OK)
         b->load_in_flight = 1;
 }
 
@@ -234,6 +268,7 @@ static void start_connect(struct backend_redis *b)
     b->ac = ac;
     b->state = CONN_CONNECTING;
     b->setup_failed = 0;
+    b->use_eval = 0; /* a new connection may be to another server */
     redisLibeventAttach(ac, b->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
@@ -300,6 +335,13 @@ static void complete(struct pending *p, enum backend_status status, const char *
     p->done(p->arg, &reply);
 }
 
+/* The error of a call whose code Redis no longer holds (SCRIPT FLUSH,
+ * FUNCTION FLUSH, a restarted Redis): reload and retry. */
+static int code_missing(const char *err)
+{
+    return strncmp(err, "NOSCRIPT", 8) == 0 || strncmp(err, "ERR Function not found", 22) == 0;
+}
+
 static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = reply;
@@ -320,8 +362,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
     } else if (r->type == REDIS_REPLY_ERROR) {
         /* After SCRIPT FLUSH or a restart of Redis, reload and retry once:
          * the caller never sees NOSCRIPT. */
-        if (strncmp(r->str, "NOSCRIPT", 8) == 0 && !p->retried && b->ac == ac) {
-            p->retried = 1;
+        if (code_missing(r->str) && p->retries < CODE_RELOAD_RETRIES && b->ac == ac) {
+            p->retries++;
             metrics_count(b->metrics, METRICS_REDIS_NOSCRIPT_RELOADS);
             log_event(b->log, LOG_LVL_INFO, "redis script missing, reloading", "target",
                       b->target, NULL);
@@ -372,7 +414,9 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     /* The command words go in the call's free head slots; b->sha outlives
      * every pending call (backend_free completes them first). */
     snprintf(p->nkeys, sizeof p->nkeys, "%zu", p->call.nkeys);
-    const char *head[SCRIPTS_CALL_HEAD] = {"EVALSHA", b->sha, p->nkeys};
+    const char *head[SCRIPTS_CALL_HEAD] = {b->use_eval ? "EVALSHA" : "FCALL",
+                                           b->use_eval ? b->sha : scripts_function_name(),
+                                           p->nkeys};
     for (int i = 0; i < SCRIPTS_CALL_HEAD; i++) {
         p->call.head_args[i] = head[i];
         p->call.head_lens[i] = strlen(head[i]);

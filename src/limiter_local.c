@@ -72,14 +72,21 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
 /* ----------------------------------------------------------------- store */
+
+struct alg_ops;
 
 enum kind {
     KIND_NONE, /* created, not yet written */
     KIND_FIXED,
     KIND_COUNTER,
     KIND_TOKEN,
-    KIND_TAT, /* gcra and leaky_bucket */
+    KIND_GCRA, /* gcra and leaky_bucket */
     KIND_LOG,
     KIND_BUCKETS,
 };
@@ -94,7 +101,7 @@ struct log_run {
 };
 
 struct swb_bucket {
-    int64_t idx;
+    int64_t start; /* µs */
     int64_t count;
 };
 
@@ -104,17 +111,17 @@ struct entry {
     enum kind kind;
     union {
         struct {
-            int64_t w, n;
+            int64_t e, n; /* n units in the window ending at e */
         } fw;
         struct {
-            int64_t w, c, p;
+            int64_t e, c, p; /* c in the window ending at e, p in the one before */
         } swc;
         struct {
-            int64_t s, t;
+            int64_t s, t, w; /* s / w tokens at time t */
         } tb;
         struct {
-            int64_t a, b;
-        } tat;
+            int64_t d, t, w; /* d / w tokens short of full at time t */
+        } gc;
         struct {
             struct log_run *runs; /* live runs are [head, len), by score */
             size_t head, len, cap;
@@ -128,18 +135,19 @@ struct entry {
     char key[]; /* NUL-terminated */
 };
 
-/* One tier of the request being decided: the script's `t` and `st`. */
+/* One tier of the request being decided: the script's `t`. */
 struct tier_state {
     const struct tier *t;
+    const struct alg_ops *ops;
     int64_t cost, capacity;
     struct entry *e; /* as loaded in pass 1 (NULL: absent); valid until pass 2 */
     int allowed, exceeds;
-    /* fixed_window, sliding_window_counter, sliding_window_buckets */
-    int64_t idx, n, window_end, cur, prev, elapsed;
+    /* fixed_window, sliding_window_counter, sliding_window_buckets (cur:
+     * the current bucket's start) */
+    int64_t n, window_end, start, cur, prev, elapsed;
     /* sliding_window_log: count, first in-window run; buckets: live range */
     int64_t count;
     size_t lo, hi;
-    int64_t nb;
     /* token_bucket */
     int64_t s, last, full;
     /* gcra, leaky_bucket */
@@ -299,38 +307,16 @@ int64_t local_store_expiry(const struct local_store *s, const char *key, size_t 
     return e->expires_at;
 }
 
-static enum kind kind_of(enum algorithm a)
-{
-    switch (a) {
-    case ALG_FIXED_WINDOW:
-        return KIND_FIXED;
-    case ALG_SLIDING_WINDOW_LOG:
-        return KIND_LOG;
-    case ALG_SLIDING_WINDOW_COUNTER:
-        return KIND_COUNTER;
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        return KIND_BUCKETS;
-    case ALG_TOKEN_BUCKET:
-        return KIND_TOKEN;
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        return KIND_TAT;
-    case ALG__COUNT:
-        break;
-    }
-    abort(); /* a tier that passed validation has one of the seven */
-}
-
 /* ---------------------------------------------------------- fixed_window */
 
 static void fw_load(struct tier_state *ts, int64_t now)
 {
     int64_t W = ts->t->window_us;
-    ts->idx = idiv(now, W);
+    ts->window_end = (idiv(now, W) + 1) * W;
     ts->n = 0;
-    if (ts->e && ts->e->u.fw.w == ts->idx)
+    /* The count is the current window's only if it ends where ours does. */
+    if (ts->e && ts->e->u.fw.e == ts->window_end)
         ts->n = ts->e->u.fw.n;
-    ts->window_end = (ts->idx + 1) * W;
 }
 
 static int fw_allows(const struct tier_state *ts)
@@ -353,7 +339,7 @@ static int64_t fw_retry(const struct tier_state *ts, int64_t now)
 
 static void fw_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
-    e->u.fw.w = ts->idx;
+    e->u.fw.e = ts->window_end;
     e->u.fw.n = ts->n + ts->cost;
     expire_in(e, now, ts->window_end - now);
 }
@@ -510,15 +496,15 @@ static void log_commit(const struct tier_state *ts, struct entry *e, int64_t now
 static void swc_load(struct tier_state *ts, int64_t now)
 {
     int64_t W = ts->t->window_us;
-    ts->idx = idiv(now, W);
+    ts->start = idiv(now, W) * W;
     ts->cur = ts->prev = 0;
-    if (ts->e && ts->e->u.swc.w == ts->idx) {
+    if (ts->e && ts->e->u.swc.e == ts->start + W) {
         ts->cur = ts->e->u.swc.c;
         ts->prev = ts->e->u.swc.p;
-    } else if (ts->e && ts->e->u.swc.w == ts->idx - 1) {
+    } else if (ts->e && ts->e->u.swc.e == ts->start) {
         ts->prev = ts->e->u.swc.c;
     }
-    ts->elapsed = now - ts->idx * W;
+    ts->elapsed = now - ts->start;
 }
 
 static int swc_allows(const struct tier_state *ts)
@@ -541,9 +527,9 @@ static void swc_figures(const struct tier_state *ts, int64_t now, int consumed,
     }
     r->reset_us = 0;
     if (cur > 0)
-        r->reset_us = (ts->idx + 2) * W - now;
+        r->reset_us = ts->start + 2 * W - now;
     else if (ts->prev > 0)
-        r->reset_us = (ts->idx + 1) * W - now;
+        r->reset_us = ts->start + W - now;
 }
 
 static int64_t swc_retry(const struct tier_state *ts, int64_t now)
@@ -551,30 +537,31 @@ static int64_t swc_retry(const struct tier_state *ts, int64_t now)
     int64_t W = ts->t->window_us;
     int64_t room = ts->t->limit - ts->cur - ts->cost;
     if (room >= 0 && ts->prev > 0)
-        return ts->idx * W + (W - (int64_t)idiv128((i128)room * W, ts->prev)) - now;
+        return ts->start + (W - (int64_t)idiv128((i128)room * W, ts->prev)) - now;
     if (ts->cur == 0)
-        return (ts->idx + 1) * W - now;
-    return (ts->idx + 1) * W +
-           (W - (int64_t)idiv128((i128)(ts->t->limit - ts->cost) * W, ts->cur)) - now;
+        return ts->start + W - now;
+    return ts->start + W + (W - (int64_t)idiv128((i128)(ts->t->limit - ts->cost) * W, ts->cur)) -
+           now;
 }
 
 static void swc_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
-    e->u.swc.w = ts->idx;
+    int64_t W = ts->t->window_us;
+    e->u.swc.e = ts->start + W;
     e->u.swc.c = ts->cur + ts->cost;
     e->u.swc.p = ts->prev;
-    expire_in(e, now, (ts->idx + 2) * ts->t->window_us - now);
+    expire_in(e, now, ts->start + 2 * W - now);
 }
 
 /* ------------------------------------------------ sliding_window_buckets */
 
-/* The first bucket with idx >= x, or len. */
+/* The first bucket starting at or after x, or len. */
 static size_t swb_lower(const struct entry *e, int64_t x)
 {
     size_t lo = 0, hi = e->u.swb.len;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (e->u.swb.b[mid].idx >= x)
+        if (e->u.swb.b[mid].start >= x)
             hi = mid;
         else
             lo = mid + 1;
@@ -582,22 +569,24 @@ static size_t swb_lower(const struct entry *e, int64_t x)
     return lo;
 }
 
-/* µs from now until bucket b leaves the window (bucket_leaves). */
+/* µs from now until the bucket starting at b leaves the window
+ * (bucket_leaves): the first bucket start s with s - W + P > b. */
 static int64_t swb_leaves(const struct tier_state *ts, int64_t now, int64_t b)
 {
-    return (b + ts->nb) * ts->t->precision_us - now;
+    int64_t P = ts->t->precision_us;
+    return idiv_ceil(b + ts->t->window_us - P + 1, P) * P - now;
 }
 
 static void swb_load(struct tier_state *ts, int64_t now)
 {
-    ts->nb = ts->t->window_us / ts->t->precision_us;
-    ts->cur = idiv(now, ts->t->precision_us);
+    int64_t P = ts->t->precision_us;
+    ts->cur = idiv(now, P) * P;
     ts->count = 0;
     ts->lo = ts->hi = 0;
     if (ts->e) {
-        /* Live: [cur - n + 1, cur]; later buckets (a clock ahead) are kept
-         * but not counted, earlier ones are stale. */
-        ts->lo = swb_lower(ts->e, ts->cur - ts->nb + 1);
+        /* Live: starts in [cur - W + P, cur]; later buckets (a clock ahead)
+         * are kept but not counted, earlier ones are stale. */
+        ts->lo = swb_lower(ts->e, ts->cur - ts->t->window_us + P);
         ts->hi = swb_lower(ts->e, ts->cur + 1);
         for (size_t i = ts->lo; i < ts->hi; i++)
             ts->count += ts->e->u.swb.b[i].count;
@@ -615,7 +604,7 @@ static void swb_figures(const struct tier_state *ts, int64_t now, int consumed,
     int64_t count = ts->count, newest = 0;
     int has_newest = 0;
     if (ts->hi > ts->lo) {
-        newest = ts->e->u.swb.b[ts->hi - 1].idx;
+        newest = ts->e->u.swb.b[ts->hi - 1].start;
         has_newest = 1;
     }
     if (consumed && ts->cost > 0) {
@@ -633,7 +622,7 @@ static int64_t swb_retry(const struct tier_state *ts, int64_t now)
     for (size_t i = ts->lo; i < ts->hi; i++) {
         left -= ts->e->u.swb.b[i].count;
         if (left + ts->cost <= ts->t->limit)
-            return swb_leaves(ts, now, ts->e->u.swb.b[i].idx);
+            return swb_leaves(ts, now, ts->e->u.swb.b[i].start);
     }
     return 0; /* not reached, as in the script */
 }
@@ -642,7 +631,7 @@ static void swb_commit(const struct tier_state *ts, struct entry *e, int64_t now
 {
     /* HINCRBY key cur cost */
     size_t pos = swb_lower(e, ts->cur);
-    if (pos < e->u.swb.len && e->u.swb.b[pos].idx == ts->cur) {
+    if (pos < e->u.swb.len && e->u.swb.b[pos].start == ts->cur) {
         e->u.swb.b[pos].count += ts->cost;
     } else {
         if (e->u.swb.len == e->u.swb.cap) {
@@ -654,7 +643,7 @@ static void swb_commit(const struct tier_state *ts, struct entry *e, int64_t now
         e->u.swb.len++;
     }
     /* HDEL of the stale buckets, those before the window. */
-    size_t stale = swb_lower(e, ts->cur - ts->nb + 1);
+    size_t stale = swb_lower(e, ts->cur - ts->t->window_us + ts->t->precision_us);
     if (stale > 0) {
         memmove(e->u.swb.b, e->u.swb.b + stale, (e->u.swb.len - stale) * sizeof *e->u.swb.b);
         e->u.swb.len -= stale;
@@ -670,14 +659,16 @@ static void swb_commit(const struct tier_state *ts, struct entry *e, int64_t now
 
 static void tb_load(struct tier_state *ts, int64_t now)
 {
-    int64_t limit = ts->t->limit;
-    ts->full = ts->capacity * ts->t->window_us;
-    if (!ts->e) {
-        ts->s = ts->full;
-        ts->last = now;
+    int64_t limit = ts->t->limit, W = ts->t->window_us;
+    ts->full = ts->capacity * W;
+    ts->s = ts->full;
+    ts->last = now;
+    if (!ts->e)
         return;
-    }
     int64_t s = ts->e->u.tb.s, last = ts->e->u.tb.t;
+    /* Scaled by another window (a reload): whole tokens, at most C. */
+    if (ts->e->u.tb.w != W)
+        s = (int64_t)((i128)min64(idiv(s, ts->e->u.tb.w), ts->capacity) * W);
     int64_t elapsed = max64(0, now - last);
     if (elapsed >= idiv_ceil(ts->full - s, limit))
         s = ts->full;
@@ -712,36 +703,40 @@ static void tb_commit(const struct tier_state *ts, struct entry *e, int64_t now)
     int64_t s = ts->s - ts->cost * ts->t->window_us;
     e->u.tb.s = s;
     e->u.tb.t = ts->last;
+    e->u.tb.w = ts->t->window_us;
     expire_in(e, now, (ts->last - now) + idiv_ceil(ts->full - s, ts->t->limit));
 }
 
 /* ------------------------------------------------- gcra and leaky_bucket */
 
 /* gcra_read: how empty the bucket is, in scaled units, as of now. */
-static void tat_load(struct tier_state *ts, int64_t now)
+static void gcra_load(struct tier_state *ts, int64_t now)
 {
-    int64_t limit = ts->t->limit;
-    ts->full = ts->capacity * ts->t->window_us;
+    int64_t limit = ts->t->limit, W = ts->t->window_us;
+    ts->full = ts->capacity * W;
     ts->d = 0;
     if (!ts->e)
         return;
-    int64_t a = ts->e->u.tat.a, b = ts->e->u.tat.b;
-    int64_t behind = now - a;
-    if (behind <= 0)
-        ts->d = (i128)(-behind) * limit + b;
-    else if (behind >= idiv_ceil(b, limit))
+    i128 d = ts->e->u.gc.d;
+    /* Scaled by another window (a reload): whole tokens short, at most C. */
+    if (ts->e->u.gc.w != W)
+        d = (i128)min64((int64_t)idiv_ceil128(d, ts->e->u.gc.w), ts->capacity) * W;
+    int64_t elapsed = now - ts->e->u.gc.t;
+    if (elapsed <= 0)
+        ts->d = d - (i128)elapsed * limit; /* a clock behind the writer's */
+    else if (elapsed >= idiv_ceil128(d, limit))
         ts->d = 0;
     else
-        ts->d = (i128)b - (i128)behind * limit;
+        ts->d = d - (i128)elapsed * limit;
 }
 
-static int tat_allows(const struct tier_state *ts)
+static int gcra_allows(const struct tier_state *ts)
 {
     return ts->d + (i128)ts->cost * ts->t->window_us <= ts->full;
 }
 
-static void tat_figures(const struct tier_state *ts, int64_t now, int consumed,
-                        struct tier_result *r)
+static void gcra_figures(const struct tier_state *ts, int64_t now, int consumed,
+                         struct tier_result *r)
 {
     (void)now;
     i128 d = ts->d + (consumed ? (i128)ts->cost * ts->t->window_us : 0);
@@ -750,157 +745,62 @@ static void tat_figures(const struct tier_state *ts, int64_t now, int consumed,
     r->reset_us = (int64_t)idiv_ceil128(d, ts->t->limit);
 }
 
-static int64_t tat_retry(const struct tier_state *ts, int64_t now)
+static int64_t gcra_retry(const struct tier_state *ts, int64_t now)
 {
     (void)now;
     return (int64_t)idiv_ceil128(ts->d + (i128)ts->cost * ts->t->window_us - ts->full,
                                  ts->t->limit);
 }
 
-static int64_t tat_delay(const struct tier_state *ts)
+static int64_t leaky_delay(const struct tier_state *ts)
 {
     return (int64_t)idiv_ceil128(ts->d + (i128)(ts->cost - 1) * ts->t->window_us, ts->t->limit);
 }
 
-/* gcra_write: TAT = now + d / limit, exactly, as "<a>:<b>". */
-static void tat_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+/* gcra_write: d as of now, scaled by this window; expires when TAT passes. */
+static void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
-    int64_t limit = ts->t->limit;
     i128 d = ts->d + (i128)ts->cost * ts->t->window_us;
-    e->u.tat.a = now + (int64_t)idiv128(d, limit);
-    e->u.tat.b = (int64_t)(d % limit); /* d >= 0 */
-    expire_in(e, now, (int64_t)idiv_ceil128(d, limit));
+    e->u.gc.d = (int64_t)d;
+    e->u.gc.t = now;
+    e->u.gc.w = ts->t->window_us;
+    expire_in(e, now, (int64_t)idiv_ceil128(d, ts->t->limit));
 }
 
-/* --------------------------------------------------------------- dispatch */
+/* ------------------------------------------------------------ ops table */
 
-static void alg_load(struct tier_state *ts, int64_t now)
-{
-    switch (ts->t->algorithm) {
-    case ALG_FIXED_WINDOW:
-        fw_load(ts, now);
-        return;
-    case ALG_SLIDING_WINDOW_LOG:
-        log_load(ts, now);
-        return;
-    case ALG_SLIDING_WINDOW_COUNTER:
-        swc_load(ts, now);
-        return;
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        swb_load(ts, now);
-        return;
-    case ALG_TOKEN_BUCKET:
-        tb_load(ts, now);
-        return;
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        tat_load(ts, now);
-        return;
-    case ALG__COUNT:
-        break;
-    }
-    abort();
-}
+/* One row per algorithm, indexed by enum algorithm: the script's
+ * ALGORITHMS table. The kind is the state it reads and writes (gcra and
+ * leaky_bucket share theirs, as their scripts share the string); delay is
+ * NULL where the algorithm never asks a caller to wait. */
+static const struct alg_ops {
+    enum kind kind;
+    void (*load)(struct tier_state *ts, int64_t now);
+    int (*allows)(const struct tier_state *ts);
+    void (*figures)(const struct tier_state *ts, int64_t now, int consumed, struct tier_result *r);
+    int64_t (*retry)(const struct tier_state *ts, int64_t now);
+    int64_t (*delay)(const struct tier_state *ts);
+    void (*commit)(const struct tier_state *ts, struct entry *e, int64_t now);
+} ops_table[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = {KIND_FIXED, fw_load, fw_allows, fw_figures, fw_retry, NULL, fw_commit},
+    [ALG_SLIDING_WINDOW_LOG] = {KIND_LOG, log_load, log_allows, log_figures, log_retry, NULL,
+                                log_commit},
+    [ALG_SLIDING_WINDOW_COUNTER] = {KIND_COUNTER, swc_load, swc_allows, swc_figures, swc_retry,
+                                    NULL, swc_commit},
+    [ALG_SLIDING_WINDOW_BUCKETS] = {KIND_BUCKETS, swb_load, swb_allows, swb_figures, swb_retry,
+                                    NULL, swb_commit},
+    [ALG_TOKEN_BUCKET] = {KIND_TOKEN, tb_load, tb_allows, tb_figures, tb_retry, NULL, tb_commit},
+    [ALG_GCRA] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, NULL, gcra_commit},
+    [ALG_LEAKY_BUCKET] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, leaky_delay,
+                          gcra_commit},
+};
 
-static int alg_allows(const struct tier_state *ts)
+/* The tier's row; a tier that passed validation has one of the seven. */
+static const struct alg_ops *ops_of(const struct tier *t)
 {
-    switch (ts->t->algorithm) {
-    case ALG_FIXED_WINDOW:
-        return fw_allows(ts);
-    case ALG_SLIDING_WINDOW_LOG:
-        return log_allows(ts);
-    case ALG_SLIDING_WINDOW_COUNTER:
-        return swc_allows(ts);
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        return swb_allows(ts);
-    case ALG_TOKEN_BUCKET:
-        return tb_allows(ts);
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        return tat_allows(ts);
-    case ALG__COUNT:
-        break;
-    }
-    abort();
-}
-
-static void alg_figures(const struct tier_state *ts, int64_t now, int consumed,
-                        struct tier_result *r)
-{
-    switch (ts->t->algorithm) {
-    case ALG_FIXED_WINDOW:
-        fw_figures(ts, now, consumed, r);
-        return;
-    case ALG_SLIDING_WINDOW_LOG:
-        log_figures(ts, now, consumed, r);
-        return;
-    case ALG_SLIDING_WINDOW_COUNTER:
-        swc_figures(ts, now, consumed, r);
-        return;
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        swb_figures(ts, now, consumed, r);
-        return;
-    case ALG_TOKEN_BUCKET:
-        tb_figures(ts, now, consumed, r);
-        return;
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        tat_figures(ts, now, consumed, r);
-        return;
-    case ALG__COUNT:
-        break;
-    }
-    abort();
-}
-
-static int64_t alg_retry(const struct tier_state *ts, int64_t now)
-{
-    switch (ts->t->algorithm) {
-    case ALG_FIXED_WINDOW:
-        return fw_retry(ts, now);
-    case ALG_SLIDING_WINDOW_LOG:
-        return log_retry(ts, now);
-    case ALG_SLIDING_WINDOW_COUNTER:
-        return swc_retry(ts, now);
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        return swb_retry(ts, now);
-    case ALG_TOKEN_BUCKET:
-        return tb_retry(ts, now);
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        return tat_retry(ts, now);
-    case ALG__COUNT:
-        break;
-    }
-    abort();
-}
-
-static void alg_commit(const struct tier_state *ts, struct entry *e, int64_t now)
-{
-    switch (ts->t->algorithm) {
-    case ALG_FIXED_WINDOW:
-        fw_commit(ts, e, now);
-        return;
-    case ALG_SLIDING_WINDOW_LOG:
-        log_commit(ts, e, now);
-        return;
-    case ALG_SLIDING_WINDOW_COUNTER:
-        swc_commit(ts, e, now);
-        return;
-    case ALG_SLIDING_WINDOW_BUCKETS:
-        swb_commit(ts, e, now);
-        return;
-    case ALG_TOKEN_BUCKET:
-        tb_commit(ts, e, now);
-        return;
-    case ALG_GCRA:
-    case ALG_LEAKY_BUCKET:
-        tat_commit(ts, e, now);
-        return;
-    case ALG__COUNT:
-        break;
-    }
-    abort();
+    if ((unsigned)t->algorithm >= ALG__COUNT)
+        abort();
+    return &ops_table[t->algorithm];
 }
 
 /* ---------------------------------------------------------------- decide */
@@ -946,17 +846,18 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
             x->cost = c->cost;
             x->capacity = policy_tier_capacity(x->t);
             size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
+            x->ops = ops_of(x->t);
             x->e = lookup(s, key, len, now);
-            if (x->e && x->e->kind != kind_of(x->t->algorithm))
+            if (x->e && x->e->kind != x->ops->kind)
                 x->e = NULL; /* another algorithm's state: as absent */
-            alg_load(x, now);
+            x->ops->load(x, now);
             if (x->cost == 0) {
                 x->allowed = 1;
             } else if (x->cost > x->capacity) {
                 x->allowed = 0;
                 x->exceeds = 1;
             } else {
-                x->allowed = alg_allows(x);
+                x->allowed = x->ops->allows(x);
             }
             check_allowed = check_allowed && x->allowed;
         }
@@ -981,13 +882,13 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
             r->allowed = x->allowed;
             r->limit = x->capacity;
             r->cost_exceeds_limit = x->exceeds;
-            alg_figures(x, now, consumed, r);
+            x->ops->figures(x, now, consumed, r);
             if (x->exceeds)
                 r->retry_us = -1;
             else if (!x->allowed)
-                r->retry_us = alg_retry(x, now);
-            else if (x->cost > 0 && x->t->algorithm == ALG_LEAKY_BUCKET)
-                r->delay_us = tat_delay(x);
+                r->retry_us = x->ops->retry(x, now);
+            else if (x->cost > 0 && x->ops->delay)
+                r->delay_us = x->ops->delay(x);
         }
     }
 
@@ -1005,8 +906,8 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
                     continue;
                 size_t len = tier_key(key_prefix, c, ts[k].t, key, sizeof key);
                 struct entry *e = get_or_create(s, key, len, now);
-                entry_become(e, kind_of(ts[k].t->algorithm));
-                alg_commit(&ts[k], e, now);
+                entry_become(e, ts[k].ops->kind);
+                ts[k].ops->commit(&ts[k], e, now);
             }
         }
     }

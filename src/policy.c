@@ -42,17 +42,20 @@ static const struct algorithm_info {
     int precision; /* 1: required, 0: forbidden */
     enum product_rule product;
     int64_t limit_max;
+    int has_delay; /* allowed requests may be told to wait (delay_us) */
 } algorithms[ALG__COUNT] = {
-    [ALG_FIXED_WINDOW] = {"fixed_window", 1, BURST_NONE, 0, PRODUCT_NONE, LIMIT_MAX},
+    [ALG_FIXED_WINDOW] = {"fixed_window", 1, BURST_NONE, 0, PRODUCT_NONE, LIMIT_MAX, 0},
     [ALG_SLIDING_WINDOW_LOG] = {"sliding_window_log", 2, BURST_NONE, 0, PRODUCT_NONE,
-                                LOG_LIMIT_MAX},
+                                LOG_LIMIT_MAX, 0},
     [ALG_SLIDING_WINDOW_COUNTER] = {"sliding_window_counter", 1, BURST_NONE, 0,
-                                    PRODUCT_LIMIT_WINDOW, LIMIT_MAX},
+                                    PRODUCT_LIMIT_WINDOW, LIMIT_MAX, 0},
     [ALG_SLIDING_WINDOW_BUCKETS] = {"sliding_window_buckets", 1, BURST_NONE, 1, PRODUCT_NONE,
-                                    LIMIT_MAX},
-    [ALG_TOKEN_BUCKET] = {"token_bucket", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
-    [ALG_GCRA] = {"gcra", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
-    [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX},
+                                    LIMIT_MAX, 0},
+    [ALG_TOKEN_BUCKET] = {"token_bucket", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX,
+                          0},
+    [ALG_GCRA] = {"gcra", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX, 0},
+    [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX,
+                          1},
 };
 
 static const struct algorithm_info *info(enum algorithm a)
@@ -81,6 +84,11 @@ int policy_algorithm_from_name(const char *name, enum algorithm *out)
 int policy_algorithm_nkeys(enum algorithm a)
 {
     return info(a) ? info(a)->nkeys : 0;
+}
+
+int policy_algorithm_has_delay(enum algorithm a)
+{
+    return info(a) ? info(a)->has_delay : 0;
 }
 
 int policy_name_valid(const char *s)

@@ -59,6 +59,10 @@ int policy_algorithm_from_name(const char *name, enum algorithm *out) RL_WUR;
 /* How many Redis keys one tier of this algorithm uses. */
 int policy_algorithm_nkeys(enum algorithm a);
 
+/* 1 if the algorithm shapes rather than only limits: an allowed request
+ * may be told to wait (delay_us > 0; leaky_bucket), else 0. */
+int policy_algorithm_has_delay(enum algorithm a);
+
 /* True if s is a valid policy or tier name: [A-Za-z0-9_.-]{1,64}. */
 int policy_name_valid(const char *s);
 

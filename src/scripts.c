@@ -1,6 +1,7 @@
 /*
- * scripts.c: the calling convention of the decision script (see the header
- * comment of lua/check.lua for the same contract from the Lua side):
+ * scripts.c: the decision code's two forms (EVAL script, Function library)
+ * and the calling convention they share (see the header comment of
+ * lua/check.lua for the same contract from the Lua side):
  *
  *   ARGV: now_us or "" (Redis TIME), dry_run, number of checks, then per
  *         check: shadow, cost, number of tiers, then per tier: algorithm,
@@ -15,6 +16,20 @@
 
 #include "scripts.h"
 #include "sha1.h"
+
+/* Generated with scripts_lua_source (src/scripts_lua.c). */
+extern const char scripts_library_text[];
+extern const char scripts_function_name_text[];
+
+const char *scripts_library_code(void)
+{
+    return scripts_library_text;
+}
+
+const char *scripts_function_name(void)
+{
+    return scripts_function_name_text;
+}
 
 void scripts_sha1(char out[41])
 {

@@ -1,9 +1,17 @@
 /*
- * scripts.h: the Lua script built into the binary (the files under lua/, concatenated
- * at build time by lua/embed.sh), its SHA1, and the script's calling
- * convention: how a request becomes KEYS/ARGV and how the integers it
- * returns become tier results. No I/O: backend_redis.c sends what this
- * module builds.
+ * scripts.h: the decision code built into the binary (the files under lua/,
+ * concatenated at build time by lua/embed.sh) in its two forms, the EVAL
+ * script and the Redis Function library, their names, and the calling
+ * convention they share: how a request becomes KEYS/ARGV and how the
+ * integers they return become tier results. No I/O: backend_redis.c sends
+ * what this module builds.
+ *
+ * The two forms run the same code on the same KEYS and ARGV and return the
+ * same reply: `FCALL <scripts_function_name()> numkeys KEYS... ARGV...`
+ * after `FUNCTION LOAD REPLACE <scripts_library_code()>` (Redis >= 7.0,
+ * where the code is loaded once and a call runs only the decision), or
+ * `EVALSHA <scripts_sha1> numkeys KEYS... ARGV...` (any Redis, KeyDB; the
+ * whole chunk runs on every call).
  */
 #ifndef RATELIMITD_SCRIPTS_H
 #define RATELIMITD_SCRIPTS_H
@@ -16,6 +24,19 @@
 #include "response.h"
 
 extern const char scripts_lua_source[]; /* generated: src/scripts_lua.c */
+
+/*
+ * The Redis Function library: "#!lua name=<name>", the code, and the
+ * registration of the one function <name>, which takes KEYS and ARGV as the
+ * EVAL script does and may write (no flags). <name> is "ratelimitd_" and
+ * the first 16 hex digits of the SHA1 of the library text with "@NAME@" in
+ * place of the name: daemons of different code sharing one Redis load
+ * libraries of different names and never replace each other's. Both are
+ * built at build time (lua/embed.sh), static and NUL-terminated; any thread
+ * may call these at any time.
+ */
+const char *scripts_library_code(void);
+const char *scripts_function_name(void);
 
 /* Integers the script returns per tier, after {now_us, request_allowed}. */
 #define SCRIPTS_RESULT_HEAD 2

@@ -330,6 +330,13 @@ class RedisServer:
 # ---------------------------------------------------------------------- TAP
 
 
+def fixed_window_count(client, key):
+    """The units taken in a fixed_window key's current window, as the
+    script stores them ("f:<window end µs>:<n>"), or None with no key."""
+    v = client.command("GET", key)
+    return v.rsplit(":", 1)[1] if v else None
+
+
 class Tap:
     """Test points in the Test Anything Protocol, plan printed last."""
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""test_scripts.py: the rate-limit script, exactly as the daemon carries it
-($RATELIMITD --print-script), against a private redis-server.
+"""test_scripts.py: the decision code, exactly as the daemon carries it, in
+both its forms, against a private redis-server: the EVAL script
+($RATELIMITD --print-script, called with EVALSHA) and the Redis Function
+library ($LOCAL_DRIVER --print-library, which prints scripts_library_code();
+FUNCTION LOAD, then FCALL). Every test below runs once per caller, and the
+two runs must get identical replies, request for request.
 
 Every figure the script returns is compared EXACTLY with a reference
 computed here, for chosen and pseudo-random (fixed seed) timestamps and
@@ -14,6 +18,7 @@ member uniqueness, gcra == token_bucket, leaky_bucket delays, Redis TIME.
 """
 
 import copy
+import hashlib
 import math
 import os
 import random
@@ -25,7 +30,7 @@ from fractions import Fraction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import diag, eq, ok  # noqa: E402
+from harness import diag  # noqa: E402
 
 SLACK_MS = 1000  # EXPIRY_SLACK_MS in lua/common.lua
 T0 = 1_700_000_000_000_000  # µs; a multiple of every round window below
@@ -34,6 +39,24 @@ FIELDS = ("allowed", "limit", "remaining", "reset_us", "retry_us", "delay_us", "
 
 R = None  # the RedisClient
 SHA = None  # the script's SHA1
+FUNCTION = None  # the library's function name
+CALLER = "evalsha"  # or "fcall": how every test below calls the code
+REPLIES = {}  # caller -> every reply of call() at a given now, in order
+
+
+def ok(cond, desc):
+    return harness.ok(cond, "%s: %s" % (CALLER, desc))
+
+
+def eq(got, want, desc):
+    return harness.eq(got, want, "%s: %s" % (CALLER, desc))
+
+
+def invoke(client, keys, argv):
+    """The decision code through the current caller."""
+    if CALLER == "fcall":
+        return client.command("FCALL", FUNCTION, len(keys), *keys, *argv)
+    return client.command("EVALSHA", SHA, len(keys), *keys, *argv)
 
 # ------------------------------------------------------------ the models
 #
@@ -320,14 +343,23 @@ def reference(now, checks, dry=False):
 
 
 def call(now, checks, dry=False, client=None):
-    """EVALSHA for one request; now is an int, or "" for Redis TIME."""
+    """One request through CALLER; now is an int, or "" for Redis TIME.
+    Replies at a given now are recorded, to compare the two callers."""
     keys, argv = [], [str(now), "1" if dry else "0", str(len(checks))]
     for c in checks:
         argv += ["1" if c.shadow else "0", str(c.cost), str(len(c.tiers))]
         for t in c.tiers:
             argv += t.argv
             keys += t.keys
-    return (client or R).command("EVALSHA", SHA, len(keys), *keys, *argv)
+    try:
+        reply = invoke(client or R, keys, argv)
+    except harness.RedisError as e:
+        reply = e
+    if now != "":
+        REPLIES.setdefault(CALLER, []).append(reply if not isinstance(reply, Exception) else str(reply))
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def explain(got, want, checks):
@@ -660,6 +692,153 @@ def test_limit_lowered():
     report("limit lowered under existing state: denied, remaining 0, positive reset and retry", p + bad)
 
 
+BUCKETS = ("token_bucket", "gcra", "leaky_bucket")
+MINUTE = 60 * SEC
+
+
+def tier_as(alg, limit, burst, keys=None):
+    """A tier of alg per minute (buckets of 5 s), burst for the bucket
+    algorithms; on the keys of another tier if given (a reload)."""
+    t = Tier(alg, limit, MINUTE, burst if alg in BUCKETS else 0,
+             5 * SEC if alg == "sliding_window_buckets" else 0)
+    if keys:
+        t.keys = keys
+    return t
+
+
+def used_up(alg, base):
+    """A tier at 10/min burst 5, used up by cost-1 requests 100 ms apart."""
+    t = tier_as(alg, 10, 5)
+    for i in range(12):
+        call(base + i * 100_000, [Check(1, [t])])
+    return t
+
+
+def figures(now, t, cost):
+    """A dry run's 7 figures for one tier."""
+    return call(now, [Check(cost, [t])], dry=True)[2:9]
+
+
+def no_worse(a, b, cost):
+    """Is b (allowed, limit, remaining, reset, retry, delay, reason) no
+    worse for the caller than a: allowed if a is, no less remaining, no
+    longer wait (retry when denied, delay when allowed)?"""
+    if a[0] and not b[0]:
+        return False
+    # remaining as before the request (an allowed dry run reports it after).
+    if b[2] + b[0] * cost < a[2] + a[0] * cost:
+        return False
+    if not a[0] and not b[0] and a[6] == 0 and b[6] == 0 and b[4] > a[4]:
+        return False
+    return not (a[0] and b[0] and b[5] > a[5])
+
+
+def greedy(t, start, step, n):
+    """Cost-1 requests at start, start + step, ...: how many were allowed."""
+    return sum(call(start + i * step, [Check(1, [t])])[1] for i in range(n))
+
+
+# Dry-run probes after a reload at r: at r itself and at chosen times after
+# it (around the emission intervals of 10/min and 20/min, a window later).
+PROBES = (0, 1, 999, 2_999_999, 3_000_000, 5_999_999, 6_000_000, 11_000_000, 29_000_000,
+          MINUTE - 1, MINUTE + 1)
+
+
+def test_reload():
+    """Settings changed by a reload, read with state written under the old
+    ones. Raise (higher limit, or higher limit and burst, same window): at
+    the reload and at every probe after it (no traffic in between), the new
+    settings leave every caller no worse off than the old ones would have:
+    allowed if it was, no less remaining, no longer retry or delay. Cut:
+    from the reload on, requests every 250 ms for two windows are allowed no
+    more often than on a key that was idle at the reload."""
+    base = T0 + 600 * MINUTE + 7 * SEC
+    problems = []
+    for alg in ALGORITHMS:
+        for what, limit, burst in (("limit 10 -> 20", 20, 5), ("limit 10 -> 20, burst 5 -> 10", 20, 10)):
+            old = used_up(alg, base)
+            new = tier_as(alg, limit, burst, old.keys)
+            r = base + 1_500_000
+            for dt in PROBES:
+                for cost in (1, 2):
+                    a, b = figures(r + dt, old, cost), figures(r + dt, new, cost)
+                    if not no_worse(a, b, cost):
+                        problems.append("%s, %s, at reload + %d us, cost %d: before %r, after %r"
+                                        % (alg, what, dt, cost, a, b))
+            base += 10 * MINUTE
+        for what, limit, burst in (("limit 10 -> 4", 4, 5), ("limit 10 -> 4, burst 5 -> 2", 4, 2),
+                                   ("burst 5 -> 2", 10, 2)):
+            if alg not in BUCKETS and limit == 10:
+                continue
+            for partly in (3, 12):  # partly used, used up
+                old = tier_as(alg, 10, 5)
+                for i in range(partly):
+                    call(base + i * 100_000, [Check(1, [old])])
+                new, fresh = tier_as(alg, limit, burst, old.keys), tier_as(alg, limit, burst)
+                r = base + 1_500_000
+                got, idle = greedy(new, r, 250_000, 480), greedy(fresh, r, 250_000, 480)
+                if got > idle or got == 0:
+                    problems.append("%s, %s, %d used: %d allowed in two windows after the reload, "
+                                    "%d on an idle key" % (alg, what, partly, got, idle))
+                base += 10 * MINUTE
+    report("reload: a raise never leaves a caller worse off, a cut never gives more than an idle key "
+           "gets (every algorithm)", problems)
+
+    # The case reported: 10/min burst 5, used up, limit doubled.
+    base += 10 * MINUTE
+    tb, g = used_up("token_bucket", base), used_up("gcra", base)
+    r = base + 1_500_000
+    before = [figures(r, t, 1)[4] for t in (tb, g)]
+    after = [figures(r, tier_as(t.alg, 20, 5, t.keys), 1)[4] for t in (tb, g)]
+    # 5 taken by 400 ms; at 1.5 s 0.25 token (4.5 s to go at 10/min); at
+    # 20/min the 1.1 s since the last take refill 0.37 token: 1.7 s to go.
+    eq((before, after), ([4_500_000, 4_500_000], [1_700_000, 1_700_000]),
+       "reload: 10/min burst 5 used up, limit doubled: retry 4.5 s -> 1.7 s for token_bucket and gcra")
+
+
+def test_window_changed():
+    """A change of window (1 min -> 7 min), on a tier used up at 10/min:
+    fixed_window and sliding_window_counter count afresh unless the stored
+    window ends where the new one ends (or, for the counter, starts: it is
+    then the previous window); the log and the buckets count their units in
+    the new window; the bucket algorithms carry whole tokens."""
+    base = T0 + 900 * MINUTE
+    problems = []
+    W2 = 7 * MINUTE
+    for alg in ALGORITHMS:
+        old = used_up(alg, base)
+        r = base + 1_500_000
+        longer = Tier(alg, 10, W2, 5 if alg in BUCKETS else 0,
+                      5 * SEC if alg == "sliding_window_buckets" else 0)
+        longer.keys = old.keys
+        f = figures(r, longer, 1)
+        e_old, start = (base // MINUTE + 1) * MINUTE, r // W2 * W2
+        if alg == "fixed_window":
+            want = int(e_old != start + W2)
+        elif alg == "sliding_window_counter":
+            want = int(e_old not in (start, start + W2))
+        else:
+            want = 0
+        if f[0] != want:
+            problems.append("%s: window 1 min -> 7 min: %r, want allowed %d" % (alg, f, want))
+        base += 10 * MINUTE
+    # 10/min burst 5: 2 taken, 1 more 3 s later (2.5 tokens short), window
+    # 1 min -> 2 min at once: rounded to 3 tokens short, so a dry run of cost
+    # 1 reports 4 short after it, reset 4 * 12 s (3.5 * 12 s would be exact).
+    for alg, want in (("token_bucket", [1, 5, 1, 48 * SEC]), ("gcra", [1, 5, 1, 48 * SEC]),
+                      ("leaky_bucket", [1, 6, 2, 48 * SEC])):
+        t = tier_as(alg, 10, 5)
+        call(base, [Check(2, [t])])
+        call(base + 3 * SEC, [Check(1, [t])])
+        longer = Tier(alg, 10, 2 * MINUTE, 5)
+        longer.keys = t.keys
+        f = figures(base + 3 * SEC, longer, 1)
+        if f[:4] != want:
+            problems.append("%s: 2.5 tokens short, window doubled: %r, want %r" % (alg, f, want))
+        base += 10 * MINUTE
+    report("reload: a change of window", problems)
+
+
 def test_shadow():
     now = T0 + 2000 * 10 * SEC
 
@@ -761,9 +940,9 @@ def test_redis_time():
 
 
 def test_abi_errors():
-    def error_of(*args):
+    def error_of(nkeys, *args):
         try:
-            R.command("EVALSHA", SHA, *args)
+            invoke(R, args[:nkeys], args[nkeys:])
         except harness.RedisError as e:
             return e.message
         return None
@@ -828,8 +1007,45 @@ SERVER = None
 SRCDIR = os.environ.get("RL_SRCDIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
+def load_library(script):
+    """Loads $LOCAL_DRIVER --print-library with FUNCTION LOAD; checks its
+    name and that it holds the very code of the EVAL script."""
+    global FUNCTION
+    driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver:
+        harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    lines = lib.decode().split("\n")
+    m = re.fullmatch(r"#!lua name=(ratelimitd_[0-9a-f]{16})", lines[0])
+    ok(m, "library: first line #!lua name=ratelimitd_<16 hex>")
+    FUNCTION = m.group(1) if m else "none"
+    template = lib.decode().replace(FUNCTION, "@NAME@").encode()
+    eq(FUNCTION, "ratelimitd_" + hashlib.sha1(template).hexdigest()[:16],
+       "library: the name is the SHA1 of the library without its name")
+    body = script.decode().split("\n")
+    eq(lines[1:-2], body[:-2], "library: the same code as the EVAL script")
+    eq(lines[-2], "redis.register_function{function_name = '%s', callback = decide}" % FUNCTION,
+       "library: registers decide as the function of the same name")
+    eq(R.command("FUNCTION", "LOAD", "REPLACE", lib), FUNCTION, "FUNCTION LOAD REPLACE of the library")
+    eq(R.command("FUNCTION", "LOAD", "REPLACE", lib), FUNCTION, "FUNCTION LOAD REPLACE again: same name")
+
+
+def run_suite():
+    test_algorithms()
+    test_writes()
+    test_limit_lowered()
+    test_reload()
+    test_window_changed()
+    test_shadow()
+    test_log_members()
+    test_gcra_equals_token_bucket()
+    test_leaky_delays()
+    test_redis_time()
+    test_abi_errors()
+
+
 def main():
-    global R, SHA, SERVER
+    global R, SHA, SERVER, CALLER
     if harness.find_program("REDIS_SERVER", "redis-server") is None:
         harness.skip_all("redis-server not found (Debian package redis-server)")
     exe = os.environ.get("RATELIMITD")
@@ -840,18 +1056,19 @@ def main():
     R = SERVER.client()
     SHA = R.command("SCRIPT", "LOAD", script)
     ok(re.fullmatch(r"[0-9a-f]{40}", SHA), "SCRIPT LOAD of $RATELIMITD --print-script")
+    load_library(script)
 
     started = time.monotonic()
     test_integer_division()
-    test_algorithms()
-    test_writes()
-    test_limit_lowered()
-    test_shadow()
-    test_log_members()
-    test_gcra_equals_token_bucket()
-    test_leaky_delays()
-    test_redis_time()
-    test_abi_errors()
+    for CALLER in ("fcall", "evalsha"):
+        run_suite()
+    CALLER = "both"
+    a, b = REPLIES.get("fcall", []), REPLIES.get("evalsha", [])
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    ok(len(a) > 1000 and len(a) == len(b) and first is None,
+       "FCALL and EVALSHA: identical replies to %d and %d identical requests" % (len(a), len(b)))
+    if first is not None:
+        diag("request %d: fcall %r, evalsha %r" % (first, a[first], b[first]))
     test_all_keys_expire()
     diag("%.1f s" % (time.monotonic() - started))
 

@@ -4,6 +4,10 @@
  * test_local_diff.py). Not installed.
  *
  *     local_driver POLICY.yaml [MAX_KEYS]
+ *     local_driver --print-library
+ *
+ * (The second form prints scripts_library_code(), the Redis Function
+ * library as the daemon builds it, for tests/integration/test_scripts.py.)
  *
  * Reads one request per line on stdin:
  *     {"now_us": N, "dry_run": false, "checks": [{"policy": P, "key": K, "cost": C}]}
@@ -27,6 +31,7 @@
 #include "policy.h"
 #include "request.h"
 #include "response.h"
+#include "scripts.h"
 
 static void die(const char *msg, const char *detail)
 {
@@ -79,6 +84,10 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--print-library") == 0) {
+        fputs(scripts_library_code(), stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     if (argc < 2 || argc > 3) {
         fprintf(stderr, "usage: local_driver POLICY.yaml [MAX_KEYS]\n");
         return 64;

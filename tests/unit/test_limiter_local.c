@@ -550,6 +550,142 @@ static void test_hostile_keys(void)
     ok(1, "local_store_free(NULL) is a no-op");
 }
 
+/* -------------------------------------------------------------- reloads */
+
+/* A tier of the algorithm per minute (buckets of 5 s; burst only where the
+ * algorithm takes one). */
+static struct tier reload_tier(enum algorithm a, int64_t limit, int64_t burst)
+{
+    int bucket = a == ALG_TOKEN_BUCKET || a == ALG_GCRA || a == ALG_LEAKY_BUCKET;
+    struct tier t = {.algorithm = a,
+                     .limit = limit,
+                     .window_us = 60 * SEC,
+                     .burst = bucket ? burst : 0,
+                     .precision_us = a == ALG_SLIDING_WINDOW_BUCKETS ? 5 * SEC : 0};
+    snprintf(t.name, sizeof t.name, "t");
+    return t;
+}
+
+/* Is b no worse for the caller than a: allowed if a was, no less remaining
+ * before the request, no longer retry (both denied) or delay (both allowed)? */
+static int no_worse(const struct tier_result *a, const struct tier_result *b, int64_t cost)
+{
+    if (a->allowed && !b->allowed)
+        return 0;
+    if (b->remaining + b->allowed * cost < a->remaining + a->allowed * cost)
+        return 0;
+    if (!a->allowed && !b->allowed && !a->cost_exceeds_limit && !b->cost_exceeds_limit &&
+        b->retry_us > a->retry_us)
+        return 0;
+    return !(a->allowed && b->allowed && b->delay_us > a->delay_us);
+}
+
+/* Cost-1 requests at start, start + step, ...: how many were allowed. */
+static int greedy(struct local_store *s, const struct policy *p, const char *key, int64_t start,
+                  int64_t step, int n)
+{
+    int allowed = 0;
+    for (int i = 0; i < n; i++)
+        allowed += one(s, p, key, 1, start + i * step, 0);
+    return allowed;
+}
+
+/* As test_reload in tests/integration/test_scripts.py: 10/min burst 5,
+ * used up by cost-1 requests 100 ms apart, settings changed 1.5 s in. */
+static void test_reload(void)
+{
+    static const int64_t probes[] = {0,         1,         999,        2999999,    3000000,  5999999,
+                                     6000000,   11000000,  29000000,   60000000 - 1, 60000001};
+    static const struct {
+        int64_t limit, burst;
+    } raises[] = {{20, 5}, {20, 10}}, cuts[] = {{4, 5}, {4, 2}, {10, 2}};
+    const int64_t r = T0 + 1500 * MS;
+
+    for (int a = 0; a < ALG__COUNT; a++) {
+        const char *name = policy_algorithm_name((enum algorithm)a);
+        struct policy old = mkpol("r", 0, TIERS(reload_tier((enum algorithm)a, 10, 5)));
+        for (size_t i = 0; i < sizeof raises / sizeof raises[0]; i++) {
+            struct policy new = mkpol(
+                "r", 0, TIERS(reload_tier((enum algorithm)a, raises[i].limit, raises[i].burst)));
+            struct local_store *s = local_store_new(100, 1);
+            for (int k = 0; k < 12; k++)
+                one(s, &old, "k", 1, T0 + k * 100 * MS, 0);
+            int bad = 0;
+            for (size_t j = 0; j < sizeof probes / sizeof probes[0]; j++) {
+                for (int64_t cost = 1; cost <= 2; cost++) {
+                    one(s, &old, "k", cost, r + probes[j], 1);
+                    struct tier_result before = R[0];
+                    one(s, &new, "k", cost, r + probes[j], 1);
+                    if (!no_worse(&before, &R[0], cost) && bad++ == 0)
+                        printf("#   at reload + %lld us, cost %lld: retry %lld -> %lld, remaining "
+                               "%lld -> %lld\n",
+                               (long long)probes[j], (long long)cost, (long long)before.retry_us,
+                               (long long)R[0].retry_us, (long long)before.remaining,
+                               (long long)R[0].remaining);
+                }
+            }
+            ok(bad == 0, "reload %s: limit 10 -> %lld, burst 5 -> %lld: no caller worse off", name,
+               (long long)raises[i].limit, (long long)raises[i].burst);
+            local_store_free(s);
+        }
+        for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            if (old.tiers[0].burst == 0 && cuts[i].limit == 10)
+                continue; /* a burst cut, for an algorithm without one */
+            struct policy new =
+                mkpol("r", 0, TIERS(reload_tier((enum algorithm)a, cuts[i].limit, cuts[i].burst)));
+            for (int partly = 3; partly <= 12; partly += 9) {
+                struct local_store *s = local_store_new(100, 1);
+                for (int k = 0; k < partly; k++)
+                    one(s, &old, "k", 1, T0 + k * 100 * MS, 0);
+                int got = greedy(s, &new, "k", r, 250 * MS, 480);
+                int idle = greedy(s, &new, "idle", r, 250 * MS, 480);
+                ok(got > 0 && got <= idle,
+                   "reload %s: limit 10 -> %lld, burst 5 -> %lld, %d used: %d allowed in two "
+                   "windows, %d on an idle key",
+                   name, (long long)cuts[i].limit, (long long)cuts[i].burst, partly, got, idle);
+                local_store_free(s);
+            }
+        }
+    }
+
+    /* The case reported: 10/min burst 5 used up, limit doubled. 5 taken by
+     * 400 ms; at 1.5 s 0.25 token (4.5 s to go at 10/min); at 20/min the
+     * 1.1 s since the last take refill 0.37 token: 1.7 s to go. */
+    enum algorithm both[] = {ALG_TOKEN_BUCKET, ALG_GCRA};
+    for (int i = 0; i < 2; i++) {
+        struct policy old = mkpol("u", 0, TIERS(reload_tier(both[i], 10, 5)));
+        struct policy new = mkpol("u", 0, TIERS(reload_tier(both[i], 20, 5)));
+        struct local_store *s = local_store_new(100, 1);
+        for (int k = 0; k < 12; k++)
+            one(s, &old, "k", 1, T0 + k * 100 * MS, 0);
+        one(s, &old, "k", 1, r, 1);
+        expect(&R[0], 0, 5, 0, 28500000, 4500000, 0, "reload: 10/min burst 5 used up: retry 4.5 s");
+        one(s, &new, "k", 1, r, 1);
+        expect(&R[0], 0, 5, 0, 13700000, 1700000, 0,
+               "reload: limit doubled: retry 1.7 s (token_bucket, then gcra)");
+        local_store_free(s);
+    }
+
+    /* A change of window: 2 taken, 1 more 3 s later (2.5 tokens short),
+     * window 1 min -> 2 min: 3 whole tokens short, so cost 1 leaves 4 short,
+     * reset 4 * 12 s. */
+    enum algorithm three[] = {ALG_TOKEN_BUCKET, ALG_GCRA, ALG_LEAKY_BUCKET};
+    for (int i = 0; i < 3; i++) {
+        struct tier longer = reload_tier(three[i], 10, 5);
+        longer.window_us = 120 * SEC;
+        struct policy old = mkpol("w", 0, TIERS(reload_tier(three[i], 10, 5)));
+        struct policy new = mkpol("w", 0, TIERS(longer));
+        struct local_store *s = local_store_new(100, 1);
+        one(s, &old, "k", 2, T0, 0);
+        one(s, &old, "k", 1, T0 + 3 * SEC, 0);
+        one(s, &new, "k", 1, T0 + 3 * SEC, 1);
+        int64_t cap = three[i] == ALG_LEAKY_BUCKET ? 6 : 5;
+        expect(&R[0], 1, cap, cap - 4, 48 * SEC, 0, three[i] == ALG_LEAKY_BUCKET ? 36 * SEC : 0,
+               "reload: window 1 min -> 2 min, 2.5 tokens short rounded to 3");
+        local_store_free(s);
+    }
+}
+
 int main(void)
 {
     test_fixed_window();
@@ -567,5 +703,6 @@ int main(void)
     test_expiry();
     test_algorithm_change();
     test_hostile_keys();
+    test_reload();
     return tap_done();
 }

@@ -21,14 +21,15 @@ static void test_algorithms(void)
         enum algorithm a;
         const char *name;
         int nkeys;
+        int has_delay;
     } algs[] = {
-        {ALG_FIXED_WINDOW, "fixed_window", 1},
-        {ALG_SLIDING_WINDOW_LOG, "sliding_window_log", 2},
-        {ALG_SLIDING_WINDOW_COUNTER, "sliding_window_counter", 1},
-        {ALG_SLIDING_WINDOW_BUCKETS, "sliding_window_buckets", 1},
-        {ALG_TOKEN_BUCKET, "token_bucket", 1},
-        {ALG_GCRA, "gcra", 1},
-        {ALG_LEAKY_BUCKET, "leaky_bucket", 1},
+        {ALG_FIXED_WINDOW, "fixed_window", 1, 0},
+        {ALG_SLIDING_WINDOW_LOG, "sliding_window_log", 2, 0},
+        {ALG_SLIDING_WINDOW_COUNTER, "sliding_window_counter", 1, 0},
+        {ALG_SLIDING_WINDOW_BUCKETS, "sliding_window_buckets", 1, 0},
+        {ALG_TOKEN_BUCKET, "token_bucket", 1, 0},
+        {ALG_GCRA, "gcra", 1, 0},
+        {ALG_LEAKY_BUCKET, "leaky_bucket", 1, 1},
     };
     static const char *const unknown[] = {"", "FIXED_WINDOW", "fixed_window ", "fixed",
                                           "token-bucket"};
@@ -43,6 +44,8 @@ static void test_algorithms(void)
            algs[i].name);
         is_int(policy_algorithm_nkeys(algs[i].a), algs[i].nkeys, "%s uses %d keys", algs[i].name,
                algs[i].nkeys);
+        is_int(policy_algorithm_has_delay(algs[i].a), algs[i].has_delay, "%s has_delay %d",
+               algs[i].name, algs[i].has_delay);
     }
     for (i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
         is_int(policy_algorithm_from_name(unknown[i], &a), -1, "\"%s\" is no algorithm",

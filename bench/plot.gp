@@ -1,0 +1,43 @@
+# bench/plot.gp: the connection sweep of bench/run.sh as a PNG.
+#   gnuplot -e "datafile='sweep.dat'; outfile='throughput.png'; has_w2=0; title_note='...'" plot.gp
+# sweep.dat columns: conns rl_w1_rps rl_w1_p99 nginx_w1_rps nginx_w1_p99 rl_w2_rps rl_w2_p99
+# (NaN where a point was not measured).
+if (!exists("datafile")) datafile = 'sweep.dat'
+if (!exists("outfile")) outfile = 'throughput.png'
+if (!exists("has_w2")) has_w2 = 0
+if (!exists("title_note")) title_note = ''
+
+set terminal pngcairo noenhanced size 1000,800 font ',10'
+set output outfile
+set datafile missing 'NaN'
+set logscale x 2
+set xlabel 'concurrent connections (wrk -t1 -c N)'
+set grid
+set key outside right top
+set multiplot layout 2,1 title 'POST /check, 100 000 random keys, fixed_window 100/60s: ratelimitd vs nginx constant 200'.(title_note eq '' ? '' : "\n".title_note)
+
+set ylabel 'requests per second'
+set yrange [0:*]
+set format y '%.0f'
+if (has_w2) {
+  plot datafile using 1:2 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:6 with linespoints lw 2 pt 5 lc rgb '#00897b' title 'ratelimitd, 2 workers', \
+       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
+} else {
+  plot datafile using 1:2 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:4 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
+}
+
+set ylabel 'p99 latency (ms)'
+set logscale y 10
+set yrange [*:*]
+set format y '%g'
+if (has_w2) {
+  plot datafile using 1:3 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:7 with linespoints lw 2 pt 5 lc rgb '#00897b' title 'ratelimitd, 2 workers', \
+       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
+} else {
+  plot datafile using 1:3 with linespoints lw 2 pt 7 lc rgb '#8e24aa' title 'ratelimitd, 1 worker', \
+       datafile using 1:5 with linespoints lw 2 pt 9 dt 2 lc rgb '#ef6c00' title 'nginx, 1 worker'
+}
+unset multiplot

@@ -1,0 +1,87 @@
+"""test_deny_cache.py: the deny cache never denies what Redis would allow.
+Three daemons with the cache share one Redis. For every algorithm, a key is
+exhausted, more calls are denied (from the caches: their hit counter grows,
+and each answer has the shape Redis gives: fewer remaining than the cost, Retry-After), then
+once the denial's own retry time has passed the next call must be allowed
+by whichever daemon gets it: a cache holding a denial too long fails here.
+A call of a smaller cost than the cached denial goes to Redis (and is
+allowed when Redis allows it); a dry run never comes from the cache."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import promtext  # noqa: E402
+from daemon import Daemon  # noqa: E402
+
+ALGORITHMS = {
+    "fixed_window": "limit: 3, window: 1s",
+    "sliding_window_log": "limit: 3, window: 1s",
+    "sliding_window_counter": "limit: 3, window: 1s",
+    "sliding_window_buckets": "limit: 3, window: 1s, precision: 100ms",
+    "token_bucket": "limit: 3, window: 1s",
+    "gcra": "limit: 3, window: 1s",
+    "leaky_bucket": "limit: 3, window: 1s, burst: 2",
+}
+POLICY = "policies:\n" + "".join(
+    "  %s: {tiers: [{name: t, algorithm: %s, %s}]}\n" % (a, a, args)
+    for a, args in ALGORITHMS.items())
+
+
+def hits(daemons):
+    total = 0
+    for d in daemons:
+        m = promtext.parse(d.admin("/metrics").body.decode())
+        total += promtext.value(m, "ratelimitd_deny_cache_hits_total")
+    return total
+
+
+def cycle(daemons, alg, key, n):
+    """Exhausts key, checks cached denials, waits out the retry time and
+    returns whether the next call was allowed."""
+    denial = None
+    for i in range(20):
+        r = daemons[i % 3].check(alg, key, cost=2 if n % 2 else 1)
+        if r.status == 429:
+            denial = r
+            break
+    if denial is None:
+        harness.ok(False, "%s: a denial within 20 calls" % alg)
+        return
+    before = hits(daemons)
+    cost = 2 if n % 2 else 1
+    for d in daemons:
+        for _ in range(2):
+            r = d.check(alg, key, cost=cost)
+            if r.status != 429 or r.json["remaining"] >= cost or "retry-after" not in r.headers:
+                harness.ok(False, "%s: a denial right after a denial: %r" % (alg, r))
+                return
+    harness.ok(hits(daemons) > before, "%s cycle %d: later denials came from the caches"
+               % (alg, n))
+    time.sleep(denial.json["retry_after_ms"] / 1000.0 + 0.02)
+    r = daemons[n % 3].check(alg, key, cost=2 if n % 2 else 1)
+    harness.eq(r.status, 200, "%s cycle %d: allowed once the denial's retry time has passed "
+               "(retry_after_ms %d)" % (alg, n, denial.json["retry_after_ms"]))
+
+
+def main():
+    redis = harness.RedisServer().start()
+    daemons = [Daemon("unix:" + redis.socket_path, POLICY, timeout="2s", admin=True).start()
+               for _ in range(3)]
+    for alg in ALGORITHMS:
+        for n in range(3):
+            cycle(daemons, alg, "k%d" % n, n)
+    # A cost-2 denial does not deny a cost-1 call that Redis allows.
+    d = daemons[0]
+    while d.check("token_bucket", "small", cost=2).status == 200:
+        pass
+    r = d.check("token_bucket", "small", cost=1)
+    harness.eq(r.status, 200, "a smaller cost than the cached denial is asked of Redis")
+    r = d.check("token_bucket", "small", cost=1, dry_run=True)
+    harness.eq((r.status, r.json.get("dry_run")), (429, True), "dry runs are decided by Redis")
+    for d in daemons:
+        harness.eq(d.stop(), 0, "daemon exits 0")
+
+
+harness.run(main)

@@ -192,33 +192,38 @@ void http_parse_init(struct http_parse *p)
     p->parser.data = p;
 }
 
-/* The path of a url: up to '?' or '#', without the scheme and authority of
- * the absolute form. */
-static void path_span(const char *url, const char **start, size_t *len)
+/* Where the path of url starts and how long it is: up to '?' or '#',
+ * after the scheme and authority of the absolute form. *root: the absolute
+ * form has no path at all, which means "/". */
+static void path_span(const char *url, size_t *start, size_t *len, int *root)
 {
-    const char *s = url;
-    if (strncasecmp(s, "http://", 7) == 0 || strncasecmp(s, "https://", 8) == 0) {
-        s = strchr(strchr(s, ':') + 3, '/');
-        if (!s)
-            s = "/";
+    size_t at = 0;
+    *root = 0;
+    if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
+        const char *authority = strchr(url, ':') + 3;
+        const char *slash = strchr(authority, '/');
+        at = slash ? (size_t)(slash - url) : strlen(url);
+        *root = slash == NULL;
     }
-    *start = s;
-    *len = strcspn(s, "?#");
+    *start = at;
+    *len = strcspn(url + at, "?#");
 }
 
 /* Fills p->req once a message is complete. */
 static void finish_request(struct http_parse *p)
 {
     buf_append_char(&p->store, '\0'); /* after the body */
-    const char *path;
-    size_t path_len;
-    path_span(p->store.data + p->url, &path, &path_len);
+    size_t path_in, path_len;
+    int root;
+    path_span(p->store.data + p->url, &path_in, &path_len, &root);
+    path_in += p->url;
     size_t path_off = p->store.len;
-    size_t path_in = (size_t)(path - p->store.data);
     /* The store may move while growing: copy by offset. */
     buf_reserve(&p->store, path_len + 1);
     memcpy(p->store.data + path_off, p->store.data + path_in, path_len);
     p->store.len += path_len;
+    if (root)
+        buf_append_char(&p->store, '/');
     buf_append_char(&p->store, '\0');
 
     http_parser *hp = &p->parser;

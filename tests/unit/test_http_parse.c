@@ -151,6 +151,9 @@ static void test_simple(void)
           "HEAD /readyz /readyz HTTP/1.1 ka=1 head=1 te=- body[0]=|\n");
     CHECK("absolute form", "GET http://example.com/metrics?a HTTP/1.1\r\n\r\n",
           "GET /metrics http://example.com/metrics?a HTTP/1.1 ka=1 head=0 te=- body[0]=|\n");
+    CHECK("absolute form without a path (found by fuzz_http)",
+          "HEAD https://readyz HTTP/1.1\r\n\r\n",
+          "HEAD / https://readyz HTTP/1.1 ka=1 head=1 te=- body[0]=|\n");
 }
 
 static void test_pipelining(void)

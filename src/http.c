@@ -471,21 +471,17 @@ static void settle(struct conn *c)
 {
     struct http *h = c->h;
     for (;;) {
-        int moved = 0;
         while (c->count && c->slots[c->head].state == SLOT_READY) {
             struct slot *s = &c->slots[c->head];
             buf_append(&c->out, s->out.data, s->out.len);
             s->state = SLOT_FREE;
             c->head = (c->head + 1) % HTTP_PIPELINE_MAX;
             c->count--;
-            moved = 1;
         }
         if (write_out(c) < 0) {
             conn_free(c);
             return;
         }
-        if (moved)
-            worker_maybe_idle(h->w);
         /* Requests held back by a full pipeline. */
         if (c->in.len == 0 || c->closing || c->count == HTTP_PIPELINE_MAX)
             break;
@@ -510,6 +506,8 @@ static void settle(struct conn *c)
     }
     set_event(&c->rd, &c->reading, c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
     arm_timer(c);
+    /* An answer may have been written: a drain may be over. */
+    worker_maybe_idle(h->w);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)

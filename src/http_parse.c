@@ -292,7 +292,9 @@ enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_l
             http_parser_pause(&p->parser, 0);
         if (p->message_done) {
             finish_request(p);
-            p->message_done = 0;
+            /* The next head counts from here (on_message_begin comes only
+             * with its first byte, inside the next execute). */
+            p->message_done = p->headers_done = 0;
             p->head_bytes = 0;
             *used = off;
             return HTTP_PARSE_REQUEST;

@@ -249,6 +249,16 @@ static void test_errors(void)
     check_stream("a head over max_head with a bad version: 431", bad_version,
                  sizeof bad_version - 1, "ERROR 431 headers_too_large\n", &small);
 
+    /* Found by fuzz_http: the head of a pipelined request counts too, when
+     * it comes in the same read as the request before it. */
+    static const char second[] =
+        "GET /a HTTP/1.1\r\n\r\n"
+        "GET /b HTTP/1.1\r\nX-Long: "
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n\x01\r\n\r\n";
+    check_stream(
+        "a pipelined head over max_head: 431 however it is split", second, sizeof second - 1,
+        "GET /a /a HTTP/1.1 ka=1 head=0 te=- body[0]=|\nERROR 431 headers_too_large\n", &small);
+
     char many[4096] = "GET / HTTP/1.1\r\n";
     for (int i = 0; i <= HTTP_MAX_HEADERS; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "H%d: v\r\n", i);

@@ -293,6 +293,23 @@ def test_drain_keeps_answers(redis):
     harness.eq(d.proc.wait(10), 0, "and the daemon exits 0")
 
 
+def test_two_workers(redis):
+    d = Daemon("unix:" + redis.socket_path, POLICY, admin=True, extra="workers: 2\n").start()
+    statuses = [d.check("open", "w%d" % i).status for i in range(40)]
+    harness.eq(statuses, [200] * 40,
+               "workers: 2 bind the same address (SO_REUSEPORT) and both serve")
+    harness.eq(d.admin("/readyz").status, 200, "admin_listen is served with two workers")
+    other = Daemon("unix:" + redis.socket_path, POLICY, port=d.port)
+    try:
+        other.start(wait_ready=False)
+        started = True
+    except RuntimeError:
+        started = False
+    harness.ok(not started and "cannot bind" in other.logs(),
+               "another daemon cannot take the address of a running one")
+    harness.eq(d.stop(), 0, "exits 0")
+
+
 def main():
     redis = harness.RedisServer().start()
     d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_body: 4096\n").start()
@@ -304,6 +321,7 @@ def main():
     test_slow_client(redis)
     test_reload_applies_to_open_connection(redis)
     test_drain_keeps_answers(redis)
+    test_two_workers(redis)
 
 
 harness.run(main)

@@ -58,11 +58,19 @@ static void end_piece(struct http_parse *p)
  * may hand over any of them in several parts. */
 static int add_piece(struct http_parse *p, enum piece kind, const char *at, size_t len)
 {
+    if (p->too_many_headers)
+        return 0;
     if (p->piece != (int)kind) {
         end_piece(p);
         if (kind == PIECE_NAME) {
-            if (p->nheaders == HTTP_MAX_HEADERS)
-                return head_too_large(p);
+            /* Refused once the head is complete, not here: the parser
+             * reports a name in parts at the end of each read, so failing
+             * now would answer differently (431 or 400) depending on how
+             * the bytes were split. */
+            if (p->nheaders == HTTP_MAX_HEADERS) {
+                p->too_many_headers = 1;
+                return 0;
+            }
             p->headers[p->nheaders].name = (uint32_t)p->store.len;
             p->headers[p->nheaders].value = NO_VALUE;
             p->nheaders++;
@@ -86,6 +94,7 @@ static int on_message_begin(http_parser *hp)
     p->piece = PIECE_NONE;
     p->url = 0;
     p->nheaders = 0;
+    p->too_many_headers = 0;
     p->body_off = p->body_len = p->trailer_bytes = 0;
     p->headers_done = p->message_done = p->continue_due = p->keep_alive = 0;
     p->in_message = 1;
@@ -129,6 +138,8 @@ static int on_headers_complete(http_parser *hp)
 {
     struct http_parse *p = of(hp);
     end_piece(p);
+    if (p->too_many_headers)
+        return head_too_large(p);
     if (hp->http_major != 1)
         return fail(p, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
     int has_te = http_parse_header(p, "Transfer-Encoding") != NULL;

@@ -76,6 +76,7 @@ struct http_parse {
     int piece; /* what the last callback appended (url, name, value) */
     uint32_t url;
     size_t nheaders;
+    int too_many_headers; /* past HTTP_MAX_HEADERS: 431 once the head is complete */
     struct http_parse_header headers[HTTP_MAX_HEADERS];
     size_t body_off, body_len, trailer_bytes;
     int in_message, headers_done, message_done, continue_due, keep_alive, failed;

@@ -259,6 +259,15 @@ static void test_errors(void)
         "a pipelined head over max_head: 431 however it is split", second, sizeof second - 1,
         "GET /a /a HTTP/1.1 ka=1 head=0 te=- body[0]=|\nERROR 431 headers_too_large\n", &small);
 
+    /* Found by fuzz_http: a bad byte in the name of the header past the
+     * last one allowed is 400 however the bytes are split. */
+    char bad_name[4096] = "GET / HTTP/1.1\r\n";
+    for (int i = 0; i < HTTP_MAX_HEADERS; i++)
+        snprintf(bad_name + strlen(bad_name), sizeof bad_name - strlen(bad_name), "H%d: v\r\n", i);
+    strcat(bad_name, "Ab\x01" "cd: v\r\n\r\n");
+    check_stream("a bad header name past the last header allowed: 400", bad_name, strlen(bad_name),
+                 "ERROR 400 bad_request\n", &limits);
+
     char many[4096] = "GET / HTTP/1.1\r\n";
     for (int i = 0; i <= HTTP_MAX_HEADERS; i++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "H%d: v\r\n", i);

@@ -131,6 +131,8 @@ static void conn_free(struct conn *c)
             check_cancel(c->slots[i].check);
         buf_free(&c->slots[i].out);
     }
+    /* event_del fails only for an event never assigned; close only on a
+     * bad descriptor: neither can happen here. */
     event_del(&c->rd);
     event_del(&c->wr);
     event_del(&c->timer);

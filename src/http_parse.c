@@ -106,12 +106,14 @@ static int on_url(http_parser *hp, const char *at, size_t len)
     return add_piece(of(hp), PIECE_URL, at, len);
 }
 
-/* Trailers of a chunked body are read and dropped; they count against
- * max_head as a second head would. */
+/* Trailers of a chunked body are read and dropped (nothing is kept: they
+ * cost no memory); they count against max_head as a second head would,
+ * once complete, so that a bad byte in them is a 400 however the bytes
+ * are split. */
 static int trailer(struct http_parse *p, size_t len)
 {
     p->trailer_bytes += len;
-    return p->trailer_bytes > p->lim->max_head ? head_too_large(p) : 0;
+    return 0;
 }
 
 static int on_header_field(http_parser *hp, const char *at, size_t len)
@@ -176,6 +178,8 @@ static int on_body(http_parser *hp, const char *at, size_t len)
 static int on_message_complete(http_parser *hp)
 {
     struct http_parse *p = of(hp);
+    if (p->trailer_bytes > p->lim->max_head)
+        return head_too_large(p);
     p->keep_alive = http_should_keep_alive(hp);
     p->message_done = 1;
     p->in_message = 0;

@@ -264,9 +264,23 @@ static void test_errors(void)
     char bad_name[4096] = "GET / HTTP/1.1\r\n";
     for (int i = 0; i < HTTP_MAX_HEADERS; i++)
         snprintf(bad_name + strlen(bad_name), sizeof bad_name - strlen(bad_name), "H%d: v\r\n", i);
-    strcat(bad_name, "Ab\x01" "cd: v\r\n\r\n");
+    strcat(bad_name, "Ab\x01"
+                     "cd: v\r\n\r\n");
     check_stream("a bad header name past the last header allowed: 400", bad_name, strlen(bad_name),
                  "ERROR 400 bad_request\n", &limits);
+
+    /* Found by fuzz_http: trailers, like heads, answer the same whatever
+     * the split: 431 when too large, 400 when bad. */
+    static const char big_trailer[] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                      "0\r\nX-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                      "aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    check_stream("trailers over max_head: 431", big_trailer, sizeof big_trailer - 1,
+                 "ERROR 431 headers_too_large\n", &small);
+    static const char bad_trailer[] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                      "0\r\nX-Long: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                      "aaaaaaaaaaaaaaaaaaaaaa\r\nBad\x01: x\r\n\r\n";
+    check_stream("a bad trailer after a long one: 400", bad_trailer, sizeof bad_trailer - 1,
+                 "ERROR 400 bad_request\n", &small);
 
     char many[4096] = "GET / HTTP/1.1\r\n";
     for (int i = 0; i <= HTTP_MAX_HEADERS; i++)

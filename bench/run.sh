@@ -445,7 +445,7 @@ MD="$OUT/results.md"
 {
     echo "## Results of bench/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
-    echo "Machine: $(nproc) cores, $(uname -sr); ratelimitd $("$RL_BIN" --version 2>/dev/null | head -n1)," \
+    echo "Machine: $(nproc) cores, $(uname -sr); $("$RL_BIN" --version 2>/dev/null | head -n1)," \
          "redis $(redis-server --version | awk '{sub("v=","",$3); print $3}'), $(nginx -v 2>&1 | sed 's/.*: //')," \
          "node $(node --version), wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null)."
     echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup; daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"

@@ -30,6 +30,7 @@ ROOT=$(dirname "$HERE")
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
 ONLY="nginx1,nginx2,rlf,rl1,rl2,sweep" NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE=345 CONNS=64 KEYS=100000 QUICK=0
+CMDLINE="bench/run.sh$(printf ' %q' "$@")"
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -448,6 +449,7 @@ MD="$OUT/results.md"
     echo "Machine: $(nproc) cores, $(uname -sr); $("$RL_BIN" --version 2>/dev/null | head -n1)," \
          "redis $(redis-server --version | awk '{sub("v=","",$3); print $3}'), $(nginx -v 2>&1 | sed 's/.*: //')," \
          "node $(node --version), wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null)."
+    echo "Command: \`$CMDLINE\`."
     echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup; daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"
     echo "Box busy before the load (other work on the machine, 1 s sample): ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%."
     [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }

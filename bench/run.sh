@@ -30,7 +30,10 @@ ROOT=$(dirname "$HERE")
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
 ONLY="nginx1,nginx2,rlf,rl1,rl2,sweep" NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE=345 CONNS=64 KEYS=100000 QUICK=0
-CMDLINE="bench/run.sh$(printf ' %q' "$@")"
+CMDLINE="bench/run.sh"
+for a in "$@"; do
+    case "$a" in *[!A-Za-z0-9_./,:=+-]*|"") CMDLINE="$CMDLINE '${a//\'/\'\\\'\'}'" ;; *) CMDLINE="$CMDLINE $a" ;; esac
+done
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 

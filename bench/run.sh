@@ -30,6 +30,10 @@ ROOT=$(dirname "$HERE")
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
 ONLY="nginx1,nginx2,rlf,rl1,rl2,sweep" NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE=345 CONNS=64 KEYS=100000 QUICK=0
+CMDLINE="bench/run.sh"
+for a in "$@"; do
+    case "$a" in *[!A-Za-z0-9_./,:=+-]*|"") CMDLINE="$CMDLINE '${a//\'/\'\\\'\'}'" ;; *) CMDLINE="$CMDLINE $a" ;; esac
+done
 
 usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -222,6 +226,12 @@ log "box busy before the load: ${IDLE_BUSY}% of $(( $(nproc) * 100 ))% (other wo
 # ------------------------------------------------------------ targets ---
 TPID="" URL=""
 
+START_ERR=""
+start_failed() {   # start_failed NAME LOGFILE
+    START_ERR="$1 did not start: $(grep -v '^[[:space:]]*$' "$2" 2>/dev/null | tail -n1 | cut -c1-200)"
+    log "$START_ERR"
+}
+
 start_nginx() {   # start_nginx WORKERS
     local d="$TMP/nginx$1" port
     port=$(free_port)
@@ -250,7 +260,7 @@ EOF
     nginx -p "$d/" -c "$d/nginx.conf" -e stderr >"$d/out.log" 2>&1 &
     TPID=$!; STARTED+=("$TPID")
     URL="http://127.0.0.1:$port/check"
-    wait_ready "$TPID" "$URL" fw 10 || { log "nginx did not start:"; cat "$d/out.log" >&2; return 1; }
+    wait_ready "$TPID" "$URL" fw 10 || { start_failed "nginx" "$d/out.log"; return 1; }
 }
 
 start_rlf() {   # start_rlf WORKERS
@@ -259,7 +269,7 @@ start_rlf() {   # start_rlf WORKERS
     node "$HERE/rlf_server.js" "$port" "$RPORT" "$1" >"$TMP/rlf.log" 2>&1 &
     TPID=$!; STARTED+=("$TPID")
     URL="http://127.0.0.1:$port/check"
-    wait_ready "$TPID" "$URL" fw 20 || { log "node peer did not start:"; cat "$TMP/rlf.log" >&2; return 1; }
+    wait_ready "$TPID" "$URL" fw 20 || { start_failed "node peer" "$TMP/rlf.log"; return 1; }
 }
 
 rl_config() {   # rl_config FILE PORT WORKERS ("" = no workers line)
@@ -293,7 +303,7 @@ start_rl() {   # start_rl WORKERS
     "$RL_BIN" --config "$TMP/rl$1.yaml" >"$TMP/rl$1.log" 2>&1 &
     TPID=$!; STARTED+=("$TPID")
     URL="http://127.0.0.1:$port/check"
-    wait_ready "$TPID" "$URL" fw 10 || { log "ratelimitd did not start:"; cat "$TMP/rl$1.log" >&2; return 1; }
+    wait_ready "$TPID" "$URL" fw 10 || { start_failed ratelimitd "$TMP/rl$1.log"; return 1; }
 }
 
 stop_target() { [ -n "$TPID" ] && stop_pid "$TPID"; TPID=""; URL=""; }
@@ -383,6 +393,8 @@ for w in 1 2; do
         measure "nginx$w-spread" nginx "$w" "constant 200" fw spread
         measure "nginx$w-hot" nginx "$w" "constant 200" fw hot
         if [ "$w" = 1 ] && want sweep; then sweep nginx1 fw; fi
+    else
+        for m in spread hot; do na_row "nginx$w-$m" nginx "$w" "constant 200" "$m" "$START_ERR"; done
     fi
     stop_target
 done
@@ -391,6 +403,8 @@ if want rlf; then
     if start_target start_rlf 2; then
         measure rlf-spread "node RLF" 2 fixed_window fw spread
         measure rlf-hot "node RLF" 2 fixed_window fw hot
+    else
+        for m in spread hot; do na_row "rlf-$m" "node RLF" 2 fixed_window "$m" "$START_ERR"; done
     fi
     stop_target
 fi
@@ -406,7 +420,7 @@ for w in 1 2; do
     want "rl$w" || continue
     if [ "$w" = 2 ] && [ "$RL2_OK" = 0 ]; then
         for a in fixed_window:fw token_bucket:tb; do
-            for m in spread hot; do na_row "rl2-${a#*:}-$m" ratelimitd 2 "${a%:*}" "$m" "no workers field"; done
+            for m in spread hot; do na_row "rl2-${a#*:}-$m" ratelimitd 2 "${a%:*}" "$m" "this ratelimitd has no \`workers:\` field"; done
         done
         continue
     fi
@@ -415,6 +429,10 @@ for w in 1 2; do
             for m in spread hot; do measure "rl$w-${a#*:}-$m" ratelimitd "$w" "${a%:*}" "${a#*:}" "$m"; done
         done
         if want sweep; then sweep "rl$w" fw; fi
+    else
+        for a in fixed_window:fw token_bucket:tb; do
+            for m in spread hot; do na_row "rl$w-${a#*:}-$m" ratelimitd "$w" "${a%:*}" "$m" "$START_ERR"; done
+        done
     fi
     stop_target
 done
@@ -433,7 +451,7 @@ stop_pid "$RPID"
 
 # -------------------------------------------------------------- report ---
 v() { printf '%s' "${R[$1,$2]:-}"; }
-has() { case "$(v "$1" rps)" in ""|n/a|skipped|failed) return 1 ;; esac; return 0; }
+has() { case "$(v "$1" rps)" in [0-9]*) return 0 ;; esac; return 1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 unit() { [ "$1" = n/a ] && echo n/a || echo "$1$2"; }
 verdict() {   # verdict VALUE OP LIMIT
@@ -445,9 +463,10 @@ MD="$OUT/results.md"
 {
     echo "## Results of bench/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
-    echo "Machine: $(nproc) cores, $(uname -sr); ratelimitd $("$RL_BIN" --version 2>/dev/null | head -n1)," \
+    echo "Machine: $(nproc) cores, $(uname -sr); $("$RL_BIN" --version 2>/dev/null | head -n1)," \
          "redis $(redis-server --version | awk '{sub("v=","",$3); print $3}'), $(nginx -v 2>&1 | sed 's/.*: //')," \
          "node $(node --version), wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null)."
+    echo "Command: \`$CMDLINE\`."
     echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup; daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"
     echo "Box busy before the load (other work on the machine, 1 s sample): ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%."
     [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }
@@ -463,6 +482,11 @@ MD="$OUT/results.md"
             printf '| %s | %s | %s | %s | %s | | | | | | |\n' "$(v "$k" target)" "$(v "$k" workers)" \
                 "$(v "$k" algo)" "$(v "$k" keys)" "$(v "$k" rps)"
         fi
+    done
+    declare -A seen=()
+    for k in "${ROWS[@]}"; do
+        w=$(v "$k" why)
+        if [ -n "$w" ] && [ -z "${seen[$w]:-}" ]; then seen[$w]=1; printf '\nn/a (%s %s workers): %s\n' "$(v "$k" target)" "$(v "$k" workers)" "$w"; fi
     done
     for k in "${ROWS[@]}"; do
         has "$k" && [ "$(v "$k" sockerr)" != 0 ] && printf '\n%s: %s socket errors (connect/read/write/timeout) in the measured run.\n' "$k" "$(v "$k" sockerr)"

@@ -358,6 +358,8 @@ static const struct field top_fields[] = {
      .max = 1000000},
     {"idle_timeout", F_DURATION, .offset = offsetof(struct config, idle_timeout_us),
      .max = 3600LL * 1000000},
+    {"request_timeout", F_DURATION, .offset = offsetof(struct config, request_timeout_us),
+     .max = 3600LL * 1000000},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys),
@@ -717,6 +719,7 @@ static struct config *config_new(const char *name)
     c->overload = OVERLOAD_FAILURE_MODE;
     c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
     c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
+    c->request_timeout_us = CONFIG_DEFAULT_REQUEST_TIMEOUT_US;
     c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
     c->backend = BACKEND_KIND_REDIS;
     c->workers = 1;

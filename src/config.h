@@ -54,6 +54,7 @@ struct config {
     enum overload_action overload;
     int64_t max_connections;
     int64_t idle_timeout_us; /* a connection silent this long is closed */
+    int64_t request_timeout_us; /* head and body of one request arrive within it */
     int64_t local_max_keys;  /* keys held in memory for failure_mode local */
     int64_t deny_cache_max_keys; /* entries in each worker's deny cache; 0: no cache */
     char *auth_token_file;   /* NULL: /check needs no token */
@@ -71,6 +72,7 @@ struct config {
 #define CONFIG_DEFAULT_MAX_INFLIGHT 10000
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 4096
 #define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
+#define CONFIG_DEFAULT_REQUEST_TIMEOUT_US 10000000
 #define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
 #define CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS 100000
 

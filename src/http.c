@@ -1,539 +1,618 @@
 /*
- * http.c: evhttp setup and routing.
+ * http.c: the HTTP/1.1 front of one worker on libevent's core (http.h).
  *
- *   POST /check    -> check.c (Bearer token when auth_token_file is set)
- *   GET  /healthz  -> 200 while the event loop runs
- *   GET  /readyz   -> 200 when Redis is connected and the script loaded
- *   GET  /metrics  -> Prometheus text (metrics.c)
- *   anything else  -> 404, or 405 with Allow for a known path
+ * Each connection is one struct conn holding everything it needs, embedded:
+ * its read and write events, one timer, the parser, an input buffer (only
+ * for a request split across reads), an output buffer, and a ring of
+ * HTTP_PIPELINE_MAX slots, one per request read and not yet answered.
+ * Checks complete in any order; an answer waits in its slot until those of
+ * every earlier request are in the output buffer, so answers leave in
+ * request order (pipelining). Everything ready is written with one send();
+ * EV_WRITE is asked for only when the socket would block, and the read event
+ * stays added, so a keep-alive request costs no epoll_ctl.
  *
- * With admin_listen, /healthz, /readyz and /metrics are served there and only there,
- * and the admin address serves nothing else: the check port can be exposed
- * while the admin port stays local.
+ * The timer, re-armed after every event, stands for whichever deadline is
+ * nearest: idle_timeout between requests (or while a written answer does
+ * not drain), and while a request is being read both idle_timeout of
+ * silence and request_timeout for the whole request (408, then close).
  *
- * Owns the listening sockets (TCP or unix), the limits on what a client may
- * send (body, headers, idle time, connections) and the drain. Does not own
- * any answer's content (response.c).
+ * A connection that must close (an error that breaks framing, Connection:
+ * close, 401, 503) reads no further request; once its answers are written
+ * it shuts down its side and reads and drops what the client still sends
+ * for a moment (HTTP_LINGER_US), so that a client still sending a large
+ * body reads its 413 instead of a reset.
+ *
+ * A reply from the core may come while the connection is in one of its own
+ * callbacks (check_start answering at once): it is then only rendered into
+ * its slot, and written when the callback ends (conn->busy). A connection is
+ * freed only at the end of a callback: never under a caller.
+ *
+ * Owns the connections and the limits on what a client may send; not the
+ * listening sockets (listen.c, owned by the worker), not the answers' bytes
+ * (response.c), not the checks (check.c).
  */
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
-#include <event2/util.h>
+#include <event2/event_struct.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "http.h"
+#include "http_parse.h"
+#include "log.h"
 #include "metrics.h"
 #include "request.h"
 #include "response.h"
-#include "sha1.h"
 #include "worker.h"
 
-#define HTTP_MAX_HEADERS_SIZE 8192
-#define HTTP_DRAIN_MAX_S 5 /* past redis.timeout */
-/* After accept() fails (out of descriptors), accepting pauses until the
- * next tick of this timer, rather than spinning on a listening socket that
- * stays readable. */
+#define HTTP_PIPELINE_MAX 16   /* requests of one connection awaiting their answers */
+#define HTTP_READ_CHUNK 16384  /* bytes read at once */
+#define HTTP_ACCEPT_BATCH 64   /* connections accepted per readable event */
+#define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
+#define HTTP_DRAIN_MAX_S 5     /* past redis.timeout */
+/* After accept() fails for want of descriptors, accepting pauses this long
+ * rather than spin on a listening socket that stays readable. */
 #define HTTP_ACCEPT_RESUME_S 1
 
-/* One listening address and its evhttp. */
+static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
+
+struct http;
+
 struct listener {
-    struct http *http;
-    struct evhttp *evh;
-    struct evhttp_bound_socket *bound; /* NULL once stopped */
-    char *unix_path;                   /* unlinked on free */
-    int checks;                        /* serves /check */
-    int admin;                         /* serves /healthz, /readyz */
+    struct http *h;
+    int fd; /* -1: none */
+    struct event ev;
+    int checks; /* serves /check; its connections count towards max_connections */
+    int admin;  /* serves /healthz, /readyz, /metrics */
 };
 
-/*
- * The open connections, as a set of evhttp_connection pointers (open
- * addressing, linear probing). libevent 2.1 has no connection limit and no
- * hook at accept, so a connection is counted from its first request until
- * libevent closes it; one still sending its first request is bounded by
- * idle_timeout instead.
- */
-struct conn_slot {
-    struct evhttp_connection *conn; /* NULL: empty */
-    unsigned writing;               /* answers handed to libevent, not yet written */
+enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
+
+/* One request read and not yet answered. */
+struct slot {
+    struct conn *c;
+    struct check *check; /* while the core decides; NULL otherwise */
+    struct buf out;      /* the rendered answer, until earlier ones are out */
+    enum slot_state state;
+    unsigned flags; /* RESPONSE_* for the answer */
 };
 
-struct conn_set {
-    struct conn_slot *slots;
-    size_t mask; /* capacity - 1, capacity a power of two > 2 * max */
-    size_t count;
-    size_t max;
+struct conn {
+    struct http *h;
+    struct listener *l;
+    int fd;
+    struct event rd, wr, timer;
+    struct http_parse parse;
+    struct buf in;  /* read, not yet parsed: part of a request */
+    struct buf out; /* answers ready, in order; out_off of them written */
+    size_t out_off;
+    struct slot slots[HTTP_PIPELINE_MAX];
+    unsigned head, count; /* the ring of slots in use */
+    int64_t last_us;      /* monotonic: last bytes read or written */
+    int64_t req_start_us; /* first byte of the request being read; 0: none */
+    int64_t linger_until_us;
+    int counted;          /* counts towards max_connections */
+    int over_limit;       /* came past max_connections: its first request gets 503 */
+    int closing;          /* no further request: close once the answers are written */
+    int lingering;        /* written and shut down: dropping what the client sends */
+    int busy;             /* inside one of this connection's callbacks */
+    int reading, writing; /* rd, wr added */
+    struct conn *prev, *next;
 };
 
 struct http {
     struct worker *w;
-    size_t writing; /* answers handed to libevent and not yet written */
     struct listener main, admin;
-    struct event *resume; /* re-enables accepting paused by on_accept_error */
-    struct conn_set conns;
+    struct event resume; /* re-enables accepting after running out of descriptors */
+    struct http_limits limits;
+    int64_t idle_us, request_us;
+    size_t max_conns, nconns;
+    char *token; /* NULL: /check needs none */
+    size_t token_len;
+    struct conn *conns;
+    int draining;
 };
 
-/* ---- the connection set ---- */
+static void settle(struct conn *c);
 
-static void conn_set_init(struct conn_set *s, size_t max)
-{
-    size_t cap = 16;
-    while (cap < 2 * max + 1)
-        cap *= 2;
-    s->slots = xcalloc(cap, sizeof *s->slots);
-    s->mask = cap - 1;
-    s->count = 0;
-    s->max = max;
-}
+/* ---- connections ---- */
 
-static size_t conn_hash(const struct conn_set *s, const struct evhttp_connection *c)
+static void conn_free(struct conn *c)
 {
-    return (size_t)(((uintptr_t)c >> 4) * 0x9E3779B97F4A7C15ULL >> 17) & s->mask;
-}
-
-/* The slot holding c, or the empty slot where it would go. */
-static struct conn_slot *conn_find(const struct conn_set *s, const struct evhttp_connection *c)
-{
-    size_t i = conn_hash(s, c);
-    while (s->slots[i].conn && s->slots[i].conn != c)
-        i = (i + 1) & s->mask;
-    return &s->slots[i];
-}
-
-static void conn_remove(struct conn_set *s, struct conn_slot *slot)
-{
-    size_t i = (size_t)(slot - s->slots);
-    s->slots[i] = (struct conn_slot){0};
-    s->count--;
-    /* Backward-shift deletion: move up any entry of the same cluster whose
-     * home slot is not between the hole and itself. */
-    for (size_t j = (i + 1) & s->mask; s->slots[j].conn; j = (j + 1) & s->mask) {
-        size_t k = conn_hash(s, s->slots[j].conn);
-        if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
-            s->slots[i] = s->slots[j];
-            s->slots[j] = (struct conn_slot){0};
-            i = j;
-        }
+    struct http *h = c->h;
+    for (unsigned i = 0; i < HTTP_PIPELINE_MAX; i++) {
+        if (c->slots[i].check)
+            check_cancel(c->slots[i].check);
+        buf_free(&c->slots[i].out);
     }
-}
-
-
-/* libevent frees a connection whose write failed without telling the
- * request (no on-complete callback): its unwritten answers are forgotten
- * here, so a drain never waits for them. */
-static void on_connection_closed(struct evhttp_connection *evcon, void *arg)
-{
-    struct http *h = arg;
-    struct conn_slot *slot = conn_find(&h->conns, evcon);
-    if (!slot->conn)
-        return;
-    h->writing -= slot->writing;
-    conn_remove(&h->conns, slot);
+    /* event_del fails only for an event never assigned; close only on a
+     * bad descriptor: neither can happen here. */
+    event_del(&c->rd);
+    event_del(&c->wr);
+    event_del(&c->timer);
+    close(c->fd);
+    http_parse_free(&c->parse);
+    buf_free(&c->in);
+    buf_free(&c->out);
+    if (c->counted)
+        h->nconns--;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
     worker_maybe_idle(h->w);
 }
 
-/* Counts req's connection if it is new. Returns -1 when it is new and the
- * limit is reached (the caller refuses the request and closes). */
-static int conn_track(struct http *h, struct evhttp_request *req)
+/* Nothing read of a next request, nothing to answer, nothing to write. */
+static int conn_quiet(const struct conn *c)
 {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    if (!evcon)
-        return 0;
-    struct conn_slot *slot = conn_find(&h->conns, evcon);
-    if (slot->conn)
-        return 0;
-    if (h->conns.count >= h->conns.max)
-        return -1;
-    slot->conn = evcon;
-    h->conns.count++;
-    evhttp_connection_set_closecb(evcon, on_connection_closed, h);
-    return 0;
+    return c->count == 0 && c->out_off == c->out.len && c->in.len == 0 &&
+           !http_parse_started(&c->parse);
 }
 
-/* ---- answers ---- */
-
-static const char *reason_phrase(int status)
+static struct slot *slot_new(struct conn *c)
 {
-    switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    struct slot *s = &c->slots[(c->head + c->count) % HTTP_PIPELINE_MAX];
+    c->count++;
+    s->c = c;
+    s->check = NULL;
+    s->state = SLOT_WAITING;
+    s->out.len = 0;
+    s->flags = 0;
+    return s;
+}
+
+/* Marks s answered with status (rendered into s->out). */
+static void slot_ready(struct slot *s, int status)
+{
+    s->state = SLOT_READY;
+    metrics_http_status(s->c->h->w->metrics, status);
+}
+
+/* An error answer. 401 and 503 close the connection (a client refused or
+ * turned away should not keep it), as does a drain. */
+static void answer_error(struct slot *s, int status, const char *code, const char *message,
+                         const char *hname, const char *hvalue)
+{
+    struct conn *c = s->c;
+    if (status == 401 || status == 503 || c->h->draining) {
+        s->flags |= RESPONSE_CLOSE;
+        c->closing = 1;
     }
+    response_error(&s->out, status, code, message, hname, hvalue, s->flags);
+    slot_ready(s, status);
 }
 
-static void on_answer_written(struct evhttp_request *req, void *arg)
+static void answer_body(struct slot *s, int status, const char *content_type, const char *body)
 {
-    struct http *h = arg;
-    struct conn_slot *slot = conn_find(&h->conns, evhttp_request_get_connection(req));
-    if (slot->conn && slot->writing) {
-        slot->writing--;
-        h->writing--;
+    if (s->c->h->draining) {
+        s->flags |= RESPONSE_CLOSE;
+        s->c->closing = 1;
     }
-    worker_maybe_idle(h->w);
-}
-
-static void send_answer(struct http *h, struct evhttp_request *req, const struct answer *ans)
-{
-    /* A drain waits for answers on counted connections to be written:
-     * libevent calls on_answer_written once one is on the wire, or the
-     * connection's close callback if it fails first. */
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    struct conn_slot *slot = evcon ? conn_find(&h->conns, evcon) : NULL;
-    if (slot && slot->conn) {
-        slot->writing++;
-        h->writing++;
-        evhttp_request_set_on_complete_cb(req, on_answer_written, h);
-    }
-    metrics_http_status(h->w->metrics, ans->status);
-    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    evhttp_add_header(out, "Content-Type",
-                      ans->content_type ? ans->content_type : "application/json");
-    evhttp_add_header(out, "Cache-Control", "no-store");
-    for (size_t i = 0; i < ans->nheaders; i++)
-        evhttp_add_header(out, ans->headers[i].name, ans->headers[i].value);
-    if (h->w->draining || ans->close)
-        evhttp_add_header(out, "Connection", "close");
-    struct evbuffer *buf = evbuffer_new();
-    size_t len = strlen(ans->body);
-    /* Every body ends with exactly one newline, for people with curl. */
-    if (!buf || evbuffer_add(buf, ans->body, len) < 0 ||
-        ((len == 0 || ans->body[len - 1] != '\n') && evbuffer_add(buf, "\n", 1) < 0))
-        abort(); /* allocation failure */
-    evhttp_send_reply(req, ans->status, reason_phrase(ans->status), buf);
-    evbuffer_free(buf);
-}
-
-static void send_error(struct http *h, struct evhttp_request *req, int status,
-                       const char *code, const char *message, const char *hname,
-                       const char *hvalue)
-{
-    struct answer ans;
-    response_error(status, code, message, &ans);
-    if (hname)
-        response_add_header(&ans, hname, hvalue);
-    ans.close = status == 503 || status == 401;
-    send_answer(h, req, &ans);
-    answer_free(&ans);
-}
-
-static void send_status(struct http *h, struct evhttp_request *req, int status,
-                        const char *state)
-{
-    struct answer ans = {.status = status};
-    ans.body = xstrdup(state);
-    send_answer(h, req, &ans);
-    answer_free(&ans);
+    response_body(&s->out, status, content_type, body, strlen(body), s->flags);
+    slot_ready(s, status);
 }
 
 /* ---- routing ---- */
 
-/* True if the request carries "Authorization: Bearer <token>" with the
- * configured token (or none is configured). */
-static int authorized(const struct config *cfg, struct evhttp_request *req)
+static void on_check_reply(void *ctx, const struct verdict *v)
 {
-    if (!cfg->auth_token)
+    struct slot *s = ctx;
+    struct conn *c = s->c;
+    s->check = NULL;
+    if (c->h->draining) {
+        s->flags |= RESPONSE_CLOSE;
+        c->closing = 1;
+    }
+    slot_ready(s, response_verdict(&s->out, v, s->flags));
+    if (!c->busy)
+        settle(c);
+}
+
+/* True if the request carries "Authorization: Bearer <token>" with the
+ * configured token (or none is configured). The comparison's time depends
+ * on the length the caller sent, never on the token. */
+static int authorized(const struct conn *c)
+{
+    const struct http *h = c->h;
+    if (!h->token)
         return 1;
-    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *v = http_parse_header(&c->parse, "Authorization");
     if (!v || strncasecmp(v, "Bearer ", 7) != 0)
         return 0;
     v += 7;
-    /* Compare digests, so that neither the time nor the length of the
-     * comparison depends on the token. */
-    char got[41], want[41];
-    sha1_hex(v, strlen(v), got);
-    sha1_hex(cfg->auth_token, strlen(cfg->auth_token), want);
-    return util_consttime_equal(got, 40, want, 40);
+    return util_consttime_equal(v, strlen(v), h->token, h->token_len);
 }
 
-/* What a check's answer needs to find its way back. */
-struct pending_answer {
-    struct http *h;
-    struct evhttp_request *req;
-};
-
-static void on_check_reply(void *ctx, const struct verdict *v)
+static void start_check(struct slot *s, const struct http_request *req)
 {
-    struct pending_answer *pa = ctx;
-    struct answer ans;
-    response_verdict(v, &ans);
-    send_answer(pa->h, pa->req, &ans);
-    answer_free(&ans);
-    free(pa);
-}
-
-/* Decodes the body and hands the request to the core. */
-static void start_check(struct http *h, struct evhttp_request *req)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    struct worker *w = s->c->h->w;
     struct check_request creq;
     struct request_error rerr;
-    if (request_parse(h->w->config, body, len, &creq, &rerr) < 0) {
-        send_error(h, req, rerr.status, rerr.code, rerr.message, NULL, NULL);
+    if (request_parse(w->config, req->body, req->body_len, &creq, &rerr) < 0) {
+        answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }
-    struct pending_answer *pa = xmalloc(sizeof *pa);
-    *pa = (struct pending_answer){h, req};
-    (void)check_start(h->w, &creq, on_check_reply, pa);
+    struct check *ch = check_start(w, &creq, on_check_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->check = ch;
 }
 
-static void route_check(struct http *h, struct evhttp_request *req)
+static void route_check(struct slot *s, const struct http_request *req)
 {
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
-        send_error(h, req, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
-    else if (h->w->draining)
-        send_error(h, req, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
-                   "1");
-    else if (!authorized(h->w->config, req))
-        send_error(h, req, 401, "unauthorized", "a valid Authorization: Bearer token is required",
-                   "WWW-Authenticate", "Bearer");
+    if (req->method != HTTP_POST)
+        answer_error(s, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
+    else if (s->c->h->w->draining)
+        answer_error(s, 503, "shutting_down", "the daemon is shutting down", "Retry-After", "1");
+    else if (!authorized(s->c))
+        answer_error(s, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+                     "WWW-Authenticate", "Bearer");
     else
-        start_check(h, req);
+        start_check(s, req);
 }
 
-static void route_health(struct http *h, struct evhttp_request *req, int ready)
+static void route_health(struct slot *s, int ready)
 {
-    enum evhttp_cmd_type method = evhttp_request_get_command(req);
-    const char *reason = ready ? worker_unready_reason(h->w) : NULL;
+    const char *reason = ready ? worker_unready_reason(s->c->h->w) : NULL;
     char body[96];
-    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
-        send_error(h, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
-    } else if (!ready) {
-        send_status(h, req, 200, "{\"status\":\"ok\"}");
+    if (!ready) {
+        answer_body(s, 200, NULL, "{\"status\":\"ok\"}");
     } else if (reason) {
         snprintf(body, sizeof body, "{\"status\":\"unready\",\"reason\":\"%s\"}", reason);
-        send_status(h, req, 503, body);
+        answer_body(s, 503, NULL, body);
     } else {
-        send_status(h, req, 200, "{\"status\":\"ready\"}");
+        answer_body(s, 200, NULL, "{\"status\":\"ready\"}");
     }
 }
 
-static void route_metrics(struct http *h, struct evhttp_request *req)
+static void route_metrics(struct slot *s)
 {
-    enum evhttp_cmd_type method = evhttp_request_get_command(req);
-    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
-        send_error(h, req, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
-        return;
-    }
-    /* The body is the exposition text, not JSON. */
-    struct answer ans = {.status = 200, .content_type = "text/plain; version=0.0.4; charset=utf-8"};
-    ans.body = worker_metrics_text(h->w);
-    send_answer(h, req, &ans);
-    answer_free(&ans);
+    char *text = worker_metrics_text(s->c->h->w);
+    answer_body(s, 200, metrics_type, text);
+    free(text);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void route(struct conn *c, const struct http_request *req)
 {
-    struct listener *l = arg;
-    struct http *h = l->http;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (!path)
-        path = "";
-
-    /* Only the check port's connections count: callers filling it up must
-     * not lock out health probes and scrapes on admin_listen. */
-    if (l->checks && conn_track(l->http, req) < 0) {
-        send_error(h, req, 503, "too_many_connections", "the daemon has too many connections",
-                   "Retry-After", "1");
-        return;
+    struct slot *s = slot_new(c);
+    if (req->head)
+        s->flags |= RESPONSE_HEAD;
+    if (!req->keep_alive) {
+        s->flags |= RESPONSE_CLOSE;
+        c->closing = 1;
+    } else if (req->http_minor == 0) {
+        s->flags |= RESPONSE_KEEP_ALIVE;
     }
-    if (l->checks && strcmp(path, "/check") == 0)
-        route_check(h, req);
-    else if (l->admin && strcmp(path, "/healthz") == 0)
-        route_health(h, req, 0);
-    else if (l->admin && strcmp(path, "/readyz") == 0)
-        route_health(h, req, 1);
-    else if (l->admin && strcmp(path, "/metrics") == 0)
-        route_metrics(h, req);
+    const char *path = req->path;
+    int admin_path = strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
+                     strcmp(path, "/metrics") == 0;
+    if (c->over_limit)
+        answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
+                     "Retry-After", "1");
+    else if (c->l->checks && strcmp(path, "/check") == 0)
+        route_check(s, req);
+    else if (!c->l->admin || !admin_path)
+        answer_error(s, 404, "not_found", "no such path", NULL, NULL);
+    else if (req->method != HTTP_GET && req->method != HTTP_HEAD)
+        answer_error(s, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD");
+    else if (strcmp(path, "/metrics") == 0)
+        route_metrics(s);
     else
-        send_error(h, req, 404, "not_found", "no such path", NULL, NULL);
+        route_health(s, strcmp(path, "/readyz") == 0);
 }
 
-int http_idle(const struct http *h)
+/* ---- reading ---- */
+
+/* Parses len bytes of data into requests and routes them; stops at a
+ * full pipeline or once the connection is closing. Returns the bytes
+ * used. */
+static size_t parse_input(struct conn *c, const char *data, size_t len)
 {
-    return h->writing == 0;
+    size_t off = 0;
+    while (off < len && !c->closing && c->count < HTTP_PIPELINE_MAX) {
+        size_t used;
+        enum http_parse_status st =
+            http_parse_feed(&c->parse, &c->h->limits, data + off, len - off, &used);
+        off += used;
+        if (!c->req_start_us && http_parse_started(&c->parse))
+            c->req_start_us = util_monotonic_us();
+        if (st == HTTP_PARSE_MORE)
+            break;
+        if (st == HTTP_PARSE_CONTINUE) {
+            /* Only when every earlier answer is out (the interim answer
+             * belongs to this request); else the client's own wait for
+             * it ends and it sends the body anyway. */
+            if (c->count == 0)
+                response_continue(&c->out);
+            continue;
+        }
+        if (st == HTTP_PARSE_ERROR) {
+            const char *code, *message;
+            int status = http_parse_error(&c->parse, &code, &message);
+            struct slot *s = slot_new(c);
+            s->flags = RESPONSE_CLOSE;
+            c->closing = 1;
+            answer_error(s, status, code, message, NULL, NULL);
+            break;
+        }
+        c->req_start_us = 0;
+        route(c, http_parse_request(&c->parse));
+    }
+    return off;
 }
 
-/* ---- listeners ---- */
-
-/* Binds "unix:/path": a stale socket file from a previous run is replaced,
- * but not one another process still answers on. */
-static int bind_unix(struct listener *l, const char *path, char *err, size_t errlen)
+/* Parses what c->in holds (after a pause for a full pipeline). */
+static void parse_buffered(struct conn *c)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "listen: unix socket path too long: %s", path);
-        return -1;
+    size_t used = parse_input(c, c->in.data, c->in.len);
+    buf_consume(&c->in, used);
+    if (c->closing)
+        c->in.len = 0;
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    char data[HTTP_READ_CHUNK];
+    ssize_t n = recv(fd, data, sizeof data, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        /* The client is gone or has stopped sending: answers still due
+         * are written (a half-closed client may read them), then close. */
+        if (n < 0 || c->lingering || (c->count == 0 && c->out_off == c->out.len)) {
+            conn_free(c);
+            return;
+        }
+        c->closing = 1;
+        c->in.len = 0;
+        settle(c);
+        return;
     }
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "listen: socket: %s", strerror(errno));
-        return -1;
+    if (c->lingering)
+        return;
+    c->last_us = util_monotonic_us();
+    c->busy = 1;
+    if (c->in.len == 0) {
+        /* The common case: whole requests, parsed from the stack. */
+        size_t used = parse_input(c, data, (size_t)n);
+        if (!c->closing)
+            buf_append(&c->in, data + used, (size_t)n - used);
+    } else {
+        buf_append(&c->in, data, (size_t)n);
+        parse_buffered(c);
     }
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
-        if (probe >= 0)
-            close(probe);
-        if (live) {
-            snprintf(err, errlen, "listen: %s is in use by another process", path);
-            close(fd);
+    c->busy = 0;
+    settle(c);
+}
+
+/* ---- writing, timers, closing ---- */
+
+/* Writes what c->out holds. Returns -1 if the connection broke. */
+static int write_out(struct conn *c)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            c->last_us = util_monotonic_us();
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
             return -1;
         }
-        unlink(path);
     }
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 1024) < 0) {
-        snprintf(err, errlen, "listen: cannot bind %s: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    l->bound = evhttp_accept_socket_with_handle(l->evh, fd);
-    if (!l->bound) {
-        snprintf(err, errlen, "listen: cannot accept on %s", path);
-        close(fd);
-        return -1;
-    }
-    l->unix_path = xstrdup(path);
+    c->out.len = c->out_off = 0;
     return 0;
 }
 
-static int bind_tcp(struct listener *l, const char *listen, char *err, size_t errlen)
+static void set_event(struct event *ev, int *added, int want)
 {
-    char host[256];
-    const char *colon = strrchr(listen, ':');
-    const char *hs = listen, *he = colon;
-    if (listen[0] == '[') {
-        hs = listen + 1;
-        he = strchr(listen, ']');
-        colon = he ? he + 1 : NULL;
+    if (want == *added)
+        return;
+    /* Failing here means libevent is out of memory: the connection would
+     * then only end at its timer, or never: abort like any allocation. */
+    if ((want ? event_add(ev, NULL) : event_del(ev)) < 0)
+        abort();
+    *added = want;
+}
+
+static void arm_timer(struct conn *c)
+{
+    const struct http *h = c->h;
+    int64_t deadline;
+    if (c->lingering)
+        deadline = c->linger_until_us;
+    else if (c->req_start_us && !c->closing) {
+        deadline = c->last_us + h->idle_us;
+        if (c->req_start_us + h->request_us < deadline)
+            deadline = c->req_start_us + h->request_us;
+    } else if (c->count == 0 || c->writing)
+        deadline = c->last_us + h->idle_us;
+    else {
+        event_del(&c->timer); /* the core answers every check in time */
+        return;
     }
-    int64_t port;
-    if (!colon || *colon != ':' || (size_t)(he - hs) >= sizeof host ||
-        util_parse_int64(colon + 1, 0, 65535, &port, err, errlen) < 0) {
-        snprintf(err, errlen, "listen: bad address %s", listen);
-        return -1;
+    int64_t us = deadline - util_monotonic_us();
+    if (us < 0)
+        us = 0;
+    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
+    if (event_add(&c->timer, &tv) < 0)
+        abort(); /* as in set_event */
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    if (c->lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
+        conn_free(c);
+        return;
     }
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    l->bound = evhttp_bind_socket_with_handle(l->evh, host, (unsigned short)port);
-    if (!l->bound) {
-        snprintf(err, errlen, "listen: cannot bind %s: %s", listen, strerror(errno));
-        return -1;
+    struct slot *s = slot_new(c);
+    s->flags = RESPONSE_CLOSE;
+    c->closing = 1;
+    c->in.len = 0;
+    answer_error(s, 408, "request_timeout", "the request was not received in time", NULL, NULL);
+    settle(c);
+}
+
+/* Moves the answers that are next in order to the output, writes, then
+ * decides what the connection waits for next. */
+static void settle(struct conn *c)
+{
+    struct http *h = c->h;
+    for (;;) {
+        while (c->count && c->slots[c->head].state == SLOT_READY) {
+            struct slot *s = &c->slots[c->head];
+            buf_append(&c->out, s->out.data, s->out.len);
+            s->state = SLOT_FREE;
+            c->head = (c->head + 1) % HTTP_PIPELINE_MAX;
+            c->count--;
+        }
+        if (write_out(c) < 0) {
+            conn_free(c);
+            return;
+        }
+        /* Requests held back by a full pipeline. */
+        if (c->in.len == 0 || c->closing || c->count == HTTP_PIPELINE_MAX)
+            break;
+        c->busy = 1;
+        parse_buffered(c);
+        c->busy = 0;
     }
-    return 0;
+    int written = c->out_off == c->out.len;
+    set_event(&c->wr, &c->writing, !written);
+    if (written && c->count == 0 && c->closing && !c->lingering) {
+        /* Shut our side, then drop what the client still sends. */
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+            conn_free(c);
+            return;
+        }
+        c->lingering = 1;
+        c->linger_until_us = util_monotonic_us() + HTTP_LINGER_US;
+    }
+    if (h->draining && !c->lingering && conn_quiet(c)) {
+        conn_free(c);
+        return;
+    }
+    set_event(&c->rd, &c->reading, c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+    arm_timer(c);
+    /* An answer may have been written: a drain may be over. */
+    worker_maybe_idle(h->w);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    settle(arg);
+}
+
+static void conn_new(struct http *h, struct listener *l, int fd)
+{
+    struct conn *c = xcalloc(1, sizeof *c);
+    c->h = h;
+    c->l = l;
+    c->fd = fd;
+    struct event_base *base = h->w->base;
+    if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
+        event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
+        evtimer_assign(&c->timer, base, on_timer, c) < 0)
+        abort(); /* only with bad arguments */
+    http_parse_init(&c->parse);
+    /* Only the check port's connections count: callers filling it must
+     * not lock out health probes and scrapes on admin_listen. */
+    if (l->checks) {
+        if (h->nconns >= h->max_conns) {
+            c->over_limit = 1;
+        } else {
+            c->counted = 1;
+            h->nconns++;
+        }
+    }
+    c->next = h->conns;
+    if (h->conns)
+        h->conns->prev = c;
+    h->conns = c;
+    c->last_us = util_monotonic_us();
+    settle(c);
+}
+
+/* ---- accepting ---- */
+
+static void accept_pause(struct http *h)
+{
+    if (h->main.fd >= 0)
+        event_del(&h->main.ev);
+    if (h->admin.fd >= 0)
+        event_del(&h->admin.ev);
+    struct timeval tv = {.tv_sec = HTTP_ACCEPT_RESUME_S};
+    if (event_add(&h->resume, &tv) < 0)
+        abort(); /* as in set_event */
 }
 
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
     struct http *h = arg;
-    /* Enabling an enabled listener changes nothing. */
-    if (h->main.bound)
-        evconnlistener_enable(evhttp_bound_socket_get_listener(h->main.bound));
-    if (h->admin.bound)
-        evconnlistener_enable(evhttp_bound_socket_get_listener(h->admin.bound));
+    if (h->draining)
+        return;
+    if ((h->main.fd >= 0 && event_add(&h->main.ev, NULL) < 0) ||
+        (h->admin.fd >= 0 && event_add(&h->admin.ev, NULL) < 0))
+        abort(); /* as in set_event */
 }
 
-/* libevent passes its own evhttp as arg, not ours: hence the timer above
- * rather than one armed from here. */
-static void on_accept_error(struct evconnlistener *lev, void *arg)
+static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
-    evconnlistener_disable(lev);
+    struct listener *l = arg;
+    for (int i = 0; i < HTTP_ACCEPT_BATCH; i++) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd >= 0) {
+            conn_new(l->h, l, cfd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+            accept_pause(l->h);
+        return; /* EAGAIN: none left */
+    }
 }
 
-/* Settings a reload may change take effect for new requests. */
-static void apply_limits(struct listener *l, const struct config *cfg)
+static int listener_init(struct http *h, struct listener *l, int fd, int checks, int admin)
 {
-    evhttp_set_max_body_size(l->evh, (ev_ssize_t)cfg->max_body);
-    struct timeval tv = {.tv_sec = cfg->idle_timeout_us / 1000000,
-                         .tv_usec = cfg->idle_timeout_us % 1000000};
-    evhttp_set_timeout_tv(l->evh, &tv);
-}
-
-static int listener_open(struct http *h, struct listener *l, const char *addr, int checks,
-                         int admin, char *err, size_t errlen)
-{
-    l->http = h;
-    l->checks = checks;
-    l->admin = admin;
-    l->evh = evhttp_new(h->w->base);
-    if (!l->evh) {
-        snprintf(err, errlen, "cannot create the HTTP server");
+    *l = (struct listener){.h = h, .fd = fd, .checks = checks, .admin = admin};
+    if (fd < 0)
+        return 0;
+    if (event_assign(&l->ev, h->w->base, fd, EV_READ | EV_PERSIST, on_accept, l) < 0 ||
+        event_add(&l->ev, NULL) < 0) {
+        l->fd = -1;
         return -1;
     }
-    /* Every method reaches on_request, so that the answer to a wrong one is
-     * ours (405 with Allow, JSON body), not libevent's. */
-    evhttp_set_allowed_methods(l->evh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                           EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                           EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-    evhttp_set_max_headers_size(l->evh, HTTP_MAX_HEADERS_SIZE);
-    /* Read (and drop) the rest of an oversized body before closing, so the
-     * client gets its 413 instead of a reset. */
-    evhttp_set_flags(l->evh, EVHTTP_SERVER_LINGERING_CLOSE);
-    apply_limits(l, h->w->config);
-    evhttp_set_gencb(l->evh, on_request, l);
-    int rc = strncmp(addr, "unix:", 5) == 0 ? bind_unix(l, addr + 5, err, errlen)
-                                            : bind_tcp(l, addr, err, errlen);
-    if (rc == 0)
-        evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(l->bound), on_accept_error);
-    return rc;
+    return 0;
 }
 
-static void listener_stop(struct listener *l)
-{
-    if (l->bound)
-        evhttp_del_accept_socket(l->evh, l->bound);
-    l->bound = NULL;
-}
+/* ---- the front ---- */
 
-static void listener_close(struct listener *l)
+struct http *http_new(struct worker *w, int main_fd, int main_serves_admin, int admin_fd, char *err,
+                      size_t errlen)
 {
-    if (l->evh)
-        evhttp_free(l->evh);
-    if (l->unix_path) {
-        unlink(l->unix_path);
-        free(l->unix_path);
-    }
-}
-
-struct http *http_new(struct worker *w, char *err, size_t errlen)
-{
-    const struct config *cfg = w->config;
     struct http *h = xcalloc(1, sizeof *h);
     h->w = w;
-    conn_set_init(&h->conns, (size_t)cfg->max_connections);
-    struct timeval tick = {.tv_sec = HTTP_ACCEPT_RESUME_S};
-    h->resume = event_new(w->base, -1, EV_PERSIST, on_accept_resume, h);
-    if (!h->resume || event_add(h->resume, &tick) < 0) {
-        snprintf(err, errlen, "cannot create a timer");
-        http_free(h);
-        return NULL;
-    }
-    if (listener_open(h, &h->main, cfg->listen, 1, !cfg->admin_listen, err, errlen) < 0 ||
-        (cfg->admin_listen &&
-         listener_open(h, &h->admin, cfg->admin_listen, 0, 1, err, errlen) < 0)) {
+    h->main.fd = h->admin.fd = -1;
+    http_apply_config(h, w->config);
+    if (evtimer_assign(&h->resume, w->base, on_accept_resume, h) < 0 ||
+        listener_init(h, &h->main, main_fd, 1, main_serves_admin) < 0 ||
+        listener_init(h, &h->admin, admin_fd, 0, 1) < 0) {
+        snprintf(err, errlen, "cannot watch the listening sockets");
         http_free(h);
         return NULL;
     }
@@ -542,32 +621,59 @@ struct http *http_new(struct worker *w, char *err, size_t errlen)
 
 void http_apply_config(struct http *h, const struct config *cfg)
 {
-    apply_limits(&h->main, cfg);
-    if (h->admin.evh)
-        apply_limits(&h->admin, cfg);
+    h->limits = (struct http_limits){.max_head = HTTP_HEAD_MAX, .max_body = (size_t)cfg->max_body};
+    h->idle_us = cfg->idle_timeout_us;
+    h->request_us = cfg->request_timeout_us;
+    h->max_conns = (size_t)cfg->max_connections;
+    free(h->token);
+    h->token = cfg->auth_token ? xstrdup(cfg->auth_token) : NULL;
+    h->token_len = h->token ? strlen(h->token) : 0;
+    /* The new timeouts count from now on for every open connection. */
+    for (struct conn *c = h->conns; c; c = c->next)
+        if (!c->busy)
+            arm_timer(c);
 }
 
 void http_drain(struct http *h)
 {
-    listener_stop(&h->main);
-    listener_stop(&h->admin);
-    /* The backstop ends a drain that waits too long anyway: past the Redis
-     * deadline every check has had its answer. */
-    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S +
-                                         h->w->config->redis_timeout_us / 1000000};
+    h->draining = 1;
+    if (h->main.fd >= 0)
+        event_del(&h->main.ev);
+    if (h->admin.fd >= 0)
+        event_del(&h->admin.ev);
+    event_del(&h->resume);
+    for (struct conn *c = h->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->lingering && conn_quiet(c))
+            conn_free(c);
+    }
+    struct timeval backstop = {.tv_sec =
+                                   HTTP_DRAIN_MAX_S + h->w->config->redis_timeout_us / 1000000};
     event_base_loopexit(h->w->base, &backstop);
+}
+
+int http_idle(const struct http *h)
+{
+    for (const struct conn *c = h->conns; c; c = c->next)
+        if (c->count || c->out_off < c->out.len)
+            return 0;
+    return 1;
 }
 
 void http_free(struct http *h)
 {
     if (!h)
         return;
-    /* evhttp_free closes the connections, calling on_connection_closed:
-     * the set must outlive it. */
-    if (h->resume)
-        event_free(h->resume);
-    listener_close(&h->main);
-    listener_close(&h->admin);
-    free(h->conns.slots);
+    /* No worker_maybe_idle from here on: the worker is going away. */
+    while (h->conns) {
+        struct conn *c = h->conns;
+        conn_free(c);
+    }
+    if (h->main.fd >= 0)
+        event_del(&h->main.ev);
+    if (h->admin.fd >= 0)
+        event_del(&h->admin.ev);
+    event_del(&h->resume);
+    free(h->token);
     free(h);
 }

@@ -1,6 +1,17 @@
 /*
- * http.h: the HTTP front (libevent evhttp): listening sockets, routing,
- * size limits, sending an answer, and stopping for a drain.
+ * http.h: the HTTP/1.1 front of one worker, on libevent's core (plain
+ * events on the sockets, no evhttp): accepting, reading, parsing
+ * (http_parse.c), routing, the limits on what a client may send, answers in
+ * request order, writing, and stopping for a drain.
+ *
+ *   POST /check     -> check.c (Bearer token when auth_token_file is set)
+ *   GET  /healthz   -> 200 while the event loop runs
+ *   GET  /readyz    -> 200 when the worker can take checks
+ *   GET  /metrics   -> Prometheus text
+ *   anything else   -> 404, or 405 with Allow for a known path
+ *
+ * With admin_listen, /healthz, /readyz and /metrics are served there and
+ * only there, and the check port serves /check only.
  */
 #ifndef RATELIMITD_HTTP_H
 #define RATELIMITD_HTTP_H
@@ -13,23 +24,28 @@
 struct worker;
 struct http;
 
-/* Binds w->config->listen and routes requests to w. Returns NULL with a
- * message if the address is bad or cannot be bound. */
-struct http *http_new(struct worker *w, char *err, size_t errlen) RL_WUR;
+/* Serves on main_fd (/check, and the admin paths too when
+ * main_serves_admin) and on admin_fd (-1: none), listening sockets that the
+ * caller keeps owning (listen.h) and that must outlive the front. Takes its
+ * limits from w->config. Returns NULL with a message on failure. */
+struct http *http_new(struct worker *w, int main_fd, int main_serves_admin, int admin_fd, char *err,
+                      size_t errlen) RL_WUR;
 
-/* Nothing handed to libevent is left to write. */
-int http_idle(const struct http *h);
-
-/* Applies what a reload may change without a restart (max_body,
- * idle_timeout) to new requests. */
+/* A reload: max_body, idle_timeout, request_timeout, max_connections and
+ * the token apply at once, to open connections too. */
 void http_apply_config(struct http *h, const struct config *cfg);
 
-/* Starts a drain: closes the listening sockets, answers new requests on
- * open connections with 503, and exits the event loop once every check in
- * flight is answered and written (or after 30 s at most). */
+/* Stops accepting; closes idle keep-alive connections; new requests get
+ * 503 shutting_down and Connection: close; answers in flight are still
+ * written. The event loop is exited after redis.timeout + 5 s at the latest
+ * (a backstop: by then every check has its answer). */
 void http_drain(struct http *h);
 
-/* Closes everything. NULL is a no-op. */
+/* Nothing left to answer or to write. */
+int http_idle(const struct http *h);
+
+/* Closes every connection (pending checks are cancelled with check_cancel)
+ * and stops watching the listening sockets. NULL is a no-op. */
 void http_free(struct http *h);
 
 #endif

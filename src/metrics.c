@@ -49,9 +49,9 @@ static const struct {
                                  "Checks denied by the local deny cache, without asking Redis."},
 };
 
-/* Every status the daemon sends (http.c's reason_phrase; 413 is libevent's
- * own page); the rest count under status="other". */
-static const int known_status[] = {200, 400, 401, 404, 405, 413, 429, 503};
+/* Every status the daemon sends (response.c's reason_phrase); the rest
+ * count under status="other". */
+static const int known_status[] = {200, 400, 401, 404, 405, 408, 413, 429, 431, 503, 505};
 #define NSTATUS (sizeof known_status / sizeof known_status[0])
 
 /* Upper bounds (le) of the latency buckets, in µs: 100µs to 1s; then +Inf. */

@@ -1,9 +1,9 @@
 /*
  * reload.c: a policy reload, all or nothing. Owns the rule of which fields a
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
- * idle_timeout, max_inflight, overload, log_level, access_log,
- * auth_token_file) and which need a restart (listen, admin_listen, redis.url,
- * max_connections, watch, local_max_keys, backend, workers).
+ * idle_timeout, request_timeout, max_connections, max_inflight, overload,
+ * log_level, access_log, auth_token_file) and which need a restart (listen,
+ * admin_listen, redis.url, watch, local_max_keys, backend, workers).
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,8 +29,6 @@ static const char *restart_field(const struct config *old, const struct config *
         return "admin_listen";
     if (differ(old->redis_url, new->redis_url))
         return "redis.url";
-    if (old->max_connections != new->max_connections)
-        return "max_connections";
     if (old->watch != new->watch)
         return "watch";
     if (old->local_max_keys != new->local_max_keys)

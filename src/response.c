@@ -1,206 +1,318 @@
 /*
- * response.c: JSON bodies and headers for every answer (jansson).
+ * response.c: every HTTP answer, rendered into a struct buf (response.h).
  *
- * The top-level figures and the headers come from one "binding" tier:
- * when denied, the denying tier with the longest wait (no finite wait counts
- * as longest); when allowed, the tier with the fewest remaining, ties broken
- * by the longest reset. Tiers of shadow checks never bind unless the request
- * has nothing else, since a shadow policy must not change what callers see.
+ * The body is written first, where the response starts in the buffer; then
+ * the head (which needs the body's length) is built in a small array on the
+ * stack and the body moved up behind it. Bodies are a few hundred bytes, so
+ * the move costs less than a second buffer would.
  */
-#include <jansson.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "json_out.h"
 #include "response.h"
+#include "util.h"
+
+#define HEAD_MAX 1024
+#define MAX_HEADERS 6
+
+/* The answer's own headers, between Cache-Control and Connection. */
+struct headers {
+    size_t n;
+    struct {
+        const char *name;
+        char value[32];
+    } h[MAX_HEADERS];
+};
+
+static void add_header(struct headers *hs, const char *name, const char *value)
+{
+    if (hs->n == MAX_HEADERS)
+        return;
+    hs->h[hs->n].name = name;
+    snprintf(hs->h[hs->n].value, sizeof hs->h[0].value, "%s", value);
+    hs->n++;
+}
+
+static void add_header_int(struct headers *hs, const char *name, int64_t v)
+{
+    char s[24];
+    snprintf(s, sizeof s, "%lld", (long long)v);
+    add_header(hs, name, s);
+}
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+/* Ends the response whose body starts at out->data + start: appends the
+ * final newline, then puts the head in front of the body. */
+static void finish(struct buf *out, size_t start, int status, const char *content_type,
+                   const struct headers *hs, unsigned flags)
+{
+    buf_append_char(out, '\n');
+    size_t body_len = out->len - start;
+    char head[HEAD_MAX];
+    size_t n = (size_t)snprintf(
+        head, sizeof head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n",
+        status, reason_phrase(status), content_type ? content_type : "application/json");
+    for (size_t i = 0; hs && i < hs->n; i++)
+        n += (size_t)snprintf(head + n, sizeof head - n, "%s: %s\r\n", hs->h[i].name,
+                              hs->h[i].value);
+    if (flags & RESPONSE_CLOSE)
+        n += (size_t)snprintf(head + n, sizeof head - n, "Connection: close\r\n");
+    else if (flags & RESPONSE_KEEP_ALIVE)
+        n += (size_t)snprintf(head + n, sizeof head - n, "Connection: keep-alive\r\n");
+    n += (size_t)snprintf(head + n, sizeof head - n, "Content-Length: %zu\r\n\r\n", body_len);
+    /* The fixed names and 31-byte values above cannot reach HEAD_MAX. */
+    buf_reserve(out, n);
+    memmove(out->data + start + n, out->data + start, body_len);
+    memcpy(out->data + start, head, n);
+    out->len = start + n + ((flags & RESPONSE_HEAD) ? 0 : body_len);
+}
 
 static int64_t us_to_ms(int64_t us)
 {
     return us <= 0 ? 0 : util_ceil_div(us, 1000);
 }
 
-static json_t *ms_or_null(int64_t us)
+static void ms_or_null(struct json_out *j, int64_t us)
 {
-    return us < 0 ? json_null() : json_integer(us_to_ms(us));
+    if (us < 0)
+        json_out_null(j);
+    else
+        json_out_int(j, us_to_ms(us));
 }
 
-/* json_pack returns NULL (and json_dumps then NULL) on invalid UTF-8: a
- * body that cannot be built becomes a fixed error, never a crash. */
-static void finish(struct answer *ans, int status, json_t *body)
+static void tier_json(struct json_out *j, const struct tier *t, const struct tier_result *r)
 {
-    ans->status = status;
-    ans->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!ans->body) {
-        ans->status = 500;
-        ans->body = xstrdup("{\"error\":\"internal\",\"message\":\"the answer could not be "
-                            "encoded\"}");
+    json_out_begin(j, '{');
+    json_out_key(j, "name");
+    json_out_cstr(j, t->name);
+    json_out_key(j, "algorithm");
+    json_out_cstr(j, policy_algorithm_name(t->algorithm));
+    json_out_key(j, "allowed");
+    json_out_bool(j, r->allowed);
+    json_out_key(j, "limit");
+    json_out_int(j, r->limit);
+    json_out_key(j, "remaining");
+    json_out_int(j, r->remaining);
+    json_out_key(j, "reset_ms");
+    json_out_int(j, us_to_ms(r->reset_us));
+    json_out_key(j, "retry_after_ms");
+    ms_or_null(j, r->allowed ? 0 : r->retry_us);
+    if (t->algorithm == ALG_LEAKY_BUCKET) {
+        json_out_key(j, "delay_ms");
+        json_out_int(j, us_to_ms(r->delay_us));
     }
-}
-
-/* Copies s into out (outlen > 0), replacing every byte that is not part of
- * a valid UTF-8 sequence with '?': messages quote callers' text, cut at a
- * byte count that may fall inside a character. */
-static void utf8_clean(const char *s, char *out, size_t outlen)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t o = 0;
-    while (*p && o + 1 < outlen) {
-        size_t n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3
-                                : (*p & 0xF8) == 0xF0 ? 4 : 0;
-        size_t i = 1;
-        while (i < n && (p[i] & 0xC0) == 0x80)
-            i++;
-        /* Overlong forms, surrogates and code points past U+10FFFF are
-         * invalid too (jansson refuses them). */
-        int bad = n == 0 || i < n || (n == 2 && *p < 0xC2) ||
-                  (n == 3 && ((*p == 0xE0 && p[1] < 0xA0) || (*p == 0xED && p[1] >= 0xA0))) ||
-                  (n == 4 && (*p > 0xF4 || (*p == 0xF0 && p[1] < 0x90) ||
-                              (*p == 0xF4 && p[1] >= 0x90)));
-        if (bad || o + n >= outlen) {
-            out[o++] = '?';
-            p++;
-            continue;
-        }
-        memcpy(out + o, p, n);
-        o += n;
-        p += n;
+    if (r->cost_exceeds_limit) {
+        json_out_key(j, "reason");
+        json_out_cstr(j, "cost_exceeds_limit");
     }
-    out[o] = '\0';
+    json_out_end(j, '}');
 }
 
-void response_add_header(struct answer *ans, const char *name, const char *value)
+/* "policy", "key" of one check. */
+static void check_names(struct json_out *j, const struct check_item *c)
 {
-    if (ans->nheaders >= RESPONSE_MAX_HEADERS)
-        return;
-    ans->headers[ans->nheaders].name = name;
-    snprintf(ans->headers[ans->nheaders].value, sizeof ans->headers[0].value, "%s", value);
-    ans->nheaders++;
+    json_out_key(j, "policy");
+    json_out_cstr(j, c->policy->name);
+    json_out_key(j, "key");
+    json_out_str(j, c->key, c->keylen);
 }
 
-static void add_header_int(struct answer *ans, const char *name, int64_t v)
+static void checks_json(struct json_out *j, const struct check_request *req,
+                        const struct tier_result *results)
 {
-    char buf[24];
-    snprintf(buf, sizeof buf, "%lld", (long long)v);
-    response_add_header(ans, name, buf);
-}
-
-void response_error(int status, const char *code, const char *message, struct answer *ans)
-{
-    char clean[RL_ERRLEN * 2];
-    utf8_clean(message, clean, sizeof clean);
-    memset(ans, 0, sizeof *ans);
-    finish(ans, status, json_pack("{s:s,s:s}", "error", code, "message", clean));
-}
-
-static json_t *tier_json(const struct tier *t, const struct tier_result *r)
-{
-    json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:I,s:I,s:o}", "name", t->name, "algorithm",
-                          policy_algorithm_name(t->algorithm), "allowed", r->allowed, "limit",
-                          (json_int_t)r->limit, "remaining", (json_int_t)r->remaining, "reset_ms",
-                          (json_int_t)us_to_ms(r->reset_us), "retry_after_ms",
-                          ms_or_null(r->allowed ? 0 : r->retry_us));
-    if (t->algorithm == ALG_LEAKY_BUCKET)
-        json_object_set_new(o, "delay_ms", json_integer(us_to_ms(r->delay_us)));
-    if (r->cost_exceeds_limit)
-        json_object_set_new(o, "reason", json_string("cost_exceeds_limit"));
-    return o;
-}
-
-static void decision(const struct check_request *req, const struct tier_result *results,
-                     const struct decision_summary *sum, int local, struct answer *ans)
-{
-    memset(ans, 0, sizeof *ans);
-    json_t *checks = json_array();
     const struct tier_result *r = results;
+    json_out_key(j, "checks");
+    json_out_begin(j, '[');
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         const struct policy *p = c->policy;
-        json_t *tiers = json_array();
         int check_allowed = 1;
-        for (size_t j = 0; j < p->ntiers; j++, r++) {
-            check_allowed &= r->allowed;
-            json_array_append_new(tiers, tier_json(&p->tiers[j], r));
+        for (size_t t = 0; t < p->ntiers; t++)
+            check_allowed &= r[t].allowed;
+        json_out_begin(j, '{');
+        check_names(j, c);
+        json_out_key(j, "allowed");
+        json_out_bool(j, check_allowed || p->shadow);
+        if (p->shadow && !check_allowed) {
+            json_out_key(j, "shadow_denied");
+            json_out_bool(j, 1);
         }
-        json_t *co = json_pack("{s:s,s:s%,s:b}", "policy", p->name, "key", c->key, c->keylen,
-                               "allowed", check_allowed || p->shadow);
-        if (p->shadow && !check_allowed)
-            json_object_set_new(co, "shadow_denied", json_true());
-        json_object_set_new(co, "tiers", tiers);
-        json_array_append_new(checks, co);
+        json_out_key(j, "tiers");
+        json_out_begin(j, '[');
+        for (size_t t = 0; t < p->ntiers; t++, r++)
+            tier_json(j, &p->tiers[t], r);
+        json_out_end(j, ']');
+        json_out_end(j, '}');
     }
-
-    const struct tier_result *bind = sum->binding;
-    json_t *body = json_pack("{s:b,s:I,s:I,s:I,s:o}", "allowed", sum->allowed, "limit",
-                             (json_int_t)bind->limit, "remaining", (json_int_t)bind->remaining,
-                             "reset_ms", (json_int_t)us_to_ms(bind->reset_us), "retry_after_ms",
-                             ms_or_null(sum->retry_us));
-    if (sum->any_leaky)
-        json_object_set_new(body, "delay_ms", json_integer(us_to_ms(sum->delay_us)));
-    if (sum->shadow_denied)
-        json_object_set_new(body, "shadow_denied", json_true());
-    if (req->dry_run)
-        json_object_set_new(body, "dry_run", json_true());
-    if (local) {
-        json_object_set_new(body, "degraded", json_true());
-        json_object_set_new(body, "local", json_true());
-    }
-    json_object_set_new(body, "checks", checks);
-    finish(ans, sum->allowed ? 200 : 429, body);
-
-    add_header_int(ans, "X-RateLimit-Limit", bind->limit);
-    add_header_int(ans, "X-RateLimit-Remaining", bind->remaining);
-    add_header_int(ans, "X-RateLimit-Reset", util_ceil_div(us_to_ms(bind->reset_us), 1000));
-    if (!sum->allowed && sum->retry_us >= 0) {
-        int64_t s = util_ceil_div(us_to_ms(sum->retry_us), 1000);
-        add_header_int(ans, "Retry-After", s < 1 ? 1 : s);
-    }
+    json_out_end(j, ']');
 }
 
-static void unavailable(const struct check_request *req, const char *why, struct answer *ans)
+static int decision(struct buf *out, const struct verdict *v, int local, unsigned flags)
+{
+    const struct decision_summary *sum = &v->sum;
+    const struct tier_result *bind = sum->binding;
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, sum->allowed);
+    json_out_key(&j, "limit");
+    json_out_int(&j, bind->limit);
+    json_out_key(&j, "remaining");
+    json_out_int(&j, bind->remaining);
+    json_out_key(&j, "reset_ms");
+    json_out_int(&j, us_to_ms(bind->reset_us));
+    json_out_key(&j, "retry_after_ms");
+    ms_or_null(&j, sum->retry_us);
+    if (sum->any_leaky) {
+        json_out_key(&j, "delay_ms");
+        json_out_int(&j, us_to_ms(sum->delay_us));
+    }
+    if (sum->shadow_denied) {
+        json_out_key(&j, "shadow_denied");
+        json_out_bool(&j, 1);
+    }
+    if (v->req->dry_run) {
+        json_out_key(&j, "dry_run");
+        json_out_bool(&j, 1);
+    }
+    if (local) {
+        json_out_key(&j, "degraded");
+        json_out_bool(&j, 1);
+        json_out_key(&j, "local");
+        json_out_bool(&j, 1);
+    }
+    checks_json(&j, v->req, v->results);
+    json_out_end(&j, '}');
+
+    struct headers hs = {0};
+    add_header_int(&hs, "X-RateLimit-Limit", bind->limit);
+    add_header_int(&hs, "X-RateLimit-Remaining", bind->remaining);
+    add_header_int(&hs, "X-RateLimit-Reset", util_ceil_div(us_to_ms(bind->reset_us), 1000));
+    if (!sum->allowed && sum->retry_us >= 0) {
+        int64_t s = util_ceil_div(us_to_ms(sum->retry_us), 1000);
+        add_header_int(&hs, "Retry-After", s < 1 ? 1 : s);
+    }
+    int status = sum->allowed ? 200 : 429;
+    finish(out, start, status, NULL, &hs, flags);
+    return status;
+}
+
+static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
 {
     static const char *const mode_names[] = {
         [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local"};
-    memset(ans, 0, sizeof *ans);
+    const struct check_request *req = v->req;
     int closed = request_failure_mode(req) == FAILURE_CLOSED;
-    json_t *checks = json_array();
-    for (size_t i = 0; i < req->nchecks; i++) {
-        const struct check_item *c = &req->checks[i];
-        json_array_append_new(checks, json_pack("{s:s,s:s%,s:s}", "policy", c->policy->name,
-                                                "key", c->key, c->keylen, "failure_mode",
-                                                mode_names[c->policy->failure_mode]));
-    }
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, !closed);
     if (closed) {
-        finish(ans, 503,
-               json_pack("{s:b,s:s,s:s,s:o}", "allowed", 0, "error", "backend_unavailable",
-                         "message", why, "checks", checks));
-        response_add_header(ans, "Retry-After", "1");
-        return;
+        json_out_key(&j, "error");
+        json_out_cstr(&j, "backend_unavailable");
+    } else {
+        json_out_key(&j, "degraded");
+        json_out_bool(&j, 1);
     }
-    finish(ans, 200,
-           json_pack("{s:b,s:b,s:s,s:o}", "allowed", 1, "degraded", 1, "message", why, "checks",
-                     checks));
+    json_out_key(&j, "message");
+    json_out_cstr(&j, v->why ? v->why : "the backend could not decide");
+    json_out_key(&j, "checks");
+    json_out_begin(&j, '[');
+    for (size_t i = 0; i < req->nchecks; i++) {
+        json_out_begin(&j, '{');
+        check_names(&j, &req->checks[i]);
+        json_out_key(&j, "failure_mode");
+        json_out_cstr(&j, mode_names[req->checks[i].policy->failure_mode]);
+        json_out_end(&j, '}');
+    }
+    json_out_end(&j, ']');
+    json_out_end(&j, '}');
+    struct headers hs = {0};
+    if (closed)
+        add_header(&hs, "Retry-After", "1");
+    finish(out, start, closed ? 503 : 200, NULL, &hs, flags);
+    return closed ? 503 : 200;
 }
 
-void response_verdict(const struct verdict *v, struct answer *ans)
+int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
 {
     switch (v->kind) {
     case VERDICT_DECIDED:
+        return decision(out, v, 0, flags);
     case VERDICT_LOCAL:
-        decision(v->req, v->results, &v->sum, v->kind == VERDICT_LOCAL, ans);
-        return;
+        return decision(out, v, 1, flags);
     case VERDICT_UNAVAILABLE:
-        unavailable(v->req, v->why, ans);
-        return;
+        return unavailable(out, v, flags);
     case VERDICT_OVERLOADED:
-        response_error(503, "overloaded", "too many checks in flight", ans);
-        response_add_header(ans, "Retry-After", "1");
-        return;
+        break;
     }
+    response_error(out, 503, "overloaded", "too many checks in flight", "Retry-After", "1", flags);
+    return 503;
 }
 
-void answer_free(struct answer *ans)
+void response_error(struct buf *out, int status, const char *code, const char *message,
+                    const char *hname, const char *hvalue, unsigned flags)
 {
-    free(ans->body);
-    ans->body = NULL;
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "error");
+    json_out_cstr(&j, code);
+    json_out_key(&j, "message");
+    json_out_cstr(&j, message);
+    json_out_end(&j, '}');
+    struct headers hs = {0};
+    if (hname)
+        add_header(&hs, hname, hvalue);
+    finish(out, start, status, NULL, &hs, flags);
+}
+
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags)
+{
+    size_t start = out->len;
+    buf_append(out, body, len);
+    /* finish adds the one final newline: drop the body's own. */
+    if (len && body[len - 1] == '\n')
+        out->len--;
+    finish(out, start, status, content_type, NULL, flags);
+}
+
+void response_continue(struct buf *out)
+{
+    buf_append_str(out, "HTTP/1.1 100 Continue\r\n\r\n");
 }

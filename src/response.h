@@ -1,7 +1,14 @@
 /*
- * response.h: every answer the daemon gives, as a plain struct (status, JSON
- * body, headers) that http.c sends. Owns the JSON shapes, the choice of the
- * binding tier and the X-RateLimit-* / Retry-After headers.
+ * response.h: every answer the HTTP front gives, rendered straight into the
+ * connection's output buffer as a complete HTTP/1.1 response: status line,
+ * Content-Type, Cache-Control: no-store, the answer's own headers
+ * (X-RateLimit-*, Retry-After, Allow, WWW-Authenticate), Connection when
+ * asked, Content-Length, and the body, which always ends with one "\n".
+ *
+ * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
+ * the buffer's own growth) and the X-RateLimit-* / Retry-After rules. Does
+ * not own which tier binds (decision_summarize) nor when a connection closes
+ * (http.c says so with RESPONSE_CLOSE).
  */
 #ifndef RATELIMITD_RESPONSE_H
 #define RATELIMITD_RESPONSE_H
@@ -9,34 +16,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "request.h"
+#include "buf.h"
+#include "decision.h"
 
-#define RESPONSE_MAX_HEADERS 6
+/* How one response is written (flags, or-ed). */
+#define RESPONSE_HEAD 1u       /* the request was HEAD: headers only */
+#define RESPONSE_CLOSE 2u      /* Connection: close (the front then closes) */
+#define RESPONSE_KEEP_ALIVE 4u /* Connection: keep-alive (an HTTP/1.0 client asked) */
 
-struct answer {
-    int status;
-    int close;                /* ask the client to close the connection */
-    const char *content_type; /* static; NULL: application/json */
-    char *body; /* owned, NUL-terminated JSON */
-    size_t nheaders;
-    struct {
-        const char *name; /* static */
-        char value[32];
-    } headers[RESPONSE_MAX_HEADERS];
-};
+/* A verdict's answer: DECIDED and LOCAL 200/429 with the figures of
+ * v->sum.binding (LOCAL adds "degraded":true,"local":true); UNAVAILABLE 503
+ * backend_unavailable with Retry-After: 1 if the request fails closed, else
+ * 200 allowed and degraded; OVERLOADED 503 overloaded with Retry-After: 1.
+ * Appends to out; returns the status. */
+int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
-/* The answer to a check: 200/429 with the figures when decided (plus
- * "degraded" and "local" when decided in memory), the failure-mode answer
- * when unavailable, 503 overloaded. */
-void response_verdict(const struct verdict *v, struct answer *ans);
+/* {"error": code, "message": message} with the given status, and one extra
+ * header when hname is not NULL. message may hold any bytes: invalid UTF-8
+ * becomes '?'. */
+void response_error(struct buf *out, int status, const char *code, const char *message,
+                    const char *hname, const char *hvalue, unsigned flags);
 
-/* {"error": code, "message": message} with the given status. */
-void response_error(int status, const char *code, const char *message, struct answer *ans);
+/* A body given whole (NUL-terminated JSON such as {"status":"ok"}, or the
+ * metrics text with its content type; NULL: application/json). */
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags);
 
-/* Adds a header (value copied, truncated to fit). */
-void response_add_header(struct answer *ans, const char *name, const char *value);
-
-/* Frees the body; the struct may be reused. */
-void answer_free(struct answer *ans);
+/* "HTTP/1.1 100 Continue" and its blank line. */
+void response_continue(struct buf *out);
 
 #endif

@@ -18,6 +18,7 @@
 #include "deny_cache.h"
 #include "http.h"
 #include "limiter_local.h"
+#include "listen.h"
 #include "metrics.h"
 #include "notify.h"
 #include "server.h"
@@ -93,12 +94,45 @@ static void post(struct worker *w)
     }
 }
 
+/* A listening socket for addr. Every worker binds its own TCP socket
+ * (SO_REUSEPORT when there are several: the kernel spreads connections
+ * among them); a unix socket is one file, so workers after the first share
+ * the first one's socket (shared: its descriptor, or -1). */
+static int open_listener(const char *addr, int reuseport, int shared, char *err, size_t errlen)
+{
+    if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
+        int fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            snprintf(err, errlen, "listen: %s: %s", addr, strerror(errno));
+        return fd;
+    }
+    return listen_open(addr, reuseport, err, errlen);
+}
+
+static int open_listeners(struct worker *w, char *err, size_t errlen)
+{
+    const struct config *cfg = w->config;
+    const struct worker *first = w->id ? &w->srv->workers[0] : NULL;
+    int reuseport = cfg->workers != 1;
+    w->listen_fd = open_listener(cfg->listen, reuseport, first ? first->listen_fd : -1, err,
+                                 errlen);
+    if (w->listen_fd < 0)
+        return -1;
+    if (cfg->admin_listen) {
+        w->admin_fd = open_listener(cfg->admin_listen, reuseport, first ? first->admin_fd : -1,
+                                    err, errlen);
+        if (w->admin_fd < 0)
+            return -1;
+    }
+    return 0;
+}
+
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen)
 {
     const struct config *cfg = srv->config;
     *w = (struct worker){.srv = srv, .id = id, .base = base, .log = &srv->log,
-                         .wake = {-1, -1}, .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+                         .wake = {-1, -1}, .listen_fd = -1, .admin_fd = -1, .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                          .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
     pthread_mutex_init(&w->mail_lock, NULL);
     w->config = config_ref(srv->config);
@@ -120,7 +154,9 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         return -1;
     backend_on_state(w->backend, on_backend_state, w);
     w->backend_up = backend_ready(w->backend);
-    w->http = http_new(w, err, errlen);
+    if (open_listeners(w, err, errlen) < 0)
+        return -1;
+    w->http = http_new(w, w->listen_fd, !cfg->admin_listen, w->admin_fd, err, errlen);
     return w->http ? 0 : -1;
 }
 
@@ -187,6 +223,12 @@ void worker_fini(struct worker *w)
     w->backend = NULL;
     http_free(w->http);
     w->http = NULL;
+    /* The first worker's socket file goes with it; the others share it. */
+    if (w->config) {
+        listen_close(w->listen_fd, w->id == 0 ? w->config->listen : NULL);
+        listen_close(w->admin_fd, w->id == 0 ? w->config->admin_listen : NULL);
+    }
+    w->listen_fd = w->admin_fd = -1;
     if (w->wake_ev)
         event_free(w->wake_ev);
     w->wake_ev = NULL;

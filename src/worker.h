@@ -33,6 +33,7 @@ struct worker {
     struct deny_cache *deny;   /* NULL: no deny cache */
     struct metrics *metrics;   /* this worker's shard */
     struct http *http;
+    int listen_fd, admin_fd; /* listening sockets (listen.h); -1: none */
     size_t inflight;        /* checks started and not yet answered */
     size_t backend_pending; /* backend calls not yet completed */
     int draining;           /* no new checks; stop once idle */

@@ -5,23 +5,25 @@
  *
  *   refused  -> response_error() with the request_error (the 400 answer);
  *   accepted -> scripts_build_call() (local clock and Redis TIME), then
- *               response_decision() from tier results the script could
- *               have returned (decoded by scripts_decode_result),
- *               render_unavailable() (the degraded / 503 answer), and
- *               the failure_mode local path: local_decide() on a small
- *               fresh store (so it evicts) at a few times, each answered
- *               by render().
+ *               response_verdict() of a decided verdict from tier results
+ *               the script could have returned (decoded by
+ *               scripts_decode_result), of an unavailable one (the
+ *               degraded / 503 answer), and the failure_mode local path:
+ *               local_decide() on a small fresh store (so it evicts) at a
+ *               few times, each answered by a local verdict.
  *
  * The policy file is fixed (below) and built once: every algorithm, a
- * multi-tier policy, VERDICT_LOCAL, a shadow policy, a failure_mode: closed policy, and a
+ * multi-tier policy, a shadow policy, a failure_mode: closed policy, and a
  * worst case for key length (a 128-byte key_prefix, 64-byte policy and tier
  * names, 16 sliding_window_log tiers of two keys each).
  *
  * Beyond what ASan/UBSan/LSan catch, the harness aborts when a documented
  * contract breaks: request_parse's rules about an accepted request, the
  * script call's shape, key encoding (each Redis key must decode back to
- * exactly the caller's key, inside one hash tag), and every answer body
- * being a JSON object that agrees with its status.
+ * exactly the caller's key, inside one hash tag), and every answer being a
+ * complete HTTP response whose Content-Length is its body's, and whose body
+ * is a JSON object that agrees with its status, byte for byte what jansson
+ * prints for it.
  *
  * The tier results are not read from the input as such (that would make
  * the seed corpus something other than request bodies): they come from a
@@ -42,23 +44,6 @@
 #include "request.h"
 #include "response.h"
 #include "scripts.h"
-
-/* The answers to a decided, locally decided or unavailable request, as the
- * core hands them to the front. */
-static void render(const struct check_request *req, const struct tier_result *results,
-                   enum verdict_kind kind, struct answer *ans)
-{
-    struct verdict v = {.kind = kind, .req = req, .results = results};
-    decision_summarize(req, results, &v.sum);
-    response_verdict(&v, ans);
-}
-
-static void render_unavailable(const struct check_request *req, const char *why,
-                               struct answer *ans)
-{
-    struct verdict v = {.kind = VERDICT_UNAVAILABLE, .req = req, .why = why};
-    response_verdict(&v, ans);
-}
 
 #define NOW_US 1700000000000000LL
 
@@ -306,16 +291,58 @@ static void check_call(const struct check_request *req, const struct script_call
                 call->args[nkeys]);
 }
 
-/* Every answer is a JSON object; a decision's "allowed" matches its status. */
+/* One rendered answer: the status and the body (without its newline). */
+struct answer {
+    int status;
+    char *body;
+};
+
+/* Takes the HTTP response in b apart, checking its framing. */
+static void take_apart(struct buf *b, struct answer *ans)
+{
+    buf_append_char(b, '\0');
+    REQUIRE(strncmp(b->data, "HTTP/1.1 ", 9) == 0, "no status line: %s", b->data);
+    ans->status = atoi(b->data + 9);
+    const char *end = strstr(b->data, "\r\n\r\n");
+    REQUIRE(end != NULL, "no end of head: %s", b->data);
+    const char *cl = strstr(b->data, "\r\nContent-Length: ");
+    REQUIRE(cl != NULL && cl < end, "no Content-Length: %s", b->data);
+    size_t len = strlen(end + 4);
+    REQUIRE((size_t)atoll(cl + 18) == len, "Content-Length %lld for %zu bytes", atoll(cl + 18),
+            len);
+    REQUIRE(len > 0 && end[4 + len - 1] == '\n', "the body does not end with a newline");
+    ans->body = strndup(end + 4, len - 1);
+    REQUIRE(ans->body != NULL, "out of memory");
+    buf_free(b);
+}
+
+static void render(const struct verdict *v, struct answer *ans)
+{
+    struct buf b = {0};
+    int status = response_verdict(&b, v, 0);
+    take_apart(&b, ans);
+    REQUIRE(status == ans->status, "returned %d, wrote %d", status, ans->status);
+}
+
+static void answer_free(struct answer *ans)
+{
+    free(ans->body);
+    ans->body = NULL;
+}
+
+/* Every answer is a JSON object as jansson prints it; a decision's
+ * "allowed" matches its status. */
 static void check_answer(const struct answer *ans, const struct check_request *req)
 {
     json_error_t jerr;
     json_t *body;
 
     REQUIRE(ans->body != NULL, "no body");
-    REQUIRE(ans->nheaders <= RESPONSE_MAX_HEADERS, "%zu headers", ans->nheaders);
     body = json_loads(ans->body, 0, &jerr);
     REQUIRE(json_is_object(body), "body is not a JSON object: %s", ans->body);
+    char *again = json_dumps(body, JSON_COMPACT);
+    REQUIRE(again && strcmp(again, ans->body) == 0, "not as jansson prints it: %s", ans->body);
+    free(again);
     if (req != NULL) {
         json_t *allowed = json_object_get(body, "allowed");
         json_t *checks = json_object_get(body, "checks");
@@ -382,7 +409,9 @@ static void decide_locally(const struct check_request *req, size_t ntiers, uint6
         REQUIRE(allowed == expect, "local_decide returned %d, its tiers say %d", allowed, expect);
         REQUIRE(local_store_size(store) <= max_keys, "%zu entries in a store of %zu",
                 local_store_size(store), max_keys);
-        render(req, results, VERDICT_LOCAL, &ans);
+        struct verdict v = {.kind = VERDICT_LOCAL, .req = req, .results = results};
+        decision_summarize(req, results, &v.sum);
+        render(&v, &ans);
         check_answer(&ans, req);
         REQUIRE(ans.status == (allowed ? 200 : 429), "status %d for allowed %d", ans.status,
                 allowed);
@@ -436,12 +465,15 @@ static void decide(const struct check_request *req, size_t ntiers, uint64_t seed
             "a reply one integer too long was accepted");
     REQUIRE(scripts_decode_result(ints, n, ntiers, results, err, sizeof(err)) == 0, "%s", err);
 
-    render(req, results, VERDICT_DECIDED, &ans);
+    struct verdict v = {.kind = VERDICT_DECIDED, .req = req, .results = results};
+    decision_summarize(req, results, &v.sum);
+    render(&v, &ans);
     check_answer(&ans, req);
     answer_free(&ans);
-    answer_free(&ans); /* answer_free leaves the struct reusable */
 
-    render_unavailable(req, "fuzz: redis is unavailable", &ans);
+    v = (struct verdict){.kind = VERDICT_UNAVAILABLE, .req = req,
+                         .why = "fuzz: redis is unavailable"};
+    render(&v, &ans);
     check_answer(&ans, req);
     answer_free(&ans);
 
@@ -461,7 +493,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         REQUIRE(err.status == 400 && err.code != NULL, "status %d", err.status);
         REQUIRE(memchr(err.message, '\0', sizeof(err.message)) != NULL, "message not terminated");
         /* What check.c answers. */
-        response_error(err.status, err.code, err.message, &ans);
+        struct buf b = {0};
+        response_error(&b, err.status, err.code, err.message, NULL, NULL, 0);
+        take_apart(&b, &ans);
         REQUIRE(ans.status == 400, "status %d", ans.status);
         check_answer(&ans, NULL);
         answer_free(&ans);

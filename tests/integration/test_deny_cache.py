@@ -41,13 +41,19 @@ def cycle(daemons, alg, key, n):
     """Exhausts key, checks cached denials, waits out the retry time and
     returns whether the next call was allowed."""
     denial = None
-    for i in range(20):
+    for i in range(40):
         r = daemons[i % 3].check(alg, key, cost=2 if n % 2 else 1)
-        if r.status == 429:
-            denial = r
-            break
+        if r.status != 429:
+            continue
+        # Too close to the end of its wait, the calls that follow could
+        # legitimately be allowed: wait it out and exhaust the key again.
+        if r.json["retry_after_ms"] < 150:
+            time.sleep(r.json["retry_after_ms"] / 1000.0 + 0.02)
+            continue
+        denial = r
+        break
     if denial is None:
-        harness.ok(False, "%s: a denial within 20 calls" % alg)
+        harness.ok(False, "%s: a denial with 150 ms or more to wait within 40 calls" % alg)
         return
     before = hits(daemons)
     cost = 2 if n % 2 else 1

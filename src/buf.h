@@ -1,0 +1,36 @@
+/*
+ * buf.h: a growable byte buffer, the one the HTTP front reads into, parses
+ * into and renders answers into. Grows by doubling and never shrinks on its
+ * own, so a connection that keeps its buffers allocates only while warming
+ * up. Allocation failure aborts (xrealloc), like every allocation here.
+ */
+#ifndef RATELIMITD_BUF_H
+#define RATELIMITD_BUF_H
+
+#include <stddef.h>
+
+struct buf {
+    char *data; /* owned; NULL while cap is 0 */
+    size_t len;
+    size_t cap;
+};
+
+/* Makes room for n more bytes and returns where they go (len unchanged). */
+char *buf_reserve(struct buf *b, size_t n);
+
+void buf_append(struct buf *b, const void *p, size_t n);
+
+void buf_append_str(struct buf *b, const char *s);
+
+void buf_append_char(struct buf *b, char c);
+
+/* Appends v in decimal. */
+void buf_append_int(struct buf *b, long long v);
+
+/* Removes the first n bytes (n <= len), keeping the rest in order. */
+void buf_consume(struct buf *b, size_t n);
+
+/* Frees the memory; the struct is then empty and may be reused. */
+void buf_free(struct buf *b);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * listen.c: listening sockets (listen.h).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "listen.h"
+
+#define LISTEN_BACKLOG 1024
+
+static int open_unix(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "listen: unix socket path too long: %s", path);
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "listen: socket: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            snprintf(err, errlen, "listen: %s is in use by another process", path);
+            close(fd);
+            return -1;
+        }
+        unlink(path);
+    }
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
+        snprintf(err, errlen, "listen: cannot bind %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Splits "host:port" or "[v6]:port". */
+static int split_host_port(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+    const char *colon = strrchr(addr, ':');
+    const char *hs = addr, *he = colon;
+    if (addr[0] == '[') {
+        hs = addr + 1;
+        he = strchr(addr, ']');
+        colon = he ? he + 1 : NULL;
+    }
+    int64_t n;
+    char e[RL_ERRLEN];
+    if (!colon || *colon != ':' || (size_t)(he - hs) >= hostlen || strlen(colon + 1) >= portlen ||
+        util_parse_int64(colon + 1, 0, 65535, &n, e, sizeof e) < 0)
+        return -1;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    strcpy(port, colon + 1);
+    return 0;
+}
+
+static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
+{
+    char host[256], port[8];
+    if (split_host_port(addr, host, sizeof host, port, sizeof port) < 0) {
+        snprintf(err, errlen, "listen: bad address %s", addr);
+        return -1;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai;
+    int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
+    if (rc != 0) {
+        snprintf(err, errlen, "listen: cannot resolve %s: %s", addr, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
+        snprintf(err, errlen, "listen: cannot bind %s: %s", addr, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+int listen_open(const char *addr, int reuseport, char *err, size_t errlen)
+{
+    if (strncmp(addr, "unix:", 5) == 0)
+        return open_unix(addr + 5, err, errlen);
+    return open_tcp(addr, reuseport, err, errlen);
+}
+
+void listen_close(int fd, const char *addr)
+{
+    if (fd < 0)
+        return;
+    close(fd);
+    if (addr && strncmp(addr, "unix:", 5) == 0)
+        unlink(addr + 5);
+}

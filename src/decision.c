@@ -81,7 +81,7 @@ void decision_summarize(const struct check_request *req, const struct tier_resul
                 bind = r;
             if (!bind_any || binds_before(r, bind_any, out->allowed))
                 bind_any = r;
-            if (p->tiers[j].algorithm == ALG_LEAKY_BUCKET) {
+            if (policy_algorithm_has_delay(p->tiers[j].algorithm)) {
                 out->any_leaky = 1;
                 if (out->allowed && r->allowed && r->delay_us > out->delay_us)
                     out->delay_us = r->delay_us;

@@ -129,7 +129,7 @@ static void tier_json(struct json_out *j, const struct tier *t, const struct tie
     json_out_int(j, us_to_ms(r->reset_us));
     json_out_key(j, "retry_after_ms");
     ms_or_null(j, r->allowed ? 0 : r->retry_us);
-    if (t->algorithm == ALG_LEAKY_BUCKET) {
+    if (policy_algorithm_has_delay(t->algorithm)) {
         json_out_key(j, "delay_ms");
         json_out_int(j, us_to_ms(r->delay_us));
     }

@@ -961,6 +961,7 @@ def test_integer_division():
     with open(path) as f:
         common = f.read()
     body = common + """
+bind_globals()
 local out = {}
 for i = 1, #ARGV, 2 do
     local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])

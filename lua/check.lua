@@ -38,11 +38,13 @@ local ALGORITHMS = {
 local REASON_NONE = 0
 local REASON_COST_EXCEEDS_LIMIT = 1
 
--- argv[i] as an integer >= min; anything else is a bug in the caller.
-local function arg_int(argv, i, min)
+local EXACT_MAX = 2 ^ 53
+
+-- argv[i] as an integer >= least; anything else is a bug in the caller.
+local function arg_int(argv, i, least)
     local v = tonumber(argv[i])
-    if not v or v < min or v ~= math.floor(v) or v > 2 ^ 53 then
-        error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. min
+    if not v or v < least or v ~= floor(v) or v > EXACT_MAX then
+        error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
             .. ', got ' .. tostring(argv[i]))
     end
     return v
@@ -66,14 +68,27 @@ local function arg_now(argv)
     return arg_int(argv, 1, 0)
 end
 
--- Parses the checks: a list of {shadow, cost, first, last}, tiers[first..
--- last] being the check's tiers (one flat list of tier tables for all).
+-- The checks and tiers of the call being decided, reused from call to call
+-- (in the Function form the chunk runs once, so these live on: allocating
+-- fewer tables per call is most of what a call costs beyond its Redis
+-- commands). Entries past the call's counts are left over from earlier
+-- calls and never read; every field an algorithm reads is set by parse or
+-- by its own load before it is read.
+local CHECKS, TIERS = {}, {}
+
+-- Parses the checks into CHECKS[1..nchecks], each {shadow, cost, first,
+-- last}, TIERS[first..last] being its tiers. Returns nchecks.
 local function parse(keys, argv, now)
-    local checks, tiers = {}, {}
-    local argi, nkeys = 4, 0
-    for c = 1, arg_int(argv, 3, 0) do
+    local argi, nkeys, ntiers_all = 4, 0, 0
+    local nchecks = arg_int(argv, 3, 0)
+    for c = 1, nchecks do
+        local check = CHECKS[c]
+        if not check then
+            check = {}
+            CHECKS[c] = check
+        end
         local cost = arg_int(argv, argi + 1, 0)
-        local check = { shadow = arg_flag(argv, argi), cost = cost, first = #tiers + 1 }
+        check.shadow, check.cost, check.first = arg_flag(argv, argi), cost, ntiers_all + 1
         local ntiers = arg_int(argv, argi + 2, 1)
         argi = argi + 3
         for _ = 1, ntiers do
@@ -81,33 +96,32 @@ local function parse(keys, argv, now)
             if not alg then
                 error('ratelimitd: unknown algorithm ' .. tostring(argv[argi]))
             end
-            local t = {
-                alg = alg,
-                now = now,
-                cost = cost,
-                limit = arg_int(argv, argi + 1, 1),
-                window = arg_int(argv, argi + 2, 1),
-                burst = arg_int(argv, argi + 3, 0),
-                precision = arg_int(argv, argi + 4, 0),
-                key = keys[nkeys + 1],
-                key2 = keys[nkeys + 2],
-            }
+            ntiers_all = ntiers_all + 1
+            local t = TIERS[ntiers_all]
+            if not t then
+                t = {}
+                TIERS[ntiers_all] = t
+            end
+            t.alg, t.now, t.cost = alg, now, cost
+            t.limit = arg_int(argv, argi + 1, 1)
+            t.window = arg_int(argv, argi + 2, 1)
+            t.burst = arg_int(argv, argi + 3, 0)
+            t.precision = arg_int(argv, argi + 4, 0)
+            t.key, t.key2 = keys[nkeys + 1], keys[nkeys + 2]
             if alg == sliding_window_buckets
-                and (t.precision < 1 or math.fmod(t.window, t.precision) ~= 0) then
+                and (t.precision < 1 or fmod(t.window, t.precision) ~= 0) then
                 error('ratelimitd: precision_us must divide window_us')
             end
             nkeys = nkeys + alg.nkeys
             argi = argi + 5
-            tiers[#tiers + 1] = t
         end
-        check.last = #tiers
-        checks[c] = check
+        check.last = ntiers_all
     end
     if nkeys ~= #keys or argi ~= #argv + 1 then
         error('ratelimitd: the checks need ' .. nkeys .. ' keys and ' .. (argi - 1)
             .. ' arguments, got ' .. #keys .. ' and ' .. #argv)
     end
-    return checks, tiers
+    return nchecks
 end
 
 -- Pass 1 for one tier: reads its state and decides.
@@ -129,8 +143,9 @@ local function read_and_decide(t)
     return t.allowed
 end
 
--- Appends one tier's 7 figures to out, from the state read in pass 1.
-local function report(out, t, consumed)
+-- Stores one tier's 7 figures in out[n + 1 .. n + 7], from the state read
+-- in pass 1.
+local function report(out, n, t, consumed)
     local alg = t.alg
     local remaining, reset = alg.figures(t, consumed)
     local retry, delay = 0, 0
@@ -141,7 +156,6 @@ local function report(out, t, consumed)
     elseif t.cost > 0 and alg.delay then
         delay = alg.delay(t)
     end
-    local n = #out
     out[n + 1] = t.allowed and 1 or 0
     out[n + 2] = t.capacity
     out[n + 3] = remaining
@@ -152,14 +166,19 @@ local function report(out, t, consumed)
 end
 
 local function decide(keys, argv)
+    if not fmod then
+        bind_globals()
+    end
     local now = arg_now(argv)
     local dry_run = arg_flag(argv, 2)
-    local checks, tiers = parse(keys, argv, now)
+    local nchecks = parse(keys, argv, now)
+    local checks, tiers = CHECKS, TIERS
 
     -- Pass 1: read every tier and decide. Every tier is read even after one
     -- has denied, because every tier reports its figures.
     local request_allowed = true
-    for _, check in ipairs(checks) do
+    for c = 1, nchecks do
+        local check = checks[c]
         local allowed = true
         for i = check.first, check.last do
             allowed = read_and_decide(tiers[i]) and allowed
@@ -173,16 +192,18 @@ local function decide(keys, argv)
     -- The figures, before anything is written. A non-shadow check of an
     -- allowed request is always allowed.
     local out = { now, request_allowed and 1 or 0 }
-    for _, check in ipairs(checks) do
+    for c = 1, nchecks do
+        local check = checks[c]
         local consumed = request_allowed and check.allowed
         for i = check.first, check.last do
-            report(out, tiers[i], consumed)
+            report(out, 2 + 7 * (i - 1), tiers[i], consumed)
         end
     end
 
     -- Pass 2: take the cost, only for a real run of an allowed request.
     if request_allowed and not dry_run then
-        for _, check in ipairs(checks) do
+        for c = 1, nchecks do
+            local check = checks[c]
             if check.allowed and check.cost > 0 then
                 for i = check.first, check.last do
                     tiers[i].alg.commit(tiers[i])

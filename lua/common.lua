@@ -35,6 +35,32 @@
 -- starts with its algorithm's letter (f, c, t, g), so that a tier whose
 -- algorithm changed reads another's state as absent.
 
+-- The library functions used on every call, as upvalues: bound by the
+-- first call (decide calls bind_globals), as Redis 7.0 lets a library see
+-- no global at all while it loads; in the Function form that is once.
+local fmod, floor, max, min, format, match, tonumber, type
+
+-- The formats of the state strings (f: fixed_window, c: counter, t: token
+-- bucket, g: gcra) and of one integer. '%d' is twice as fast as '%.0f' and
+-- exact where Lua's integer format is 64 bits wide (it is checked); else
+-- they fall back to '%.0f'.
+local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G
+
+local function bind_globals()
+    fmod, floor, max, min = math.fmod, math.floor, math.max, math.min
+    format, match = string.format, string.match
+    tonumber, type = _G.tonumber, _G.type
+    local int = '%d'
+    if format(int, 2 ^ 53) ~= '9007199254740992' then
+        int = '%.0f'
+    end
+    FMT_INT = int
+    FMT_F = 'f:' .. int .. ':' .. int
+    FMT_C = 'c:' .. int .. ':' .. int .. ':' .. int
+    FMT_T = 't:' .. int .. ':' .. int .. ':' .. int
+    FMT_G = 'g:' .. int .. ':' .. int .. ':' .. int
+end
+
 -- Every key written lives this long after its state stops mattering: covers
 -- clock skew between daemons and the time between a script and the next.
 local EXPIRY_SLACK_MS = 1000
@@ -50,7 +76,7 @@ local CALL_CHUNK = 512
 -- then corrected by one for a negative a. (math.floor(a / b) corrected by
 -- +-1 against q * b works too, but q * b may itself round near 2^53.)
 local function idiv(a, b)
-    local r = math.fmod(a, b) -- sign of a, |r| < b
+    local r = fmod(a, b) -- sign of a, |r| < b
     local q = (a - r) / b
     if r < 0 then
         q = q - 1
@@ -60,7 +86,7 @@ end
 
 -- ceil(a / b), exactly, same ranges as idiv.
 local function idiv_ceil(a, b)
-    local r = math.fmod(a, b)
+    local r = fmod(a, b)
     local q = (a - r) / b
     if r > 0 then
         q = q + 1
@@ -70,13 +96,14 @@ end
 
 -- An integer as a plain decimal string: tostring() would print 1.7e+15.
 local function fmt(n)
-    return string.format('%.0f', n)
+    return format(FMT_INT, n)
 end
 
 -- The PX/PEXPIRE argument for a key that matters `us` more microseconds
--- (rounded up to ms), plus slack.
+-- (rounded up to ms), plus slack: a number, which redis.call formats
+-- exactly (%.17g; a PX here is below 2^53 / 1000 ms anyway).
 local function px_in(us)
-    return fmt(idiv_ceil(us, 1000) + EXPIRY_SLACK_MS)
+    return idiv_ceil(us, 1000) + EXPIRY_SLACK_MS
 end
 
 -- Makes key live for `us` more microseconds (rounded up to ms), plus slack.
@@ -101,6 +128,6 @@ local function call_chunked(cmd, key, args, per)
     local n = #args
     local step = CALL_CHUNK * per
     for i = 1, n, step do
-        redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, n)))
+        redis.call(cmd, key, unpack(args, i, min(i + step - 1, n)))
     end
 end

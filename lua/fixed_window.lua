@@ -23,7 +23,7 @@ function fixed_window.load(t)
     t.window_end, t.n = e, 0
     local v = get_string(t.key)
     if v then
-        local se, sn = string.match(v, '^f:(%d+):(%d+)$')
+        local se, sn = match(v, '^f:(%d+):(%d+)$')
         if tonumber(se) == e then
             t.n = tonumber(sn)
         end
@@ -43,7 +43,7 @@ function fixed_window.figures(t, consumed)
     if n > 0 then
         reset = t.window_end - t.now
     end
-    return math.max(0, t.limit - n), reset
+    return max(0, t.limit - n), reset
 end
 
 function fixed_window.retry(t)
@@ -51,6 +51,6 @@ function fixed_window.retry(t)
 end
 
 function fixed_window.commit(t)
-    redis.call('SET', t.key, 'f:' .. fmt(t.window_end) .. ':' .. fmt(t.n + t.cost),
+    redis.call('SET', t.key, format(FMT_F, t.window_end, t.n + t.cost),
         'PX', px_in(t.window_end - t.now))
 end

@@ -32,13 +32,13 @@ local function gcra_read(t)
     if not v then
         return 0
     end
-    local d, at, w = string.match(v, '^g:(%d+):(%d+):(%d+)$')
+    local d, at, w = match(v, '^g:(%d+):(%d+):(%d+)$')
     d, at, w = tonumber(d), tonumber(at), tonumber(w)
     if not w then
         return 0 -- another layout: as absent
     end
     if w ~= t.window then
-        d = math.min(idiv_ceil(d, w), t.capacity) * t.window
+        d = min(idiv_ceil(d, w), t.capacity) * t.window
     end
     local elapsed = t.now - at
     if elapsed <= 0 then
@@ -55,7 +55,7 @@ end
 
 -- Stores d as of now, and makes the key expire when TAT passes.
 local function gcra_write(t, d)
-    redis.call('SET', t.key, 'g:' .. fmt(d) .. ':' .. fmt(t.now) .. ':' .. fmt(t.window),
+    redis.call('SET', t.key, format(FMT_G, d, t.now, t.window),
         'PX', px_in(idiv_ceil(d, t.limit)))
 end
 
@@ -72,7 +72,7 @@ function gcra.figures(t, consumed)
     if consumed then
         d = d + t.cost * t.window
     end
-    return math.max(0, idiv(t.full - d, t.window)), idiv_ceil(d, t.limit)
+    return max(0, idiv(t.full - d, t.window)), idiv_ceil(d, t.limit)
 end
 
 function gcra.retry(t)

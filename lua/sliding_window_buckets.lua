@@ -68,7 +68,7 @@ function sliding_window_buckets.figures(t, consumed)
     if newest then
         reset = bucket_leaves(t, newest)
     end
-    return math.max(0, t.limit - count), reset
+    return max(0, t.limit - count), reset
 end
 
 function sliding_window_buckets.retry(t)

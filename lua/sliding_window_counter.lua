@@ -32,7 +32,7 @@ function sliding_window_counter.load(t)
     t.start, t.cur, t.prev, t.elapsed = start, 0, 0, t.now - start
     local v = get_string(t.key)
     if v then
-        local se, sc, sp = string.match(v, '^c:(%d+):(%d+):(%d+)$')
+        local se, sc, sp = match(v, '^c:(%d+):(%d+):(%d+)$')
         se = tonumber(se)
         if se == start + t.window then
             t.cur, t.prev = tonumber(sc), tonumber(sp)
@@ -57,7 +57,7 @@ function sliding_window_counter.figures(t, consumed)
     local remaining = 0
     local room = t.limit - cur
     if room > 0 then
-        remaining = math.max(0, idiv(room * W - t.prev * (W - t.elapsed), W))
+        remaining = max(0, idiv(room * W - t.prev * (W - t.elapsed), W))
     end
     local reset = 0
     if cur > 0 then
@@ -85,6 +85,6 @@ end
 
 function sliding_window_counter.commit(t)
     local e = t.start + t.window
-    redis.call('SET', t.key, 'c:' .. fmt(e) .. ':' .. fmt(t.cur + t.cost) .. ':' .. fmt(t.prev),
+    redis.call('SET', t.key, format(FMT_C, e, t.cur + t.cost, t.prev),
         'PX', px_in(e + t.window - t.now))
 end

@@ -42,13 +42,13 @@ function sliding_window_log.figures(t, consumed)
     if consumed and t.cost > 0 then
         count = count + t.cost
         -- max(): a member from a daemon whose clock is ahead can be newer.
-        newest = math.max(newest or t.now, t.now)
+        newest = max(newest or t.now, t.now)
     end
     local reset = 0
     if newest then
         reset = newest + t.window - t.now
     end
-    return math.max(0, t.limit - count), reset
+    return max(0, t.limit - count), reset
 end
 
 function sliding_window_log.retry(t)
@@ -77,7 +77,7 @@ function sliding_window_log.commit(t)
     end
     -- The newest member is now, unless a clock ahead of ours wrote one later
     -- (figures, always run before commit, read the newest in the window).
-    local ttl = math.max(t.newest or t.now, t.now) + t.window - t.now
+    local ttl = max(t.newest or t.now, t.now) + t.window - t.now
     local px = px_in(ttl)
     redis.call('PEXPIRE', key, px)
     redis.call('PEXPIRE', seqkey, px)

@@ -37,16 +37,16 @@ function token_bucket.load(t)
     if not v then
         return
     end
-    local s, last, w = string.match(v, '^t:(%d+):(%d+):(%d+)$')
+    local s, last, w = match(v, '^t:(%d+):(%d+):(%d+)$')
     s, last, w = tonumber(s), tonumber(last), tonumber(w)
     if not w then
         return -- another layout: as absent
     end
     if w ~= t.window then
-        s = math.min(idiv(s, w), t.capacity) * t.window
+        s = min(idiv(s, w), t.capacity) * t.window
     end
     -- A clock behind the one that wrote t refills nothing (elapsed >= 0).
-    local elapsed = math.max(0, t.now - last)
+    local elapsed = max(0, t.now - last)
     -- Compare elapsed against the time to fill up rather than multiplying
     -- it by limit: after a long idle elapsed * limit could pass 2^53. (Past
     -- a cut of the capacity, s > full: full at once.)
@@ -55,7 +55,7 @@ function token_bucket.load(t)
     else
         s = s + elapsed * t.limit
     end
-    t.s, t.last = s, math.max(last, t.now)
+    t.s, t.last = s, max(last, t.now)
 end
 
 function token_bucket.allows(t)
@@ -87,6 +87,6 @@ end
 function token_bucket.commit(t)
     local s = t.s - t.cost * t.window
     -- Keep the later of the two times: S is what the bucket holds then.
-    redis.call('SET', t.key, 't:' .. fmt(s) .. ':' .. fmt(t.last) .. ':' .. fmt(t.window),
+    redis.call('SET', t.key, format(FMT_T, s, t.last, t.window),
         'PX', px_in(refill_starts(t) + idiv_ceil(t.full - s, t.limit)))
 end

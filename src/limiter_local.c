@@ -8,13 +8,15 @@
  * and the in-memory form of each algorithm's Redis state. Does not own: key
  * encoding (policy.c), the request (request.c), clocks.
  *
- * Each algorithm has the script's five steps, with the same names: load
- * (reads only, into a struct tier_state like the script's `st`), allows,
- * figures, retry (and delay), commit. load keeps a pointer to the entry for
+ * Each algorithm has the script's steps, with the same names, in one row of
+ * ops_table (the script's ALGORITHMS table): load (reads only, into a
+ * struct tier_state like the script's `t`), allows, figures, retry, delay
+ * (leaky_bucket only), commit. load keeps a pointer to the entry for
  * figures and retry, which (like the script's) read the stored state
  * between the passes; commit looks its key up again, because writing a new
- * key may evict another, and writes absolute values computed from `st`, as
- * the script's HSET/SET do.
+ * key may evict another, and writes absolute values computed from the
+ * tier_state, as the script's SET/HINCRBY do. Nothing else in this file
+ * depends on which algorithm a tier uses.
  *
  * Arithmetic: int64, exact, in the same integers as the script. Products
  * that validated tiers keep below 2^53 are plain int64; the few that state

@@ -11,17 +11,21 @@
  * Pure: time is a parameter; no globals. A store is not thread-safe: one per
  * worker thread, or the caller serialises.
  *
- * State per key, as in Redis:
- *   fixed_window            {window index, count}
- *   sliding_window_counter  {window index, current, previous}
- *   token_bucket            {tokens * window, time}
- *   gcra, leaky_bucket      the theoretical arrival time a + b / limit (the
- *                           two share it, as their scripts share the string)
+ * State per key, as in Redis (times in absolute µs, scaled values with the
+ * window they are scaled by, so that a reload's new settings read them
+ * exactly as the script does):
+ *   fixed_window            {window end, count}
+ *   sliding_window_counter  {window end, current, previous}
+ *   token_bucket            {tokens * window, time, window}
+ *   gcra, leaky_bucket      {tokens short * window, time, window}: the
+ *                           theoretical arrival time time + short / limit
+ *                           (the two share it, as their scripts share the
+ *                           string)
  *   sliding_window_log      the scores of the units taken, run-length encoded
  *                           (one run per distinct µs: the script's members
  *                           differ only by a sequence number, which nothing
  *                           reads), so at most min(limit, distinct µs) runs
- *   sliding_window_buckets  {bucket index -> units}, at most window/precision
+ *   sliding_window_buckets  {bucket start -> units}, at most window/precision
  *                           live buckets
  * (the log's sequence key is not needed: one entry stands for both keys.)
  *
@@ -43,8 +47,9 @@
  *
  * If a tier's algorithm changes under the same tier name (a reload), the
  * entry of the other algorithm is treated as absent (gcra <-> leaky_bucket
- * keep it, as they share their state in Redis too); the script would fail
- * with WRONGTYPE or read missing fields.
+ * keep it, as they share their state in Redis too), as the script treats
+ * another algorithm's state string; where one of the two keeps a HASH or a
+ * ZSET (the buckets, the log) the script fails with WRONGTYPE instead.
  */
 #ifndef RATELIMITD_LIMITER_LOCAL_H
 #define RATELIMITD_LIMITER_LOCAL_H

@@ -45,8 +45,8 @@ static const struct algorithm_info {
     int has_delay; /* allowed requests may be told to wait (delay_us) */
 } algorithms[ALG__COUNT] = {
     [ALG_FIXED_WINDOW] = {"fixed_window", 1, BURST_NONE, 0, PRODUCT_NONE, LIMIT_MAX, 0},
-    [ALG_SLIDING_WINDOW_LOG] = {"sliding_window_log", 2, BURST_NONE, 0, PRODUCT_NONE,
-                                LOG_LIMIT_MAX, 0},
+    [ALG_SLIDING_WINDOW_LOG] = {"sliding_window_log", 2, BURST_NONE, 0, PRODUCT_NONE, LOG_LIMIT_MAX,
+                                0},
     [ALG_SLIDING_WINDOW_COUNTER] = {"sliding_window_counter", 1, BURST_NONE, 0,
                                     PRODUCT_LIMIT_WINDOW, LIMIT_MAX, 0},
     [ALG_SLIDING_WINDOW_BUCKETS] = {"sliding_window_buckets", 1, BURST_NONE, 1, PRODUCT_NONE,
@@ -54,8 +54,7 @@ static const struct algorithm_info {
     [ALG_TOKEN_BUCKET] = {"token_bucket", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX,
                           0},
     [ALG_GCRA] = {"gcra", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX, 0},
-    [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX,
-                          1},
+    [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX, 1},
 };
 
 static const struct algorithm_info *info(enum algorithm a)

@@ -40,7 +40,7 @@ FIELDS = ("allowed", "limit", "remaining", "reset_us", "retry_us", "delay_us", "
 R = None  # the RedisClient
 SHA = None  # the script's SHA1
 FUNCTION = None  # the library's function name
-CALLER = "evalsha"  # or "fcall": how every test below calls the code
+CALLER = "load"  # then "fcall", "evalsha": how the suite calls the code
 REPLIES = {}  # caller -> every reply of call() at a given now, in order
 
 
@@ -961,6 +961,7 @@ def test_integer_division():
     with open(path) as f:
         common = f.read()
     body = common + """
+bind_globals()
 local out = {}
 for i = 1, #ARGV, 2 do
     local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])

@@ -594,8 +594,8 @@ static int greedy(struct local_store *s, const struct policy *p, const char *key
  * used up by cost-1 requests 100 ms apart, settings changed 1.5 s in. */
 static void test_reload(void)
 {
-    static const int64_t probes[] = {0,         1,         999,        2999999,    3000000,  5999999,
-                                     6000000,   11000000,  29000000,   60000000 - 1, 60000001};
+    static const int64_t probes[] = {0,       1,        999,      2999999,      3000000, 5999999,
+                                     6000000, 11000000, 29000000, 60000000 - 1, 60000001};
     static const struct {
         int64_t limit, burst;
     } raises[] = {{20, 5}, {20, 10}}, cuts[] = {{4, 5}, {4, 2}, {10, 2}};

@@ -1,7 +1,6 @@
 /*
  * buf.c: the growable byte buffer (buf.h).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,16 +32,9 @@ void buf_append_str(struct buf *b, const char *s)
     buf_append(b, s, strlen(s));
 }
 
-void buf_append_char(struct buf *b, char c)
-{
-    *buf_reserve(b, 1) = c;
-    b->len++;
-}
-
 void buf_append_int(struct buf *b, long long v)
 {
-    char *p = buf_reserve(b, 24);
-    b->len += (size_t)snprintf(p, 24, "%lld", v);
+    b->len += util_format_int(buf_reserve(b, UTIL_INT_CHARS), v);
 }
 
 void buf_consume(struct buf *b, size_t n)

@@ -22,7 +22,13 @@ void buf_append(struct buf *b, const void *p, size_t n);
 
 void buf_append_str(struct buf *b, const char *s);
 
-void buf_append_char(struct buf *b, char c);
+/* Inline: the JSON writer appends most punctuation one byte at a time. */
+static inline void buf_append_char(struct buf *b, char c)
+{
+    if (b->len == b->cap)
+        buf_reserve(b, 1);
+    b->data[b->len++] = c;
+}
 
 /* Appends v in decimal. */
 void buf_append_int(struct buf *b, long long v);

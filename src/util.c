@@ -196,6 +196,24 @@ int64_t util_realtime_us(void)
     return clock_us(CLOCK_REALTIME);
 }
 
+size_t util_format_int(char *out, long long v)
+{
+    /* The magnitude as unsigned, so LLONG_MIN needs no special case. */
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char tmp[UTIL_INT_CHARS];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
 int64_t util_ceil_div(int64_t a, int64_t b)
 {
     return a / b + (a % b != 0);

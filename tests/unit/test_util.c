@@ -2,6 +2,7 @@
  * test_util.c: number and duration parsing, duration formatting, clocks,
  * allocation helpers and SHA-1.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,8 +270,51 @@ static void test_consttime_equal(void)
     ok(!util_consttime_equal("", 0, "abcdef", 6), "empty is not equal");
 }
 
+/* util_format_int against printf's %lld, at the edges and in between. */
+static void test_format_int(void)
+{
+    const long long vs[] = {0,
+                            1,
+                            -1,
+                            9,
+                            10,
+                            -10,
+                            99,
+                            100,
+                            12345,
+                            -67890,
+                            1000000007LL,
+                            (1LL << 53),
+                            -(1LL << 53),
+                            LLONG_MAX,
+                            LLONG_MIN,
+                            LLONG_MAX - 1,
+                            LLONG_MIN + 1};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+        char got[UTIL_INT_CHARS + 1], want[32];
+        got[util_format_int(got, vs[i])] = '\0';
+        snprintf(want, sizeof want, "%lld", vs[i]);
+        is_str(got, want, "format_int(%s)", want);
+    }
+    /* Every power of ten and its neighbours: each digit count. */
+    int all = 1;
+    for (long long p = 1; p > 0 && p <= LLONG_MAX / 10; p *= 10) {
+        for (long long d = -1; d <= 1; d++) {
+            char got[UTIL_INT_CHARS + 1], want[32];
+            got[util_format_int(got, p + d)] = '\0';
+            snprintf(want, sizeof want, "%lld", p + d);
+            all = all && strcmp(got, want) == 0;
+            got[util_format_int(got, -(p + d))] = '\0';
+            snprintf(want, sizeof want, "%lld", -(p + d));
+            all = all && strcmp(got, want) == 0;
+        }
+    }
+    ok(all, "format_int matches %%lld around every power of ten");
+}
+
 int main(void)
 {
+    test_format_int();
     test_consttime_equal();
     test_parse_int64();
     test_parse_duration();

@@ -66,6 +66,13 @@ void json_out_str(struct json_out *j, const char *s, size_t len)
     sep(j);
     buf_append_char(j->b, '"');
     while (p < end) {
+        /* Runs of plain ASCII, nearly every name and key, in one copy. */
+        const unsigned char *run = p;
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+            p++;
+        buf_append(j->b, run, (size_t)(p - run));
+        if (p == end)
+            break;
         unsigned char c = *p;
         if (c >= 0x80) {
             size_t n = utf8_seq(p, (size_t)(end - p));
@@ -79,10 +86,6 @@ void json_out_str(struct json_out *j, const char *s, size_t len)
             continue;
         }
         p++;
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            buf_append_char(j->b, (char)c);
-            continue;
-        }
         char esc[6] = {'\\', 0};
         size_t n = 2;
         switch (c) {

@@ -3,12 +3,22 @@
  *
  * Owns: the accepted shapes (one check, or "checks": [...]), the field
  * types, the key and cost rules and the merging of duplicate checks.
+ *
+ * Two paths, one answer. Nearly every body is one plain check, e.g.
+ * {"policy":"api","key":"user:1","cost":1}: plain_parse reads exactly that
+ * shape (ASCII strings without escapes, a small non-negative integer, true
+ * or false) straight from the bytes, and gives up on anything else, valid
+ * or not. What it gives up on goes through jansson (request_parse_full),
+ * which alone writes errors. So plain_parse only has to be right about
+ * what it accepts: the unit tests and fuzz_request compare the two paths on
+ * every input. Building a jansson tree was most of the cost of a check's
+ * parsing.
  * Does not own: policy lookup rules (config.c) or what happens next (check.c).
  */
 #include <jansson.h>
 #include <stdarg.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "request.h"
@@ -117,12 +127,157 @@ static int add_check(struct check_request *out, const struct check_item *item,
     return 0;
 }
 
-int request_parse(const struct config *cfg, const char *body, size_t len,
-                  struct check_request *out, struct request_error *err)
+/* A plain body being read: p moves forward, never past end. */
+struct plain {
+    const char *p, *end;
+};
+
+static void plain_ws(struct plain *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int plain_char(struct plain *r, char c)
+{
+    plain_ws(r);
+    if (r->p == r->end || *r->p != c)
+        return -1;
+    r->p++;
+    return 0;
+}
+
+/* A string of printable ASCII without escapes: what JSON means by it is
+ * its bytes. */
+static int plain_string(struct plain *r, const char **s, size_t *len)
+{
+    if (plain_char(r, '"') < 0)
+        return -1;
+    const char *start = r->p;
+    while (r->p < r->end && *r->p != '"') {
+        unsigned char c = (unsigned char)*r->p;
+        if (c < 0x20 || c >= 0x80 || c == '\\')
+            return -1;
+        r->p++;
+    }
+    if (r->p == r->end)
+        return -1;
+    *s = start;
+    *len = (size_t)(r->p - start);
+    r->p++;
+    return 0;
+}
+
+/* A JSON integer in [0, REQUEST_MAX_COST]: digits, no leading zero, not
+ * followed by a fraction or an exponent. */
+static int plain_cost(struct plain *r, int64_t *out)
+{
+    plain_ws(r);
+    int64_t v = 0;
+    const char *start = r->p;
+    while (r->p < r->end && *r->p >= '0' && *r->p <= '9') {
+        v = v * 10 + (*r->p - '0');
+        if (v > REQUEST_MAX_COST)
+            return -1;
+        r->p++;
+    }
+    size_t n = (size_t)(r->p - start);
+    if (n == 0 || (n > 1 && *start == '0'))
+        return -1;
+    if (r->p < r->end && (*r->p == '.' || *r->p == 'e' || *r->p == 'E'))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int plain_word(struct plain *r, const char *w)
+{
+    size_t n = strlen(w);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, w, n) != 0)
+        return -1;
+    r->p += n;
+    return 0;
+}
+
+/* The fast path: one plain check, or -1 for jansson to decide. */
+static int plain_parse(const struct config *cfg, const char *body, size_t len,
+                       struct check_request *out)
+{
+    struct plain r = {body, body + len};
+    const char *policy = NULL, *key = NULL;
+    size_t policy_len = 0, key_len = 0;
+    int64_t cost = 1;
+    int seen_cost = 0, seen_dry = 0, dry = 0;
+    if (plain_char(&r, '{') < 0)
+        return -1;
+    for (;;) {
+        const char *name;
+        size_t n;
+        if (plain_string(&r, &name, &n) < 0 || plain_char(&r, ':') < 0)
+            return -1;
+        if (n == 6 && memcmp(name, "policy", 6) == 0 && !policy) {
+            if (plain_string(&r, &policy, &policy_len) < 0)
+                return -1;
+        } else if (n == 3 && memcmp(name, "key", 3) == 0 && !key) {
+            if (plain_string(&r, &key, &key_len) < 0)
+                return -1;
+        } else if (n == 4 && memcmp(name, "cost", 4) == 0 && !seen_cost) {
+            if (plain_cost(&r, &cost) < 0)
+                return -1;
+            seen_cost = 1;
+        } else if (n == 7 && memcmp(name, "dry_run", 7) == 0 && !seen_dry) {
+            plain_ws(&r);
+            if (plain_word(&r, "true") == 0)
+                dry = 1;
+            else if (plain_word(&r, "false") < 0)
+                return -1;
+            seen_dry = 1;
+        } else {
+            return -1;
+        }
+        plain_ws(&r);
+        if (r.p < r.end && *r.p == ',') {
+            r.p++;
+            continue;
+        }
+        if (plain_char(&r, '}') < 0)
+            return -1;
+        break;
+    }
+    plain_ws(&r);
+    if (r.p != r.end || !policy || !key || key_len == 0 || key_len > POLICY_KEY_MAX ||
+        policy_len > POLICY_NAME_MAX)
+        return -1;
+    char name_buf[POLICY_NAME_MAX + 1];
+    memcpy(name_buf, policy, policy_len);
+    name_buf[policy_len] = '\0';
+    const struct policy *pol = config_find_policy(cfg, name_buf);
+    if (!pol)
+        return -1;
+    out->dry_run = dry;
+    out->checks = xcalloc(1, sizeof *out->checks);
+    out->checks[0] = (struct check_item){
+        .policy = pol, .key = xstrndup(key, key_len), .keylen = key_len, .cost = cost};
+    out->nchecks = 1;
+    return 0;
+}
+
+int request_parse(const struct config *cfg, const char *body, size_t len, struct check_request *out,
+                  struct request_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (plain_parse(cfg, body, len, out) == 0)
+        return 0;
+    return request_parse_full(cfg, body, len, out, err);
+}
+
+int request_parse_full(const struct config *cfg, const char *body, size_t len,
+                       struct check_request *out, struct request_error *err)
 {
     memset(out, 0, sizeof *out);
     json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
+    json_t *root =
+        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
         return fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
     if (!root)
@@ -155,8 +310,9 @@ int request_parse(const struct config *cfg, const char *body, size_t len,
     static const char *const multi_fields[] = {"checks", "dry_run", NULL};
     if (json_object_get(root, "policy") || json_object_get(root, "key") ||
         json_object_get(root, "cost")) {
-        fail(err, "invalid_request", "\"checks\" cannot be combined with \"policy\", \"key\" or "
-                                     "\"cost\": put each check inside \"checks\"");
+        fail(err, "invalid_request",
+             "\"checks\" cannot be combined with \"policy\", \"key\" or "
+             "\"cost\": put each check inside \"checks\"");
         goto done;
     }
     if (only_fields(root, multi_fields, "the request", err) < 0)

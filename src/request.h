@@ -23,7 +23,12 @@ struct request_error {
  * and returns 0. On error returns -1, fills *err and leaves *out empty.
  * The config must outlive *out: items point at its policies.
  */
-int request_parse(const struct config *cfg, const char *body, size_t len,
-                  struct check_request *out, struct request_error *err) RL_WUR;
+int request_parse(const struct config *cfg, const char *body, size_t len, struct check_request *out,
+                  struct request_error *err) RL_WUR;
+
+/* The same decoding through jansson only, without the fast path for plain
+ * bodies: the reference request_parse is tested against. */
+int request_parse_full(const struct config *cfg, const char *body, size_t len,
+                       struct check_request *out, struct request_error *err) RL_WUR;
 
 #endif

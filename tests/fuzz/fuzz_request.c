@@ -18,7 +18,8 @@
  * names, 16 sliding_window_log tiers of two keys each).
  *
  * Beyond what ASan/UBSan/LSan catch, the harness aborts when a documented
- * contract breaks: request_parse's rules about an accepted request, the
+ * contract breaks: request_parse's rules about an accepted request (and
+ * its fast path's answer being request_parse_full's, always), the
  * script call's shape, key encoding (each Redis key must decode back to
  * exactly the caller's key, inside one hash tag), and every answer being a
  * complete HTTP response whose Content-Length is its body's, and whose body
@@ -471,14 +472,39 @@ static void decide(const struct check_request *req, size_t ntiers, uint64_t seed
     check_answer(&ans, req);
     answer_free(&ans);
 
-    v = (struct verdict){.kind = VERDICT_UNAVAILABLE, .req = req,
-                         .why = "fuzz: redis is unavailable"};
+    v = (struct verdict){
+        .kind = VERDICT_UNAVAILABLE, .req = req, .why = "fuzz: redis is unavailable"};
     render(&v, &ans);
     check_answer(&ans, req);
     answer_free(&ans);
 
     free(results);
     free(ints);
+}
+
+/* request_parse (with its fast path for plain bodies) answers exactly what
+ * jansson's path alone answers. */
+static void check_same_as_full(const uint8_t *data, size_t size, int rc,
+                               const struct check_request *req, const struct request_error *err)
+{
+    struct check_request full;
+    struct request_error ferr;
+    int frc = request_parse_full(cfg, (const char *)data, size, &full, &ferr);
+    REQUIRE(frc == rc, "request_parse says %d, request_parse_full %d", rc, frc);
+    if (rc < 0) {
+        REQUIRE(strcmp(err->code, ferr.code) == 0 && strcmp(err->message, ferr.message) == 0,
+                "the paths refuse differently: %s / %s", err->message, ferr.message);
+        return;
+    }
+    REQUIRE(req->dry_run == full.dry_run && req->nchecks == full.nchecks,
+            "the paths accept differently");
+    for (size_t i = 0; i < req->nchecks; i++)
+        REQUIRE(req->checks[i].policy == full.checks[i].policy &&
+                    req->checks[i].keylen == full.checks[i].keylen &&
+                    memcmp(req->checks[i].key, full.checks[i].key, req->checks[i].keylen) == 0 &&
+                    req->checks[i].cost == full.checks[i].cost,
+                "check %zu differs between the paths", i);
+    request_free(&full);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -488,7 +514,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct script_call call;
     struct answer ans;
 
-    if (request_parse(cfg, (const char *)data, size, &req, &err) < 0) {
+    int rc = request_parse(cfg, (const char *)data, size, &req, &err);
+    check_same_as_full(data, size, rc, &req, &err);
+    if (rc < 0) {
         REQUIRE(req.nchecks == 0 && req.checks == NULL, "a refused request left checks behind");
         REQUIRE(err.status == 400 && err.code != NULL, "status %d", err.status);
         REQUIRE(memchr(err.message, '\0', sizeof(err.message)) != NULL, "message not terminated");

@@ -69,8 +69,8 @@ static void test_bad(const struct config *cfg)
         ok(rc == -1 && e.status == 400 && e.code && strcmp(e.code, bad[i].code) == 0 &&
                strstr(e.message, bad[i].needle) != NULL,
            "rejects %s as %s", bad[i].body, bad[i].code);
-        if (rc == -1 && (!e.code || strcmp(e.code, bad[i].code) != 0 ||
-                         !strstr(e.message, bad[i].needle)))
+        if (rc == -1 &&
+            (!e.code || strcmp(e.code, bad[i].code) != 0 || !strstr(e.message, bad[i].needle)))
             printf("#   got %s: %s\n", e.code, e.message);
         ok(r.nchecks == 0 && r.checks == NULL, "nothing left allocated for %s", bad[i].body);
     }
@@ -91,8 +91,7 @@ static void test_key_lengths(const struct config *cfg)
                len);
             request_free(&r);
         } else {
-            ok(rc == -1 && strcmp(e.code, "invalid_key") == 0, "a key of %d bytes is refused",
-               len);
+            ok(rc == -1 && strcmp(e.code, "invalid_key") == 0, "a key of %d bytes is refused", len);
         }
     }
 }
@@ -136,6 +135,102 @@ static void test_good(const struct config *cfg)
     request_free(&r);
 }
 
+/* Bodies at the edges of the fast path for plain bodies: each must get
+ * exactly jansson's answer (request_parse_full). */
+static const char *const edges[] = {
+    "{\"policy\":\"login\",\"key\":\"a\"}",
+    " \t\r\n{ \"policy\" : \"login\" , \"key\" : \"a\" , \"cost\" : 7 } \n",
+    "{\"key\":\"a\",\"policy\":\"login\"}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":0}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":00}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":01}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":-0}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1e3}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1E3}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1.}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1000000000}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1000000001}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":99999999999999999999999}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"cost\":5,\"cost\":6}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":true}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":false}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":tru}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":truex}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":null}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":true,\"dry_run\":true}",
+    "{\"policy\":\"login\",\"key\":\"a\",}",
+    "{\"policy\":\"login\",\"key\":\"a\"}x",
+    "{\"policy\":\"login\",\"key\":\"a\"}}",
+    "{\"policy\":\"login\",\"key\":\"a\"",
+    "{\"policy\":\"login\",\"key\":\"a",
+    "{\"policy\":\"login\",\"key\":\"a\\\"b\"}",
+    "{\"policy\":\"login\",\"key\":\"a\tb\"}",
+    "{\"policy\":\"login\",\"key\":\"\x7f\"}",
+    "{\"policy\":\"login\",\"key\":\"\xff\"}",
+    "{\"policy\":\"login\",\"key\":\"\xc3\xa9\"}",
+    "{\"policy\":\"login\",\"policy\":\"user\",\"key\":\"a\"}",
+    "{\"policy\":\"\",\"key\":\"a\"}",
+    "{\"policy\":\"log\\u0069n\",\"key\":\"a\"}",
+    "{\"policy\":\"login\",\"key\":\"\"}",
+    "{\"policy\":\"login\",\"ke\\u0079\":\"a\"}",
+    "{\"policy\":\"login\",\"key\":\"a\",\"checks\":[]}",
+    "{\"policy\":\"user\",\"key\":\"a\",\"cost\":3,\"dry_run\":true}",
+    "{\"policy\":"
+    "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\","
+    "\"key\":\"a\"}",
+    "{}",
+    "{",
+    "",
+    "{\"policy\":\"login\",\"key\":\"a\"} \x01",
+};
+
+/* Both paths give the same answer for body[0..len). */
+static int paths_agree(const struct config *cfg, const char *body, size_t len)
+{
+    struct check_request a, b;
+    struct request_error ea = {0}, eb = {0};
+    int ra = request_parse(cfg, body, len, &a, &ea);
+    int rb = request_parse_full(cfg, body, len, &b, &eb);
+    int same = ra == rb;
+    if (same && ra == 0) {
+        same = a.dry_run == b.dry_run && a.nchecks == b.nchecks;
+        for (size_t i = 0; same && i < a.nchecks; i++)
+            same = a.checks[i].policy == b.checks[i].policy &&
+                   a.checks[i].keylen == b.checks[i].keylen &&
+                   memcmp(a.checks[i].key, b.checks[i].key, a.checks[i].keylen) == 0 &&
+                   a.checks[i].cost == b.checks[i].cost;
+    } else if (same) {
+        same = ea.status == eb.status && strcmp(ea.code, eb.code) == 0 &&
+               strcmp(ea.message, eb.message) == 0;
+    }
+    if (ra == 0)
+        request_free(&a);
+    if (rb == 0)
+        request_free(&b);
+    return same;
+}
+
+static void test_paths_agree(const struct config *cfg)
+{
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        ok(paths_agree(cfg, edges[i], strlen(edges[i])), "fast path agrees with jansson on %s",
+           edges[i]);
+    int all = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        all = all && paths_agree(cfg, bad[i].body, strlen(bad[i].body));
+    ok(all, "and on every refused body above");
+    static const char nul[] = "{\"policy\":\"login\",\"key\":\"a\"}\0";
+    ok(paths_agree(cfg, nul, sizeof nul - 1), "and on a body with a NUL after it");
+    /* Every prefix of a plain body: each cut is somewhere the fast path
+     * must give up. */
+    const char *full = edges[1];
+    all = 1;
+    for (size_t n = 0; n <= strlen(full); n++)
+        all = all && paths_agree(cfg, full, n);
+    ok(all, "and on every prefix of a plain body");
+}
+
 int main(void)
 {
     char err[RL_ERRLEN];
@@ -146,6 +241,7 @@ int main(void)
         test_bad(cfg);
         test_key_lengths(cfg);
         test_good(cfg);
+        test_paths_agree(cfg);
     }
     config_unref(cfg);
     return tap_done();

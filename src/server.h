@@ -41,9 +41,11 @@ struct server {
     struct worker *workers; /* nworkers of them */
     int draining;           /* SIGTERM seen */
     /* Process-wide counts behind max_connections and max_inflight, taken
-     * and released by every worker with server_count_take/_release (atomic:
-     * one uncontended compare-and-swap per connection or backend call, a
-     * few ns against the µs of a Redis call; bench/memory_workers.sh). */
+     * and released by every worker with server_count_take/_release (two
+     * atomic operations per connection or Redis call: 0.3 to 0.5 % of the
+     * daemon's samples with 2 workers, bench/memory_workers.sh; a share per
+     * worker would be free but refuse below the value, as SO_REUSEPORT
+     * spreads connections unevenly). */
     size_t connections;     /* counted connections open on `listen` */
     size_t backend_pending; /* backend calls not yet completed */
 };

@@ -31,6 +31,7 @@ struct check {
     int64_t started_us; /* monotonic, for the access log */
     int64_t sent_us;    /* monotonic, when the backend was asked */
     int backend_pending;
+    int counted;  /* the call holds one of srv->backend_pending (max_inflight) */
     int starting; /* inside check_start: the caller still holds c */
 };
 
@@ -73,8 +74,7 @@ static void count_checks(struct check *c, const struct verdict *v)
     const struct tier_result *r = v->results;
     for (size_t i = 0; i < c->req.nchecks; i++) {
         const struct policy *p = c->req.checks[i].policy;
-        enum metrics_decision d = verdict_status(v) == 503 ? METRICS_UNAVAILABLE
-                                                           : METRICS_DEGRADED;
+        enum metrics_decision d = verdict_status(v) == 503 ? METRICS_UNAVAILABLE : METRICS_DEGRADED;
         if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL) {
             int allowed = 1;
             for (size_t j = 0; j < p->ntiers; j++, r++)
@@ -139,8 +139,8 @@ static void answer_unavailable(struct check *c, const char *why)
 static int cacheable(const struct check *c)
 {
     const struct check_item *it = &c->req.checks[0];
-    return c->w->deny && !c->w->backend->ops->in_process && c->req.nchecks == 1 && !c->req.dry_run && !it->policy->shadow &&
-           it->policy->deny_cache && it->cost > 0;
+    return c->w->deny && !c->w->backend->ops->in_process && c->req.nchecks == 1 &&
+           !c->req.dry_run && !it->policy->shadow && it->policy->deny_cache && it->cost > 0;
 }
 
 static int answer_from_cache(struct check *c)
@@ -166,11 +166,32 @@ static void remember_denial(struct check *c, const struct verdict *v)
                    it->policy->ntiers, v->sum.retry_us, c->sent_us);
 }
 
+/* max_inflight counts backend calls not yet completed, across every worker:
+ * a call answered at its deadline still waits in Redis's queue. */
+static void release_inflight(struct check *c)
+{
+    if (c->counted)
+        server_count_release(&c->w->srv->backend_pending);
+    c->counted = 0;
+}
+
+/* 1 if c may ask the backend: an in-process backend completes within the
+ * call (nothing waits, and its hot path stays free of shared writes);
+ * another takes one of the process's max_inflight. */
+static int take_inflight(struct check *c)
+{
+    struct worker *w = c->w;
+    if (w->backend->ops->in_process)
+        return 1;
+    c->counted = server_count_take(&w->srv->backend_pending, (size_t)c->cfg->max_inflight);
+    return c->counted;
+}
+
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
     c->backend_pending = 0;
-    c->w->backend_pending--;
+    release_inflight(c);
     if (!c->reply) {
         maybe_free(c); /* answered at the deadline, or cancelled */
         return;
@@ -184,8 +205,8 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
         return;
     }
     case BACKEND_ERROR:
-        log_limited(c->w->log, &c->w->error_log, util_monotonic_us(), LOG_LVL_ERROR,
-                    "redis error", "error", r->errmsg, NULL);
+        log_limited(c->w->log, &c->w->error_log, util_monotonic_us(), LOG_LVL_ERROR, "redis error",
+                    "error", r->errmsg, NULL);
         answer_unavailable(c, "redis returned an error");
         return;
     case BACKEND_UNAVAILABLE:
@@ -217,10 +238,9 @@ static void ask_backend(struct check *c)
     c->sent_us = util_monotonic_us();
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
     c->backend_pending = 1;
-    w->backend_pending++;
     if (backend_decide(w->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
         c->backend_pending = 0;
-        w->backend_pending--;
+        release_inflight(c);
         answer_unavailable(c, "redis is unavailable");
         return;
     }
@@ -249,9 +269,10 @@ struct check *check_start(struct worker *w, struct check_request *req, check_rep
     w->inflight++;
 
     /* Past max_inflight calls waiting for the backend (answered at their
-     * deadline or not), answer at once rather than queue without bound. */
+     * deadline or not) in the whole process, answer at once rather than
+     * queue without bound. */
     if (answer_from_cache(c)) {
-    } else if (!w->backend->ops->in_process && w->backend_pending >= (size_t)c->cfg->max_inflight) {
+    } else if (!take_inflight(c)) {
         if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
             answer_unavailable(c, "too many checks in flight");
         } else {

@@ -49,6 +49,7 @@
 #include "metrics.h"
 #include "request.h"
 #include "response.h"
+#include "server.h"
 #include "worker.h"
 
 #define HTTP_PIPELINE_MAX 16   /* requests of one connection awaiting their answers */
@@ -112,8 +113,8 @@ struct http {
     struct event resume; /* re-enables accepting after running out of descriptors */
     struct http_limits limits;
     int64_t idle_us, request_us;
-    size_t max_conns, nconns;
-    char *token; /* NULL: /check needs none */
+    size_t max_conns; /* process-wide: counted in server.connections */
+    char *token;      /* NULL: /check needs none */
     size_t token_len;
     struct conn *conns;
     int draining;
@@ -141,7 +142,7 @@ static void conn_free(struct conn *c)
     buf_free(&c->in);
     buf_free(&c->out);
     if (c->counted)
-        h->nconns--;
+        server_count_release(&h->w->srv->connections);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -532,12 +533,13 @@ static void conn_new(struct http *h, struct listener *l, int fd)
     /* Only the check port's connections count: callers filling it must
      * not lock out health probes and scrapes on admin_listen. */
     if (l->checks) {
-        if (h->nconns >= h->max_conns) {
-            c->over_limit = 1;
-        } else {
+        /* One count for the whole process, whichever worker accepted:
+         * SO_REUSEPORT does not spread connections evenly, so a share per
+         * worker would refuse some below the configured value. */
+        if (server_count_take(&h->w->srv->connections, h->max_conns))
             c->counted = 1;
-            h->nconns++;
-        }
+        else
+            c->over_limit = 1;
     }
     c->next = h->conns;
     if (h->conns)

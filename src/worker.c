@@ -5,8 +5,8 @@
  * which the main thread hands it a reload or a drain; readiness, the
  * metrics text and the end of a drain.
  */
-#include <event2/event.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,13 +114,13 @@ static int open_listeners(struct worker *w, char *err, size_t errlen)
     const struct config *cfg = w->config;
     const struct worker *first = w->id ? &w->srv->workers[0] : NULL;
     int reuseport = cfg->workers != 1;
-    w->listen_fd = open_listener(cfg->listen, reuseport, first ? first->listen_fd : -1, err,
-                                 errlen);
+    w->listen_fd =
+        open_listener(cfg->listen, reuseport, first ? first->listen_fd : -1, err, errlen);
     if (w->listen_fd < 0)
         return -1;
     if (cfg->admin_listen) {
-        w->admin_fd = open_listener(cfg->admin_listen, reuseport, first ? first->admin_fd : -1,
-                                    err, errlen);
+        w->admin_fd =
+            open_listener(cfg->admin_listen, reuseport, first ? first->admin_fd : -1, err, errlen);
         if (w->admin_fd < 0)
             return -1;
     }
@@ -131,8 +131,14 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                 char *err, size_t errlen)
 {
     const struct config *cfg = srv->config;
-    *w = (struct worker){.srv = srv, .id = id, .base = base, .log = &srv->log,
-                         .wake = {-1, -1}, .listen_fd = -1, .admin_fd = -1, .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+    *w = (struct worker){.srv = srv,
+                         .id = id,
+                         .base = base,
+                         .log = &srv->log,
+                         .wake = {-1, -1},
+                         .listen_fd = -1,
+                         .admin_fd = -1,
+                         .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                          .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
     pthread_mutex_init(&w->mail_lock, NULL);
     w->config = config_ref(srv->config);
@@ -290,9 +296,26 @@ int server_ready(const struct server *srv)
     return srv->nworkers > 0;
 }
 
+int server_count_take(size_t *count, size_t max)
+{
+    size_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+    /* A compare-and-swap rather than add-then-undo: a take that fails
+     * never shows, even for a moment, as a taken unit to another worker
+     * (which could then be refused below the limit). */
+    do {
+        if (n >= max)
+            return 0;
+    } while (!__atomic_compare_exchange_n(count, &n, n + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return 1;
+}
+
+void server_count_release(size_t *count)
+{
+    __atomic_sub_fetch(count, 1, __ATOMIC_RELAXED);
+}
+
 void server_local_decide(struct server *srv, const char *key_prefix,
-                         const struct check_request *req, int64_t now_us,
-                         struct tier_result *out)
+                         const struct check_request *req, int64_t now_us, struct tier_result *out)
 {
     pthread_mutex_lock(&srv->local_lock);
     local_decide(srv->local, key_prefix, req, now_us, out);

@@ -2,7 +2,9 @@
  * worker.h: one event loop and everything that lives on it: the fronts'
  * connections, a backend connection, the failure_mode local store, the deny
  * cache and a metrics shard. Nothing here is shared with another worker, so
- * the hot path takes no lock; what is process-wide lives in struct server.
+ * the hot path takes no lock; what is process-wide lives in struct server
+ * (the in-memory store under its lock, the counts behind max_connections
+ * and max_inflight).
  */
 #ifndef RATELIMITD_WORKER_H
 #define RATELIMITD_WORKER_H
@@ -29,14 +31,13 @@ struct worker {
     const struct logger *log;
     struct config *config; /* this worker's current snapshot (one reference) */
     struct backend *backend;
-    int backend_up; /* backend_ready, kept for other threads (atomic access) */
-    struct deny_cache *deny;   /* NULL: no deny cache */
-    struct metrics *metrics;   /* this worker's shard */
+    int backend_up;          /* backend_ready, kept for other threads (atomic access) */
+    struct deny_cache *deny; /* NULL: no deny cache */
+    struct metrics *metrics; /* this worker's shard */
     struct http *http;
-    int listen_fd, admin_fd; /* listening sockets (listen.h); -1: none */
-    size_t inflight;        /* checks started and not yet answered */
-    size_t backend_pending; /* backend calls not yet completed */
-    int draining;           /* no new checks; stop once idle */
+    int listen_fd, admin_fd;    /* listening sockets (listen.h); -1: none */
+    size_t inflight;            /* checks started and not yet answered */
+    int draining;               /* no new checks; stop once idle */
     struct log_limit late_log;  /* "redis deadline passed" */
     struct log_limit error_log; /* "redis error" */
 
@@ -53,8 +54,8 @@ struct worker {
 };
 
 /* Makes worker id on base from srv->config: its backend (not started), its
- * metrics shard and its HTTP front (the local store is the server's). On error returns -1 with a message;
- * worker_fini then frees what was made. */
+ * metrics shard and its HTTP front (the local store is the server's). On error returns -1 with a
+ * message; worker_fini then frees what was made. */
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import harness
@@ -16,6 +17,19 @@ BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 # A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
 # (tools/valgrind.sh sets it).
 WRAPPER = os.environ.get("RATELIMITD_WRAPPER", "").split()
+
+# Every algorithm, with what its tier needs besides name, limit and window
+# for a limit of 100 over 1h to admit exactly 100 at once (the tests of
+# exact limits under concurrency).
+ALGORITHMS = {
+    "fixed_window": "",
+    "sliding_window_log": "",
+    "sliding_window_counter": "",
+    "sliding_window_buckets": ", precision: 1m",
+    "token_bucket": "",
+    "gcra": "",
+    "leaky_bucket": ", burst: 99",
+}
 
 
 class Response:
@@ -140,3 +154,38 @@ class Daemon:
             harness.diag("ratelimitd exited with %s; its log:\n%s" % (self.proc.returncode,
                                                                       self.logs()))
         return self.proc.returncode
+
+
+def hammer(d, policy, key="hot", clients=100, per_client=3):
+    """clients threads, each with a keep-alive connection of its own (so
+    with `workers` every worker takes a share), opened before any sends,
+    then per_client checks of one key each, all at once. Returns
+    {200: n, 429: n, "other": n}: other is an error status, a dropped
+    connection or a timeout."""
+    counts = {200: 0, 429: 0, "other": 0}
+    lock = threading.Lock()
+    go = threading.Event()
+    body = json.dumps({"policy": policy, "key": key})
+
+    def client():
+        conn = d.connection()
+        go.wait()
+        for _ in range(per_client):
+            try:
+                conn.request("POST", "/check", body=body)
+                r = conn.getresponse()
+                r.read()
+                status = r.status if r.status in (200, 429) else "other"
+            except OSError:
+                status = "other"
+            with lock:
+                counts[status] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(60)
+    return counts

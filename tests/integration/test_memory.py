@@ -5,23 +5,13 @@ metrics counted as decisions (not as local fallbacks), and no Redis
 warnings in the log."""
 import os
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import promtext  # noqa: E402
-from daemon import Daemon  # noqa: E402
+from daemon import ALGORITHMS, Daemon, hammer  # noqa: E402
 
 LIMIT = 100
-ALGORITHMS = {
-    "fixed_window": "",
-    "sliding_window_log": "",
-    "sliding_window_counter": "",
-    "sliding_window_buckets": ", precision: 1m",
-    "token_bucket": "",
-    "gcra": "",
-    "leaky_bucket": ", burst: 99",
-}
 POLICY = "policies:\n" + "".join(
     "  %s: {tiers: [{name: t, algorithm: %s, limit: %d, window: 1h%s}]}\n"
     % (a, a, LIMIT, extra) for a, extra in ALGORITHMS.items()) + """\
@@ -30,32 +20,6 @@ POLICY = "policies:\n" + "".join(
 """
 # Nothing listens on port 1: a daemon that tried Redis would log about it.
 NO_REDIS = "redis://127.0.0.1:1/0"
-
-
-def hammer(d, policy, clients=100, per_client=3):
-    counts = {200: 0, 429: 0, "other": 0}
-    lock = threading.Lock()
-
-    def client():
-        conn = d.connection()
-        for _ in range(per_client):
-            try:
-                conn.request("POST", "/check", body='{"policy":"%s","key":"hot"}' % policy)
-                r = conn.getresponse()
-                r.read()
-                status = r.status if r.status in (200, 429) else "other"
-            except OSError:
-                status = "other"
-            with lock:
-                counts[status] += 1
-        conn.close()
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return counts
 
 
 def main(extra=""):

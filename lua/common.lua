@@ -38,7 +38,7 @@
 -- The library functions used on every call, as upvalues: bound by the
 -- first call (decide calls bind_globals), as Redis 7.0 lets a library see
 -- no global at all while it loads; in the Function form that is once.
-local fmod, floor, max, min, format, match, tonumber, type
+local fmod, floor, max, min, format, match, gmatch, tonumber, type
 
 -- The formats of the state strings (f: fixed_window, c: counter, t: token
 -- bucket, g: gcra) and of one integer. '%d' is twice as fast as '%.0f' and
@@ -48,7 +48,7 @@ local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G
 
 local function bind_globals()
     fmod, floor, max, min = math.fmod, math.floor, math.max, math.min
-    format, match = string.format, string.match
+    format, match, gmatch = string.format, string.match, string.gmatch
     tonumber, type = _G.tonumber, _G.type
     local int = '%d'
     if format(int, 2 ^ 53) ~= '9007199254740992' then

@@ -47,23 +47,21 @@ local REASON_COST_EXCEEDS_LIMIT = 1
 
 local EXACT_MAX = 2 ^ 53
 
--- s as an integer >= least, or nil.
+-- s as an integer >= least, or nil. (v % 1 rather than floor(v): no call;
+-- NaN and inf fail it.)
 local function int_of(s, least)
     local v = tonumber(s)
-    if v and v >= least and v == floor(v) and v <= EXACT_MAX then
+    if v and v >= least and v % 1 == 0 and v <= EXACT_MAX then
         return v
     end
     return nil
 end
 
--- argv[i] as an integer >= least; anything else is a bug in the caller.
-local function arg_int(argv, i, least)
-    local v = int_of(argv[i], least)
-    if not v then
-        error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
-            .. ', got ' .. tostring(argv[i]))
-    end
-    return v
+-- Raises the error for argv[i], which is not an integer >= least: a bug in
+-- the caller. Used as `int_of(argv[i], least) or bad_int(argv, i, least)`.
+local function bad_int(argv, i, least)
+    error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
+        .. ', got ' .. tostring(argv[i]))
 end
 
 -- argv[i] as a boolean, from "0" or "1".
@@ -81,7 +79,7 @@ local function arg_now(argv)
         local time = redis.call('TIME')
         return tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
-    return arg_int(argv, 1, 0)
+    return int_of(argv[1], 0) or bad_int(argv, 1, 0)
 end
 
 -- One tier's settings from words[i .. i + 4] of a policy string, validated.
@@ -133,22 +131,21 @@ end
 local POLICIES, npolicies = {}, 0
 local POLICIES_MAX = 1000
 
--- The parsed policy for s, from POLICIES or parsed now. Its tier tables
--- carry one call's fields, so a policy met twice in one call (two keys of
--- one policy) gets a fresh parse the second time: `call` numbers the calls.
+-- Which call this is: a policy's `call` says which call last used it.
 local ncalls = 0
-local function policy_of(s)
-    local policy = POLICIES[s]
-    if not policy then
-        policy = parse_policy(s)
+
+-- The policy for s when POLICIES[s] cannot serve this call: s is new (it
+-- is parsed and kept), or this call already uses POLICIES[s] (two keys of
+-- one policy: its tier tables carry one call's fields, so the second gets
+-- a parse of its own).
+local function policy_parsed(s)
+    local policy = parse_policy(s)
+    if not POLICIES[s] then
         if npolicies >= POLICIES_MAX then
             POLICIES, npolicies = {}, 0
         end
         POLICIES[s], npolicies = policy, npolicies + 1
-    elseif policy.call == ncalls then
-        return parse_policy(s)
     end
-    policy.call = ncalls
     return policy
 end
 
@@ -161,24 +158,29 @@ end
 local CHECKS, TIERS = {}, {}
 
 -- Parses the checks into CHECKS[1..nchecks], each {shadow, cost, first,
--- last}, TIERS[first..last] being its tiers. Returns nchecks.
+-- last}, TIERS[first..last] being its tiers. Returns nchecks and the
+-- number of tiers in all.
 local function parse(keys, argv, now)
     local nargs = #argv
-    local nchecks = (nargs - 2) / 2
-    if nchecks < 0 or nchecks ~= floor(nchecks) then
+    if nargs < 2 or nargs % 2 ~= 0 then
         error('ratelimitd: ARGV is now, dry_run, then cost and policy per check; got '
             .. nargs .. ' arguments')
     end
     ncalls = ncalls + 1
     local nkeys, ntiers = 0, 0
-    for c = 1, nchecks do
+    for c = 1, nargs / 2 - 1 do
         local check = CHECKS[c]
         if not check then
             check = {}
             CHECKS[c] = check
         end
-        local cost = arg_int(argv, 2 * c + 1, 0)
-        local policy = policy_of(argv[2 * c + 2])
+        local cost = int_of(argv[2 * c + 1], 0) or bad_int(argv, 2 * c + 1, 0)
+        local s = argv[2 * c + 2]
+        local policy = POLICIES[s]
+        if not policy or policy.call == ncalls then
+            policy = policy_parsed(s)
+        end
+        policy.call = ncalls
         check.shadow, check.cost, check.first = policy.shadow, cost, ntiers + 1
         for i = 1, policy.ntiers do
             local t = policy[i]
@@ -192,7 +194,7 @@ local function parse(keys, argv, now)
     if nkeys ~= #keys then
         error('ratelimitd: the checks need ' .. nkeys .. ' keys, got ' .. #keys)
     end
-    return nchecks
+    return nargs / 2 - 1, ntiers
 end
 
 -- Pass 1 for one tier: reads its state and decides.
@@ -235,13 +237,17 @@ local function report(out, n, t, consumed)
     out[n + 7] = t.reason
 end
 
+-- The reply, reused from call to call like CHECKS (Redis converts it when
+-- decide returns); nout is how many integers it held last.
+local OUT, nout = {}, 0
+
 local function decide(keys, argv)
     if not fmod then
         bind_globals()
     end
     local now = arg_now(argv)
     local dry_run = arg_flag(argv, 2)
-    local nchecks = parse(keys, argv, now)
+    local nchecks, ntiers = parse(keys, argv, now)
     local checks, tiers = CHECKS, TIERS
 
     -- Pass 1: read every tier and decide. Every tier is read even after one
@@ -261,7 +267,12 @@ local function decide(keys, argv)
 
     -- The figures, before anything is written. A non-shadow check of an
     -- allowed request is always allowed.
-    local out = { now, request_allowed and 1 or 0 }
+    local out, n = OUT, 2 + 7 * ntiers
+    for i = n + 1, nout do
+        out[i] = nil -- the reply ends at its first nil
+    end
+    nout = n
+    out[1], out[2] = now, request_allowed and 1 or 0
     for c = 1, nchecks do
         local check = checks[c]
         local consumed = request_allowed and check.allowed

@@ -76,8 +76,9 @@ end
 -- The current time in µs: argv[1], or the server's TIME if it is "".
 local function arg_now(argv)
     if argv[1] == '' then
+        -- Arithmetic converts TIME's two decimal strings: no tonumber calls.
         local time = redis.call('TIME')
-        return tonumber(time[1]) * 1000000 + tonumber(time[2])
+        return time[1] * 1000000 + time[2]
     end
     return int_of(argv[1], 0) or bad_int(argv, 1, 0)
 end

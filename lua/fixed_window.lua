@@ -42,11 +42,15 @@ function fixed_window.figures(t, consumed)
     if consumed then
         n = n + t.cost
     end
-    local reset = 0
-    if n > 0 then
-        reset = t.window_end - t.now
+    if n == 0 then
+        return t.limit, 0
     end
-    return max(0, t.limit - n), reset
+    -- n > limit after a cut of the limit (a reload): none remaining.
+    local remaining = t.limit - n
+    if remaining < 0 then
+        remaining = 0
+    end
+    return remaining, t.window_end - t.now
 end
 
 function fixed_window.retry(t)

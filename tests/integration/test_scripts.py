@@ -633,6 +633,16 @@ def test_writes():
     report("multi-check: all allow, every tier written with its TTL",
            p + check_ttls(written) + ([] if len(written) == 14 else ["written %d tiers" % len(written)]))
 
+    # Two checks of one policy (the same settings string, two keys: the
+    # script keeps one parse per string, and must not share it within a
+    # call): each is decided on its own key.
+    a, b = Tier("token_bucket", 2, 10 * SEC), Tier("token_bucket", 2, 10 * SEC)
+    p1, _, _ = request(now + 4, [Check(2, [a]), Check(0, [b])])
+    p2, got, _ = request(now + 4, [Check(1, [a]), Check(1, [b])])
+    p3, _, _ = request(now + 4, [Check(1, [b]), Check(1, [b])])
+    report("two checks of one policy in one call: each on its own key",
+           p1 + p2 + p3 + ([] if (got[1], got[2], got[9]) == (0, 0, 1) else ["reply %r" % got]))
+
     # Dry run of an allowed request: reports what the real one reports,
     # writes nothing.
     used, fresh = primed(now)

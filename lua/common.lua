@@ -15,9 +15,11 @@
 -- idiv_ceil below, never through a bare `/`.
 --
 -- Each algorithm file defines one table with the same fields, which check.lua
--- drives. t is one tier, one table per tier per call: t.now, t.cost,
--- t.limit, t.window, t.burst, t.precision, t.capacity, t.key (and t.key2
--- for a second key); load stores the algorithm's state in t as well.
+-- drives. t is one tier: its settings t.limit, t.window, t.burst,
+-- t.precision, t.capacity (kept from call to call with the parsed policy,
+-- see check.lua), and the call's t.now, t.cost, t.key (and t.key2 for a
+-- second key); load stores the algorithm's state in t as well, so nothing
+-- may read a field of the state that its own load did not set this call.
 --   nkeys                  how many KEYS the tier consumes
 --   capacity(t)            the figure reported as `limit`
 --   load(t)                reads the tier's state as of t.now (reads only)

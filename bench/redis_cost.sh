@@ -112,7 +112,17 @@ for alg in fixed_window sliding_window_log sliding_window_counter sliding_window
     esac
     msha=$(minimal $alg | cli -x SCRIPT LOAD)
     cli FLUSHALL >/dev/null
-    argv="\"\" 0 1 0 1 1 $alg 1000000 60000000 $burst $prec"
+    argv="\"\" 0 1 \"0 $alg 1000000 60000000 $burst $prec\""
+    # One call of each first: an error reply (a script and a bench out of
+    # step) would otherwise be timed as if it were a decision.
+    for call in "FCALL $fn" "EVALSHA $sha"; do
+        # shellcheck disable=SC2086
+        if eval cli $call $n $(keys x) $argv 2>&1 | grep -q ERR; then
+            echo "redis_cost.sh: $alg: $call fails:" >&2
+            eval cli $call $n $(keys x) $argv >&2
+            exit 1
+        fi
+    done
     # shellcheck disable=SC2086 # keys and argv are word lists
     m=$(eval rate EVALSHA "$msha" $n $(keys m))
     # shellcheck disable=SC2086

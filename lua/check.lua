@@ -6,12 +6,19 @@
 --
 -- argv[1]  now in µs (decimal), or "" for the Redis server's TIME
 -- argv[2]  "1" for a dry run (decide and report, write nothing), else "0"
--- argv[3]  N, the number of checks; then per check:
---            shadow ("0"/"1"), cost (integer >= 0), ntiers; then per tier:
---            algorithm, limit, window_us, burst (0 = default),
---            precision_us (0 unless sliding_window_buckets)
+-- then two per check:
+--   cost     an integer >= 0
+--   policy   its settings, space-separated: shadow ("0"/"1"), then five
+--            per tier: algorithm, limit, window_us, burst (0 = default),
+--            precision_us (0 unless sliding_window_buckets); e.g.
+--            "0 fixed_window 100 60000000 0 0"
 -- keys     per check, per tier, in order: sliding_window_log takes two (the
 --          ZSET, then its sequence counter), every other algorithm one.
+--
+-- A policy's settings are the same string on every call until a reload
+-- changes them, so they are parsed and validated once and kept, by string,
+-- in the library (the Function form's chunk lives on): a call parses only
+-- its header and costs, two arguments per check instead of 3 + 5 per tier.
 --
 -- The request is allowed iff every tier of every non-shadow check allows.
 -- A shadow check is decided the same way but never denies the request; its
@@ -40,14 +47,21 @@ local REASON_COST_EXCEEDS_LIMIT = 1
 
 local EXACT_MAX = 2 ^ 53
 
--- argv[i] as an integer >= least; anything else is a bug in the caller.
-local function arg_int(argv, i, least)
-    local v = tonumber(argv[i])
-    if not v or v < least or v ~= floor(v) or v > EXACT_MAX then
-        error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
-            .. ', got ' .. tostring(argv[i]))
+-- s as an integer >= least, or nil. (v % 1 rather than floor(v): no call;
+-- NaN and inf fail it.)
+local function int_of(s, least)
+    local v = tonumber(s)
+    if v and v >= least and v % 1 == 0 and v <= EXACT_MAX then
+        return v
     end
-    return v
+    return nil
+end
+
+-- Raises the error for argv[i], which is not an integer >= least: a bug in
+-- the caller. Used as `int_of(argv[i], least) or bad_int(argv, i, least)`.
+local function bad_int(argv, i, least)
+    error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
+        .. ', got ' .. tostring(argv[i]))
 end
 
 -- argv[i] as a boolean, from "0" or "1".
@@ -62,72 +76,131 @@ end
 -- The current time in µs: argv[1], or the server's TIME if it is "".
 local function arg_now(argv)
     if argv[1] == '' then
+        -- Arithmetic converts TIME's two decimal strings: no tonumber calls.
         local time = redis.call('TIME')
-        return tonumber(time[1]) * 1000000 + tonumber(time[2])
+        return time[1] * 1000000 + time[2]
     end
-    return arg_int(argv, 1, 0)
+    return int_of(argv[1], 0) or bad_int(argv, 1, 0)
+end
+
+-- One tier's settings from words[i .. i + 4] of a policy string, validated.
+local function parse_tier(s, words, i)
+    local alg = ALGORITHMS[words[i]]
+    if not alg then
+        error('ratelimitd: unknown algorithm ' .. tostring(words[i]) .. ' in "' .. s .. '"')
+    end
+    local t = { alg = alg, nkeys = alg.nkeys }
+    t.limit = int_of(words[i + 1], 1)
+    t.window = int_of(words[i + 2], 1)
+    t.burst = int_of(words[i + 3], 0)
+    t.precision = int_of(words[i + 4], 0)
+    if not (t.limit and t.window and t.burst and t.precision) then
+        error('ratelimitd: limit, window_us, burst and precision_us must be integers'
+            .. ' (limit and window >= 1) in "' .. s .. '"')
+    end
+    if alg == sliding_window_buckets
+        and (t.precision < 1 or fmod(t.window, t.precision) ~= 0) then
+        error('ratelimitd: precision_us must divide window_us in "' .. s .. '"')
+    end
+    t.capacity = alg.capacity(t)
+    return t
+end
+
+-- A policy string parsed: {shadow, ntiers, [1 .. ntiers] = tiers}, each
+-- tier a table with its settings (alg, nkeys, limit, window, burst,
+-- precision, capacity) to which a call adds its own fields.
+local function parse_policy(s)
+    local words, n = {}, 0
+    for w in gmatch(s, '%S+') do
+        n = n + 1
+        words[n] = w
+    end
+    local ntiers = (n - 1) / 5
+    if (words[1] ~= '0' and words[1] ~= '1') or ntiers < 1 or ntiers ~= floor(ntiers) then
+        error('ratelimitd: a policy is "shadow" then 5 words per tier, got "' .. s .. '"')
+    end
+    local policy = { shadow = words[1] == '1', ntiers = ntiers }
+    for i = 1, ntiers do
+        policy[i] = parse_tier(s, words, 2 + 5 * (i - 1))
+    end
+    return policy
+end
+
+-- The policies parsed so far, by their string; emptied when it reaches
+-- POLICIES_MAX strings, which only many reloads or many daemons of
+-- different configurations sharing one Redis would reach.
+local POLICIES, npolicies = {}, 0
+local POLICIES_MAX = 1000
+
+-- Which call this is: a policy's `call` says which call last used it.
+local ncalls = 0
+
+-- The policy for s when POLICIES[s] cannot serve this call: s is new (it
+-- is parsed and kept), or this call already uses POLICIES[s] (two keys of
+-- one policy: its tier tables carry one call's fields, so the second gets
+-- a parse of its own).
+local function policy_parsed(s)
+    local policy = parse_policy(s)
+    if not POLICIES[s] then
+        if npolicies >= POLICIES_MAX then
+            POLICIES, npolicies = {}, 0
+        end
+        POLICIES[s], npolicies = policy, npolicies + 1
+    end
+    return policy
 end
 
 -- The checks and tiers of the call being decided, reused from call to call
 -- (in the Function form the chunk runs once, so these live on: allocating
 -- fewer tables per call is most of what a call costs beyond its Redis
 -- commands). Entries past the call's counts are left over from earlier
--- calls and never read; every field an algorithm reads is set by parse or
--- by its own load before it is read.
+-- calls and never read; every field an algorithm reads is a setting, set
+-- by parse, or set by its own load before it is read.
 local CHECKS, TIERS = {}, {}
 
 -- Parses the checks into CHECKS[1..nchecks], each {shadow, cost, first,
--- last}, TIERS[first..last] being its tiers. Returns nchecks.
+-- last}, TIERS[first..last] being its tiers. Returns nchecks and the
+-- number of tiers in all.
 local function parse(keys, argv, now)
-    local argi, nkeys, ntiers_all = 4, 0, 0
-    local nchecks = arg_int(argv, 3, 0)
-    for c = 1, nchecks do
+    local nargs = #argv
+    if nargs < 2 or nargs % 2 ~= 0 then
+        error('ratelimitd: ARGV is now, dry_run, then cost and policy per check; got '
+            .. nargs .. ' arguments')
+    end
+    ncalls = ncalls + 1
+    local nkeys, ntiers = 0, 0
+    for c = 1, nargs / 2 - 1 do
         local check = CHECKS[c]
         if not check then
             check = {}
             CHECKS[c] = check
         end
-        local cost = arg_int(argv, argi + 1, 0)
-        check.shadow, check.cost, check.first = arg_flag(argv, argi), cost, ntiers_all + 1
-        local ntiers = arg_int(argv, argi + 2, 1)
-        argi = argi + 3
-        for _ = 1, ntiers do
-            local alg = ALGORITHMS[argv[argi]]
-            if not alg then
-                error('ratelimitd: unknown algorithm ' .. tostring(argv[argi]))
-            end
-            ntiers_all = ntiers_all + 1
-            local t = TIERS[ntiers_all]
-            if not t then
-                t = {}
-                TIERS[ntiers_all] = t
-            end
-            t.alg, t.now, t.cost = alg, now, cost
-            t.limit = arg_int(argv, argi + 1, 1)
-            t.window = arg_int(argv, argi + 2, 1)
-            t.burst = arg_int(argv, argi + 3, 0)
-            t.precision = arg_int(argv, argi + 4, 0)
-            t.key, t.key2 = keys[nkeys + 1], keys[nkeys + 2]
-            if alg == sliding_window_buckets
-                and (t.precision < 1 or fmod(t.window, t.precision) ~= 0) then
-                error('ratelimitd: precision_us must divide window_us')
-            end
-            nkeys = nkeys + alg.nkeys
-            argi = argi + 5
+        local cost = int_of(argv[2 * c + 1], 0) or bad_int(argv, 2 * c + 1, 0)
+        local s = argv[2 * c + 2]
+        local policy = POLICIES[s]
+        if not policy or policy.call == ncalls then
+            policy = policy_parsed(s)
         end
-        check.last = ntiers_all
+        policy.call = ncalls
+        check.shadow, check.cost, check.first = policy.shadow, cost, ntiers + 1
+        for i = 1, policy.ntiers do
+            local t = policy[i]
+            t.now, t.cost, t.key, t.key2 = now, cost, keys[nkeys + 1], keys[nkeys + 2]
+            nkeys = nkeys + t.nkeys
+            ntiers = ntiers + 1
+            TIERS[ntiers] = t
+        end
+        check.last = ntiers
     end
-    if nkeys ~= #keys or argi ~= #argv + 1 then
-        error('ratelimitd: the checks need ' .. nkeys .. ' keys and ' .. (argi - 1)
-            .. ' arguments, got ' .. #keys .. ' and ' .. #argv)
+    if nkeys ~= #keys then
+        error('ratelimitd: the checks need ' .. nkeys .. ' keys, got ' .. #keys)
     end
-    return nchecks
+    return nargs / 2 - 1, ntiers
 end
 
 -- Pass 1 for one tier: reads its state and decides.
 local function read_and_decide(t)
     local alg = t.alg
-    t.capacity = alg.capacity(t)
     alg.load(t)
     t.reason = REASON_NONE
     if t.cost == 0 then
@@ -165,13 +238,17 @@ local function report(out, n, t, consumed)
     out[n + 7] = t.reason
 end
 
+-- The reply, reused from call to call like CHECKS (Redis converts it when
+-- decide returns); nout is how many integers it held last.
+local OUT, nout = {}, 0
+
 local function decide(keys, argv)
     if not fmod then
         bind_globals()
     end
     local now = arg_now(argv)
     local dry_run = arg_flag(argv, 2)
-    local nchecks = parse(keys, argv, now)
+    local nchecks, ntiers = parse(keys, argv, now)
     local checks, tiers = CHECKS, TIERS
 
     -- Pass 1: read every tier and decide. Every tier is read even after one
@@ -191,7 +268,12 @@ local function decide(keys, argv)
 
     -- The figures, before anything is written. A non-shadow check of an
     -- allowed request is always allowed.
-    local out = { now, request_allowed and 1 or 0 }
+    local out, n = OUT, 2 + 7 * ntiers
+    for i = n + 1, nout do
+        out[i] = nil -- the reply ends at its first nil
+    end
+    nout = n
+    out[1], out[2] = now, request_allowed and 1 or 0
     for c = 1, nchecks do
         local check = checks[c]
         local consumed = request_allowed and check.allowed

@@ -15,9 +15,11 @@
 -- idiv_ceil below, never through a bare `/`.
 --
 -- Each algorithm file defines one table with the same fields, which check.lua
--- drives. t is one tier, one table per tier per call: t.now, t.cost,
--- t.limit, t.window, t.burst, t.precision, t.capacity, t.key (and t.key2
--- for a second key); load stores the algorithm's state in t as well.
+-- drives. t is one tier: its settings t.limit, t.window, t.burst,
+-- t.precision, t.capacity (kept from call to call with the parsed policy,
+-- see check.lua), and the call's t.now, t.cost, t.key (and t.key2 for a
+-- second key); load stores the algorithm's state in t as well, so nothing
+-- may read a field of the state that its own load did not set this call.
 --   nkeys                  how many KEYS the tier consumes
 --   capacity(t)            the figure reported as `limit`
 --   load(t)                reads the tier's state as of t.now (reads only)
@@ -38,7 +40,7 @@
 -- The library functions used on every call, as upvalues: bound by the
 -- first call (decide calls bind_globals), as Redis 7.0 lets a library see
 -- no global at all while it loads; in the Function form that is once.
-local fmod, floor, max, min, format, match, tonumber, type
+local fmod, floor, max, min, format, match, gmatch, tonumber, type
 
 -- The formats of the state strings (f: fixed_window, c: counter, t: token
 -- bucket, g: gcra) and of one integer. '%d' is twice as fast as '%.0f' and
@@ -48,7 +50,7 @@ local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G
 
 local function bind_globals()
     fmod, floor, max, min = math.fmod, math.floor, math.max, math.min
-    format, match = string.format, string.match
+    format, match, gmatch = string.format, string.match, string.gmatch
     tonumber, type = _G.tonumber, _G.type
     local int = '%d'
     if format(int, 2 ^ 53) ~= '9007199254740992' then

@@ -19,7 +19,10 @@ function fixed_window.capacity(t)
 end
 
 function fixed_window.load(t)
-    local e = (idiv(t.now, t.window) + 1) * t.window
+    -- now >= 0 (ARGV[1] is validated, TIME is past 1970), so fmod is the
+    -- plain remainder: one call cheaper than idiv, which also covers < 0.
+    local now, w = t.now, t.window
+    local e = now - fmod(now, w) + w
     t.window_end, t.n = e, 0
     local v = get_string(t.key)
     if v then
@@ -39,11 +42,15 @@ function fixed_window.figures(t, consumed)
     if consumed then
         n = n + t.cost
     end
-    local reset = 0
-    if n > 0 then
-        reset = t.window_end - t.now
+    if n == 0 then
+        return t.limit, 0
     end
-    return max(0, t.limit - n), reset
+    -- n > limit after a cut of the limit (a reload): none remaining.
+    local remaining = t.limit - n
+    if remaining < 0 then
+        remaining = 0
+    end
+    return remaining, t.window_end - t.now
 end
 
 function fixed_window.retry(t)

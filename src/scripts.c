@@ -3,9 +3,10 @@
  * and the calling convention they share (see the header comment of
  * lua/check.lua for the same contract from the Lua side):
  *
- *   ARGV: now_us or "" (Redis TIME), dry_run, number of checks, then per
- *         check: shadow, cost, number of tiers, then per tier: algorithm,
- *         limit, window_us, burst, precision_us.
+ *   ARGV: now_us or "" (Redis TIME), dry_run, then per check: cost and
+ *         the policy's settings as one string, "shadow" then per tier
+ *         "algorithm limit window_us burst precision_us", space-separated
+ *         (the same string on every call: the Lua side parses it once).
  *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
  *   Reply: now_us, request_allowed, then per tier: allowed, limit,
  *          remaining, reset_us, retry_us (-1: none), delay_us, reason.
@@ -61,16 +62,43 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
 /* A bound on the bytes one number takes in the call, with its NUL. */
 #define NUM_BYTES 24
 
+/* A bound on the bytes of one tier in a policy's settings string. */
+#define TIER_BYTES (32 + 4 * NUM_BYTES)
+
+/* Appends policy p's settings string (see the top of this file). */
+static void push_policy(struct script_call *c, size_t *used, const struct policy *p)
+{
+    char *dst = c->mem + *used;
+    size_t room = c->mem_size - *used, len = 0;
+    int n = snprintf(dst, room, "%d", p->shadow ? 1 : 0);
+    for (size_t j = 0; n >= 0 && (size_t)n < room - len && j < p->ntiers; j++) {
+        const struct tier *t = &p->tiers[j];
+        len += (size_t)n;
+        n = snprintf(dst + len, room - len, " %s %lld %lld %lld %lld",
+                     policy_algorithm_name(t->algorithm), (long long)t->limit,
+                     (long long)t->window_us, (long long)t->burst, (long long)t->precision_us);
+    }
+    /* mem was sized for it by scripts_build_call: a bound gone wrong is a
+     * bug, never a truncated call. */
+    if (n < 0 || (size_t)n >= room - len)
+        abort();
+    len += (size_t)n;
+    c->args[c->nargs] = dst;
+    c->lens[c->nargs] = len;
+    c->nargs++;
+    *used += len + 1;
+}
+
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out)
 {
     static const char *const log_suffix[] = {NULL, "seq"};
-    size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
+    size_t nkeys = 0, ntiers = 0, bytes = 2 * NUM_BYTES;
     size_t prefix = strlen(cfg->key_prefix);
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         const struct policy *p = c->policy;
-        bytes += 3 * NUM_BYTES;
+        bytes += 2 * NUM_BYTES;
         for (size_t j = 0; j < p->ntiers; j++) {
             size_t k = (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
             /* A key: prefix, {policy:key} with each key byte at most %XX,
@@ -78,11 +106,11 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
             size_t key_bytes = prefix + strlen(p->name) + 3 * c->keylen +
                                strlen(p->tiers[j].name) + 16;
             nkeys += k;
-            bytes += 5 * NUM_BYTES + k * key_bytes;
+            bytes += TIER_BYTES + k * key_bytes;
         }
         ntiers += p->ntiers;
     }
-    size_t nargs = nkeys + 3 + 3 * req->nchecks + 5 * ntiers;
+    size_t nargs = nkeys + 2 + 2 * req->nchecks;
     memset(out, 0, sizeof *out);
     out->head_args = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_args);
     out->head_lens = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_lens);
@@ -115,21 +143,9 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
     else
         push(out, &used, "", 0);
     push_int(out, &used, req->dry_run);
-    push_int(out, &used, (int64_t)req->nchecks);
     for (size_t i = 0; i < req->nchecks; i++) {
-        const struct check_item *c = &req->checks[i];
-        push_int(out, &used, c->policy->shadow);
-        push_int(out, &used, c->cost);
-        push_int(out, &used, (int64_t)c->policy->ntiers);
-        for (size_t j = 0; j < c->policy->ntiers; j++) {
-            const struct tier *t = &c->policy->tiers[j];
-            const char *alg = policy_algorithm_name(t->algorithm);
-            push(out, &used, alg, strlen(alg));
-            push_int(out, &used, t->limit);
-            push_int(out, &used, t->window_us);
-            push_int(out, &used, t->burst);
-            push_int(out, &used, t->precision_us);
-        }
+        push_int(out, &used, req->checks[i].cost);
+        push_policy(out, &used, req->checks[i].policy);
     }
 }
 

@@ -274,7 +274,7 @@ static void check_call(const struct check_request *req, const struct script_call
     }
     REQUIRE(call->nkeys == nkeys && call->ntiers == ntiers, "%zu keys and %zu tiers", call->nkeys,
             call->ntiers);
-    REQUIRE(call->nargs == nkeys + 3 + 3 * req->nchecks + 5 * ntiers, "%zu arguments", call->nargs);
+    REQUIRE(call->nargs == nkeys + 2 + 2 * req->nchecks, "%zu arguments", call->nargs);
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         for (size_t j = 0; j < c->policy->ntiers; j++) {

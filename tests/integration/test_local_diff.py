@@ -160,16 +160,17 @@ def redis_key(pol, key, tier_name, suffix=None):
 
 def script_call(now, dry, checks):
     """KEYS and ARGV as scripts_build_call builds them."""
-    keys, argv = [], [str(now), "1" if dry else "0", str(len(checks))]
+    keys, argv = [], [str(now), "1" if dry else "0"]
     for pol, key, cost in checks:
         p = POLICIES[pol]
-        argv += ["1" if p["shadow"] else "0", str(cost), str(len(p["tiers"]))]
+        words = ["1" if p["shadow"] else "0"]
         for t in p["tiers"]:
             keys.append(redis_key(pol, key, t["name"]))
             if t["algorithm"] == "sliding_window_log":
                 keys.append(redis_key(pol, key, t["name"], "seq"))
-            argv += [t["algorithm"], str(t["limit"]), str(t["window_us"]), str(t["burst"]),
-                     str(t["precision_us"])]
+            words += [t["algorithm"], str(t["limit"]), str(t["window_us"]), str(t["burst"]),
+                      str(t["precision_us"])]
+        argv += [str(cost), " ".join(words)]
     return keys, argv
 
 

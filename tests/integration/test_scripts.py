@@ -345,11 +345,10 @@ def reference(now, checks, dry=False):
 def call(now, checks, dry=False, client=None):
     """One request through CALLER; now is an int, or "" for Redis TIME.
     Replies at a given now are recorded, to compare the two callers."""
-    keys, argv = [], [str(now), "1" if dry else "0", str(len(checks))]
+    keys, argv = [], [str(now), "1" if dry else "0"]
     for c in checks:
-        argv += ["1" if c.shadow else "0", str(c.cost), str(len(c.tiers))]
+        argv += [str(c.cost), " ".join(["1" if c.shadow else "0"] + [w for t in c.tiers for w in t.argv])]
         for t in c.tiers:
-            argv += t.argv
             keys += t.keys
     try:
         reply = invoke(client or R, keys, argv)
@@ -633,6 +632,16 @@ def test_writes():
     p, got, written = request(now + 3, [Check(1, used), Check(3, fresh)])
     report("multi-check: all allow, every tier written with its TTL",
            p + check_ttls(written) + ([] if len(written) == 14 else ["written %d tiers" % len(written)]))
+
+    # Two checks of one policy (the same settings string, two keys: the
+    # script keeps one parse per string, and must not share it within a
+    # call): each is decided on its own key.
+    a, b = Tier("token_bucket", 2, 10 * SEC), Tier("token_bucket", 2, 10 * SEC)
+    p1, _, _ = request(now + 4, [Check(2, [a]), Check(0, [b])])
+    p2, got, _ = request(now + 4, [Check(1, [a]), Check(1, [b])])
+    p3, _, _ = request(now + 4, [Check(1, [b]), Check(1, [b])])
+    report("two checks of one policy in one call: each on its own key",
+           p1 + p2 + p3 + ([] if (got[1], got[2], got[9]) == (0, 0, 1) else ["reply %r" % got]))
 
     # Dry run of an allowed request: reports what the real one reports,
     # writes nothing.
@@ -947,12 +956,18 @@ def test_abi_errors():
             return e.message
         return None
 
-    e = error_of(1, "k", str(T0), "0", "1", "0", "1", "1", "no_such_algorithm", "5", "1000", "0", "0")
+    e = error_of(1, "k", str(T0), "0", "1", "0 no_such_algorithm 5 1000 0 0")
     ok(e is not None and "unknown algorithm" in e, "unknown algorithm: an error reply")
-    e = error_of(0, str(T0), "0", "1", "0", "1", "1", "fixed_window", "5", "1000", "0", "0")
+    e = error_of(0, str(T0), "0", "1", "0 fixed_window 5 1000 0 0")
     ok(e is not None and "keys" in e, "too few KEYS: an error reply")
-    e = error_of(2, "k", "k2", str(T0), "0", "1", "0", "1", "1", "sliding_window_log", "5", "1000", "0", "0", "x")
+    e = error_of(2, "k", "k2", str(T0), "0", "1", "0 sliding_window_log 5 1000 0 0", "x")
     ok(e is not None, "extra ARGV: an error reply")
+    e = error_of(1, "k", str(T0), "0", "1", "0 fixed_window 5 1000 0")
+    ok(e is not None and "5 words per tier" in e, "a tier short of a setting: an error reply")
+    e = error_of(1, "k", str(T0), "0", "1", "0 fixed_window 5 0 0 0")
+    ok(e is not None and "must be integers" in e, "a window of 0: an error reply")
+    e = error_of(1, "k", str(T0), "0", "-1", "0 fixed_window 5 1000 0 0")
+    ok(e is not None and "ARGV[3]" in e, "a negative cost: an error reply")
 
 
 def test_integer_division():

@@ -54,9 +54,8 @@ static void push(struct script_call *c, size_t *used, const char *s, size_t len)
 
 static void push_int(struct script_call *c, size_t *used, int64_t v)
 {
-    char buf[24];
-    int n = snprintf(buf, sizeof buf, "%lld", (long long)v);
-    push(c, used, buf, (size_t)n);
+    char buf[UTIL_INT_CHARS];
+    push(c, used, buf, util_format_int(buf, v));
 }
 
 /* A bound on the bytes one number takes in the call, with its NUL. */
@@ -65,24 +64,37 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
 /* A bound on the bytes of one tier in a policy's settings string. */
 #define TIER_BYTES (32 + 4 * NUM_BYTES)
 
-/* Appends policy p's settings string (see the top of this file). */
+/* Appends " " and v to the string at dst, which has room. */
+static size_t put_num(char *dst, size_t len, int64_t v)
+{
+    dst[len++] = ' ';
+    return len + util_format_int(dst + len, v);
+}
+
+/* Appends policy p's settings string (see the top of this file). Written
+ * without snprintf, which was most of what building a call cost. */
 static void push_policy(struct script_call *c, size_t *used, const struct policy *p)
 {
-    char *dst = c->mem + *used;
-    size_t room = c->mem_size - *used, len = 0;
-    int n = snprintf(dst, room, "%d", p->shadow ? 1 : 0);
-    for (size_t j = 0; n >= 0 && (size_t)n < room - len && j < p->ntiers; j++) {
-        const struct tier *t = &p->tiers[j];
-        len += (size_t)n;
-        n = snprintf(dst + len, room - len, " %s %lld %lld %lld %lld",
-                     policy_algorithm_name(t->algorithm), (long long)t->limit,
-                     (long long)t->window_us, (long long)t->burst, (long long)t->precision_us);
-    }
-    /* mem was sized for it by scripts_build_call: a bound gone wrong is a
-     * bug, never a truncated call. */
-    if (n < 0 || (size_t)n >= room - len)
+    /* mem was sized by scripts_build_call (TIER_BYTES per tier): a bound
+     * gone wrong is a bug, never an overflow. */
+    if (*used + 2 + p->ntiers * TIER_BYTES > c->mem_size)
         abort();
-    len += (size_t)n;
+    char *dst = c->mem + *used;
+    size_t len = 0;
+    dst[len++] = p->shadow ? '1' : '0';
+    for (size_t j = 0; j < p->ntiers; j++) {
+        const struct tier *t = &p->tiers[j];
+        const char *alg = policy_algorithm_name(t->algorithm);
+        size_t alen = strlen(alg);
+        dst[len++] = ' ';
+        memcpy(dst + len, alg, alen);
+        len += alen;
+        len = put_num(dst, len, t->limit);
+        len = put_num(dst, len, t->window_us);
+        len = put_num(dst, len, t->burst);
+        len = put_num(dst, len, t->precision_us);
+    }
+    dst[len] = '\0';
     c->args[c->nargs] = dst;
     c->lens[c->nargs] = len;
     c->nargs++;
@@ -103,8 +115,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
             size_t k = (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
             /* A key: prefix, {policy:key} with each key byte at most %XX,
              * :tier, :seq, NUL. */
-            size_t key_bytes = prefix + strlen(p->name) + 3 * c->keylen +
-                               strlen(p->tiers[j].name) + 16;
+            size_t key_bytes =
+                prefix + strlen(p->name) + 3 * c->keylen + strlen(p->tiers[j].name) + 16;
             nkeys += k;
             bytes += TIER_BYTES + k * key_bytes;
         }

@@ -72,7 +72,6 @@ struct pending {
     int64_t sent_us;     /* monotonic, for the round-trip histogram */
     int64_t deadline_us; /* monotonic: a reply after it is late */
     struct script_call call;
-    char nkeys[24];
 };
 
 static void start_connect(struct backend_redis *b);
@@ -127,7 +126,7 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
 /*
  * Drops the connection at once: every call waiting on it completes as
  * unavailable (answered per failure_mode), and reconnection starts after the
- * backoff. Until the script is loaded again, backend_eval refuses at once:
+ * backoff. Until the script is loaded again, redis_decide refuses at once:
  * the circuit is open. Never called from inside a hiredis callback.
  */
 static void drop_connection(struct backend_redis *b, const char *why)
@@ -385,22 +384,35 @@ static void on_eval_reply(redisAsyncContext *ac, void *reply, void *privdata)
     pending_free(p);
 }
 
-/* A command as RESP, into out (emptied first). hiredis's formatter builds
- * each argument's header with sdscatfmt and a new string per call: a tenth
- * of the daemon's time per check. */
-static void resp_format(struct buf *out, size_t argc, const char *const *argv, const size_t *lens)
+static void resp_bulk(struct buf *out, const char *s, size_t len)
 {
+    buf_append_char(out, '$');
+    buf_append_int(out, (long long)len);
+    buf_append(out, "\r\n", 2);
+    buf_append(out, s, len);
+    buf_append(out, "\r\n", 2);
+}
+
+/* The call as RESP, into out (emptied first): FCALL (or EVALSHA on a server
+ * without Functions), the function's name (or the SHA1), the number of
+ * keys, then the call's arguments. Written here rather than by hiredis's
+ * formatter, which builds each argument's header with sdscatfmt and a new
+ * string per call: a tenth of the daemon's time per check. */
+static void resp_format_call(const struct backend_redis *b, const struct script_call *call,
+                             struct buf *out)
+{
+    char nkeys[UTIL_INT_CHARS];
+    const char *cmd = b->use_eval ? "EVALSHA" : "FCALL";
+    const char *name = b->use_eval ? b->sha : scripts_function_name();
     out->len = 0;
     buf_append_char(out, '*');
-    buf_append_int(out, (long long)argc);
+    buf_append_int(out, (long long)(3 + call->nargs));
     buf_append(out, "\r\n", 2);
-    for (size_t i = 0; i < argc; i++) {
-        buf_append_char(out, '$');
-        buf_append_int(out, (long long)lens[i]);
-        buf_append(out, "\r\n", 2);
-        buf_append(out, argv[i], lens[i]);
-        buf_append(out, "\r\n", 2);
-    }
+    resp_bulk(out, cmd, strlen(cmd));
+    resp_bulk(out, name, strlen(name));
+    resp_bulk(out, nkeys, util_format_int(nkeys, (long long)call->nkeys));
+    for (size_t i = 0; i < call->nargs; i++)
+        resp_bulk(out, call->args[i], call->lens[i]);
 }
 
 static int send_pending(struct pending *p)
@@ -409,7 +421,7 @@ static int send_pending(struct pending *p)
     if (!b->ac || b->state == CONN_DOWN)
         return -1;
     p->sent_us = util_monotonic_us();
-    resp_format(&b->cmd, SCRIPTS_CALL_HEAD + p->call.nargs, p->call.head_args, p->call.head_lens);
+    resp_format_call(b, &p->call, &b->cmd);
     return redisAsyncFormattedCommand(b->ac, on_eval_reply, p, b->cmd.data, b->cmd.len) == REDIS_OK
                ? 0
                : -1;
@@ -430,16 +442,6 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     p->arg = arg;
     p->deadline_us = util_monotonic_us() + cfg->redis_timeout_us;
     scripts_build_call(cfg, req, now_us, &p->call);
-    /* The command words go in the call's free head slots; b->sha outlives
-     * every pending call (backend_free completes them first). */
-    p->nkeys[util_format_int(p->nkeys, (long long)p->call.nkeys)] = '\0';
-    const char *head[SCRIPTS_CALL_HEAD] = {b->use_eval ? "EVALSHA" : "FCALL",
-                                           b->use_eval ? b->sha : scripts_function_name(),
-                                           p->nkeys};
-    for (int i = 0; i < SCRIPTS_CALL_HEAD; i++) {
-        p->call.head_args[i] = head[i];
-        p->call.head_lens[i] = strlen(head[i]);
-    }
     if (send_pending(p) < 0) {
         pending_free(p);
         return -1;

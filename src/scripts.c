@@ -124,10 +124,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
     }
     size_t nargs = nkeys + 2 + 2 * req->nchecks;
     memset(out, 0, sizeof *out);
-    out->head_args = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_args);
-    out->head_lens = xcalloc(SCRIPTS_CALL_HEAD + nargs, sizeof *out->head_lens);
-    out->args = out->head_args + SCRIPTS_CALL_HEAD;
-    out->lens = out->head_lens + SCRIPTS_CALL_HEAD;
+    out->args = xcalloc(nargs, sizeof *out->args);
+    out->lens = xcalloc(nargs, sizeof *out->lens);
     out->mem = xmalloc(bytes);
     out->mem_size = bytes;
     out->ntiers = ntiers;
@@ -163,8 +161,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
 
 void scripts_call_free(struct script_call *call)
 {
-    free(call->head_args);
-    free(call->head_lens);
+    free(call->args);
+    free(call->lens);
     free(call->mem);
     memset(call, 0, sizeof *call);
 }

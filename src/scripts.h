@@ -45,14 +45,9 @@ const char *scripts_function_name(void);
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);
 
-/* Free slots before args[0], for the sender's command words (EVALSHA, the
- * SHA1, the number of keys), so the call is sent without another copy. */
-#define SCRIPTS_CALL_HEAD 3
-
 /*
  * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
- * args and lens point SCRIPTS_CALL_HEAD entries into head_args/head_lens.
- * Free it with scripts_call_free (or hand it to backend_eval, which takes it).
+ * Free it with scripts_call_free.
  */
 struct script_call {
     size_t nkeys;
@@ -60,8 +55,6 @@ struct script_call {
     size_t ntiers;
     const char **args;
     size_t *lens;
-    const char **head_args;
-    size_t *head_lens;
     char *mem;
     size_t mem_size;
 };

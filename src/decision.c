@@ -92,6 +92,20 @@ void decision_summarize(const struct check_request *req, const struct tier_resul
     out->retry_us = out->allowed ? 0 : out->binding->retry_us;
 }
 
+const struct check_item *decision_check_of(const struct check_request *req,
+                                           const struct tier_result *results,
+                                           const struct tier_result *r)
+{
+    size_t idx = (size_t)(r - results);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        size_t n = req->checks[i].policy->ntiers;
+        if (idx < n)
+            return &req->checks[i];
+        idx -= n;
+    }
+    return &req->checks[req->nchecks - 1];
+}
+
 int verdict_status(const struct verdict *v)
 {
     switch (v->kind) {

@@ -79,6 +79,12 @@ struct decision_summary {
 void decision_summarize(const struct check_request *req, const struct tier_result *results,
                         struct decision_summary *out);
 
+/* The check that tier result r (one of results) belongs to: the policy whose
+ * per-policy answer settings (headers, deny_status) an answer follows. */
+const struct check_item *decision_check_of(const struct check_request *req,
+                                           const struct tier_result *results,
+                                           const struct tier_result *r);
+
 enum verdict_kind {
     VERDICT_DECIDED,     /* the backend decided (or the deny cache, as it would) */
     VERDICT_LOCAL,       /* the backend could not; decided in this process's

@@ -4,7 +4,7 @@
 set -eu
 PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-dev \
 libjansson-dev libyaml-dev libhttp-parser-dev libsystemd-dev redis-server redis-tools python3 curl \
-groff-base man-db clang libclang-rt-14-dev valgrind"
+groff-base man-db clang libclang-rt-14-dev valgrind nginx caddy"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

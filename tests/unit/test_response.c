@@ -445,6 +445,21 @@ static void test_bodies(void)
     buf_free(&b);
 }
 
+/* Which check a tier result belongs to, for per-policy answer settings. */
+static void test_check_of(void)
+{
+    struct check_request req;
+    parse("{\"checks\":[{\"policy\":\"two\",\"key\":\"a\"},"
+          "{\"policy\":\"shaped\",\"key\":\"b\"}]}",
+          &req);
+    struct tier_result r[3] = {{0}};
+    ok(decision_check_of(&req, r, &r[0]) == &req.checks[0] &&
+           decision_check_of(&req, r, &r[1]) == &req.checks[0],
+       "both tiers of the first policy belong to the first check");
+    ok(decision_check_of(&req, r, &r[2]) == &req.checks[1], "the third tier to the second");
+    request_free(&req);
+}
+
 int main(void)
 {
     char err[RL_ERRLEN];
@@ -462,6 +477,7 @@ int main(void)
     test_exact_bytes();
     test_local_and_overloaded();
     test_bodies();
+    test_check_of();
     config_unref(cfg);
     return tap_done();
 }

@@ -292,6 +292,7 @@ _Static_assert(sizeof(enum failure_mode) == sizeof(int), "enum failure_mode is a
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int");
 _Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
 _Static_assert(sizeof(enum backend_kind) == sizeof(int), "enum backend_kind is an int");
+_Static_assert(sizeof(enum header_mode) == sizeof(int), "enum header_mode is an int");
 static const char *const backend_names[] = {
     [BACKEND_KIND_REDIS] = "redis", [BACKEND_KIND_MEMORY] = "memory", NULL};
 static const char *const clock_names[] = {
@@ -301,6 +302,10 @@ static const char *const log_level_names[] = {
     [LOG_LVL_ERROR] = "error", NULL};
 static const char *const overload_names[] = {
     [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
+/* HEADERS_INHERIT is not a choice: it is what "not set" is stored as. */
+static const char *const header_names[] = {[HEADERS_X_RATELIMIT] = "x-ratelimit",
+                                           [HEADERS_IETF] = "ietf", [HEADERS_BOTH] = "both",
+                                           [HEADERS_NONE] = "none", NULL};
 static const char *const failure_names[] = {
     [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local", NULL};
 
@@ -324,6 +329,7 @@ static const struct field policy_fields[] = {
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
     {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache)},
+    {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = header_names},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
     {.name = NULL},
@@ -364,6 +370,7 @@ static const struct field top_fields[] = {
      .max = 100000000},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys),
      .min = 0, .max = 100000000},
+    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = header_names},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
      .parse = parse_token_file},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
@@ -619,6 +626,7 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
         parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
+        parsed[i].headers = HEADERS_INHERIT;
         join(child, path, name);
         rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
     }
@@ -700,6 +708,16 @@ static int parse_token_file(struct loader *ld, const yaml_node_t *node, const ch
     return 0;
 }
 
+/* Per-policy settings left unset take the top-level value. Done after the
+ * whole file is read, since the top-level field may come after `policies`;
+ * afterwards the answer needs only the policy, never the config. */
+static void inherit_settings(struct config *c)
+{
+    for (size_t i = 0; i < c->npolicies; i++)
+        if (c->policies[i].headers == HEADERS_INHERIT)
+            c->policies[i].headers = c->headers;
+}
+
 /* ---- loading ---------------------------------------------------------------------- */
 
 static struct config *config_new(const char *name)
@@ -724,6 +742,7 @@ static struct config *config_new(const char *name)
     c->backend = BACKEND_KIND_REDIS;
     c->workers = 1;
     c->deny_cache_max_keys = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS;
+    c->headers = HEADERS_X_RATELIMIT;
     return c;
 }
 
@@ -822,6 +841,8 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
     if (parse_fields(&ld, yaml_document_get_root_node(&ld.doc), "", top_fields, c) < 0) {
         config_free(c);
         c = NULL;
+    } else {
+        inherit_settings(c);
     }
     yaml_document_delete(&ld.doc);
     yaml_parser_delete(&parser);

@@ -57,6 +57,7 @@ struct config {
     int64_t request_timeout_us; /* head and body of one request arrive within it */
     int64_t local_max_keys;  /* keys held in memory for failure_mode local */
     int64_t deny_cache_max_keys; /* entries in each worker's deny cache; 0: no cache */
+    enum header_mode headers; /* for policies that do not set their own */
     char *auth_token_file;   /* NULL: /check needs no token */
     char *auth_token;        /* its content, read at load */
     size_t npolicies;

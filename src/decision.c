@@ -106,6 +106,36 @@ const struct check_item *decision_check_of(const struct check_request *req,
     return &req->checks[req->nchecks - 1];
 }
 
+/* True if a allows fewer requests per unit of time than b: a.limit/a.window
+ * < b.limit/b.window, cross-multiplied. The products (limits below 2^63,
+ * windows below 2^45 us) pass int64_t, so they are exact in 128 bits. */
+static int slower(const struct tier *a, const struct tier *b)
+{
+    __extension__ typedef unsigned __int128 u128;
+    return (u128)a->limit * (u128)b->window_us < (u128)b->limit * (u128)a->window_us;
+}
+
+const struct check_item *decision_unknown_binding(const struct check_request *req,
+                                                  const struct tier **tier)
+{
+    const struct check_item *best = NULL;
+    *tier = NULL;
+    for (int pass = 0; pass < 2 && !best; pass++) {
+        /* pass 0: non-shadow checks only; pass 1: every check */
+        for (size_t i = 0; i < req->nchecks; i++) {
+            const struct policy *p = req->checks[i].policy;
+            if (pass == 0 && p->shadow)
+                continue;
+            for (size_t j = 0; j < p->ntiers; j++)
+                if (!*tier || slower(&p->tiers[j], *tier)) {
+                    *tier = &p->tiers[j];
+                    best = &req->checks[i];
+                }
+        }
+    }
+    return best;
+}
+
 int verdict_status(const struct verdict *v)
 {
     switch (v->kind) {

@@ -85,6 +85,15 @@ const struct check_item *decision_check_of(const struct check_request *req,
                                            const struct tier_result *results,
                                            const struct tier_result *r);
 
+/* The tier that binds when the backend could not decide and nothing is
+ * known of any key's state (a failure_mode answer): of the tiers of the
+ * non-shadow checks (of every check if all are shadow), the one with the
+ * smallest limit per window, the first of equals in request order. Its
+ * configured figures are what such an answer can still tell a client.
+ * Sets *tier and returns the check it belongs to. Pure. */
+const struct check_item *decision_unknown_binding(const struct check_request *req,
+                                                  const struct tier **tier);
+
 enum verdict_kind {
     VERDICT_DECIDED,     /* the backend decided (or the deny cache, as it would) */
     VERDICT_LOCAL,       /* the backend could not; decided in this process's

@@ -32,6 +32,13 @@ enum algorithm {
  * decision from this daemon's memory (limiter_local.c). */
 enum failure_mode { FAILURE_OPEN, FAILURE_CLOSED, FAILURE_LOCAL };
 
+/* Which rate-limit header fields an answer carries (README "Headers"):
+ * X-RateLimit-* (the default), the IETF RateLimit and RateLimit-Policy
+ * structured fields, both sets, or neither. HEADERS_INHERIT is a policy's
+ * value until config.c replaces it with the top-level one; no loaded
+ * policy holds it. */
+enum header_mode { HEADERS_X_RATELIMIT, HEADERS_IETF, HEADERS_BOTH, HEADERS_NONE, HEADERS_INHERIT };
+
 struct tier {
     char name[POLICY_NAME_MAX + 1];
     enum algorithm algorithm;
@@ -46,6 +53,7 @@ struct policy {
     enum failure_mode failure_mode;
     int shadow;
     int deny_cache; /* its Redis denials may be answered locally (deny_cache.h) */
+    enum header_mode headers; /* its own `headers:` or the top-level one */
     size_t ntiers;
     struct tier tiers[POLICY_MAX_TIERS];
 };

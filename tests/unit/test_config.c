@@ -50,7 +50,7 @@ static const struct error_case {
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
      "unknown field \"listn\" (known: listen, backend, workers, redis, clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
-     "local_max_keys, deny_cache_max_keys, auth_token_file, policies)"},
+     "local_max_keys, deny_cache_max_keys, headers, auth_token_file, policies)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},

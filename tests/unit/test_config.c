@@ -103,6 +103,12 @@ static const struct error_case {
      TIER("name: a\n        algorithm: gcra\n        limit: 1\n"
           "        window: [1s]\n"),
      "7:17", "policies.p.tiers[0].window: expected a duration, got a sequence"},
+    {"headers unknown", "headers: ietf-10\n" POLICY_P, "1:10",
+     "headers: invalid value \"ietf-10\": must be one of x-ratelimit, ietf, both, none"},
+    {"policy headers unknown", "policies:\n  p:\n    headers: X-RateLimit\n    tiers:\n" TIER_A,
+     "3:14", "policies.p.headers: invalid value \"X-RateLimit\": must be one of"},
+    {"policy headers null", "policies:\n  p:\n    headers:\n    tiers:\n" TIER_A, "3:13",
+     "policies.p.headers: expected a string, got null"},
     {"deny_cache is 1", "policies:\n  p:\n    deny_cache: 1\n    tiers:\n" TIER_A, "3:17",
      "policies.p.deny_cache: invalid value \"1\": expected true or false"},
     {"deny_cache is null", "policies:\n  p:\n    deny_cache:\n    tiers:\n" TIER_A, "3:16",
@@ -507,6 +513,8 @@ static void test_defaults(void)
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     is_int(c->policies[0].deny_cache, 1, "default deny_cache");
+    is_int(c->headers, HEADERS_X_RATELIMIT, "default headers");
+    is_int(c->policies[0].headers, HEADERS_X_RATELIMIT, "a policy's headers default to it");
     t = &c->policies[0].tiers[0];
     ok(t->burst == 0 && t->precision_us == 0, "default burst and precision");
     ok(strcmp(t->name, "a") == 0 && t->algorithm == ALG_FIXED_WINDOW && t->limit == 10 &&
@@ -548,6 +556,29 @@ static void test_edges(void)
             printf("#   %s\n", err);
         config_unref(c);
     }
+}
+
+/* A policy without headers takes the top-level mode, wherever in the file
+ * that is written (here after the policies); one with its own keeps it. */
+static void test_headers_inherit(void)
+{
+    static const char yaml[] = "policies:\n"
+                               "  a: {tiers: [{name: t, algorithm: gcra, limit: 1, window: 1s}]}\n"
+                               "  b:\n"
+                               "    headers: none\n"
+                               "    tiers: [{name: t, algorithm: gcra, limit: 1, window: 1s}]\n"
+                               "headers: both\n";
+    char err[1024] = "";
+    struct config *c = config_load_string("h.yaml", yaml, strlen(yaml), err, sizeof(err));
+    if (!ok(c != NULL, "headers file loads"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    is_int(c->headers, HEADERS_BOTH, "top-level headers: both");
+    is_int(config_find_policy(c, "a")->headers, HEADERS_BOTH,
+           "a policy without headers inherits the top-level mode written after it");
+    is_int(config_find_policy(c, "b")->headers, HEADERS_NONE, "a policy's own mode wins");
+    config_unref(c);
 }
 
 static void test_example(void)
@@ -666,6 +697,7 @@ int main(void)
     test_full();
     test_defaults();
     test_edges();
+    test_headers_inherit();
     test_example();
     test_files();
     test_token_file();

@@ -27,7 +27,33 @@ static const char yaml[] =
     "      - {name: t, algorithm: fixed_window, limit: 1, window: 1m}\n"
     "  shaped:\n"
     "    tiers:\n"
-    "      - {name: q, algorithm: leaky_bucket, limit: 10, window: 1s, burst: 3}\n";
+    "      - {name: q, algorithm: leaky_bucket, limit: 10, window: 1s, burst: 3}\n"
+    "  ietf1:\n"
+    "    headers: ietf\n"
+    "    tiers:\n"
+    "      - {name: t, algorithm: fixed_window, limit: 3, window: 500ms}\n"
+    "  both2:\n"
+    "    headers: both\n"
+    "    tiers:\n"
+    "      - {name: a, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}\n"
+    "      - {name: b, algorithm: sliding_window_log, limit: 100, window: 1h}\n"
+    "  none1:\n"
+    "    headers: none\n"
+    "    tiers:\n"
+    "      - {name: t, algorithm: gcra, limit: 2, window: 1s}\n"
+    "  leaky:\n"
+    "    headers: both\n"
+    "    tiers:\n"
+    "      - {name: q, algorithm: leaky_bucket, limit: 10, window: 1s, burst: 3}\n"
+    "  cl:\n"
+    "    headers: ietf\n"
+    "    failure_mode: closed\n"
+    "    tiers:\n"
+    "      - {name: x, algorithm: fixed_window, limit: 60, window: 1m}\n"
+    "  slowshadow:\n"
+    "    shadow: true\n"
+    "    tiers:\n"
+    "      - {name: s, algorithm: fixed_window, limit: 1, window: 1d}\n";
 
 static struct config *cfg;
 
@@ -44,7 +70,7 @@ static void parse(const char *body, struct check_request *req)
 /* One rendered response, taken apart again. */
 struct answer {
     int status;
-    char head[2048];
+    char head[8192];
     char *body; /* without the final newline */
 };
 
@@ -460,6 +486,213 @@ static void test_check_of(void)
     request_free(&req);
 }
 
+/* The answer's own headers: everything between Cache-Control and
+ * Content-Length (Connection is never asked for here). */
+static const char *own_headers(const struct answer *a)
+{
+    static char out[8192];
+    const char *p = strstr(a->head, "Cache-Control: no-store\r\n");
+    const char *e = strstr(a->head, "Content-Length: ");
+    if (!p || !e || e < p)
+        return "(malformed head)";
+    p += strlen("Cache-Control: no-store\r\n");
+    snprintf(out, sizeof out, "%.*s", (int)(e - p), p);
+    return out;
+}
+
+static void decided_headers(const char *body, const struct tier_result *r, const char *want,
+                            const char *what)
+{
+    struct check_request req;
+    struct answer a;
+    parse(body, &req);
+    response_decision(&req, r, &a);
+    is_str(own_headers(&a), want, "%s", what);
+    answer_free(&a);
+    request_free(&req);
+}
+
+/* Every mode, allowed and denied, byte for byte. */
+static void test_header_modes(void)
+{
+    struct tier_result one = {.allowed = 1, .limit = 3, .remaining = 2, .reset_us = 400000};
+    decided_headers("{\"policy\":\"ietf1\",\"key\":\"k\"}", &one,
+                    "RateLimit-Policy: \"ietf1\";q=3;w=1\r\n"
+                    "RateLimit: \"ietf1\";r=2;t=1\r\n",
+                    "ietf, one tier: the policy's name; a 500ms window is w=1");
+    one = (struct tier_result){
+        .allowed = 0, .limit = 3, .remaining = 0, .reset_us = 400000, .retry_us = 400000};
+    decided_headers("{\"policy\":\"ietf1\",\"key\":\"k\"}", &one,
+                    "Retry-After: 1\r\n"
+                    "RateLimit-Policy: \"ietf1\";q=3;w=1\r\n"
+                    "RateLimit: \"ietf1\";r=0;t=1\r\n",
+                    "ietf denied: Retry-After stays, no X-RateLimit-*");
+
+    struct tier_result two[2] = {
+        {.allowed = 1, .limit = 10, .remaining = 4, .reset_us = 1200000},
+        {.allowed = 1, .limit = 100, .remaining = 50, .reset_us = 3600000000LL},
+    };
+    decided_headers("{\"policy\":\"both2\",\"key\":\"k\"}", two,
+                    "X-RateLimit-Limit: 10\r\n"
+                    "X-RateLimit-Remaining: 4\r\n"
+                    "X-RateLimit-Reset: 2\r\n"
+                    "RateLimit-Policy: \"both2/a\";q=5;w=1, \"both2/b\";q=100;w=3600\r\n"
+                    "RateLimit: \"both2/a\";r=4;t=2\r\n",
+                    "both, two tiers: policy/tier names, q is the limit (not the burst)");
+    two[1] = (struct tier_result){
+        .allowed = 0, .limit = 100, .remaining = 0, .reset_us = 3599000000LL, .retry_us = 36000001};
+    decided_headers("{\"policy\":\"both2\",\"key\":\"k\"}", two,
+                    "X-RateLimit-Limit: 100\r\n"
+                    "X-RateLimit-Remaining: 0\r\n"
+                    "X-RateLimit-Reset: 3599\r\n"
+                    "Retry-After: 37\r\n"
+                    "RateLimit-Policy: \"both2/a\";q=5;w=1, \"both2/b\";q=100;w=3600\r\n"
+                    "RateLimit: \"both2/b\";r=0;t=37\r\n",
+                    "both denied: t is the Retry-After moment");
+    two[1].retry_us = -1;
+    two[1].cost_exceeds_limit = 1;
+    decided_headers("{\"policy\":\"both2\",\"key\":\"k\",\"cost\":101}", two,
+                    "X-RateLimit-Limit: 100\r\n"
+                    "X-RateLimit-Remaining: 0\r\n"
+                    "X-RateLimit-Reset: 3599\r\n"
+                    "RateLimit-Policy: \"both2/a\";q=5;w=1, \"both2/b\";q=100;w=3600\r\n"
+                    "RateLimit: \"both2/b\";r=0;t=3599\r\n",
+                    "no finite wait: no Retry-After, t is the reset");
+
+    struct tier_result g = {
+        .allowed = 0, .limit = 2, .remaining = 0, .reset_us = 900000, .retry_us = 400000};
+    decided_headers("{\"policy\":\"none1\",\"key\":\"k\"}", &g, "Retry-After: 1\r\n",
+                    "none: only Retry-After");
+    g = (struct tier_result){.allowed = 1, .limit = 2, .remaining = 1, .reset_us = 500000};
+    decided_headers("{\"policy\":\"none1\",\"key\":\"k\"}", &g, "", "none, allowed: nothing");
+
+    struct tier_result q = {
+        .allowed = 1, .limit = 4, .remaining = 1, .reset_us = 300000, .delay_us = 199001};
+    decided_headers("{\"policy\":\"leaky\",\"key\":\"k\"}", &q,
+                    "X-RateLimit-Limit: 4\r\n"
+                    "X-RateLimit-Remaining: 1\r\n"
+                    "X-RateLimit-Reset: 1\r\n"
+                    "X-RateLimit-Delay-Ms: 200\r\n"
+                    "RateLimit-Policy: \"leaky\";q=10;w=1\r\n"
+                    "RateLimit: \"leaky\";r=1;t=1\r\n",
+                    "leaky_bucket with a delay: X-RateLimit-Delay-Ms, rounded up");
+    q.delay_us = 0;
+    q.remaining = 3;
+    decided_headers("{\"policy\":\"shaped\",\"key\":\"k\"}", &q,
+                    "X-RateLimit-Limit: 4\r\n"
+                    "X-RateLimit-Remaining: 3\r\n"
+                    "X-RateLimit-Reset: 1\r\n",
+                    "leaky_bucket without a delay: no X-RateLimit-Delay-Ms");
+
+    /* Two checks: the binding tier's policy decides the mode. */
+    struct tier_result mix[2] = {
+        {.allowed = 1, .limit = 3, .remaining = 2, .reset_us = 400000},
+        {.allowed = 1, .limit = 2, .remaining = 0, .reset_us = 800000},
+    };
+    decided_headers("{\"checks\":[{\"policy\":\"ietf1\",\"key\":\"k\"},"
+                    "{\"policy\":\"none1\",\"key\":\"k\"}]}",
+                    mix, "", "the binding check (none1) decides: no fields");
+    mix[1].remaining = 2;
+    mix[1].reset_us = 100000;
+    decided_headers("{\"checks\":[{\"policy\":\"ietf1\",\"key\":\"k\"},"
+                    "{\"policy\":\"none1\",\"key\":\"k\"}]}",
+                    mix,
+                    "RateLimit-Policy: \"ietf1\";q=3;w=1\r\n"
+                    "RateLimit: \"ietf1\";r=2;t=1\r\n",
+                    "the binding check (ietf1) decides: its fields");
+}
+
+/* Answers without state: what the config tells of the slowest tier. */
+static void test_failure_headers(void)
+{
+    struct check_request req;
+    struct answer a;
+    parse("{\"checks\":[{\"policy\":\"both2\",\"key\":\"k\"},{\"policy\":\"cl\",\"key\":\"k\"}]}",
+          &req);
+    response_unavailable(&req, "down", &a);
+    is_int(a.status, 503, "closed: 503");
+    is_str(own_headers(&a),
+           "X-RateLimit-Limit: 100\r\n"
+           "Retry-After: 1\r\n"
+           "RateLimit-Policy: \"both2/a\";q=5;w=1, \"both2/b\";q=100;w=3600\r\n",
+           "unavailable: the slowest tier (100/1h) binds, in its policy's mode; no RateLimit");
+    answer_free(&a);
+    struct verdict v = {.kind = VERDICT_OVERLOADED, .req = &req};
+    render_verdict(&v, &a);
+    is_str(own_headers(&a),
+           "X-RateLimit-Limit: 100\r\n"
+           "Retry-After: 1\r\n"
+           "RateLimit-Policy: \"both2/a\";q=5;w=1, \"both2/b\";q=100;w=3600\r\n",
+           "overloaded: the same headers");
+    answer_free(&a);
+    request_free(&req);
+
+    parse("{\"checks\":[{\"policy\":\"slowshadow\",\"key\":\"k\"},{\"policy\":\"two\",\"key\":"
+          "\"k\"}]}",
+          &req);
+    response_unavailable(&req, "down", &a);
+    is_int(a.status, 200, "open: 200");
+    is_str(own_headers(&a), "X-RateLimit-Limit: 100\r\n",
+           "open: a shadow tier never binds; the limit of the slowest other tier, no Retry-After");
+    answer_free(&a);
+    request_free(&req);
+
+    parse("{\"policy\":\"shaped\",\"key\":\"k\"}", &req);
+    response_unavailable(&req, "down", &a);
+    is_str(own_headers(&a), "X-RateLimit-Limit: 4\r\n",
+           "X-RateLimit-Limit is the capacity, as in decided answers (leaky: burst + 1)");
+    answer_free(&a);
+    request_free(&req);
+}
+
+/* The largest values: a 64-byte policy name, 16 tiers with 64-byte names,
+ * the largest limit and window. Nothing is cut. */
+static void test_header_bounds(void)
+{
+    char pname[65], tname[16][65], text[8192], want[8192];
+    memset(pname, 'P', 64);
+    pname[64] = '\0';
+    size_t n =
+        (size_t)snprintf(text, sizeof text, "headers: both\npolicies:\n  %s:\n    tiers:\n", pname);
+    size_t w = 0;
+    for (int i = 0; i < 16; i++) {
+        memset(tname[i], 'a' + i, 64);
+        tname[i][64] = '\0';
+        n += (size_t)snprintf(text + n, sizeof text - n,
+                              "      - {name: %s, algorithm: fixed_window, limit: 1000000000, "
+                              "window: 366d}\n",
+                              tname[i]);
+        w += (size_t)snprintf(want + w, sizeof want - w, "%s\"%s/%s\";q=1000000000;w=31622400",
+                              i ? ", " : "", pname, tname[i]);
+    }
+    char err[RL_ERRLEN];
+    struct config *big = config_load_string("big.yaml", text, n, err, sizeof err);
+    if (!ok(big != NULL, "a 16-tier policy with 64-byte names loads")) {
+        printf("# %s\n", err);
+        return;
+    }
+    struct check_request req = {.nchecks = 1};
+    struct check_item item = {.policy = &big->policies[0], .key = "k", .keylen = 1, .cost = 1};
+    req.checks = &item;
+    struct tier_result r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = (struct tier_result){.allowed = 1,
+                                    .limit = 1000000000,
+                                    .remaining = 999999999 - i,
+                                    .reset_us = 31622400000000LL};
+    struct answer a;
+    response_decision(&req, r, &a);
+    const char *p = strstr(a.head, "\r\nRateLimit-Policy: ");
+    ok(p && strncmp(p + 20, want, w) == 0 && strncmp(p + 20 + w, "\r\n", 2) == 0,
+       "RateLimit-Policy holds all 16 members whole (%zu bytes)", w);
+    char rl[256];
+    snprintf(rl, sizeof rl, "\r\nRateLimit: \"%s/%s\";r=999999984;t=31622400\r\n", pname,
+             tname[15]);
+    ok(strstr(a.head, rl) != NULL, "RateLimit names the binding (16th) tier whole");
+    answer_free(&a);
+    config_unref(big);
+}
+
 int main(void)
 {
     char err[RL_ERRLEN];
@@ -478,6 +711,9 @@ int main(void)
     test_local_and_overloaded();
     test_bodies();
     test_check_of();
+    test_header_modes();
+    test_failure_headers();
+    test_header_bounds();
     config_unref(cfg);
     return tap_done();
 }

@@ -2,9 +2,13 @@
  * response.c: every HTTP answer, rendered into a struct buf (response.h).
  *
  * The body is written first, where the response starts in the buffer; then
- * the head (which needs the body's length) is built in a small array on the
- * stack and the body moved up behind it. Bodies are a few hundred bytes, so
- * the move costs less than a second buffer would.
+ * the head (which needs the body's length) is measured, the body moved up
+ * by that much and the head written in front of it. Bodies are a few
+ * hundred bytes, so the move costs less than a second buffer would.
+ *
+ * The rate-limit headers follow the mode of the binding check's policy
+ * (policy.h enum header_mode): X-RateLimit-*, the IETF RateLimit and
+ * RateLimit-Policy structured fields, both or none; Retry-After always.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +90,8 @@ static void add_header_int(struct headers *hs, const char *name, int64_t v)
     value_end(hs, name);
 }
 
-/* A header whose value is the caller's: it must outlive the answer's
- * rendering (every caller passes a literal). */
+/* A header whose value is the caller's, pointed to rather than copied: it
+ * is read only while the answer is rendered, within the caller's call. */
 static void add_header_ref(struct headers *hs, const char *name, const char *value)
 {
     if (hs->n == MAX_HEADERS)

@@ -2,7 +2,8 @@
  * response.h: every answer the HTTP front gives, rendered straight into the
  * connection's output buffer as a complete HTTP/1.1 response: status line,
  * Content-Type, Cache-Control: no-store, the answer's own headers
- * (X-RateLimit-*, Retry-After, Allow, WWW-Authenticate), Connection when
+ * (X-RateLimit-* or RateLimit / RateLimit-Policy per the policy's
+ * `headers:` mode, Retry-After, Allow, WWW-Authenticate), Connection when
  * asked, Content-Length, and the body, which always ends with one "\n".
  *
  * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
@@ -28,11 +29,14 @@
  * v->sum.binding (LOCAL adds "degraded":true,"local":true); UNAVAILABLE 503
  * backend_unavailable with Retry-After: 1 if the request fails closed, else
  * 200 allowed and degraded; OVERLOADED 503 overloaded with Retry-After: 1.
+ * Without a decision the headers are what the config tells of the tier
+ * decision_unknown_binding picks (X-RateLimit-Limit, RateLimit-Policy).
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
 /* {"error": code, "message": message} with the given status, and one extra
- * header when hname is not NULL. message may hold any bytes: invalid UTF-8
+ * header when hname is not NULL (hvalue is not copied: it must stay valid
+ * until the call returns). message may hold any bytes: invalid UTF-8
  * becomes '?'. */
 void response_error(struct buf *out, int status, const char *code, const char *message,
                     const char *hname, const char *hvalue, unsigned flags);

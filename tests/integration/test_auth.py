@@ -11,6 +11,7 @@ import http.client
 import os
 import signal
 import socket
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -224,6 +225,20 @@ policies:
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def test_readme_example():
+    """The policy file of the README's "Keys from the request" loads as written."""
+    with open(os.path.join(os.environ.get("RL_SRCDIR", "."), "README.md")) as f:
+        readme = f.read()
+    section = readme.split("## Keys from the request", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = os.path.join(harness.make_tempdir(), "keys.yaml")
+    with open(path, "w") as f:
+        f.write(block)
+    res = subprocess.run([BINARY, "--config", path, "--check-config"], capture_output=True)
+    harness.eq((res.returncode, res.stderr.decode()[-300:]), (0, ""),
+               "the README's key template example passes --check-config")
+
+
 def main():
     if not BINARY:
         harness.bail_out("ratelimitd binary not found (set RATELIMITD)")
@@ -238,6 +253,7 @@ def main():
     test_failure_modes(redis, d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
     test_memory_and_token(redis)
+    test_readme_example()
 
 
 harness.run(main)

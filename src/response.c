@@ -136,6 +136,8 @@ static const char *reason_phrase(int status)
         return "Bad Request";
     case 401:
         return "Unauthorized";
+    case 403:
+        return "Forbidden";
     case 404:
         return "Not Found";
     case 405:
@@ -458,7 +460,7 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
     struct headers hs;
     headers_init(&hs);
     decision_headers(&hs, v);
-    int status = sum->allowed ? 200 : 429;
+    int status = verdict_status(v);
     finish(out, start, status, NULL, &hs, flags);
     return status;
 }
@@ -533,6 +535,23 @@ int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
     config_headers(&hs, v->req, 1);
     error_answer(out, 503, "overloaded", "too many checks in flight", &hs, flags);
     return 503;
+}
+
+void response_auth_skipped(struct buf *out, const char *policy, const char *missing, unsigned flags)
+{
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "skipped");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "policy");
+    json_out_cstr(&j, policy);
+    json_out_key(&j, "missing");
+    json_out_cstr(&j, missing);
+    json_out_end(&j, '}');
+    finish(out, start, 200, NULL, NULL, flags);
 }
 
 void response_error(struct buf *out, int status, const char *code, const char *message,

@@ -33,6 +33,7 @@ struct check_item {
 /* What a caller asks: every check is decided together, atomically. */
 struct check_request {
     int dry_run;
+    int inspect; /* the admin API looking (a dry run): not counted as checks */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };

@@ -106,6 +106,18 @@ static void entry_free(struct deny_cache *dc, struct lru_node *n)
     free(n);
 }
 
+int deny_cache_del(struct deny_cache *dc, const char *policy, const char *key, size_t keylen)
+{
+    if (dc->t.count == 0)
+        return 0;
+    size_t idlen = make_id(dc, policy, key, keylen);
+    struct entry *e = find(dc, idlen, lru_table_hash(&dc->t, dc->scratch, idlen));
+    if (!e)
+        return 0;
+    entry_free(dc, &e->node);
+    return 1;
+}
+
 /* a + b for b > 0, saturating: a retry near INT64_MAX must not wrap into
  * the past. */
 static int64_t add_sat(int64_t a, int64_t b)

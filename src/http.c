@@ -39,9 +39,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "check.h"
 #include "http.h"
 #include "http_parse.h"
@@ -70,7 +73,7 @@ struct listener {
     int fd; /* -1: none */
     struct event ev;
     int checks; /* serves /check; its connections count towards max_connections */
-    int admin;  /* serves /healthz, /readyz, /metrics */
+    int admin;  /* serves /healthz, /readyz, /metrics, /v1/keys/ */
 };
 
 enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
@@ -79,6 +82,7 @@ enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
 struct slot {
     struct conn *c;
     struct check *check; /* while the core decides; NULL otherwise */
+    struct admin_reset *reset; /* while a reset is under way; NULL otherwise */
     struct buf out;      /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
@@ -130,6 +134,8 @@ static void conn_free(struct conn *c)
     for (unsigned i = 0; i < HTTP_PIPELINE_MAX; i++) {
         if (c->slots[i].check)
             check_cancel(c->slots[i].check);
+        if (c->slots[i].reset)
+            admin_reset_cancel(c->slots[i].reset);
         buf_free(&c->slots[i].out);
     }
     /* event_del fails only for an event never assigned; close only on a
@@ -166,6 +172,7 @@ static struct slot *slot_new(struct conn *c)
     c->count++;
     s->c = c;
     s->check = NULL;
+    s->reset = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;
@@ -261,6 +268,84 @@ static void route_check(struct slot *s, const struct http_request *req)
         start_check(s, req);
 }
 
+/* ---- the admin API on keys (admin.h) ---- */
+
+static void on_inspect_reply(void *ctx, const struct verdict *v)
+{
+    struct slot *s = ctx;
+    s->check = NULL;
+    slot_ready(s, admin_render_inspect(&s->out, v, s->flags));
+    if (!s->c->busy)
+        settle(s->c);
+}
+
+static void on_reset_reply(void *ctx, const struct admin_reset_result *res)
+{
+    struct slot *s = ctx;
+    s->reset = NULL;
+    slot_ready(s, admin_render_reset(&s->out, res, s->flags));
+    if (!s->c->busy)
+        settle(s->c);
+}
+
+/* The client's address for the reset's log line ("unix" on a unix socket). */
+static void peer_name(const struct conn *c, char *out, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    snprintf(out, len, "unknown");
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0)
+        return;
+    char ip[INET6_ADDRSTRLEN];
+    if (ss.ss_family == AF_INET &&
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, sizeof ip))
+        snprintf(out, len, "%s", ip);
+    else if (ss.ss_family == AF_INET6 &&
+             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip, sizeof ip))
+        snprintf(out, len, "%s", ip);
+    else if (ss.ss_family == AF_UNIX)
+        snprintf(out, len, "unix");
+}
+
+static void route_keys(struct slot *s, const struct http_request *req)
+{
+    struct worker *w = s->c->h->w;
+    int inspect = req->method == HTTP_GET || req->method == HTTP_HEAD;
+    if (!inspect && req->method != HTTP_DELETE) {
+        answer_error(s, 405, "method_not_allowed", "use GET, HEAD or DELETE", "Allow",
+                     "GET, HEAD, DELETE");
+        return;
+    }
+    if (w->draining) {
+        answer_error(s, 503, "shutting_down", "the daemon is shutting down", "Retry-After", "1");
+        return;
+    }
+    if (!authorized(s->c)) {
+        answer_error(s, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+                     "WWW-Authenticate", "Bearer");
+        return;
+    }
+    struct admin_target t;
+    struct request_error err;
+    if (admin_parse_path(w->config, req->path, &t, &err) < 0) {
+        answer_error(s, err.status, err.code, err.message, NULL, NULL);
+        return;
+    }
+    if (inspect) {
+        struct check_request creq;
+        admin_inspect_request(&t, &creq);
+        struct check *ch = check_start(w, &creq, on_inspect_reply, s);
+        if (s->state == SLOT_WAITING)
+            s->check = ch;
+        return;
+    }
+    char peer[64];
+    peer_name(s->c, peer, sizeof peer);
+    struct admin_reset *r = admin_reset_start(w, &t, peer, on_reset_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->reset = r;
+}
+
 static void route_health(struct slot *s, int ready)
 {
     const char *reason = ready ? worker_unready_reason(s->c->h->w) : NULL;
@@ -301,6 +386,8 @@ static void route(struct conn *c, const struct http_request *req)
                      "Retry-After", "1");
     else if (c->l->checks && strcmp(path, "/check") == 0)
         route_check(s, req);
+    else if (c->l->admin && strncmp(path, ADMIN_KEYS_PREFIX, strlen(ADMIN_KEYS_PREFIX)) == 0)
+        route_keys(s, req);
     else if (!c->l->admin || !admin_path)
         answer_error(s, 404, "not_found", "no such path", NULL, NULL);
     else if (req->method != HTTP_GET && req->method != HTTP_HEAD)

@@ -124,8 +124,8 @@ void admin_inspect_request(struct admin_target *t, struct check_request *out)
     out->inspect = 1;
     out->nchecks = 2;
     out->checks = xcalloc(2, sizeof *out->checks);
-    out->checks[0] = (struct check_item){
-        .policy = t->policy, .key = t->key, .keylen = t->keylen, .cost = 0};
+    out->checks[0] =
+        (struct check_item){.policy = t->policy, .key = t->key, .keylen = t->keylen, .cost = 0};
     out->checks[1] = out->checks[0];
     out->checks[1].key = xstrndup(t->key, t->keylen);
     out->checks[1].cost = 1;
@@ -184,8 +184,7 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
     }
     if (v->kind == VERDICT_UNAVAILABLE) {
         response_error(out, 503, "backend_unavailable",
-                       v->why ? v->why : "the backend could not answer", "Retry-After", "1",
-                       flags);
+                       v->why ? v->why : "the backend could not answer", "Retry-After", "1", flags);
         return 503;
     }
     const struct check_item *c = &v->req->checks[0];

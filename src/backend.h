@@ -114,9 +114,9 @@ void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
 /* Who hears of resets (see backend_reset_seen_fn). */
 void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg);
 
-static inline int backend_reset(struct backend *b, const struct config *cfg,
-                                const struct policy *p, const char *key, size_t keylen,
-                                backend_reset_done_fn done, void *arg)
+static inline int backend_reset(struct backend *b, const struct config *cfg, const struct policy *p,
+                                const char *key, size_t keylen, backend_reset_done_fn done,
+                                void *arg)
 {
     return b->ops->reset(b, cfg, p, key, keylen, done, arg);
 }

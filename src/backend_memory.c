@@ -52,8 +52,8 @@ static int memory_reset(struct backend *iface, const struct config *cfg, const s
     pthread_mutex_lock(b->lock);
     size_t n = local_store_forget(b->store, cfg->key_prefix, p, key, keylen, util_realtime_us());
     pthread_mutex_unlock(b->lock);
-    struct backend_reset_reply reply = {.status = BACKEND_OK, .deleted = (long long)n,
-                                        .notified = -1};
+    struct backend_reset_reply reply = {
+        .status = BACKEND_OK, .deleted = (long long)n, .notified = -1};
     done(arg, &reply);
     return 0;
 }

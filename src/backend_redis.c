@@ -614,8 +614,8 @@ static void sub_schedule_reconnect(struct backend_redis *b)
     b->sub_ac = NULL;
     if (b->freeing)
         return;
-    int64_t d = b->sub_backoff_us / 2 +
-                (int64_t)(next_random(b) % (uint64_t)(b->sub_backoff_us / 2 + 1));
+    int64_t d =
+        b->sub_backoff_us / 2 + (int64_t)(next_random(b) % (uint64_t)(b->sub_backoff_us / 2 + 1));
     struct timeval tv = {.tv_sec = d / 1000000, .tv_usec = d % 1000000};
     evtimer_add(b->sub_reconnect_ev, &tv);
     b->sub_backoff_us =
@@ -631,8 +631,8 @@ static void on_sub_connect(const redisAsyncContext *ac, int status)
 {
     struct backend_redis *b = ac->data;
     if (status != REDIS_OK) {
-        log_event(b->log, LOG_LVL_WARN, "redis reset listener connect failed", "target",
-                  b->target, "error", ac->errstr, NULL);
+        log_event(b->log, LOG_LVL_WARN, "redis reset listener connect failed", "target", b->target,
+                  "error", ac->errstr, NULL);
         sub_schedule_reconnect(b); /* hiredis frees the context */
     }
 }

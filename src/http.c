@@ -31,16 +31,16 @@
  * listening sockets (listen.c, owned by the worker), not the answers' bytes
  * (response.c), not the checks (check.c).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,9 +81,9 @@ enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
 /* One request read and not yet answered. */
 struct slot {
     struct conn *c;
-    struct check *check; /* while the core decides; NULL otherwise */
+    struct check *check;       /* while the core decides; NULL otherwise */
     struct admin_reset *reset; /* while a reset is under way; NULL otherwise */
-    struct buf out;      /* the rendered answer, until earlier ones are out */
+    struct buf out;            /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
 };
@@ -270,22 +270,27 @@ static void route_check(struct slot *s, const struct http_request *req)
 
 /* ---- the admin API on keys (admin.h) ---- */
 
+/* An answer from the core came, rendered with status: written now unless
+ * the connection is inside one of its own callbacks (which settles it). */
+static void slot_answered(struct slot *s, int status)
+{
+    slot_ready(s, status);
+    if (!s->c->busy)
+        settle(s->c);
+}
+
 static void on_inspect_reply(void *ctx, const struct verdict *v)
 {
     struct slot *s = ctx;
     s->check = NULL;
-    slot_ready(s, admin_render_inspect(&s->out, v, s->flags));
-    if (!s->c->busy)
-        settle(s->c);
+    slot_answered(s, admin_render_inspect(&s->out, v, s->flags));
 }
 
 static void on_reset_reply(void *ctx, const struct admin_reset_result *res)
 {
     struct slot *s = ctx;
     s->reset = NULL;
-    slot_ready(s, admin_render_reset(&s->out, res, s->flags));
-    if (!s->c->busy)
-        settle(s->c);
+    slot_answered(s, admin_render_reset(&s->out, res, s->flags));
 }
 
 /* The client's address for the reset's log line ("unix" on a unix socket). */

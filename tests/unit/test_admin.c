@@ -39,16 +39,11 @@ struct bad {
 };
 
 static const struct bad bads[] = {
-    {"/v1/keys/api", 400, "invalid_path"},
-    {"/v1/keys/api/", 400, "invalid_key"},
-    {"/v1/keys/api/%", 400, "invalid_path"},
-    {"/v1/keys/api/%4", 400, "invalid_path"},
-    {"/v1/keys/api/%zz", 400, "invalid_path"},
-    {"/v1/keys/api/a%4g", 400, "invalid_path"},
-    {"/v1/keys/api/a%00b", 400, "invalid_key"},
-    {"/v1/keys/nope/a", 404, "unknown_policy"},
-    {"/v1/keys//a", 404, "unknown_policy"},
-    {"/v1/keys/", 400, "invalid_path"},
+    {"/v1/keys/api", 400, "invalid_path"},      {"/v1/keys/api/", 400, "invalid_key"},
+    {"/v1/keys/api/%", 400, "invalid_path"},    {"/v1/keys/api/%4", 400, "invalid_path"},
+    {"/v1/keys/api/%zz", 400, "invalid_path"},  {"/v1/keys/api/a%4g", 400, "invalid_path"},
+    {"/v1/keys/api/a%00b", 400, "invalid_key"}, {"/v1/keys/nope/a", 404, "unknown_policy"},
+    {"/v1/keys//a", 404, "unknown_policy"},     {"/v1/keys/", 400, "invalid_path"},
 };
 
 static void test_good(const struct config *cfg)

@@ -16,6 +16,7 @@ daemons.
   local figures, degraded), DELETE answers 503.
 """
 import os
+import signal
 import sys
 import time
 import urllib.parse
@@ -228,6 +229,28 @@ def redis_down(d, redis):
                % (r.json,))
 
 
+def listener_follows(b, redis, extra):
+    """The reset listener follows a reload that changes key_prefix, and
+    comes back after Redis restarts."""
+    b.write_config(POLICY, timeout="2s", extra=extra, prefix="rl2:")
+    b.send_signal(signal.SIGHUP)
+    with redis.client() as c:
+        harness.wait_until(lambda: c.command("PUBSUB", "NUMSUB", "rl2:reset")[1] == 1,
+                           what="the listener on the new prefix's channel")
+        harness.eq(c.command("PUBSUB", "NUMSUB", "rl:reset")[1], 1,
+                   "after a reload to key_prefix rl2:, the daemon listens on rl2:reset only")
+    redis.restart()
+
+    def both():
+        with redis.client() as c:
+            return [c.command("PUBSUB", "NUMSUB", ch)[1] for ch in ("rl:reset", "rl2:reset")]
+    try:
+        harness.wait_until(lambda: both() == [1, 1], what="both listeners back")
+    except TimeoutError:
+        pass
+    harness.eq(both(), [1, 1], "both listeners subscribe again after Redis restarts")
+
+
 def main():
     redis = harness.RedisServer().start()
     url = "unix:" + redis.socket_path
@@ -248,6 +271,8 @@ def main():
     errors(a)
     encoded_keys(a, redis)
     memory_backend()
+    listener_follows(b, redis, extra)
+    harness.wait_until(lambda: a.admin("/readyz").status == 200, what="the daemon ready again")
     redis_down(a, redis)
     b.stop()
     harness.eq(a.stop(), 0, "the daemon exits cleanly")

@@ -80,34 +80,35 @@ def metric(d, name, **labels):
         return 0
 
 
-def inspect_consumes_nothing(d, alg):
+def inspect_consumes_nothing(d, alg, backend="redis"):
     key = "look:" + alg
+    name = "%s (%s)" % (alg, backend)
     for _ in range(2):
         d.check(alg, key, headers=AUTH)
     seen = [get(d, alg, key) for _ in range(3)]
     ok = all(r.status == 200 for r in seen)
-    harness.ok(ok, "%s: GET answers 200" % alg)
+    harness.ok(ok, "%s: GET answers 200" % name)
     if not ok:
         harness.diag(repr(seen))
         return
     tiers = [r.json["tiers"][0] for r in seen]
     harness.eq([t["remaining"] for t in tiers], [1, 1, 1],
-               "%s: three GETs report remaining 1 each (nothing consumed)" % alg)
+               "%s: three GETs report remaining 1 each (nothing consumed)" % name)
     t = tiers[0]
     harness.eq((seen[0].json["policy"], seen[0].json["key"], t["name"], t["algorithm"],
                 t["limit"], t["allowed"], t["retry_after_ms"]),
                (alg, key, "t", alg, 3, True, 0),
-               "%s: the figures of a key with one unit left" % alg)
+               "%s: the figures of a key with one unit left" % name)
     harness.eq("delay_ms" in t, alg == "leaky_bucket",
-               "%s: delay_ms only for leaky_bucket" % alg)
+               "%s: delay_ms only for leaky_bucket" % name)
     r = d.check(alg, key, headers=AUTH)
     harness.eq((r.status, r.json["remaining"]), (200, 0),
-               "%s: the next check still finds the unit the GETs left" % alg)
+               "%s: the next check still finds the unit the GETs left" % name)
     r = get(d, alg, key)
     t = r.json["tiers"][0]
     harness.ok(r.status == 200 and not r.json["allowed"] and t["remaining"] == 0
                and not t["allowed"] and t["retry_after_ms"] > 0,
-               "%s: an exhausted key: allowed false, remaining 0, a retry time (%r)" % (alg, t))
+               "%s: an exhausted key: allowed false, remaining 0, a retry time (%r)" % (name, t))
 
 
 def wait_subscribed(redis, n):
@@ -197,6 +198,8 @@ def encoded_keys(d, redis):
 def memory_backend():
     d = Daemon("unix:/nonexistent", POLICY, admin=True,
                extra="backend: memory\nauth_token_file: %s\n" % token_file()).start()
+    for alg in ALGORITHMS:
+        inspect_consumes_nothing(d, alg, "memory")
     for _ in range(3):
         d.check("gcra", "m", headers=AUTH)
     r = get(d, "gcra", "m")

@@ -10,6 +10,12 @@ void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
     b->on_state_arg = arg;
 }
 
+void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg)
+{
+    b->on_reset = fn;
+    b->on_reset_arg = arg;
+}
+
 void backend_state_changed(struct backend *b)
 {
     int ready = backend_ready(b);

@@ -13,6 +13,13 @@
  * (memory) or after the caller has given up on it (a deadline): the caller
  * must then only release what it holds. req and cfg must stay valid until
  * done is called.
+ *
+ * Contract of reset (the admin API's DELETE): forgets every tier's state of
+ * (policy, key), so that the key starts afresh, and tells every daemon
+ * sharing the state (the reset listener of each, this one's included) to
+ * drop what it holds locally about the key (deny cache, failure_mode local
+ * store). Same completion rule as decide: -1 (done never called) or 0 and
+ * done exactly once.
  */
 #ifndef RATELIMITD_BACKEND_H
 #define RATELIMITD_BACKEND_H
@@ -41,12 +48,34 @@ typedef void (*backend_done_fn)(void *arg, const struct backend_reply *reply);
 /* Called whenever backend_ready changes. */
 typedef void (*backend_state_fn)(void *arg, int ready);
 
+/* What a reset did. */
+struct backend_reset_reply {
+    enum backend_status status;
+    long long deleted;  /* OK: state entries (Redis keys) that existed */
+    long long notified; /* OK: daemons' listeners told (Redis: PUBLISH's count) */
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+};
+
+typedef void (*backend_reset_done_fn)(void *arg, const struct backend_reset_reply *reply);
+
+/* A reset of (policy, key) was announced (by any daemon sharing the
+ * backend); policy NULL: announcements may have been missed (the listening
+ * connection was down), so whatever is cached about any key may be stale.
+ * key is keylen bytes, any bytes. */
+typedef void (*backend_reset_seen_fn)(void *arg, const char *policy, const char *key,
+                                      size_t keylen);
+
 struct backend;
 
 struct backend_ops {
     const char *name; /* "redis", "memory" */
     int (*decide)(struct backend *b, const struct config *cfg, const struct check_request *req,
                   int64_t now_us, backend_done_fn done, void *arg);
+    int (*reset)(struct backend *b, const struct config *cfg, const struct policy *p,
+                 const char *key, size_t keylen, backend_reset_done_fn done, void *arg);
+    /* Listens for resets announced under cfg's key_prefix (again after a
+     * reload that changes it), reporting them to on_reset. */
+    void (*watch_resets)(struct backend *b, const struct config *cfg);
     /* A call's deadline passed with no reply (see backend_redis.h). */
     void (*note_timeout)(struct backend *b);
     void (*start)(struct backend *b);
@@ -64,6 +93,8 @@ struct backend {
     backend_state_fn on_state;
     void *on_state_arg;
     int reported_ready; /* what on_state was last told */
+    backend_reset_seen_fn on_reset;
+    void *on_reset_arg;
 };
 
 static inline int backend_decide(struct backend *b, const struct config *cfg,
@@ -79,6 +110,16 @@ static inline int backend_ready(const struct backend *b)
 }
 
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
+
+/* Who hears of resets (see backend_reset_seen_fn). */
+void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg);
+
+static inline int backend_reset(struct backend *b, const struct config *cfg, const struct policy *p,
+                                const char *key, size_t keylen, backend_reset_done_fn done,
+                                void *arg)
+{
+    return b->ops->reset(b, cfg, p, key, keylen, done, arg);
+}
 
 /* For implementations, after any change of state: tells the listener when
  * backend_ready differs from what it was last told. */

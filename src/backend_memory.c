@@ -43,6 +43,26 @@ static int memory_decide(struct backend *iface, const struct config *cfg,
     return 0;
 }
 
+/* The store is this process's only state, and no deny cache serves an
+ * in-process backend: forgetting the key is the whole reset. */
+static int memory_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
+                        const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
+{
+    struct backend_memory *b = (struct backend_memory *)iface;
+    pthread_mutex_lock(b->lock);
+    size_t n = local_store_forget(b->store, cfg->key_prefix, p, key, keylen, util_realtime_us());
+    pthread_mutex_unlock(b->lock);
+    struct backend_reset_reply reply = {
+        .status = BACKEND_OK, .deleted = (long long)n, .notified = -1};
+    done(arg, &reply);
+    return 0;
+}
+
+/* Nothing else shares this process's memory. */
+static void memory_watch_resets(struct backend *iface, const struct config *cfg)
+{
+}
+
 static void memory_start(struct backend *iface)
 {
 }
@@ -69,6 +89,8 @@ static void memory_free(struct backend *iface)
 static const struct backend_ops memory_ops = {
     .name = "memory",
     .decide = memory_decide,
+    .reset = memory_reset,
+    .watch_resets = memory_watch_resets,
     .note_timeout = memory_note_timeout,
     .start = memory_start,
     .ready = memory_ready,

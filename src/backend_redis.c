@@ -7,6 +7,16 @@
  * and replies come back in order, so AUTH, SELECT and SCRIPT LOAD sent right
  * after connect always run before any EVALSHA, and a SCRIPT LOAD sent after a
  * NOSCRIPT always runs before the retried EVALSHA.
+ *
+ * Resets (the admin API's DELETE) go on the same connection: one DEL of
+ * every Redis key of the key's tiers (they share one hash tag, so the DEL is
+ * Cluster-safe), then one PUBLISH on "<key_prefix>reset" of
+ * "<policy>:<key bytes>" (policy names never hold ':', so the first ':'
+ * ends the name, and the key is sent as it is, any bytes). Every backend
+ * listens on a second connection of its own, subscribed to that channel,
+ * reconnecting with the same backoff, and reports each announcement to
+ * on_reset; after each (re)subscription it reports a NULL policy, since
+ * announcements made while it was down were lost.
  */
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
@@ -61,6 +71,23 @@ struct backend_redis {
     int64_t backoff_us;
     uint64_t rng;
     struct buf cmd; /* the RESP of the call being sent, reused */
+
+    /* The reset listener: a second connection, subscribed to channel. */
+    redisAsyncContext *sub_ac;
+    char *channel; /* owned; NULL until watch_resets */
+    int sub_dropping;
+    int started; /* ops->start was called: the listener may connect */
+    struct event *sub_reconnect_ev;
+    int64_t sub_backoff_us;
+};
+
+/* One reset in flight: its DEL and its PUBLISH, pipelined. */
+struct pending_reset {
+    backend_reset_done_fn done;
+    void *arg;
+    int outstanding; /* replies still due */
+    struct backend_reset_reply reply;
+    char err[RL_ERRLEN];
 };
 
 /* One call in flight; owns its arguments, kept for a NOSCRIPT retry. */
@@ -253,7 +280,19 @@ static void send_script_load(struct backend_redis *b)
         b->load_in_flight = 1;
 }
 
-static void start_connect(struct backend_redis *b)
+/* AUTH [user] password, queued on ac when the URL (or the environment)
+ * gives a password: the user only when the URL names one. */
+static void send_auth(redisAsyncContext *ac, const struct redis_url *u, redisCallbackFn *fn)
+{
+    if (!u->password)
+        return;
+    const char *argv[] = {"AUTH", u->user ? u->user : u->password, u->password};
+    size_t lens[] = {4, strlen(argv[1]), strlen(u->password)};
+    redisAsyncCommandArgv(ac, fn, "AUTH", u->user ? 3 : 2, argv, lens);
+}
+
+/* A new context to the URL's server, or NULL (logged). */
+static redisAsyncContext *connect_url(struct backend_redis *b)
 {
     redisAsyncContext *ac = b->url.unix_path ? redisAsyncConnectUnix(b->url.unix_path)
                                              : redisAsyncConnect(b->url.host, b->url.port);
@@ -262,15 +301,24 @@ static void start_connect(struct backend_redis *b)
                   ac ? ac->errstr : "out of memory", NULL);
         if (ac)
             redisAsyncFree(ac);
+        return NULL;
+    }
+    ac->data = b;
+    redisLibeventAttach(ac, b->base);
+    return ac;
+}
+
+static void start_connect(struct backend_redis *b)
+{
+    redisAsyncContext *ac = connect_url(b);
+    if (!ac) {
         schedule_reconnect(b);
         return;
     }
-    ac->data = b;
     b->ac = ac;
     b->state = CONN_CONNECTING;
     b->setup_failed = 0;
     b->use_eval = 0; /* a new connection may be to another server */
-    redisLibeventAttach(ac, b->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     struct timeval tv = {.tv_sec = READY_TIMEOUT_US / 1000000,
@@ -279,12 +327,7 @@ static void start_connect(struct backend_redis *b)
 
     /* Queued now, sent as soon as the socket connects, ahead of any check. */
     const struct redis_url *u = &b->url;
-    if (u->password) {
-        /* AUTH [user] password: the user only when the URL names one. */
-        const char *argv[] = {"AUTH", u->user ? u->user : u->password, u->password};
-        size_t lens[] = {4, strlen(argv[1]), strlen(u->password)};
-        redisAsyncCommandArgv(ac, on_setup_reply, "AUTH", u->user ? 3 : 2, argv, lens);
-    }
+    send_auth(ac, u, on_setup_reply);
     if (u->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", u->db);
@@ -449,9 +492,264 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     return 0;
 }
 
+/* ---- resets ---- */
+
+static void reset_reply_done(struct pending_reset *r)
+{
+    if (--r->outstanding > 0)
+        return;
+    r->done(r->arg, &r->reply);
+    free(r);
+}
+
+/* A reply that failed: the first failure is the one reported. */
+static void reset_failed(struct pending_reset *r, enum backend_status st, const char *msg)
+{
+    if (r->reply.status != BACKEND_OK)
+        return;
+    r->reply.status = st;
+    snprintf(r->err, sizeof r->err, "%s", msg);
+    r->reply.errmsg = r->err;
+}
+
+static void on_reset_reply(redisAsyncContext *ac, void *reply, void *privdata, long long *into)
+{
+    redisReply *rr = reply;
+    struct pending_reset *r = privdata;
+    if (!rr)
+        reset_failed(r, BACKEND_UNAVAILABLE, "connection to redis lost");
+    else if (rr->type == REDIS_REPLY_ERROR)
+        reset_failed(r, BACKEND_ERROR, rr->str);
+    else if (rr->type == REDIS_REPLY_INTEGER)
+        *into = rr->integer;
+    else
+        reset_failed(r, BACKEND_ERROR, "unexpected reply to a reset");
+    reset_reply_done(r);
+}
+
+static void on_del_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct pending_reset *r = privdata;
+    on_reset_reply(ac, reply, privdata, &r->reply.deleted);
+}
+
+static void on_publish_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct pending_reset *r = privdata;
+    on_reset_reply(ac, reply, privdata, &r->reply.notified);
+}
+
+/* "DEL" and every Redis key of every tier of (p, key), as argv into mem
+ * (sized by the caller: POLICY_KEY_BUF per key). Returns argc. */
+static size_t del_argv(const struct config *cfg, const struct policy *p, const char *key,
+                       size_t keylen, const char **argv, size_t *lens, char *mem)
+{
+    size_t argc = 0;
+    argv[argc] = "DEL";
+    lens[argc++] = 3;
+    for (size_t j = 0; j < p->ntiers; j++) {
+        for (int k = 0; k < policy_algorithm_nkeys(p->tiers[j].algorithm); k++) {
+            int n = policy_tier_key(cfg->key_prefix, p->name, key, keylen, &p->tiers[j], k, mem,
+                                    POLICY_KEY_BUF);
+            if (n < 0)
+                abort(); /* POLICY_KEY_BUF bounds every valid key (as in scripts.c) */
+            argv[argc] = mem;
+            lens[argc++] = (size_t)n;
+            mem += POLICY_KEY_BUF;
+        }
+    }
+    return argc;
+}
+
+static int redis_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
+                       const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    if (!redis_ready(iface) || !b->channel)
+        return -1;
+    /* At most two keys per tier. */
+    size_t maxkeys = 2 * p->ntiers + 1;
+    const char **argv = xcalloc(maxkeys, sizeof *argv);
+    size_t *lens = xcalloc(maxkeys, sizeof *lens);
+    char *mem = xmalloc(maxkeys * POLICY_KEY_BUF);
+    size_t argc = del_argv(cfg, p, key, keylen, argv, lens, mem);
+    size_t plen = strlen(p->name);
+    char *msg = xmalloc(plen + 1 + keylen);
+    memcpy(msg, p->name, plen);
+    msg[plen] = ':';
+    memcpy(msg + plen + 1, key, keylen);
+    const char *pub[] = {"PUBLISH", b->channel, msg};
+    size_t publens[] = {7, strlen(b->channel), plen + 1 + keylen};
+
+    struct pending_reset *r = xcalloc(1, sizeof *r);
+    r->done = done;
+    r->arg = arg;
+    r->reply.status = BACKEND_OK;
+    int rc = -1;
+    /* Queued together: the PUBLISH runs right after the DEL, so no daemon
+     * hears of the reset before the state is gone. */
+    if (redisAsyncCommandArgv(b->ac, on_del_reply, r, (int)argc, argv, lens) == REDIS_OK) {
+        rc = 0;
+        r->outstanding = 1;
+        if (redisAsyncCommandArgv(b->ac, on_publish_reply, r, 3, pub, publens) == REDIS_OK)
+            r->outstanding++;
+        else
+            reset_failed(r, BACKEND_UNAVAILABLE, "cannot send PUBLISH");
+    } else {
+        free(r);
+    }
+    free(argv);
+    free(lens);
+    free(mem);
+    free(msg);
+    return rc;
+}
+
+/* ---- the reset listener ---- */
+
+static void sub_connect(struct backend_redis *b);
+
+static void sub_schedule_reconnect(struct backend_redis *b)
+{
+    b->sub_ac = NULL;
+    if (b->freeing)
+        return;
+    int64_t d =
+        b->sub_backoff_us / 2 + (int64_t)(next_random(b) % (uint64_t)(b->sub_backoff_us / 2 + 1));
+    struct timeval tv = {.tv_sec = d / 1000000, .tv_usec = d % 1000000};
+    evtimer_add(b->sub_reconnect_ev, &tv);
+    b->sub_backoff_us =
+        b->sub_backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : b->sub_backoff_us * 2;
+}
+
+static void on_sub_reconnect_timer(evutil_socket_t fd, short what, void *arg)
+{
+    sub_connect(arg);
+}
+
+static void on_sub_connect(const redisAsyncContext *ac, int status)
+{
+    struct backend_redis *b = ac->data;
+    if (status != REDIS_OK) {
+        log_event(b->log, LOG_LVL_WARN, "redis reset listener connect failed", "target", b->target,
+                  "error", ac->errstr, NULL);
+        sub_schedule_reconnect(b); /* hiredis frees the context */
+    }
+}
+
+static void on_sub_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct backend_redis *b = ac->data;
+    if (b->sub_dropping)
+        return;
+    if (!b->freeing)
+        log_event(b->log, LOG_LVL_WARN, "redis reset listener lost", "target", b->target, "error",
+                  status == REDIS_OK ? "closed" : ac->errstr, NULL);
+    sub_schedule_reconnect(b);
+}
+
+static void on_sub_setup_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    struct backend_redis *b = ac->data;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_event(b->log, LOG_LVL_ERROR, "redis reset listener setup failed", "target", b->target,
+                  "error", r->str, NULL);
+}
+
+/* "<policy>:<key>" as published by redis_reset; anything else (another
+ * program on the channel) is ignored. */
+static void sub_message(struct backend_redis *b, const char *msg, size_t len)
+{
+    const char *colon = memchr(msg, ':', len);
+    if (!colon || colon == msg || (size_t)(colon - msg) > POLICY_NAME_MAX)
+        return;
+    char policy[POLICY_NAME_MAX + 1];
+    memcpy(policy, msg, (size_t)(colon - msg));
+    policy[colon - msg] = '\0';
+    if (!policy_name_valid(policy) || !b->base_iface.on_reset)
+        return;
+    size_t keylen = len - (size_t)(colon - msg) - 1;
+    b->base_iface.on_reset(b->base_iface.on_reset_arg, policy, colon + 1, keylen);
+}
+
+/* Every reply on the subscribed connection: the confirmation, then each
+ * message; NULL when the connection goes. */
+static void on_sub_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    struct backend_redis *b = ac->data;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    if (strcmp(kind, "subscribe") == 0) {
+        b->sub_backoff_us = BACKOFF_MIN_US;
+        log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel,
+                  NULL);
+        /* Resets announced while no subscription stood were not heard. */
+        if (b->base_iface.on_reset)
+            b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);
+    } else if (strcmp(kind, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
+        sub_message(b, r->element[2]->str, r->element[2]->len);
+    }
+}
+
+static void sub_connect(struct backend_redis *b)
+{
+    if (!b->channel || b->sub_ac)
+        return;
+    redisAsyncContext *ac = connect_url(b);
+    if (!ac) {
+        sub_schedule_reconnect(b);
+        return;
+    }
+    b->sub_ac = ac;
+    redisAsyncSetConnectCallback(ac, on_sub_connect);
+    redisAsyncSetDisconnectCallback(ac, on_sub_disconnect);
+    send_auth(ac, &b->url, on_sub_setup_reply);
+    const char *argv[] = {"SUBSCRIBE", b->channel};
+    size_t lens[] = {9, strlen(b->channel)};
+    redisAsyncCommandArgv(ac, on_sub_reply, NULL, 2, argv, lens);
+}
+
+/* Closes the listener's connection, if any, without a reconnect. */
+static void sub_drop(struct backend_redis *b)
+{
+    event_del(b->sub_reconnect_ev);
+    if (!b->sub_ac)
+        return;
+    redisAsyncContext *ac = b->sub_ac;
+    b->sub_ac = NULL;
+    b->sub_dropping = 1;
+    redisAsyncFree(ac);
+    b->sub_dropping = 0;
+}
+
+static void redis_watch_resets(struct backend *iface, const struct config *cfg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    size_t plen = strlen(cfg->key_prefix);
+    char *channel = xmalloc(plen + sizeof "reset");
+    memcpy(channel, cfg->key_prefix, plen);
+    memcpy(channel + plen, "reset", sizeof "reset");
+    if (b->channel && strcmp(b->channel, channel) == 0) {
+        free(channel);
+        return;
+    }
+    sub_drop(b);
+    free(b->channel);
+    b->channel = channel;
+    if (b->started)
+        sub_connect(b);
+}
+
 static void redis_start(struct backend *iface)
 {
-    start_connect((struct backend_redis *)iface);
+    struct backend_redis *b = (struct backend_redis *)iface;
+    b->started = 1;
+    start_connect(b);
+    sub_connect(b);
 }
 
 static void redis_note_timeout(struct backend *iface)
@@ -475,6 +773,14 @@ static void redis_free(struct backend *iface)
         b->ac = NULL;
         redisAsyncFree(ac);
     }
+    if (b->sub_ac) {
+        redisAsyncContext *ac = b->sub_ac;
+        b->sub_ac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (b->sub_reconnect_ev)
+        event_free(b->sub_reconnect_ev);
+    free(b->channel);
     if (b->reconnect_ev)
         event_free(b->reconnect_ev);
     if (b->ready_timeout_ev)
@@ -487,6 +793,8 @@ static void redis_free(struct backend *iface)
 static const struct backend_ops redis_ops = {
     .name = "redis",
     .decide = redis_decide,
+    .reset = redis_reset,
+    .watch_resets = redis_watch_resets,
     .note_timeout = redis_note_timeout,
     .start = redis_start,
     .ready = redis_ready,
@@ -507,7 +815,9 @@ struct backend *backend_redis_new(struct event_base *base, const char *url, cons
     scripts_sha1(b->sha);
     b->reconnect_ev = evtimer_new(base, on_reconnect_timer, b);
     b->ready_timeout_ev = evtimer_new(base, on_ready_timeout, b);
-    if (!b->reconnect_ev || !b->ready_timeout_ev) {
+    b->sub_reconnect_ev = evtimer_new(base, on_sub_reconnect_timer, b);
+    b->sub_backoff_us = BACKOFF_MIN_US;
+    if (!b->reconnect_ev || !b->ready_timeout_ev || !b->sub_reconnect_ev) {
         snprintf(err, errlen, "cannot create timers");
         redis_free(&b->base_iface);
         return NULL;

@@ -10,6 +10,11 @@
  * deadline), the connection is taken as hung: it is dropped (its calls
  * complete as unavailable) and re-established with backoff, and calls are
  * refused at once until the script is loaded again: the circuit is open.
+ *
+ * A second connection, the reset listener, is subscribed to
+ * "<key_prefix>reset" (ops->watch_resets): resets made by any daemon
+ * sharing the Redis (ops->reset: DEL, then PUBLISH on the first connection)
+ * are reported to on_reset, and a NULL policy after each (re)subscription.
  */
 #ifndef RATELIMITD_BACKEND_REDIS_H
 #define RATELIMITD_BACKEND_REDIS_H

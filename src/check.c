@@ -94,7 +94,7 @@ static void finish(struct check *c, struct verdict *v)
     v->req = &c->req;
     if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL)
         decision_summarize(&c->req, v->results, &v->sum);
-    if (v->kind != VERDICT_OVERLOADED)
+    if (v->kind != VERDICT_OVERLOADED && !c->req.inspect)
         count_checks(c, v);
     if (c->cfg->access_log)
         access_log(c, verdict_status(v));
@@ -157,10 +157,15 @@ static int answer_from_cache(struct check *c)
     return 1;
 }
 
+/* A denial is not cached when a reset was announced after the check was
+ * sent: the reset may have come between Redis's decision and its reply
+ * (the announcement comes on another connection, in no set order with this
+ * reply), and the key must not stay denied once reset. */
 static void remember_denial(struct check *c, const struct verdict *v)
 {
     const struct check_item *it = &c->req.checks[0];
-    if (v->sum.allowed || v->sum.retry_us <= 0 || !cacheable(c))
+    if (v->sum.allowed || v->sum.retry_us <= 0 || !cacheable(c) ||
+        c->sent_us <= c->w->reset_seen_us)
         return;
     deny_cache_put(c->w->deny, it->policy->name, it->key, it->keylen, it->cost, v->results,
                    it->policy->ntiers, v->sum.retry_us, c->sent_us);

@@ -35,6 +35,7 @@ struct check_request {
     int dry_run;
     int use_deny_status; /* forward-auth: a denial answers the binding check's
                           * policy's deny_status, not 429 (verdict_status) */
+    int inspect;         /* the admin API looking (a dry run): not counted as checks */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };

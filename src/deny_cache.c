@@ -100,10 +100,29 @@ static struct entry *find(struct deny_cache *dc, size_t idlen, uint64_t h)
     return NULL;
 }
 
+/* The entry of (policy, key), or NULL; an empty cache hashes nothing. */
+static struct entry *find_key(struct deny_cache *dc, const char *policy, const char *key,
+                              size_t keylen)
+{
+    if (dc->t.count == 0)
+        return NULL;
+    size_t idlen = make_id(dc, policy, key, keylen);
+    return find(dc, idlen, lru_table_hash(&dc->t, dc->scratch, idlen));
+}
+
 static void entry_free(struct deny_cache *dc, struct lru_node *n)
 {
     lru_table_remove(&dc->t, n);
     free(n);
+}
+
+int deny_cache_del(struct deny_cache *dc, const char *policy, const char *key, size_t keylen)
+{
+    struct entry *e = find_key(dc, policy, key, keylen);
+    if (!e)
+        return 0;
+    entry_free(dc, &e->node);
+    return 1;
 }
 
 /* a + b for b > 0, saturating: a retry near INT64_MAX must not wrap into
@@ -150,10 +169,7 @@ static int64_t shift(int64_t t, int64_t elapsed, int64_t floor)
 int deny_cache_get(struct deny_cache *dc, const char *policy, const char *key, size_t keylen,
                    int64_t cost, size_t ntiers, int64_t now_us, struct tier_result *out)
 {
-    if (dc->t.count == 0)
-        return 0;
-    size_t idlen = make_id(dc, policy, key, keylen);
-    struct entry *e = find(dc, idlen, lru_table_hash(&dc->t, dc->scratch, idlen));
+    struct entry *e = find_key(dc, policy, key, keylen);
     if (!e)
         return 0;
     if (now_us >= e->expires_us || e->ntiers != ntiers) {

@@ -94,6 +94,10 @@ void deny_cache_put(struct deny_cache *dc, const char *policy, const char *key, 
 int deny_cache_get(struct deny_cache *dc, const char *policy, const char *key, size_t keylen,
                    int64_t cost, size_t ntiers, int64_t now_us, struct tier_result *out);
 
+/* Forgets the entry of (policy, key), if any (the key was reset: a denial
+ * cached before the reset no longer holds). Returns 1 if one was held. */
+int deny_cache_del(struct deny_cache *dc, const char *policy, const char *key, size_t keylen);
+
 /* Forgets every entry (the config was reloaded). */
 void deny_cache_clear(struct deny_cache *dc);
 

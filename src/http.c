@@ -31,9 +31,11 @@
  * listening sockets (listen.c, owned by the worker), not the answers' bytes
  * (response.c), not the checks (check.c).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "auth.h"
 #include "check.h"
 #include "client_ip.h"
@@ -72,7 +75,7 @@ struct listener {
     int fd; /* -1: none */
     struct event ev;
     int checks; /* serves /check; its connections count towards max_connections */
-    int admin;  /* serves /healthz, /readyz, /metrics */
+    int admin;  /* serves /healthz, /readyz, /metrics, /v1/keys/ */
 };
 
 enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
@@ -80,8 +83,9 @@ enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
 /* One request read and not yet answered. */
 struct slot {
     struct conn *c;
-    struct check *check; /* while the core decides; NULL otherwise */
-    struct buf out;      /* the rendered answer, until earlier ones are out */
+    struct check *check;       /* while the core decides; NULL otherwise */
+    struct admin_reset *reset; /* while a reset is under way; NULL otherwise */
+    struct buf out;            /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
 };
@@ -133,6 +137,8 @@ static void conn_free(struct conn *c)
     for (unsigned i = 0; i < HTTP_PIPELINE_MAX; i++) {
         if (c->slots[i].check)
             check_cancel(c->slots[i].check);
+        if (c->slots[i].reset)
+            admin_reset_cancel(c->slots[i].reset);
         buf_free(&c->slots[i].out);
     }
     /* event_del fails only for an event never assigned; close only on a
@@ -169,6 +175,7 @@ static struct slot *slot_new(struct conn *c)
     c->count++;
     s->c = c;
     s->check = NULL;
+    s->reset = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;
@@ -279,7 +286,7 @@ static void start_auth(struct slot *s, const struct http_request *req)
         s->check = ch;
 }
 
-/* /check and /auth/<policy> alike: the method (405 with allow otherwise),
+/* /check, /auth/<policy> and /v1/keys/ alike: the method (405 with allow otherwise),
  * then a drain, then the bearer token, then the front's start. */
 static void route_decision(struct slot *s, const struct http_request *req, int method_ok,
                            const char *use, const char *allow,
@@ -294,6 +301,60 @@ static void route_decision(struct slot *s, const struct http_request *req, int m
                      "WWW-Authenticate", "Bearer");
     else
         start(s, req);
+}
+
+/* ---- the admin API on keys (admin.h) ---- */
+
+/* An answer from the core came, rendered with status: written now unless
+ * the connection is inside one of its own callbacks (which settles it). */
+static void slot_answered(struct slot *s, int status)
+{
+    slot_ready(s, status);
+    if (!s->c->busy)
+        settle(s->c);
+}
+
+static void on_inspect_reply(void *ctx, const struct verdict *v)
+{
+    struct slot *s = ctx;
+    s->check = NULL;
+    slot_answered(s, admin_render_inspect(&s->out, v, s->flags));
+}
+
+static void on_reset_reply(void *ctx, const struct admin_reset_result *res)
+{
+    struct slot *s = ctx;
+    s->reset = NULL;
+    slot_answered(s, admin_render_reset(&s->out, res, s->flags));
+}
+
+/* GET or HEAD looks at a key (a dry run through the core), DELETE resets it. */
+static void start_keys(struct slot *s, const struct http_request *req)
+{
+    struct worker *w = s->c->h->w;
+    struct admin_target t;
+    struct request_error err;
+    if (admin_parse_path(w->config, req->path, &t, &err) < 0) {
+        answer_error(s, err.status, err.code, err.message, NULL, NULL);
+        return;
+    }
+    if (req->method != HTTP_DELETE) {
+        struct check_request creq;
+        admin_inspect_request(&t, &creq);
+        struct check *ch = check_start(w, &creq, on_inspect_reply, s);
+        if (s->state == SLOT_WAITING)
+            s->check = ch;
+        return;
+    }
+    /* The client's address for the reset's log line. */
+    char peer[CLIENT_IP_TEXT];
+    if (s->c->peer.family == AF_UNSPEC)
+        snprintf(peer, sizeof peer, "unix");
+    else
+        client_ip_format(&s->c->peer, peer);
+    struct admin_reset *r = admin_reset_start(w, &t, peer, on_reset_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->reset = r;
 }
 
 static void route_health(struct slot *s, int ready)
@@ -341,6 +402,11 @@ static void route(struct conn *c, const struct http_request *req)
         route_decision(
             s, req, req->method == HTTP_GET || req->method == HTTP_HEAD || req->method == HTTP_POST,
             "use GET, HEAD or POST on /auth/<policy>", "GET, HEAD, POST", start_auth);
+    else if (c->l->admin && strncmp(path, ADMIN_KEYS_PREFIX, strlen(ADMIN_KEYS_PREFIX)) == 0)
+        route_decision(s, req,
+                       req->method == HTTP_GET || req->method == HTTP_HEAD ||
+                           req->method == HTTP_DELETE,
+                       "use GET, HEAD or DELETE", "GET, HEAD, DELETE", start_keys);
     else if (!c->l->admin || !admin_path)
         answer_error(s, 404, "not_found", "no such path", NULL, NULL);
     else if (req->method != HTTP_GET && req->method != HTTP_HEAD)

@@ -805,6 +805,25 @@ static const struct alg_ops *ops_of(const struct tier *t)
     return &ops_table[t->algorithm];
 }
 
+size_t local_store_forget(struct local_store *s, const char *key_prefix, const struct policy *p,
+                          const char *key, size_t keylen, int64_t now_us)
+{
+    char k[POLICY_KEY_BUF];
+    size_t freed = 0;
+    for (size_t j = 0; j < p->ntiers; j++) {
+        /* One entry per tier, under its first key (as tier_key below). */
+        int n = policy_tier_key(key_prefix, p->name, key, keylen, &p->tiers[j], 0, k, sizeof k);
+        if (n < 0)
+            continue; /* too long to have been stored */
+        struct entry *e = find(s, k, (size_t)n, siphash(s, k, (size_t)n));
+        if (!e)
+            continue;
+        freed += e->kind != KIND_NONE && !expired(e, now_us);
+        entry_free(s, e);
+    }
+    return freed;
+}
+
 /* ---------------------------------------------------------------- decide */
 
 /* The Redis key of one tier (its first key: the log's ZSET). */

@@ -99,6 +99,14 @@ void local_store_free(struct local_store *s);
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now_us, struct tier_result *out);
 
+/*
+ * Forgets the state of every tier of policy p for key (as a DEL of the
+ * tier's Redis keys would): the key starts afresh. Returns how many live
+ * entries were freed (expired ones are freed but not counted).
+ */
+size_t local_store_forget(struct local_store *s, const char *key_prefix, const struct policy *p,
+                          const char *key, size_t keylen, int64_t now_us);
+
 /* How many entries the store holds (expired ones not yet reclaimed too). */
 size_t local_store_size(const struct local_store *s);
 

@@ -47,6 +47,8 @@ static const struct {
     [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
     [METRICS_DENY_CACHE_HITS] = {PREFIX "deny_cache_hits_total",
                                  "Checks denied by the local deny cache, without asking Redis."},
+    [METRICS_KEY_RESETS] = {PREFIX "key_resets_total",
+                            "Keys reset through the admin API (DELETE /v1/keys/...)."},
 };
 
 /* Every status the daemon sends (response.c's reason_phrase); the rest

@@ -44,6 +44,7 @@ enum metrics_counter {
     METRICS_REDIS_TIMEOUTS,         /* ratelimitd_redis_timeouts_total */
     METRICS_REDIS_ERRORS,           /* ratelimitd_redis_errors_total */
     METRICS_DENY_CACHE_HITS,        /* ratelimitd_deny_cache_hits_total */
+    METRICS_KEY_RESETS,             /* ratelimitd_key_resets_total */
     METRICS_NCOUNTERS
 };
 

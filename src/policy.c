@@ -248,3 +248,12 @@ int policy_redis_key(const char *prefix, const char *policy, const char *key, si
 #undef PUT
 #undef PUTS
 }
+
+int policy_tier_key(const char *prefix, const char *policy, const char *key, size_t keylen,
+                    const struct tier *t, int k, char *out, size_t outlen)
+{
+    static const char *const suffix[] = {NULL, "seq"};
+    if (k < 0 || k >= policy_algorithm_nkeys(t->algorithm))
+        return -1;
+    return policy_redis_key(prefix, policy, key, keylen, t->name, suffix[k], out, outlen);
+}

@@ -111,4 +111,12 @@ int policy_tier_validate(const struct tier *t, char *err, size_t errlen) RL_WUR;
 int policy_redis_key(const char *prefix, const char *policy, const char *key, size_t keylen,
                      const char *tier, const char *suffix, char *out, size_t outlen);
 
+/* The k-th Redis key (0 <= k < policy_algorithm_nkeys) of tier t of
+ * (policy, key): policy_redis_key with the algorithm's suffix for that key
+ * (sliding_window_log's second key, its sequence counter, is ":seq"). The
+ * one place that names a tier's keys: the scripts' KEYS and a reset's DEL
+ * must never disagree. Returns as policy_redis_key. */
+int policy_tier_key(const char *prefix, const char *policy, const char *key, size_t keylen,
+                    const struct tier *t, int k, char *out, size_t outlen);
+
 #endif

@@ -104,7 +104,6 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out)
 {
-    static const char *const log_suffix[] = {NULL, "seq"};
     size_t nkeys = 0, ntiers = 0, bytes = 2 * NUM_BYTES;
     size_t prefix = strlen(cfg->key_prefix);
     for (size_t i = 0; i < req->nchecks; i++) {
@@ -138,8 +137,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         for (size_t j = 0; j < c->policy->ntiers; j++) {
             const struct tier *t = &c->policy->tiers[j];
             for (int k = 0; k < policy_algorithm_nkeys(t->algorithm); k++) {
-                int n = policy_redis_key(cfg->key_prefix, c->policy->name, c->key, c->keylen,
-                                         t->name, log_suffix[k], key, sizeof key);
+                int n = policy_tier_key(cfg->key_prefix, c->policy->name, c->key, c->keylen, t, k,
+                                        key, sizeof key);
                 /* POLICY_KEY_BUF bounds every key that config and request
                  * validation let through. */
                 if (n < 0)

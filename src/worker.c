@@ -38,6 +38,29 @@ static void on_backend_state(void *arg, int ready)
     }
 }
 
+void worker_forget_key(struct worker *w, const char *policy, const char *key, size_t keylen)
+{
+    w->reset_seen_us = util_monotonic_us();
+    if (!policy) {
+        if (w->deny)
+            deny_cache_clear(w->deny);
+        return;
+    }
+    if (w->deny)
+        deny_cache_del(w->deny, policy, key, keylen);
+    const struct policy *p = config_find_policy(w->config, policy);
+    if (!p || keylen > POLICY_KEY_MAX)
+        return;
+    pthread_mutex_lock(&w->srv->local_lock);
+    local_store_forget(w->srv->local, w->config->key_prefix, p, key, keylen, util_realtime_us());
+    pthread_mutex_unlock(&w->srv->local_lock);
+}
+
+static void on_reset_seen(void *arg, const char *policy, const char *key, size_t keylen)
+{
+    worker_forget_key(arg, policy, key, keylen);
+}
+
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
  * change limits, and a denial under the old ones proves nothing. */
 static void reset_deny_cache(struct worker *w, const struct config *cfg)
@@ -56,6 +79,7 @@ static void set_config(struct worker *w, struct config *cfg)
         reset_deny_cache(w, cfg);
     config_unref(w->config);
     w->config = cfg; /* checks in flight keep their own reference */
+    w->backend->ops->watch_resets(w->backend, cfg);
     for (size_t i = 0; i < cfg->npolicies; i++)
         metrics_policy_seen(w->metrics, cfg->policies[i].name);
     http_apply_config(w->http, cfg);
@@ -159,6 +183,8 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     if (!w->backend)
         return -1;
     backend_on_state(w->backend, on_backend_state, w);
+    backend_on_reset(w->backend, on_reset_seen, w);
+    w->backend->ops->watch_resets(w->backend, cfg);
     w->backend_up = backend_ready(w->backend);
     if (open_listeners(w, err, errlen) < 0)
         return -1;

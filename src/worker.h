@@ -38,6 +38,7 @@ struct worker {
     int listen_fd, admin_fd;    /* listening sockets (listen.h); -1: none */
     size_t inflight;            /* checks started and not yet answered */
     int draining;               /* no new checks; stop once idle */
+    int64_t reset_seen_us;      /* monotonic: the last reset announcement heard */
     struct log_limit late_log;  /* "redis deadline passed" */
     struct log_limit error_log; /* "redis error" */
 
@@ -86,6 +87,13 @@ const char *worker_unready_reason(const struct worker *w);
 /* The whole process's metrics as Prometheus text (every worker's shard
  * summed); the caller frees it. */
 char *worker_metrics_text(struct worker *w);
+
+/* A reset of (policy, key) was announced or made here: drops the key from
+ * this worker's deny cache and from the process's failure_mode local store,
+ * and remembers when (a denial of a check sent before is not cached).
+ * policy NULL: announcements may have been missed: empties the deny cache.
+ * On the worker's own thread. */
+void worker_forget_key(struct worker *w, const char *policy, const char *key, size_t keylen);
 
 /* The front tells the worker it may have become idle (an answer written, a
  * connection closed): a drain ends once no check is in flight and every

@@ -251,6 +251,28 @@ static void test_hostile_keys(void)
     deny_cache_free(dc);
 }
 
+static void test_del(void)
+{
+    struct deny_cache *dc = deny_cache_new(10, SEED);
+    ok(!deny_cache_del(dc, "login", "alice", 5), "del: an empty cache holds nothing to delete");
+    put(dc, "alice", 3, 1000);
+    put(dc, "bob", 3, 1000);
+    /* The same key bytes under another policy are another entry. */
+    ok(!deny_cache_del(dc, "signup", "alice", 5), "del: another policy's key is not deleted");
+    ok(!deny_cache_del(dc, "login", "alic", 4), "del: a prefix of the key is not deleted");
+    is_int(deny_cache_size(dc), 2, "del: misses keep every entry");
+    ok(deny_cache_del(dc, "login", "alice", 5), "del: the entry is deleted");
+    ok(!get(dc, "alice", 3, 2000), "del: a deleted key no longer hits");
+    ok(get(dc, "bob", 3, 2000), "del: the other key still hits");
+    is_int(deny_cache_size(dc), 1, "del: one entry left");
+    ok(!deny_cache_del(dc, "login", "alice", 5), "del: a second delete finds nothing");
+    /* Keys with NUL bytes: exactly those bytes. */
+    deny_cache_put(dc, "login", "a\0b", 3, 1, denial, 2, 5000000, 1000);
+    ok(!deny_cache_del(dc, "login", "a", 1), "del: a key cut at its NUL is another key");
+    ok(deny_cache_del(dc, "login", "a\0b", 3), "del: a key holding a NUL is deleted");
+    deny_cache_free(dc);
+}
+
 int main(void)
 {
     test_siphash();
@@ -261,5 +283,6 @@ int main(void)
     test_lru();
     test_clear_and_disabled();
     test_hostile_keys();
+    test_del();
     return tap_done();
 }

@@ -137,6 +137,9 @@ static const char *const expected_scenario[] = {
     "asking Redis.",
     "# TYPE ratelimitd_deny_cache_hits_total counter",
     "ratelimitd_deny_cache_hits_total 3",
+    "# HELP ratelimitd_key_resets_total Keys reset through the admin API (DELETE /v1/keys/...).",
+    "# TYPE ratelimitd_key_resets_total counter",
+    "ratelimitd_key_resets_total 1",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -175,6 +178,7 @@ static void test_scenario(void)
     metrics_count(m, METRICS_REDIS_ERRORS);
     for (int i = 0; i < 3; i++)
         metrics_count(m, METRICS_DENY_CACHE_HITS);
+    metrics_count(m, METRICS_KEY_RESETS);
     metrics_reload(m, 1);
     metrics_reload(m, 0);
 
@@ -213,8 +217,8 @@ static void test_empty(void)
 
     /* build_info + checks + in_flight + http + redis_up + histogram + 5
      * counters + reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 14, "empty: 14 families");
-    is_int(count_substr(text, "# HELP "), 14, "empty: 14 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 15, "empty: 15 families");
+    is_int(count_substr(text, "# HELP "), 15, "empty: 15 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,

@@ -39,6 +39,9 @@ struct config {
     int refcount;
     char *path;   /* the file it was loaded from */
     char *listen; /* "host:port", "[v6]:port" or "unix:/path" */
+    int64_t listen_mode; /* unix socket files' mode; -1: bind's 0777 & ~umask */
+    char *listen_group;  /* their group as written; NULL: the daemon's own */
+    int64_t listen_gid;  /* listen_group resolved at load; -1: none */
     enum backend_kind backend;
     int64_t workers; /* event loops; 0: one per CPU (auto) */
     char *redis_url;

@@ -706,8 +706,7 @@ static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const 
     if (text[0] >= '0' && text[0] <= '9') {
         /* (gid_t)-1 means "no change" to chown: not a group. */
         if (util_parse_int64(text, 0, (int64_t)UINT32_MAX - 1, &gid, msg, sizeof(msg)) < 0)
-            return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf),
-                        msg);
+            return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf), msg);
     } else {
         int rc = getgrnam_r(text, &grp, sbuf, sizeof(sbuf), &found);
         if (found == NULL)

@@ -122,8 +122,8 @@ static int open_listeners(struct worker *w, char *err, size_t errlen)
     if (w->listen_fd < 0)
         return -1;
     if (cfg->admin_listen) {
-        w->admin_fd = open_listener(cfg, cfg->admin_listen, reuseport,
-                                    first ? first->admin_fd : -1, err, errlen);
+        w->admin_fd = open_listener(cfg, cfg->admin_listen, reuseport, first ? first->admin_fd : -1,
+                                    err, errlen);
         if (w->admin_fd < 0)
             return -1;
     }

@@ -48,7 +48,8 @@ static const struct error_case {
 
     /* unknown fields, at every level, naming the key and its siblings */
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
-     "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, clock, max_body, log_level, access_log, "
+     "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, "
+     "clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, auth_token_file, policies)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
@@ -541,6 +542,15 @@ static void test_defaults(void)
     config_unref(c);
 }
 
+/* head (top-level fields) followed by the policy p. */
+static struct config *load_with_policy(const char *head, char *err, size_t errlen)
+{
+    char yaml[1024];
+
+    snprintf(yaml, sizeof(yaml), "%s%s", head, POLICY_P);
+    return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
+}
+
 /* Values at the edge of what is valid. */
 static void test_edges(void)
 {
@@ -565,11 +575,9 @@ static void test_edges(void)
     size_t i;
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char yaml[1024], err[1024] = "";
-        struct config *c;
+        char err[1024] = "";
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
 
-        snprintf(yaml, sizeof(yaml), "%s%s", cases[i].yaml, POLICY_P);
-        c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
         if (!ok(c != NULL, "valid: %s", cases[i].what))
             printf("#   %s\n", err);
         config_unref(c);
@@ -592,17 +600,14 @@ static void test_listen_perm(void)
         {"a gid with no name", "listen: unix:/r.sock\nlisten_group: 4294967294\n", -1,
          4294967294LL},
         {"on admin_listen alone",
-         "admin_listen: unix:/a.sock\nlisten_mode: \"0660\"\nlisten_group: \"12\"\n", 0660,
-         12},
+         "admin_listen: unix:/a.sock\nlisten_mode: \"0660\"\nlisten_group: \"12\"\n", 0660, 12},
     };
     size_t i;
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char yaml[1024], err[1024] = "";
-        struct config *c;
+        char err[1024] = "";
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
 
-        snprintf(yaml, sizeof(yaml), "%s%s", cases[i].yaml, POLICY_P);
-        c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
         if (!ok(c != NULL && c->listen_mode == cases[i].mode && c->listen_gid == cases[i].gid,
                 "listen_mode, listen_group: %s", cases[i].what))
             printf("#   %s\n", c ? "wrong values" : err);

@@ -30,7 +30,6 @@
 #include <yaml.h>
 
 #define FILE_MAX (16 * 1024 * 1024) /* a policy file is never near this */
-#define TIMEOUT_MAX_US 60000000     /* redis.timeout: 60s */
 #define MAX_BODY_MIN 64
 #define MAX_BODY_MAX 16777216
 #define PATH_LEN 256 /* "policies.<name>.tiers[15].precision" and some */
@@ -337,7 +336,7 @@ static const struct field policy_fields[] = {
 static const struct field redis_fields[] = {
     {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
-     .max = TIMEOUT_MAX_US},
+     .max = CONFIG_REDIS_TIMEOUT_MAX_US},
     {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix},
     {.name = NULL},
 };

@@ -70,6 +70,9 @@ struct config {
 #define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
 #define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
 #define CONFIG_DEFAULT_TIMEOUT_US 50000
+/* redis.timeout's largest value; a drain can last this plus
+ * HTTP_DRAIN_MAX_S (http.h). */
+#define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
 #define CONFIG_DEFAULT_PREFIX "rl:"
 #define CONFIG_DEFAULT_MAX_BODY 16384
 #define CONFIG_DEFAULT_MAX_INFLIGHT 10000

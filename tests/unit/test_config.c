@@ -642,8 +642,8 @@ static void test_example(void)
     if (p != NULL && p->ntiers == 2) {
         const struct tier *b = &p->tiers[0], *h = &p->tiers[1];
         ok(strcmp(b->name, "burst") == 0 && b->algorithm == ALG_TOKEN_BUCKET && b->limit == 5 &&
-               b->window_us == 1000000 && b->burst == 10,
-           "login burst: token_bucket 5 per 1s, burst 10");
+               b->window_us == 60000000 && b->burst == 10,
+           "login burst: token_bucket 5 per 1m, burst 10");
         ok(strcmp(h->name, "hourly") == 0 && h->algorithm == ALG_SLIDING_WINDOW_LOG &&
                h->limit == 100 && h->window_us == 3600000000LL,
            "login hourly: sliding_window_log 100 per 1h");

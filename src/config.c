@@ -707,10 +707,13 @@ static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const 
         if (util_parse_int64(text, 0, (int64_t)UINT32_MAX - 1, &gid, msg, sizeof(msg)) < 0)
             return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf), msg);
     } else {
+        /* Some NSS modules report "no such group" as ENOENT or ESRCH. */
         int rc = getgrnam_r(text, &grp, sbuf, sizeof(sbuf), &found);
+        if (found == NULL && (rc == 0 || rc == ENOENT || rc == ESRCH))
+            return fail(ld, node, path, "unknown group \"%s\"", shown(text, buf));
         if (found == NULL)
-            return fail(ld, node, path, "unknown group \"%s\"%s%s", shown(text, buf),
-                        rc ? ": " : "", rc ? strerror(rc) : "");
+            return fail(ld, node, path, "cannot look up group \"%s\": %s", shown(text, buf),
+                        strerror(rc));
         gid = (int64_t)found->gr_gid;
     }
     free(c->listen_group);

@@ -90,10 +90,9 @@ static int check_file_mode(const struct server *srv, const char *path, mode_t ma
 
 /* Anyone who may write the policy file may lift every limit; anyone who
  * may read the token file may call /check as any client, and anyone who may
- * write it may lock them all out at the next reload. cfg: NULL before the
- * policy file is loaded (only it is checked then), else the token file too.
- * The token file is checked at start, as the policy file is; a reload does
- * not check again. */
+ * write it may lock them all out at the next reload. cfg NULL: checks the
+ * policy file (before it is loaded); else cfg's auth_token_file, if any.
+ * Both are checked at start only; a reload does not check again. */
 static int check_permissions(const struct server *srv, const struct config *cfg, int strict)
 {
     if (!cfg)

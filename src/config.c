@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -29,12 +30,11 @@
 #include <yaml.h>
 
 #define FILE_MAX (16 * 1024 * 1024) /* a policy file is never near this */
-#define TIMEOUT_MAX_US 60000000     /* redis.timeout: 60s */
 #define MAX_BODY_MIN 64
 #define MAX_BODY_MAX 16777216
 #define PATH_LEN 256 /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48 /* a value quoted in a message */
-#define MAX_FIELDS 24 /* rows in the largest field table */
+#define MAX_FIELDS 32 /* rows in the largest field table */
 #define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 struct loader {
@@ -312,6 +312,10 @@ static int parse_key_template(struct loader *ld, const yaml_node_t *node, const 
                               void *slot);
 static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, const char *path,
                                  void *slot);
+static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot);
+static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot);
 
 /* F_CHOICE values are stored through an int. */
 _Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
@@ -374,13 +378,16 @@ static const struct field policy_fields[] = {
 static const struct field redis_fields[] = {
     {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
-     .max = TIMEOUT_MAX_US},
+     .max = CONFIG_REDIS_TIMEOUT_MAX_US},
     {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix},
     {.name = NULL},
 };
 
 static const struct field top_fields[] = {
     {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen},
+    {"listen_mode", F_CUSTOM, .offset = offsetof(struct config, listen_mode),
+     .parse = parse_listen_mode},
+    {"listen_group", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_listen_group},
     {"backend", F_CHOICE, .offset = offsetof(struct config, backend), .choices = backend_names},
     {"workers", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_workers},
     {"redis", F_SECTION, .section = redis_fields},
@@ -770,6 +777,84 @@ static int parse_workers(struct loader *ld, const yaml_node_t *node, const char 
     return 0;
 }
 
+/* listen_mode: the unix socket files' mode, in octal ("0660"): at most
+ * 0777, as chmod takes it; setuid, setgid and sticky mean nothing on a
+ * socket. Quoted or not, the text is read as octal. */
+static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot)
+{
+    const char *text = scalar_text(ld, node, path, "an octal mode such as \"0660\"", 0);
+    char buf[SHOWN_LEN];
+    size_t n;
+
+    if (text == NULL)
+        return -1;
+    n = strspn(text, "01234567");
+    if (n == 0 || n > 4 || text[n] != '\0' || strtol(text, NULL, 8) > 0777)
+        return fail(ld, node, path,
+                    "invalid value \"%s\": must be an octal mode from 0000 to 0777, "
+                    "such as \"0660\"",
+                    shown(text, buf));
+    *(int64_t *)slot = strtol(text, NULL, 8);
+    return 0;
+}
+
+/*
+ * listen_group: a group name, looked up now (so that a typo is an error at
+ * its line, not at bind), or a numeric gid, which need not have a name.
+ */
+static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot)
+{
+    struct config *c = slot;
+    const char *text = scalar_text(ld, node, path, "a group name or number", 0);
+    char buf[SHOWN_LEN], msg[RL_ERRLEN], sbuf[4096];
+    struct group grp, *found = NULL;
+    int64_t gid;
+
+    if (text == NULL)
+        return -1;
+    if (text[0] >= '0' && text[0] <= '9') {
+        /* (gid_t)-1 means "no change" to chown: not a group. */
+        if (util_parse_int64(text, 0, (int64_t)UINT32_MAX - 1, &gid, msg, sizeof(msg)) < 0)
+            return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf), msg);
+    } else {
+        /* Some NSS modules report "no such group" as ENOENT or ESRCH. */
+        int rc = getgrnam_r(text, &grp, sbuf, sizeof(sbuf), &found);
+        if (found == NULL && (rc == 0 || rc == ENOENT || rc == ESRCH))
+            return fail(ld, node, path, "unknown group \"%s\"", shown(text, buf));
+        if (found == NULL)
+            return fail(ld, node, path, "cannot look up group \"%s\": %s", shown(text, buf),
+                        strerror(rc));
+        gid = (int64_t)found->gr_gid;
+    }
+    free(c->listen_group);
+    c->listen_group = xstrdup(text);
+    c->listen_gid = gid;
+    return 0;
+}
+
+/* listen_mode and listen_group set a socket file's mode and group: with no
+ * unix socket listener they would do nothing, which the file's author
+ * surely did not mean. */
+static int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c)
+{
+    static const char *const names[] = {"listen_mode", "listen_group"};
+    size_t i;
+
+    if (strncmp(c->listen, "unix:", 5) == 0 ||
+        (c->admin_listen != NULL && strncmp(c->admin_listen, "unix:", 5) == 0))
+        return 0;
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const yaml_node_t *node = field_node(ld, root, names[i]);
+        if (node != NULL)
+            return fail(ld, node, names[i],
+                        "applies only to unix sockets, and neither listen nor admin_listen "
+                        "is unix:/path");
+    }
+    return 0;
+}
+
 /*
  * auth_token_file: the token is read with the policy file, so a reload
  * (SIGHUP) picks up a rotated token and a missing or empty file is an error
@@ -834,6 +919,8 @@ static struct config *config_new(const char *name)
     c->refcount = 1;
     c->path = xstrdup(name);
     c->listen = xstrdup(CONFIG_DEFAULT_LISTEN);
+    c->listen_mode = -1;
+    c->listen_gid = -1;
     c->redis_url = xstrdup(CONFIG_DEFAULT_REDIS_URL);
     c->redis_timeout_us = CONFIG_DEFAULT_TIMEOUT_US;
     c->key_prefix = xstrdup(CONFIG_DEFAULT_PREFIX);
@@ -860,6 +947,7 @@ static void config_free(struct config *c)
         return;
     free(c->path);
     free(c->listen);
+    free(c->listen_group);
     free(c->redis_url);
     free(c->key_prefix);
     free(c->admin_listen);
@@ -935,6 +1023,7 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
 {
     struct loader ld = {.name = name, .err = err, .errlen = errlen};
     yaml_parser_t parser;
+    const yaml_node_t *root;
     struct config *c;
 
     if (!yaml_parser_initialize(&parser)) {
@@ -947,7 +1036,8 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
         return NULL;
     }
     c = config_new(name);
-    if (parse_fields(&ld, yaml_document_get_root_node(&ld.doc), "", top_fields, c) < 0) {
+    root = yaml_document_get_root_node(&ld.doc);
+    if (parse_fields(&ld, root, "", top_fields, c) < 0 || check_unix_fields(&ld, root, c) < 0) {
         config_free(c);
         c = NULL;
     } else {

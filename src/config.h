@@ -40,6 +40,9 @@ struct config {
     int refcount;
     char *path;   /* the file it was loaded from */
     char *listen; /* "host:port", "[v6]:port" or "unix:/path" */
+    int64_t listen_mode; /* unix socket files' mode; -1: bind's 0777 & ~umask */
+    char *listen_group;  /* their group as written; NULL: the daemon's own */
+    int64_t listen_gid;  /* listen_group resolved at load; -1: none */
     enum backend_kind backend;
     int64_t workers; /* event loops; 0: one per CPU (auto) */
     char *redis_url;
@@ -71,6 +74,9 @@ struct config {
 #define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
 #define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
 #define CONFIG_DEFAULT_TIMEOUT_US 50000
+/* redis.timeout's largest value; a drain can last this plus
+ * HTTP_DRAIN_MAX_S (http.h). */
+#define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
 #define CONFIG_DEFAULT_PREFIX "rl:"
 #define CONFIG_DEFAULT_MAX_BODY 16384
 #define CONFIG_DEFAULT_MAX_INFLIGHT 10000

@@ -61,7 +61,6 @@
 #define HTTP_READ_CHUNK 16384  /* bytes read at once */
 #define HTTP_ACCEPT_BATCH 64   /* connections accepted per readable event */
 #define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
-#define HTTP_DRAIN_MAX_S 5     /* past redis.timeout */
 /* After accept() fails for want of descriptors, accepting pauses this long
  * rather than spin on a listening socket that stays readable. */
 #define HTTP_ACCEPT_RESUME_S 1

@@ -38,10 +38,17 @@ struct http *http_new(struct worker *w, int main_fd, int main_serves_admin, int 
  * the token apply at once, to open connections too. */
 void http_apply_config(struct http *h, const struct config *cfg);
 
+/* A drain's backstop, past redis.timeout: by then every check has its
+ * answer, and this is the time left to write them. So the longest drain is
+ * CONFIG_REDIS_TIMEOUT_MAX_US + HTTP_DRAIN_MAX_S, which the systemd unit's
+ * TimeoutStopSec and docker/compose.yaml's stop_grace_period must exceed
+ * (test_docs checks them). */
+#define HTTP_DRAIN_MAX_S 5
+
 /* Stops accepting; closes idle keep-alive connections; new requests get
  * 503 shutting_down and Connection: close; answers in flight are still
- * written. The event loop is exited after redis.timeout + 5 s at the latest
- * (a backstop: by then every check has its answer). */
+ * written. The event loop is exited after redis.timeout + HTTP_DRAIN_MAX_S
+ * at the latest. */
 void http_drain(struct http *h);
 
 /* Nothing left to answer or to write. */

@@ -15,7 +15,27 @@
 
 #define LISTEN_BACKLOG 1024
 
-static int open_unix(const char *path, char *err, size_t errlen)
+/* Gives the socket file at path its mode and group; -1 with a message. */
+static int set_perm(const char *path, const struct listen_perm *perm, char *err, size_t errlen)
+{
+    /* chown first: for a non-root owner, changing the group may clear mode
+     * bits, and the mode written in the file must be the one that holds. */
+    if (perm->gid >= 0 && chown(path, (uid_t)-1, (gid_t)perm->gid) < 0) {
+        snprintf(err, errlen,
+                 "listen: cannot give %s to group %s: %s (the daemon must run as root or be "
+                 "a member of that group)",
+                 path, perm->group ? perm->group : "?", strerror(errno));
+        return -1;
+    }
+    if (perm->mode >= 0 && chmod(path, (mode_t)perm->mode) < 0) {
+        snprintf(err, errlen, "listen: cannot chmod %s to %04o: %s", path, (unsigned)perm->mode,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int open_unix(const char *path, const struct listen_perm *perm, char *err, size_t errlen)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
@@ -41,9 +61,20 @@ static int open_unix(const char *path, char *err, size_t errlen)
         }
         unlink(path);
     }
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
         snprintf(err, errlen, "listen: cannot bind %s: %s", path, strerror(errno));
         close(fd);
+        return -1;
+    }
+    /* The file is ours from bind on: on any failure below it goes too. */
+    int ok = !perm || set_perm(path, perm, err, errlen) == 0;
+    if (ok && listen(fd, LISTEN_BACKLOG) < 0) {
+        snprintf(err, errlen, "listen: cannot listen on %s: %s", path, strerror(errno));
+        ok = 0;
+    }
+    if (!ok) {
+        close(fd);
+        unlink(path);
         return -1;
     }
     return fd;
@@ -100,10 +131,11 @@ static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
     return fd;
 }
 
-int listen_open(const char *addr, int reuseport, char *err, size_t errlen)
+int listen_open(const char *addr, int reuseport, const struct listen_perm *perm, char *err,
+                size_t errlen)
 {
     if (strncmp(addr, "unix:", 5) == 0)
-        return open_unix(addr + 5, err, errlen);
+        return open_unix(addr + 5, perm, err, errlen);
     return open_tcp(addr, reuseport, err, errlen);
 }
 

@@ -6,18 +6,29 @@
 #define RATELIMITD_LISTEN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
+
+/* Who may connect to a unix socket file: applied right after bind, before
+ * listen, so no client connects while the file has bind's mode. */
+struct listen_perm {
+    int64_t mode;      /* chmod to this; -1: leave bind's 0777 & ~umask */
+    int64_t gid;       /* chown to this group; -1: leave the daemon's */
+    const char *group; /* the group as the policy file names it, for messages */
+};
 
 /*
  * Binds and listens on addr; the socket is non-blocking and close-on-exec.
  * reuseport: SO_REUSEPORT (TCP), so that each worker may bind the same
  * address and the kernel spreads connections between them. A unix socket
  * file left by a previous run is replaced, but not one another process
- * still answers on. Returns the descriptor (the caller owns it), or -1 with
- * a message.
+ * still answers on; perm (NULL: none) sets a unix socket file's mode and
+ * group, and is ignored for TCP. Returns the descriptor (the caller owns
+ * it), or -1 with a message; a socket file it made is removed on failure.
  */
-int listen_open(const char *addr, int reuseport, char *err, size_t errlen) RL_WUR;
+int listen_open(const char *addr, int reuseport, const struct listen_perm *perm, char *err,
+                size_t errlen) RL_WUR;
 
 /* Closes fd (-1: nothing). addr: a unix socket's file is unlinked (NULL: the
  * file is left, for a descriptor that shares it). */

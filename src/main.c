@@ -44,7 +44,8 @@ static void usage(FILE *out)
             "  -t, --check-config    validate the policy file and exit (0 valid, 1 not)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
-            "                        refuse a policy file that others may write (default: warn)\n"
+            "                        refuse a policy file that others may write, or a token\n"
+            "                        file they may read or write (default: warn)\n"
             "      --print-script    print the Lua script built into this binary\n"
             "  -h, --help            this text\n"
             "  -V, --version         print the version\n"
@@ -66,21 +67,40 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
         worker_post_drain(&srv->workers[i]);
 }
 
-/* Anyone who may write the policy file may lift every limit: warn, or with
- * --strict-permissions refuse to start. */
-static int check_permissions(const struct server *srv, int strict)
+/* A file whose mode grants others (not the owner, not the group: root:
+ * ratelimitd 0640 is how the daemon is meant to read its files) any of the
+ * bits in mask: a warning, or with strict a refusal to start (-1). what
+ * names the file and how loose it is, e.g. "the policy file is writable". */
+static int check_file_mode(const struct server *srv, const char *path, mode_t mask,
+                           const char *what, const char *fix, int strict)
 {
     struct stat st;
-    if (stat(srv->config_path, &st) < 0 || !(st.st_mode & S_IWOTH))
+    if (stat(path, &st) < 0 || !(st.st_mode & mask))
         return 0; /* a missing file is config_load's to report */
     if (strict) {
-        fprintf(stderr, "ratelimitd: %s is writable by others; refusing to start "
-                        "(chmod o-w it)\n",
-                srv->config_path);
+        fprintf(stderr, "ratelimitd: %s: %s by others; refusing to start (chmod %s it)\n", path,
+                what, fix);
         return -1;
     }
-    log_event(&srv->log, LOG_LVL_WARN, "the policy file is writable by others", "file",
-              srv->config_path, NULL);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s by others", what);
+    log_event(&srv->log, LOG_LVL_WARN, msg, "file", path, "chmod", fix, NULL);
+    return 0;
+}
+
+/* Anyone who may write the policy file may lift every limit; anyone who
+ * may read the token file may call /check as any client, and anyone who may
+ * write it may lock them all out at the next reload. cfg NULL: checks the
+ * policy file (before it is loaded); else cfg's auth_token_file, if any.
+ * Both are checked at start only; a reload does not check again. */
+static int check_permissions(const struct server *srv, const struct config *cfg, int strict)
+{
+    if (!cfg)
+        return check_file_mode(srv, srv->config_path, S_IWOTH, "the policy file is writable", "o-w",
+                               strict);
+    if (cfg->auth_token_file)
+        return check_file_mode(srv, cfg->auth_token_file, S_IROTH | S_IWOTH,
+                               "the auth_token_file is readable or writable", "o-rw", strict);
     return 0;
 }
 
@@ -214,11 +234,15 @@ int main(int argc, char **argv)
     }
 
     char err[RL_ERRLEN * 2];
-    if (check_permissions(&srv, strict_perms) < 0)
+    if (check_permissions(&srv, NULL, strict_perms) < 0)
         return 1;
     srv.config = config_load(srv.config_path, err, sizeof err);
     if (!srv.config) {
         fprintf(stderr, "ratelimitd: %s\n", err);
+        return 1;
+    }
+    if (check_permissions(&srv, srv.config, strict_perms) < 0) {
+        config_unref(srv.config);
         return 1;
     }
     if (!srv.log_level_from_cli)

@@ -3,7 +3,8 @@
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
  * idle_timeout, request_timeout, max_connections, max_inflight, overload,
  * log_level, access_log, auth_token_file) and which need a restart (listen,
- * admin_listen, redis.url, watch, local_max_keys, backend, workers).
+ * admin_listen, listen_mode, listen_group, redis.url, watch, local_max_keys,
+ * backend, workers).
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static const char *restart_field(const struct config *old, const struct config *
         return "listen";
     if (differ(old->admin_listen, new->admin_listen))
         return "admin_listen";
+    /* Applied to the socket files when they are made, at start. */
+    if (old->listen_mode != new->listen_mode)
+        return "listen_mode";
+    if (old->listen_gid != new->listen_gid)
+        return "listen_group";
     if (differ(old->redis_url, new->redis_url))
         return "redis.url";
     if (old->watch != new->watch)

@@ -122,7 +122,8 @@ static void post(struct worker *w)
  * (SO_REUSEPORT when there are several: the kernel spreads connections
  * among them); a unix socket is one file, so workers after the first share
  * the first one's socket (shared: its descriptor, or -1). */
-static int open_listener(const char *addr, int reuseport, int shared, char *err, size_t errlen)
+static int open_listener(const struct config *cfg, const char *addr, int reuseport, int shared,
+                         char *err, size_t errlen)
 {
     if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
         int fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
@@ -130,7 +131,9 @@ static int open_listener(const char *addr, int reuseport, int shared, char *err,
             snprintf(err, errlen, "listen: %s: %s", addr, strerror(errno));
         return fd;
     }
-    return listen_open(addr, reuseport, err, errlen);
+    const struct listen_perm perm = {
+        .mode = cfg->listen_mode, .gid = cfg->listen_gid, .group = cfg->listen_group};
+    return listen_open(addr, reuseport, &perm, err, errlen);
 }
 
 static int open_listeners(struct worker *w, char *err, size_t errlen)
@@ -139,12 +142,12 @@ static int open_listeners(struct worker *w, char *err, size_t errlen)
     const struct worker *first = w->id ? &w->srv->workers[0] : NULL;
     int reuseport = cfg->workers != 1;
     w->listen_fd =
-        open_listener(cfg->listen, reuseport, first ? first->listen_fd : -1, err, errlen);
+        open_listener(cfg, cfg->listen, reuseport, first ? first->listen_fd : -1, err, errlen);
     if (w->listen_fd < 0)
         return -1;
     if (cfg->admin_listen) {
-        w->admin_fd =
-            open_listener(cfg->admin_listen, reuseport, first ? first->admin_fd : -1, err, errlen);
+        w->admin_fd = open_listener(cfg, cfg->admin_listen, reuseport, first ? first->admin_fd : -1,
+                                    err, errlen);
         if (w->admin_fd < 0)
             return -1;
     }

@@ -1,10 +1,14 @@
 """test_limits.py: backpressure and client limits: max_inflight with both
 overload actions, max_connections, idle_timeout against a slow client
 (slowloris), a flood of 1000 connections (bounded memory, /healthz keeps
-answering), and running out of file descriptors."""
+answering), running out of file descriptors, and who may connect to a unix
+socket (a live one is not taken over; listen_mode and listen_group)."""
 import os
+import grp
+import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -91,14 +95,22 @@ def test_pending_after_deadline(redis):
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def listen_unix(d, sock, extra=""):
+    """Rewrites d's policy file to listen on the unix socket sock (the admin
+    port stays TCP, for readiness); extra: more top-level lines. Returns the
+    text written."""
+    text = open(d.config).read().replace("listen: 127.0.0.1:%d" % d.port,
+                                         "listen: unix:%s\n%s" % (sock, extra))
+    with open(d.config, "w") as f:
+        f.write(text)
+    return text
+
+
 def test_unix_socket_in_use(redis):
     tmp = harness.make_tempdir()
     sock = os.path.join(tmp, "rl.sock")
     a = Daemon("unix:" + redis.socket_path, POLICY, admin=True)
-    a.write_config(POLICY)
-    text = open(a.config).read().replace("listen: 127.0.0.1:%d" % a.port, "listen: unix:" + sock)
-    with open(a.config, "w") as f:
-        f.write(text)
+    text = listen_unix(a, sock)
     a.start()
     b = Daemon("unix:" + redis.socket_path, POLICY, admin=True)
     with open(b.config, "w") as f:
@@ -111,6 +123,64 @@ def test_unix_socket_in_use(redis):
     harness.eq(a.admin("/healthz").status, 200, "the first keeps its socket")
     harness.eq(a.stop(), 0, "exits 0")
     harness.ok(not os.path.exists(sock), "and removes its socket file")
+
+
+def unix_check(sock):
+    """POST /check over the unix socket: the status code."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(10)
+        c.connect(sock)
+        body = b'{"policy":"open","key":"u"}'
+        c.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        head = b""
+        while b"\r\n" not in head:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else None
+
+
+def test_unix_socket_perm(redis):
+    # A group other than the test's own, so that the chown is seen: as root
+    # any group will do; otherwise one of the test user's other groups.
+    own = os.getgid()
+    others = [g for g in os.getgroups() if g != own]
+    gid = 1 if os.geteuid() == 0 else (others[0] if others else own)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    tmp = harness.make_tempdir()
+    sock = os.path.join(tmp, "rl.sock")
+    d = Daemon("unix:" + redis.socket_path, POLICY, admin=True)
+    listen_unix(d, sock, 'listen_mode: "0660"\nlisten_group: %s\n' % group)
+    d.start()
+    st = os.stat(sock)
+    harness.eq((oct(stat.S_IMODE(st.st_mode)), st.st_gid), (oct(0o660), gid),
+               "listen_mode \"0660\" and listen_group %s are on the socket file" % group)
+    harness.eq(unix_check(sock), 200, "a check over the socket is answered")
+    harness.eq(d.stop(), 0, "exits 0")
+    harness.ok(not os.path.exists(sock), "and removes its socket file")
+
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        harness.ok(True, "# SKIP a group the daemon is not in needs root to set up")
+        harness.ok(True, "# SKIP (the same)")
+        return
+    # As nobody (no supplementary groups) the chown to group 1 must fail:
+    # a clear error and exit 1, and no socket file left behind.
+    for path, mode in ((tmp, 0o777), (d.dir, 0o755), (d.config, 0o644)):
+        os.chmod(path, mode)
+    proc = harness.spawn([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                          os.environ.get("RATELIMITD", "./ratelimitd"), "--config", d.config],
+                         os.path.join(d.dir, "nobody.log"))
+    harness.eq(proc.wait(10), 1, "a daemon not in listen_group exits 1")
+    with open(os.path.join(d.dir, "nobody.log")) as f:
+        log = f.read()
+    harness.ok("cannot give %s to group %s" % (sock, group) in log and not os.path.exists(sock),
+               "saying it cannot give the socket to the group, leaving no file: %r" % log[-300:])
 
 
 def test_huge_key(redis):
@@ -230,6 +300,7 @@ def main():
     test_huge_key(redis)
     test_pending_after_deadline(redis)
     test_unix_socket_in_use(redis)
+    test_unix_socket_perm(redis)
     test_max_connections(redis)
     test_slowloris(redis)
     test_flood(redis)

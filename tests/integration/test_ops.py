@@ -292,16 +292,49 @@ def test_metrics(redis):
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def strict_start(d, name, args=()):
+    """Runs d's binary on d's file with --strict-permissions (and args): its
+    exit status and what it printed. For a refusal, or with --check-config:
+    it would run on otherwise."""
+    log = os.path.join(d.dir, name)
+    strict = harness.spawn(["env", "RATELIMITD=x", os.environ.get("RATELIMITD", "./ratelimitd"),
+                            "--config", d.config, "--strict-permissions"] + list(args), log)
+    status = strict.wait(10)
+    with open(log) as f:
+        return status, f.read()
+
+
 def test_permissions(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY_A)
     os.chmod(d.config, 0o666)
-    strict = harness.spawn(["env", "RATELIMITD=x", os.environ.get("RATELIMITD", "./ratelimitd"),
-                            "--config", d.config, "--strict-permissions"],
-                           os.path.join(d.dir, "strict.log"))
-    harness.eq(strict.wait(10), 1, "--strict-permissions refuses a world-writable policy file")
+    harness.eq(strict_start(d, "strict.log")[0], 1,
+               "--strict-permissions refuses a world-writable policy file")
     d.start()
     harness.ok("writable by others" in d.logs(), "without it, a warning is logged")
     harness.eq(d.stop(), 0, "exits 0")
+
+    # The token file: readable by others is as bad as writable (they could
+    # call as anyone); the group may read it (root:ratelimitd 0640).
+    token = os.path.join(d.dir, "token")
+    with open(token, "w") as f:
+        f.write("0123456789abcdef0123\n")
+    t = Daemon("unix:" + redis.socket_path, "auth_token_file: %s\n%s" % (token, POLICY_A),
+               admin=True)
+    for mode in (0o644, 0o602):
+        os.chmod(token, mode)
+        status, out = strict_start(t, "strict-token-%o.log" % mode)
+        harness.ok(status == 1 and "%s: the auth_token_file is readable or writable by others; "
+                   "refusing to start (chmod o-rw it)" % token in out,
+                   "--strict-permissions refuses a token file with mode %o: %r" % (mode, out))
+    t.start()
+    harness.ok("msg=\"the auth_token_file is readable or writable by others\" file=%s chmod=o-rw" % token
+               in t.logs(), "without it, a warning is logged")
+    harness.eq(t.stop(), 0, "exits 0")
+    os.chmod(token, 0o640)
+    status, out = strict_start(t, "strict-token-640.log", ["--check-config"])
+    harness.ok(status == 0 and "ok, 2 policies" in out,
+               "mode 640 (the group may read it) passes --strict-permissions --check-config: %r"
+               % out)
 
 
 def test_journal(redis):

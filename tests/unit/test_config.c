@@ -48,8 +48,8 @@ static const struct error_case {
 
     /* unknown fields, at every level, naming the key and its siblings */
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
-     "unknown field \"listn\" (known: listen, backend, workers, redis, clock, max_body, log_level, "
-     "access_log, "
+     "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, "
+     "clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
      "deny_status, policies)"},
@@ -275,6 +275,30 @@ static const struct error_case {
     {"listen empty", "listen: \"\"\n" POLICY_P, "1:9", "listen: invalid host"},
     {"listen relative unix", "listen: unix:run/rl.sock\n" POLICY_P, "1:9",
      "listen: a unix socket path must be absolute"},
+
+    /* listen_mode, listen_group */
+    {"listen_mode not octal", "listen: unix:/r.sock\nlisten_mode: \"0680\"\n" POLICY_P, "2:14",
+     "listen_mode: invalid value \"0680\": must be an octal mode from 0000 to 0777"},
+    {"listen_mode above 0777", "listen: unix:/r.sock\nlisten_mode: \"1777\"\n" POLICY_P, "2:14",
+     "listen_mode: invalid value \"1777\""},
+    {"listen_mode too long", "listen: unix:/r.sock\nlisten_mode: \"00660\"\n" POLICY_P, "2:14",
+     "listen_mode: invalid value \"00660\""},
+    {"listen_mode empty", "listen: unix:/r.sock\nlisten_mode: \"\"\n" POLICY_P, "2:14",
+     "listen_mode: invalid value \"\""},
+    {"listen_mode a sequence", "listen: unix:/r.sock\nlisten_mode: [6, 6]\n" POLICY_P, "2:14",
+     "listen_mode: expected an octal mode such as \"0660\", got a sequence"},
+    {"listen_group unknown", "listen: unix:/r.sock\nlisten_group: no-such-group-rl\n" POLICY_P,
+     "2:15", "listen_group: unknown group \"no-such-group-rl\""},
+    {"listen_group gid too large", "listen: unix:/r.sock\nlisten_group: 4294967295\n" POLICY_P,
+     "2:15", "listen_group: invalid group number \"4294967295\""},
+    {"listen_group null", "listen: unix:/r.sock\nlisten_group:\n" POLICY_P, "2:14",
+     "listen_group: expected a group name or number, got null"},
+    {"listen_mode without a unix socket", "listen_mode: \"0660\"\n" POLICY_P, "1:14",
+     "listen_mode: applies only to unix sockets, and neither listen nor admin_listen is "
+     "unix:/path"},
+    {"listen_group without a unix socket",
+     "admin_listen: 127.0.0.1:9090\nlisten_group: 0\n" POLICY_P, "2:15",
+     "listen_group: applies only to unix sockets"},
 
     /* redis */
     {"url scheme", "redis:\n  url: http://127.0.0.1\n" POLICY_P, "2:8",
@@ -559,6 +583,8 @@ static void test_defaults(void)
     is_int(c->idle_timeout_us, CONFIG_DEFAULT_IDLE_TIMEOUT_US, "default idle_timeout");
     is_int(c->local_max_keys, CONFIG_DEFAULT_LOCAL_MAX_KEYS, "default local_max_keys");
     is_int(c->deny_cache_max_keys, 100000, "default deny_cache_max_keys");
+    ok(c->listen_mode == -1 && c->listen_gid == -1 && c->listen_group == NULL,
+       "no listen_mode, no listen_group by default: bind's mode and group stay");
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     is_int(c->policies[0].deny_cache, 1, "default deny_cache");
@@ -577,6 +603,15 @@ static void test_defaults(void)
            t->window_us == 1000000,
        "tier values");
     config_unref(c);
+}
+
+/* head (top-level fields) followed by the policy p. */
+static struct config *load_with_policy(const char *head, char *err, size_t errlen)
+{
+    char yaml[1024];
+
+    snprintf(yaml, sizeof(yaml), "%s%s", head, POLICY_P);
+    return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
 }
 
 /* Values at the edge of what is valid. */
@@ -603,11 +638,9 @@ static void test_edges(void)
     size_t i;
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char yaml[1024], err[1024] = "";
-        struct config *c;
+        char err[1024] = "";
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
 
-        snprintf(yaml, sizeof(yaml), "%s%s", cases[i].yaml, POLICY_P);
-        c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
         if (!ok(c != NULL, "valid: %s", cases[i].what))
             printf("#   %s\n", err);
         config_unref(c);
@@ -637,6 +670,37 @@ static void test_headers_inherit(void)
     config_unref(c);
 }
 
+/* listen_mode and listen_group as stored: octal, a gid from a name or a
+ * number, on either listener. */
+static void test_listen_perm(void)
+{
+    static const struct {
+        const char *what, *yaml;
+        int64_t mode, gid;
+    } cases[] = {
+        {"quoted 0660", "listen: unix:/r.sock\nlisten_mode: \"0660\"\n", 0660, -1},
+        {"plain 0600", "listen: unix:/r.sock\nlisten_mode: 0600\n", 0600, -1},
+        {"three digits 777", "listen: unix:/r.sock\nlisten_mode: \"777\"\n", 0777, -1},
+        {"0000", "listen: unix:/r.sock\nlisten_mode: \"0000\"\n", 0, -1},
+        {"group root by name", "listen: unix:/r.sock\nlisten_group: root\n", -1, 0},
+        {"a gid with no name", "listen: unix:/r.sock\nlisten_group: 4294967294\n", -1,
+         4294967294LL},
+        {"on admin_listen alone",
+         "admin_listen: unix:/a.sock\nlisten_mode: \"0660\"\nlisten_group: \"12\"\n", 0660, 12},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[1024] = "";
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
+
+        if (!ok(c != NULL && c->listen_mode == cases[i].mode && c->listen_gid == cases[i].gid,
+                "listen_mode, listen_group: %s", cases[i].what))
+            printf("#   %s\n", c ? "wrong values" : err);
+        config_unref(c);
+    }
+}
+
 static void test_example(void)
 {
     const char *dir = getenv("RL_SRCDIR");
@@ -664,8 +728,8 @@ static void test_example(void)
     if (p != NULL && p->ntiers == 2) {
         const struct tier *b = &p->tiers[0], *h = &p->tiers[1];
         ok(strcmp(b->name, "burst") == 0 && b->algorithm == ALG_TOKEN_BUCKET && b->limit == 5 &&
-               b->window_us == 1000000 && b->burst == 10,
-           "login burst: token_bucket 5 per 1s, burst 10");
+               b->window_us == 60000000 && b->burst == 10,
+           "login burst: token_bucket 5 per 1m, burst 10");
         ok(strcmp(h->name, "hourly") == 0 && h->algorithm == ALG_SLIDING_WINDOW_LOG &&
                h->limit == 100 && h->window_us == 3600000000LL,
            "login hourly: sliding_window_log 100 per 1h");
@@ -794,6 +858,7 @@ int main(void)
     test_auth_fields();
     test_edges();
     test_headers_inherit();
+    test_listen_perm();
     test_example();
     test_files();
     test_token_file();

@@ -18,29 +18,29 @@ POLICY = """\
 policies:
   api:
     tiers:
-      - {name: minute, algorithm: fixed_window, limit: 3, window: 1h}
+      - {name: hour, algorithm: fixed_window, limit: 3, window: 1h}
     overrides:
       - key: "tenant:acme"
         tiers:
-          - {name: minute, algorithm: fixed_window, limit: 6, window: 1h}
+          - {name: hour, algorithm: fixed_window, limit: 6, window: 1h}
       - prefix: "vip:"
         tiers:
-          - {name: minute, algorithm: fixed_window, limit: 4, window: 1h}
+          - {name: hour, algorithm: fixed_window, limit: 4, window: 1h}
       - prefix: "vip:gold:"
         tiers:
-          - {name: minute, algorithm: fixed_window, limit: 5, window: 1h}
+          - {name: hour, algorithm: fixed_window, limit: 5, window: 1h}
           - {name: day, algorithm: gcra, limit: 100, window: 1d}
 """
 
 # key -> (allowed before the first denial, tier names, X-RateLimit-Limit)
 EXPECT = {
-    "tenant:acme": (6, ["minute"], "6"),       # the exact key
-    "tenant:acme2": (3, ["minute"], "3"),      # no override: the policy
-    "vip:1": (4, ["minute"], "4"),             # the prefix
-    "vip:2": (4, ["minute"], "4"),             # same prefix, its own counter
-    "vip:": (4, ["minute"], "4"),              # a key equal to the prefix
-    "vip:gold:1": (5, ["minute", "day"], "5"),  # the longest prefix
-    "free": (3, ["minute"], "3"),
+    "tenant:acme": (6, ["hour"], "6"),       # the exact key
+    "tenant:acme2": (3, ["hour"], "3"),      # no override: the policy
+    "vip:1": (4, ["hour"], "4"),             # the prefix
+    "vip:2": (4, ["hour"], "4"),             # same prefix, its own counter
+    "vip:": (4, ["hour"], "4"),              # a key equal to the prefix
+    "vip:gold:1": (5, ["hour", "day"], "5"),  # the longest prefix
+    "free": (3, ["hour"], "3"),
 }
 
 # Nothing listens on port 1: a daemon that tried Redis would fail there.
@@ -91,13 +91,13 @@ def test_redis_state(redis):
     client.command("FLUSHALL")
     test_backend("unix:" + redis.socket_path, "redis")
     keys = sorted(client.command("KEYS", "*"))
-    want = sorted(["rl:{api:%s}:minute" % k for k in EXPECT]
+    want = sorted(["rl:{api:%s}:hour" % k for k in EXPECT]
                   + ["rl:{api:vip:gold:1}:day",
-                     "rl:{api:vip:9}:minute", "rl:{api:other}:minute",
-                     "rl:{api:vip:gold:9}:minute", "rl:{api:vip:gold:9}:day"])
+                     "rl:{api:vip:9}:hour", "rl:{api:other}:hour",
+                     "rl:{api:vip:gold:9}:hour", "rl:{api:vip:gold:9}:day"])
     harness.eq(keys, want, "one set of Redis keys per key; none for a prefix")
     for key, (limit, _, _) in EXPECT.items():
-        harness.eq(int(harness.fixed_window_count(client, "rl:{api:%s}:minute" % key)), limit,
+        harness.eq(int(harness.fixed_window_count(client, "rl:{api:%s}:hour" % key)), limit,
                    "%s: its own counter holds exactly its limit" % key)
 
 
@@ -117,13 +117,13 @@ def test_reload(redis):
 policies:
   api:
     tiers:
-      - {name: minute, algorithm: fixed_window, limit: 3, window: 1h}
+      - {name: used, algorithm: fixed_window, limit: 3, window: 1h}
 """
     after = before + """\
     overrides:
       - prefix: "late:"
         tiers:
-          - {name: minute, algorithm: fixed_window, limit: 5, window: 1h}
+          - {name: used, algorithm: fixed_window, limit: 5, window: 1h}
       - key: "fresh"
         tiers:
           - {name: hour, algorithm: fixed_window, limit: 2, window: 1h}
@@ -166,7 +166,17 @@ def test_check_config():
                "and says where, with file:line:col: %r" % out)
 
 
+def test_readme():
+    src = os.environ.get("RL_SRCDIR", ".")
+    with open(os.path.join(src, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("\n## Overrides\n", 1)[-1].split("\n## ", 1)[0]
+    harness.ok("```yaml\n" + POLICY + "```" in section,
+               "the README's Overrides example is the file tested here")
+
+
 def main():
+    test_readme()
     redis = harness.RedisServer().start()
     test_redis_state(redis)
     test_backend(NO_REDIS, "memory", extra="backend: memory\n")

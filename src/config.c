@@ -599,11 +599,33 @@ static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *p
     return 0;
 }
 
+/* Indexes a policy's overrides, and reports two of the same key, or of the
+ * same prefix, at the later one's key or prefix. seq is the overrides
+ * sequence, whose items were added in order. */
+static int index_overrides(struct loader *ld, const yaml_node_t *seq, const char *path,
+                           struct policy_overrides *o)
+{
+    const yaml_node_t *second_map, *first_map, *at;
+    char buf[SHOWN_LEN];
+    const char *what;
+    size_t first, second;
+
+    if (policy_overrides_index(o, &first, &second) == 0)
+        return 0;
+    first_map = node_at(ld, seq->data.sequence.items.start[first]);
+    second_map = node_at(ld, seq->data.sequence.items.start[second]);
+    what = field_node(ld, second_map, "key") != NULL ? "key" : "prefix";
+    at = field_node(ld, second_map, what);
+    return fail(ld, at, "", "%s[%zu].%s: duplicate %s \"%s\" (also overrides[%zu], line %zu)", path,
+                second, what, what, shown((const char *)at->data.scalar.value, buf), first,
+                first_map->start_mark.line + 1);
+}
+
 /*
  * policies.NAME.overrides: a sequence of {key | prefix, tiers}. The set is
  * stored in *slot (the policy's overrides) as soon as it exists, so that
- * whoever frees the policy frees it, whatever fails here. Duplicates are
- * found once the policy is complete (finish_overrides).
+ * whoever frees the policy frees it, whatever fails here. The variants get
+ * the policy's settings at the end of the load (inherit_overrides).
  */
 static int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
@@ -645,31 +667,7 @@ static int parse_overrides(struct loader *ld, const yaml_node_t *node, const cha
         policy_overrides_free(*out);
         *out = NULL;
     }
-    return 0;
-}
-
-/* Indexes p's overrides once p is parsed whole (the variants take its
- * settings), and reports two overrides of the same key, or of the same
- * prefix, at the second one's key or prefix. */
-static int finish_overrides(struct loader *ld, const yaml_node_t *map, const char *path,
-                            struct policy *p)
-{
-    const yaml_node_t *seq, *second_map, *first_map, *at;
-    char buf[SHOWN_LEN];
-    const char *what;
-    size_t first, second;
-
-    if (policy_overrides_finish(p, &first, &second) == 0)
-        return 0;
-    seq = field_node(ld, map, "overrides");
-    first_map = node_at(ld, seq->data.sequence.items.start[first]);
-    second_map = node_at(ld, seq->data.sequence.items.start[second]);
-    what = field_node(ld, second_map, "key") != NULL ? "key" : "prefix";
-    at = field_node(ld, second_map, what);
-    return fail(ld, at, "",
-                "%s.overrides[%zu].%s: duplicate %s \"%s\" (also overrides[%zu], line %zu)", path,
-                second, what, what, shown((const char *)at->data.scalar.value, buf), first,
-                first_map->start_mark.line + 1);
+    return index_overrides(ld, node, path, *out);
 }
 
 /* A policy's place in the file, to sort by name and still report a
@@ -726,8 +724,6 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
         join(child, path, name);
         rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
-        if (rc == 0)
-            rc = finish_overrides(ld, node_at(ld, pair->value), child, &parsed[i]);
     }
     if (rc == 0) {
         qsort(order, n, sizeof(*order), entry_cmp);
@@ -935,6 +931,10 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
     if (parse_fields(&ld, yaml_document_get_root_node(&ld.doc), "", top_fields, c) < 0) {
         config_free(c);
         c = NULL;
+    } else {
+        /* Last: every per-policy setting is final, wherever it came from. */
+        for (size_t i = 0; i < c->npolicies; i++)
+            policy_overrides_inherit(&c->policies[i]);
     }
     yaml_document_delete(&ld.doc);
     yaml_parser_delete(&parser);

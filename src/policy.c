@@ -203,7 +203,7 @@ struct override {
     size_t len;
     int is_prefix;
     size_t order;          /* its index in the order added, for messages */
-    struct policy variant; /* before finish only its tiers are set */
+    struct policy variant; /* only its tiers until policy_overrides_inherit */
 };
 
 /* The prefixes of one length: a run of the sorted array. */
@@ -212,7 +212,7 @@ struct prefix_run {
 };
 
 /*
- * After policy_overrides_finish, items holds the exact keys first, sorted
+ * After policy_overrides_index, items holds the exact keys first, sorted
  * by (length, bytes) for a binary search, then the prefixes sorted by
  * length, longest first, then bytes: one run per length. A lookup tries
  * the exact keys, then each run whose length fits the key, longest first,
@@ -332,9 +332,8 @@ static void make_variant(struct policy *v, const struct policy *p)
     v->overrides = NULL;
 }
 
-int policy_overrides_finish(struct policy *p, size_t *first, size_t *second)
+int policy_overrides_index(struct policy_overrides *o, size_t *first, size_t *second)
 {
-    struct policy_overrides *o = p->overrides;
     size_t i;
 
     if (o == NULL)
@@ -348,14 +347,19 @@ int policy_overrides_finish(struct policy *p, size_t *first, size_t *second)
     o->runs = xcalloc(o->n - o->nexact + 1, sizeof(*o->runs));
     o->nruns = 0;
     for (i = o->nexact; i < o->n; i++) {
-        struct prefix_run *r = o->nruns ? &o->runs[o->nruns - 1] : NULL;
-        if (r == NULL || r->len != o->items[i].len)
+        if (o->nruns == 0 || o->runs[o->nruns - 1].len != o->items[i].len)
             o->runs[o->nruns++] = (struct prefix_run){o->items[i].len, i, 0};
         o->runs[o->nruns - 1].count++;
     }
-    for (i = 0; i < o->n; i++)
-        make_variant(&o->items[i].variant, p);
     return 0;
+}
+
+void policy_overrides_inherit(const struct policy *p)
+{
+    size_t i;
+
+    for (i = 0; p->overrides != NULL && i < p->overrides->n; i++)
+        make_variant(&p->overrides->items[i].variant, p);
 }
 
 /* The item among items[lo, hi), sorted by (length, bytes), that is len

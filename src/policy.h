@@ -105,7 +105,8 @@ struct policy_overrides *policy_overrides_new(void);
 
 /* Adds an override for one exact key (is_prefix 0) or a prefix (1) of len
  * bytes, with ntiers (1..POLICY_MAX_TIERS) tiers already validated. The
- * text is copied. Lookups are not ready until policy_overrides_finish. */
+ * text is copied. Lookups are not ready until policy_overrides_index and
+ * policy_overrides_inherit. */
 void policy_overrides_add(struct policy_overrides *o, int is_prefix, const char *text, size_t len,
                           const struct tier *tiers, size_t ntiers);
 
@@ -113,14 +114,22 @@ void policy_overrides_add(struct policy_overrides *o, int is_prefix, const char 
 size_t policy_overrides_count(const struct policy_overrides *o);
 
 /*
- * Makes p->overrides (if any) ready for policy_for_key: indexes them and
- * gives each variant p's name and settings, so call it once p's own fields
- * are final. Two overrides with the same key, or the same prefix, are
- * ambiguous: returns -1 with *first and *second set to their indexes in
- * the order they were added (*second the later one, the first such in
- * that order). Returns 0 otherwise.
+ * Makes o (NULL: nothing to do) ready for lookups: sorts and indexes it.
+ * Two overrides with the same key, or the same prefix, are ambiguous:
+ * returns -1 with *first and *second set to their indexes in the order
+ * they were added (*second the later one, the earliest such in that
+ * order). Returns 0 otherwise. Add nothing afterwards.
  */
-int policy_overrides_finish(struct policy *p, size_t *first, size_t *second) RL_WUR;
+int policy_overrides_index(struct policy_overrides *o, size_t *first, size_t *second) RL_WUR;
+
+/*
+ * Gives each variant of p's overrides (if any) p's name and every
+ * per-policy setting, keeping the override's tiers: a copy of *p, so a
+ * setting added to struct policy later follows without being listed. Call
+ * it last, once all of p's settings are final (defaults taken from
+ * top-level fields included), and again if they change.
+ */
+void policy_overrides_inherit(const struct policy *p);
 
 /* Frees the overrides and their variants; NULL is a no-op. */
 void policy_overrides_free(struct policy_overrides *o);

@@ -512,7 +512,8 @@ static void test_override_lookup(void)
     size_t first = 99, second = 99;
 
     ok(policy_for_key(&plain, "tenant:acme", 11) == &plain, "no overrides: the policy itself");
-    ok(policy_overrides_finish(&plain, &first, &second) == 0, "finishing no overrides is a no-op");
+    ok(policy_overrides_index(NULL, &first, &second) == 0, "indexing no overrides is a no-op");
+    policy_overrides_inherit(&plain);
 
     p.overrides = policy_overrides_new();
     add(p.overrides, 1, "tenant:", 7, 10);
@@ -523,16 +524,19 @@ static void test_override_lookup(void)
     add(p.overrides, 1, "x\0", 2, 50);
     add(p.overrides, 0, "vip:", 4, 60);
     is_int(policy_overrides_count(p.overrides), 7, "seven overrides added");
-    if (!ok(policy_overrides_finish(&p, &first, &second) == 0,
+    if (!ok(policy_overrides_index(p.overrides, &first, &second) == 0,
             "a key and a prefix with the same text are not ambiguous"))
         return;
+    /* Settings changed after the overrides were read reach the variants. */
+    p.failure_mode = FAILURE_CLOSED;
+    policy_overrides_inherit(&p);
     for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++) {
         const struct lookup_case *c = &lookups[i];
         is_int(policy_for_key(&p, c->key, c->len)->tiers[0].limit, c->want, "%s", c->why);
     }
 
     const struct policy *v = policy_for_key(&p, "tenant:acme", 11);
-    ok(v != &p && strcmp(v->name, "p") == 0 && v->failure_mode == FAILURE_LOCAL && v->shadow &&
+    ok(v != &p && strcmp(v->name, "p") == 0 && v->failure_mode == FAILURE_CLOSED && v->shadow &&
            !v->deny_cache && v->ntiers == 1 && strcmp(v->tiers[0].name, "o") == 0 &&
            v->tiers[0].algorithm == ALG_GCRA,
        "a variant: the policy's name and settings, the override's tiers");
@@ -554,7 +558,7 @@ static void test_override_duplicates(void)
     add(p.overrides, 1, "b", 1, 2);
     add(p.overrides, 0, "k", 1, 2);
     add(p.overrides, 1, "b", 1, 2);
-    ok(policy_overrides_finish(&p, &first, &second) < 0, "a duplicate prefix is refused");
+    ok(policy_overrides_index(p.overrides, &first, &second) < 0, "a duplicate prefix is refused");
     ok(first == 0 && second == 3, "the first one in file order: 0 and 3 (got %zu and %zu)", first,
        second);
     policy_overrides_free(p.overrides);
@@ -563,7 +567,7 @@ static void test_override_duplicates(void)
     add(p.overrides, 0, "a\0", 2, 2);
     add(p.overrides, 0, "a", 1, 2);
     add(p.overrides, 0, "a\0", 2, 2);
-    ok(policy_overrides_finish(&p, &first, &second) < 0 && first == 0 && second == 2,
+    ok(policy_overrides_index(p.overrides, &first, &second) < 0 && first == 0 && second == 2,
        "a duplicate key, NUL bytes and all");
     policy_overrides_free(p.overrides);
 }
@@ -612,8 +616,9 @@ static void test_override_reference(void)
         add(p.overrides, is_prefix, keys[n], len, (int64_t)n + 2);
         n++;
     }
-    if (!ok(policy_overrides_finish(&p, &first, &second) == 0, "%d distinct overrides", N))
+    if (!ok(policy_overrides_index(p.overrides, &first, &second) == 0, "%d distinct overrides", N))
         return;
+    policy_overrides_inherit(&p);
     for (int i = 0; i < LOOKUPS; i++) {
         char key[10];
         size_t len = NEXT() % 10;

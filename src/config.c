@@ -625,7 +625,8 @@ static int index_overrides(struct loader *ld, const yaml_node_t *seq, const char
  * policies.NAME.overrides: a sequence of {key | prefix, tiers}. The set is
  * stored in *slot (the policy's overrides) as soon as it exists, so that
  * whoever frees the policy frees it, whatever fails here. The variants get
- * the policy's settings at the end of the load (inherit_overrides).
+ * the policy's settings at the end of the load (policy_overrides_inherit,
+ * called by config_load_string once every per-policy setting is final).
  */
 static int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {

@@ -127,8 +127,10 @@ local function parse_policy(s)
 end
 
 -- The policies parsed so far, by their string; emptied when it reaches
--- POLICIES_MAX strings, which only many reloads or many daemons of
--- different configurations sharing one Redis would reach.
+-- POLICIES_MAX strings, which only many reloads, many daemons of different
+-- configurations sharing one Redis, or per-key overrides with more than
+-- that many distinct tier sets in use would reach (then a call parses its
+-- policies again: slower, never wrong).
 local POLICIES, npolicies = {}, 0
 local POLICIES_MAX = 1000
 

@@ -109,7 +109,8 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
         return fail(err, 400, n < 0 ? "invalid_path" : "invalid_key", why);
     }
     key[n] = '\0';
-    out->policy = p;
+    /* An overridden key is looked at and reset in its override's tiers. */
+    out->policy = policy_for_key(p, key, (size_t)n);
     out->key = key;
     out->keylen = (size_t)n;
     return 0;

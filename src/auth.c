@@ -76,8 +76,10 @@ static void auth_item(struct check_request *out, const struct policy *p, const c
                       size_t keylen, int64_t cost)
 {
     out->checks = xcalloc(1, sizeof *out->checks);
-    out->checks[0] = (struct check_item){
-        .policy = p, .key = xstrndup(key, keylen), .keylen = keylen, .cost = cost};
+    out->checks[0] = (struct check_item){.policy = policy_for_key(p, key, keylen),
+                                         .key = xstrndup(key, keylen),
+                                         .keylen = keylen,
+                                         .cost = cost};
     out->nchecks = 1;
     out->dry_run = 0;
     out->use_deny_status = 1;

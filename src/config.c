@@ -303,6 +303,8 @@ struct field {
 static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path,
                            void *slot);
 static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path,
+                           void *slot);
 static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
                             void *slot);
@@ -360,6 +362,33 @@ static const struct field tier_fields[] = {
     {.name = NULL},
 };
 
+/* The text of an override's key or prefix: what a request's key can match. */
+static int check_override_text(const char *s, char *err, size_t errlen)
+{
+    if (*s == '\0')
+        return snprintf(err, errlen, "must not be empty"), -1;
+    if (strlen(s) > POLICY_KEY_MAX)
+        return snprintf(err, errlen, "longer than %d bytes (the longest key)", POLICY_KEY_MAX), -1;
+    return 0;
+}
+
+/* One item of policies.NAME.overrides while it is parsed: exactly one of
+ * key and prefix (owned here), and tiers in a policy, parse_tiers's target. */
+struct override_entry {
+    char *key;
+    char *prefix;
+    struct policy tiers;
+};
+
+static const struct field override_fields[] = {
+    {"key", F_STRING, .offset = offsetof(struct override_entry, key), .check = check_override_text},
+    {"prefix", F_STRING, .offset = offsetof(struct override_entry, prefix),
+     .check = check_override_text},
+    {"tiers", F_CUSTOM, .required = 1, .offset = offsetof(struct override_entry, tiers),
+     .parse = parse_tiers, .section = tier_fields},
+    {.name = NULL},
+};
+
 static const struct field policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
@@ -372,6 +401,8 @@ static const struct field policy_fields[] = {
     {"deny_status", F_INT, .offset = offsetof(struct policy, deny_status), .min = 400, .max = 499},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
+    {"overrides", F_CUSTOM, .offset = offsetof(struct policy, overrides), .parse = parse_overrides,
+     .section = override_fields},
     {.name = NULL},
 };
 
@@ -425,7 +456,8 @@ static const struct field top_fields[] = {
 
 #define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
 _Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_FIELDS &&
-                   NROWS(redis_fields) <= MAX_FIELDS && NROWS(top_fields) <= MAX_FIELDS,
+                   NROWS(override_fields) <= MAX_FIELDS && NROWS(redis_fields) <= MAX_FIELDS &&
+                   NROWS(top_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
 
 /* ---- the walker ---------------------------------------------------------------- */
@@ -619,6 +651,78 @@ static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *p
     return 0;
 }
 
+/* Indexes a policy's overrides, and reports two of the same key, or of the
+ * same prefix, at the later one's key or prefix. seq is the overrides
+ * sequence, whose items were added in order. */
+static int index_overrides(struct loader *ld, const yaml_node_t *seq, const char *path,
+                           struct policy_overrides *o)
+{
+    const yaml_node_t *second_map, *first_map, *at;
+    char buf[SHOWN_LEN];
+    const char *what;
+    size_t first, second;
+
+    if (policy_overrides_index(o, &first, &second) == 0)
+        return 0;
+    first_map = node_at(ld, seq->data.sequence.items.start[first]);
+    second_map = node_at(ld, seq->data.sequence.items.start[second]);
+    what = field_node(ld, second_map, "key") != NULL ? "key" : "prefix";
+    at = field_node(ld, second_map, what);
+    return fail(ld, at, "", "%s[%zu].%s: duplicate %s \"%s\" (also overrides[%zu], line %zu)", path,
+                second, what, what, shown((const char *)at->data.scalar.value, buf), first,
+                first_map->start_mark.line + 1);
+}
+
+/*
+ * policies.NAME.overrides: a sequence of {key | prefix, tiers}. The set is
+ * stored in *slot (the policy's overrides) as soon as it exists, so that
+ * whoever frees the policy frees it, whatever fails here. The variants get
+ * the policy's settings at the end of the load (policy_overrides_inherit,
+ * called by config_load_string once every per-policy setting is final).
+ */
+static int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct policy_overrides **out = slot;
+    const yaml_node_item_t *item;
+    char child[PATH_LEN];
+    size_t i;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of overrides, got %s", kind(node));
+    *out = policy_overrides_new();
+    for (i = 0, item = node->data.sequence.items.start; item < node->data.sequence.items.top;
+         item++, i++) {
+        const yaml_node_t *map = node_at(ld, *item);
+        struct override_entry e = {NULL, NULL, {.ntiers = 0}};
+        const char *text;
+        int rc;
+
+        if (i == POLICY_MAX_OVERRIDES)
+            return fail(ld, map, path, "at most %d overrides are allowed", POLICY_MAX_OVERRIDES);
+        snprintf(child, sizeof(child), "%s[%zu]", path, i);
+        rc = parse_fields(ld, map, child, override_fields, &e);
+        if (rc == 0 && e.key != NULL && e.prefix != NULL)
+            rc = fail(ld, map, child, "give key or prefix, not both");
+        else if (rc == 0 && e.key == NULL && e.prefix == NULL)
+            rc = fail(ld, map, child,
+                      "missing key (one exact key) or prefix (every key that starts with it)");
+        text = e.key != NULL ? e.key : e.prefix;
+        if (rc == 0)
+            policy_overrides_add(*out, e.prefix != NULL, text, strlen(text), e.tiers.tiers,
+                                 e.tiers.ntiers);
+        free(e.key);
+        free(e.prefix);
+        if (rc < 0)
+            return -1;
+    }
+    /* No overrides: keep the lookup at its one-branch fast case. */
+    if (i == 0) {
+        policy_overrides_free(*out);
+        *out = NULL;
+    }
+    return index_overrides(ld, node, path, *out);
+}
+
 /* A policy's place in the file, to sort by name and still report a
  * duplicate at its second occurrence. */
 struct entry {
@@ -748,10 +852,14 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
                 rc = fail(ld, order[i].key, path, "duplicate policy \"%s\"", order[i].policy->name);
     }
     if (rc == 0) {
+        /* The copies take over each policy's overrides. */
         c->policies = xcalloc(n, sizeof(*c->policies));
         for (i = 0; i < n; i++)
             c->policies[i] = *order[i].policy;
         c->npolicies = n;
+    } else {
+        for (i = 0; i < n; i++)
+            policy_overrides_free(parsed[i].overrides);
     }
     free(order);
     free(parsed);
@@ -958,6 +1066,8 @@ static void config_free(struct config *c)
         free(c->auth_token);
     }
     client_trust_free(&c->trusted_proxies);
+    for (size_t i = 0; i < c->npolicies; i++)
+        policy_overrides_free(c->policies[i].overrides);
     free(c->policies);
     free(c);
 }
@@ -1042,6 +1152,9 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
         c = NULL;
     } else {
         inherit_settings(c);
+        /* Last: every per-policy setting is final, wherever it came from. */
+        for (size_t i = 0; i < c->npolicies; i++)
+            policy_overrides_inherit(&c->policies[i]);
     }
     yaml_document_delete(&ld.doc);
     yaml_parser_delete(&parser);
@@ -1101,7 +1214,7 @@ const struct policy *config_find_policy(const struct config *c, const char *name
 }
 
 /* Dotted paths: a section's fields follow a '.', each policy's follow
- * ".NAME.", each tier's follow "[].". */
+ * ".NAME.", each tier's and each override's follow "[].". */
 static void walk_fields(const struct field *fields, const char *prefix,
                         void (*fn)(const char *path, void *arg), void *arg)
 {
@@ -1112,7 +1225,9 @@ static void walk_fields(const struct field *fields, const char *prefix,
         if (!f->section)
             continue;
         snprintf(child, sizeof child, "%s%s", path,
-                 f->type == F_SECTION ? "." : f->parse == parse_tiers ? "[]." : ".NAME.");
+                 f->type == F_SECTION                                     ? "."
+                 : f->parse == parse_tiers || f->parse == parse_overrides ? "[]."
+                                                                          : ".NAME.");
         walk_fields(f->section, child, fn, arg);
     }
 }

@@ -1,6 +1,7 @@
 /*
- * policy.c: what a valid tier is, the algorithms' names and shapes, and the
- * encoding of Redis keys. No I/O and no state.
+ * policy.c: what a valid tier is, the algorithms' names and shapes, the
+ * per-key overrides and their lookup, and the encoding of Redis keys. No
+ * I/O and no state.
  *
  * Parsing the policy file is config.c's job; it hands each tier here to be
  * judged, so every numeric rule lives in this one file. Messages start with
@@ -11,6 +12,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LIMIT_MAX 1000000000LL
@@ -192,6 +194,216 @@ int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
                     "in microseconds must be at most 2^53)",
                     field, what, factor, util_format_duration(t->window_us, w, sizeof(w)), what);
     return 0;
+}
+
+/* ---- per-key overrides ---------------------------------------------------- */
+
+struct override {
+    char *text; /* owned; len bytes (no terminator is relied on) */
+    size_t len;
+    int is_prefix;
+    size_t order;          /* its index in the order added, for messages */
+    struct policy variant; /* only its tiers until policy_overrides_inherit */
+};
+
+/* The prefixes of one length: a run of the sorted array. */
+struct prefix_run {
+    size_t len, start, count;
+};
+
+/*
+ * After policy_overrides_index, items holds the exact keys first, sorted
+ * by (length, bytes) for a binary search, then the prefixes sorted by
+ * length, longest first, then bytes: one run per length. A lookup tries
+ * the exact keys, then each run whose length fits the key, longest first,
+ * with a binary search of the key's first run.len bytes: O(log n) per
+ * distinct prefix length, and the first hit is the longest prefix.
+ */
+struct policy_overrides {
+    struct override *items;
+    size_t n, cap;
+    size_t nexact;
+    struct prefix_run *runs; /* longest first */
+    size_t nruns;
+};
+
+struct policy_overrides *policy_overrides_new(void)
+{
+    return xcalloc(1, sizeof(struct policy_overrides));
+}
+
+void policy_overrides_add(struct policy_overrides *o, int is_prefix, const char *text, size_t len,
+                          const struct tier *tiers, size_t ntiers)
+{
+    struct override *it;
+
+    if (ntiers == 0 || ntiers > POLICY_MAX_TIERS)
+        abort(); /* config.c validated the tiers: a broken invariant */
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 8;
+        o->items = xrealloc(o->items, o->cap * sizeof(*o->items));
+    }
+    it = &o->items[o->n];
+    memset(it, 0, sizeof(*it));
+    it->text = xmalloc(len + 1);
+    memcpy(it->text, text, len);
+    it->text[len] = '\0';
+    it->len = len;
+    it->is_prefix = is_prefix != 0;
+    it->order = o->n++;
+    it->variant.ntiers = ntiers;
+    memcpy(it->variant.tiers, tiers, ntiers * sizeof(*tiers));
+}
+
+size_t policy_overrides_count(const struct policy_overrides *o)
+{
+    return o ? o->n : 0;
+}
+
+void policy_overrides_free(struct policy_overrides *o)
+{
+    size_t i;
+
+    if (o == NULL)
+        return;
+    for (i = 0; i < o->n; i++)
+        free(o->items[i].text);
+    free(o->items);
+    free(o->runs);
+    free(o);
+}
+
+/* Exact keys by (length, bytes); prefixes, after them, by (length
+ * descending, bytes); equal texts by the order added. */
+static int override_cmp(const void *a, const void *b)
+{
+    const struct override *x = a, *y = b;
+    int c;
+
+    if (x->is_prefix != y->is_prefix)
+        return x->is_prefix - y->is_prefix;
+    if (x->len != y->len)
+        return (x->len < y->len) == !x->is_prefix ? -1 : 1;
+    if ((c = memcmp(x->text, y->text, x->len)) != 0)
+        return c;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+static int same_match(const struct override *x, const struct override *y)
+{
+    return x->is_prefix == y->is_prefix && x->len == y->len &&
+           memcmp(x->text, y->text, x->len) == 0;
+}
+
+/* The first ambiguity in the order added: the equal pair whose later
+ * member came earliest. Sorting put equal texts side by side, each group
+ * in the order added. Returns 0 if there is none. */
+static int find_duplicate(const struct policy_overrides *o, size_t *first, size_t *second)
+{
+    size_t i, group = 0;
+    int found = 0;
+
+    for (i = 1; i < o->n; i++) {
+        if (!same_match(&o->items[group], &o->items[i])) {
+            group = i;
+            continue;
+        }
+        if (i == group + 1 && (!found || o->items[i].order < *second)) {
+            *first = o->items[group].order;
+            *second = o->items[i].order;
+            found = 1;
+        }
+    }
+    return found;
+}
+
+/* A variant is p with the override's tiers: every per-policy setting,
+ * present or added later, follows p without being listed here. */
+static void make_variant(struct policy *v, const struct policy *p)
+{
+    struct tier tiers[POLICY_MAX_TIERS];
+    size_t n = v->ntiers;
+
+    memcpy(tiers, v->tiers, n * sizeof(tiers[0]));
+    *v = *p;
+    memset(v->tiers, 0, sizeof(v->tiers));
+    memcpy(v->tiers, tiers, n * sizeof(tiers[0]));
+    v->ntiers = n;
+    v->overrides = NULL;
+}
+
+int policy_overrides_index(struct policy_overrides *o, size_t *first, size_t *second)
+{
+    size_t i;
+
+    if (o == NULL)
+        return 0;
+    qsort(o->items, o->n, sizeof(*o->items), override_cmp);
+    if (find_duplicate(o, first, second))
+        return -1;
+    for (o->nexact = 0; o->nexact < o->n && !o->items[o->nexact].is_prefix; o->nexact++)
+        ;
+    free(o->runs);
+    o->runs = xcalloc(o->n - o->nexact + 1, sizeof(*o->runs));
+    o->nruns = 0;
+    for (i = o->nexact; i < o->n; i++) {
+        if (o->nruns == 0 || o->runs[o->nruns - 1].len != o->items[i].len)
+            o->runs[o->nruns++] = (struct prefix_run){o->items[i].len, i, 0};
+        o->runs[o->nruns - 1].count++;
+    }
+    return 0;
+}
+
+void policy_overrides_inherit(const struct policy *p)
+{
+    size_t i;
+
+    for (i = 0; p->overrides != NULL && i < p->overrides->n; i++)
+        make_variant(&p->overrides->items[i].variant, p);
+}
+
+/* The item among items[lo, hi), sorted by (length, bytes), that is len
+ * bytes long and whose bytes equal key's first len; NULL if none. Every
+ * item of a prefix run has the same length, so one search serves both. */
+static const struct override *search(const struct override *items, size_t lo, size_t hi,
+                                     const char *key, size_t len)
+{
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct override *m = &items[mid];
+        int c = len != m->len ? (len < m->len ? -1 : 1) : memcmp(key, m->text, len);
+        if (c == 0)
+            return m;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+static const struct override *lookup(const struct policy_overrides *o, const char *key,
+                                     size_t keylen)
+{
+    const struct override *hit = search(o->items, 0, o->nexact, key, keylen);
+    size_t i;
+
+    for (i = 0; hit == NULL && i < o->nruns; i++) {
+        const struct prefix_run *r = &o->runs[i];
+        if (r->len <= keylen)
+            hit = search(o->items, r->start, r->start + r->count, key, r->len);
+    }
+    return hit;
+}
+
+const struct policy *policy_for_key(const struct policy *p, const char *key, size_t keylen)
+{
+    const struct override *hit;
+
+    if (p->overrides == NULL)
+        return p;
+    hit = lookup(p->overrides, key, keylen);
+    return hit ? &hit->variant : p;
 }
 
 /* Bytes that stand for themselves in an encoded key. Everything else,

@@ -17,6 +17,7 @@
 #define POLICY_NAME_MAX 64
 #define POLICY_MAX_TIERS 16
 #define POLICY_KEY_MAX 1024 /* bytes of a caller's key, before encoding */
+#define POLICY_MAX_OVERRIDES 10000 /* per policy; a variant takes about 2 KiB */
 
 enum algorithm {
     ALG_FIXED_WINDOW,
@@ -52,6 +53,8 @@ struct tier {
     int64_t precision_us; /* sliding_window_buckets only; divides window_us */
 };
 
+struct policy_overrides;
+
 struct policy {
     char name[POLICY_NAME_MAX + 1];
     enum failure_mode failure_mode;
@@ -64,6 +67,10 @@ struct policy {
                                    * deny_status unless the policy sets its own) */
     size_t ntiers;
     struct tier tiers[POLICY_MAX_TIERS];
+    /* Other tiers for some keys (policy_for_key), or NULL. Owned by the
+     * config snapshot (config_free calls policy_overrides_free); a copy of
+     * the struct shares it. A variant's own overrides are always NULL. */
+    struct policy_overrides *overrides;
 };
 
 /* The algorithm's name as written in the policy file and sent to the script. */
@@ -91,6 +98,57 @@ int64_t policy_tier_capacity(const struct tier *t);
  * arithmetic in Lua's doubles...). Returns 0 or -1 with a message naming the
  * offending field. */
 int policy_tier_validate(const struct tier *t, char *err, size_t errlen) RL_WUR;
+
+/*
+ * Per-key overrides. A policy may give other tiers to one exact key or to
+ * every key that starts with a prefix. Each override is compiled at load
+ * into a variant: a struct policy with the same name and per-policy
+ * settings (failure_mode, shadow, deny_cache) and the override's tiers.
+ * An exact key wins over a prefix, the longest prefix over shorter ones.
+ *
+ * An override changes a key's limits, never whose state it is: the Redis
+ * keys stay <prefix>{<policy>:<encoded key>}:<tier> with the variant's
+ * tier names, so two keys under one prefix override count separately.
+ */
+
+/* The policy a check of key (keylen bytes, may hold any byte) is decided
+ * by: p itself, or one of p's variants (owned by p's overrides, valid as
+ * long as p). A policy without overrides costs one branch. */
+const struct policy *policy_for_key(const struct policy *p, const char *key, size_t keylen);
+
+/* A new, empty set of overrides; the caller owns it (policy_overrides_free). */
+struct policy_overrides *policy_overrides_new(void);
+
+/* Adds an override for one exact key (is_prefix 0) or a prefix (1) of len
+ * bytes, with ntiers (1..POLICY_MAX_TIERS) tiers already validated. The
+ * text is copied. Lookups are not ready until policy_overrides_index and
+ * policy_overrides_inherit. */
+void policy_overrides_add(struct policy_overrides *o, int is_prefix, const char *text, size_t len,
+                          const struct tier *tiers, size_t ntiers);
+
+/* How many overrides have been added. */
+size_t policy_overrides_count(const struct policy_overrides *o);
+
+/*
+ * Makes o (NULL: nothing to do) ready for lookups: sorts and indexes it.
+ * Two overrides with the same key, or the same prefix, are ambiguous:
+ * returns -1 with *first and *second set to their indexes in the order
+ * they were added (*second the later one, the earliest such in that
+ * order). Returns 0 otherwise. Add nothing afterwards.
+ */
+int policy_overrides_index(struct policy_overrides *o, size_t *first, size_t *second) RL_WUR;
+
+/*
+ * Gives each variant of p's overrides (if any) p's name and every
+ * per-policy setting, keeping the override's tiers: a copy of *p, so a
+ * setting added to struct policy later follows without being listed. Call
+ * it last, once all of p's settings are final (defaults taken from
+ * top-level fields included), and again if they change.
+ */
+void policy_overrides_inherit(const struct policy *p);
+
+/* Frees the overrides and their variants; NULL is a no-op. */
+void policy_overrides_free(struct policy_overrides *o);
 
 /*
  * Redis keys. Every key of one (policy, caller key) shares the Cluster hash

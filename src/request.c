@@ -13,7 +13,10 @@
  * what it accepts: the unit tests and fuzz_request compare the two paths on
  * every input. Building a jansson tree was most of the cost of a check's
  * parsing.
- * Does not own: policy lookup rules (config.c) or what happens next (check.c).
+ * Both set a check's policy through policy_for_key once its key is known,
+ * so a key with an override gets its variant (policy.h).
+ * Does not own: policy lookup rules (config.c, policy.c) or what happens
+ * next (check.c).
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -89,6 +92,8 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
         return fail(err, "invalid_key", "\"key\" in %s contains a NUL byte", where);
     item->key = (char *)json_string_value(key);
     item->keylen = keylen;
+    /* The key may have tiers of its own (per-key overrides). */
+    item->policy = policy_for_key(item->policy, item->key, keylen);
 
     json_t *cost = json_object_get(obj, "cost");
     item->cost = 1;
@@ -105,7 +110,8 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
 }
 
 /* Adds item to out, merging it into an earlier check on the same (policy,
- * key); takes a copy of the key. */
+ * key); takes a copy of the key. Comparing policy pointers is enough: one
+ * policy and one key always give the same variant (policy_for_key). */
 static int add_check(struct check_request *out, const struct check_item *item,
                      struct request_error *err)
 {
@@ -256,8 +262,10 @@ static int plain_parse(const struct config *cfg, const char *body, size_t len,
         return -1;
     out->dry_run = dry;
     out->checks = xcalloc(1, sizeof *out->checks);
-    out->checks[0] = (struct check_item){
-        .policy = pol, .key = xstrndup(key, key_len), .keylen = key_len, .cost = cost};
+    out->checks[0] = (struct check_item){.policy = policy_for_key(pol, key, key_len),
+                                         .key = xstrndup(key, key_len),
+                                         .keylen = key_len,
+                                         .cost = cost};
     out->nchecks = 1;
     return 0;
 }

@@ -51,6 +51,7 @@ void worker_forget_key(struct worker *w, const char *policy, const char *key, si
     const struct policy *p = config_find_policy(w->config, policy);
     if (!p || keylen > POLICY_KEY_MAX)
         return;
+    p = policy_for_key(p, key, keylen);
     pthread_mutex_lock(&w->srv->local_lock);
     local_store_forget(w->srv->local, w->config->key_prefix, p, key, keylen, util_realtime_us());
     pthread_mutex_unlock(&w->srv->local_lock);

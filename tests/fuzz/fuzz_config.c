@@ -114,6 +114,33 @@ static void exercise(const struct config *c)
     buf_free(&out);
 }
 
+/* What policy_for_key gives for a few keys (dictionary words among them):
+ * p itself or a variant with p's name and settings, valid tiers of unique
+ * names, and no overrides of its own. */
+static void check_variants(const struct policy *p)
+{
+    static const char *const keys[] = {"", "a", "k", "vip:", "vip:1", "tenant:acme", "key"};
+    char msg[RL_ERRLEN];
+
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const struct policy *v = policy_for_key(p, keys[i], strlen(keys[i]));
+        if (v == p)
+            continue;
+        REQUIRE(v->overrides == NULL && strcmp(v->name, p->name) == 0 &&
+                    v->failure_mode == p->failure_mode && v->shadow == p->shadow &&
+                    v->deny_cache == p->deny_cache,
+                "variant of %s for %s", p->name, keys[i]);
+        REQUIRE(v->ntiers >= 1 && v->ntiers <= POLICY_MAX_TIERS, "%zu variant tiers", v->ntiers);
+        for (size_t j = 0; j < v->ntiers; j++) {
+            REQUIRE(policy_tier_validate(&v->tiers[j], msg, sizeof(msg)) == 0, "%s: %s", p->name,
+                    msg);
+            for (size_t k = 0; k < j; k++)
+                REQUIRE(strcmp(v->tiers[k].name, v->tiers[j].name) != 0, "duplicate tier %s",
+                        v->tiers[j].name);
+        }
+    }
+}
+
 static void check_config(const struct config *c)
 {
     REQUIRE(c->refcount == 1, "refcount %d", c->refcount);
@@ -149,6 +176,7 @@ static void check_config(const struct config *c)
                 REQUIRE(strcmp(p->tiers[k].name, p->tiers[j].name) != 0, "duplicate tier %s",
                         p->tiers[j].name);
         }
+        check_variants(p);
     }
     REQUIRE(config_find_policy(c, "") == NULL, "the empty name found a policy");
 }

@@ -13,7 +13,8 @@
  *               few times, each answered by a local verdict.
  *
  * The policy file is fixed (below) and built once: every algorithm, a
- * multi-tier policy, a shadow policy, a failure_mode: closed policy, and a
+ * multi-tier policy, a shadow policy, a failure_mode: closed policy with
+ * per-key overrides, and a
  * worst case for key length (a 128-byte key_prefix, 64-byte policy and tier
  * names, 16 sliding_window_log tiers of two keys each).
  *
@@ -95,6 +96,13 @@ static const char policy_yaml[] =
     "    tiers:\n"
     "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}\n"
     "      - {name: hourly, algorithm: gcra, limit: 100, window: 1h}\n"
+    /* Per-key overrides: an exact key, and prefixes of two lengths. */
+    "    overrides:\n"
+    "      - {key: \"vip:1\", tiers: [{name: v, algorithm: sliding_window_log, limit: 3, "
+    "window: 1s}]}\n"
+    "      - {prefix: \"vip:\", tiers: [{name: burst, algorithm: gcra, limit: 2, window: 1s}, "
+    "{name: l, algorithm: leaky_bucket, limit: 1, window: 1s, burst: 1}]}\n"
+    "      - {prefix: \"v\", tiers: [{name: f, algorithm: fixed_window, limit: 1, window: 1s}]}\n"
     "  local:\n"
     "    failure_mode: local\n"
     "    tiers:\n"

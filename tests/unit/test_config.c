@@ -21,6 +21,11 @@
     "        window: 1s\n"
 #define POLICY_P "policies:\n  p:\n    tiers:\n" TIER_A
 
+/* POLICY_P with overrides from line 9 (each line "      - {...}", whose
+ * mapping starts at column 9); OT is a valid tier list for them. */
+#define OVR(lines) POLICY_P "    overrides:\n" lines
+#define OT "[{name: o, algorithm: fixed_window, limit: 5, window: 1s}]"
+
 /* A one-tier policy "p" whose tier is given line by line from line 4. */
 #define TIER(lines) "policies:\n  p:\n    tiers:\n      - " lines
 
@@ -123,6 +128,52 @@ static const struct error_case {
      "policies.p: expected a field name, got a sequence"},
     {"a NUL byte in a string", "listen: \"a\\0b\"\n" POLICY_P, "1:9",
      "listen: contains a NUL byte"},
+
+    /* per-key overrides */
+    {"overrides is a mapping", POLICY_P "    overrides: {}\n", "8:16",
+     "policies.p.overrides: expected a sequence of overrides, got a mapping"},
+    {"override is a scalar", OVR("      - a\n"), "9:9",
+     "policies.p.overrides[0]: expected a mapping, got a scalar"},
+    {"override with key and prefix", OVR("      - {key: a, prefix: b, tiers: " OT "}\n"), "9:9",
+     "policies.p.overrides[0]: give key or prefix, not both"},
+    {"override without key or prefix", OVR("      - {tiers: " OT "}\n"), "9:9",
+     "policies.p.overrides[0]: missing key (one exact key) or prefix"},
+    {"override without tiers", OVR("      - {key: a}\n"), "9:9",
+     "policies.p.overrides[0]: missing required field \"tiers\""},
+    {"override with empty tiers", OVR("      - {key: a, tiers: []}\n"), "9:25",
+     "policies.p.overrides[0].tiers: at least one tier is required"},
+    {"unknown override field", OVR("      - {key: a, limt: 1, tiers: " OT "}\n"), "9:18",
+     "policies.p.overrides[0]: unknown field \"limt\" (known: key, prefix, tiers)"},
+    {"empty prefix", OVR("      - {prefix: \"\", tiers: " OT "}\n"), "9:18",
+     "policies.p.overrides[0].prefix: must not be empty"},
+    {"empty key", OVR("      - {key: '', tiers: " OT "}\n"), "9:15",
+     "policies.p.overrides[0].key: must not be empty"},
+    {"key with a NUL byte", OVR("      - {key: \"a\\0b\", tiers: " OT "}\n"), "9:15",
+     "policies.p.overrides[0].key: contains a NUL byte"},
+    {"key is a sequence", OVR("      - {key: [a], tiers: " OT "}\n"), "9:15",
+     "policies.p.overrides[0].key: expected a string, got a sequence"},
+    {"invalid override tier",
+     OVR("      - {key: a, tiers: [{name: o, algorithm: gcra, limit: 0, window: 1s}]}\n"), "9:60",
+     "policies.p.overrides[0].tiers[0].limit: must be between 1 and"},
+    {"duplicate override tier name",
+     OVR("      - key: a\n"
+         "        tiers:\n"
+         "          - {name: o, algorithm: gcra, limit: 1, window: 1s}\n"
+         "          - {name: o, algorithm: gcra, limit: 2, window: 1s}\n"),
+     "12:20", "policies.p.overrides[0].tiers[1]: duplicate tier name \"o\""},
+    {"duplicate override key",
+     OVR("      - {key: a, tiers: " OT "}\n      - {prefix: a, tiers: " OT "}\n"
+         "      - {key: a, tiers: " OT "}\n"),
+     "11:15", "policies.p.overrides[2].key: duplicate key \"a\" (also overrides[0], line 9)"},
+    {"duplicate override prefix",
+     OVR("      - {prefix: \"vip:\", tiers: " OT "}\n      - {key: x, tiers: " OT "}\n"
+         "      - {prefix: 'vip:', tiers: " OT "}\n"),
+     "11:18",
+     "policies.p.overrides[2].prefix: duplicate prefix \"vip:\" (also overrides[0], line 9)"},
+    {"duplicate key in the second policy",
+     "policies:\n  q:\n    tiers: " OT "\n  p:\n    tiers: " OT "\n    overrides:\n"
+     "      - {key: a, tiers: " OT "}\n      - {key: a, tiers: " OT "}\n",
+     "8:15", "policies.p.overrides[1].key: duplicate key \"a\""},
 
     /* missing required fields: at the mapping that lacks them */
     {"missing policies", "listen: 127.0.0.1:80\n", "1:1", "missing required field \"policies\""},
@@ -849,10 +900,110 @@ static void test_auth_fields(void)
     config_unref(c);
 }
 
+/* A key or prefix longer than POLICY_KEY_MAX; one of exactly that many
+ * bytes is fine. */
+static void test_override_lengths(void)
+{
+    static char yaml[4096];
+    char key[POLICY_KEY_MAX + 2], err[1024] = "";
+    struct config *c;
+
+    memset(key, 'k', POLICY_KEY_MAX + 1);
+    key[POLICY_KEY_MAX + 1] = '\0';
+    snprintf(yaml, sizeof yaml, OVR("      - {prefix: %s, tiers: " OT "}\n"), key);
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    is_str(err,
+           "t.yaml:9:18: policies.p.overrides[0].prefix: longer than 1024 bytes (the longest key)",
+           "a prefix of 1025 bytes is refused at its value");
+    config_unref(c);
+
+    key[POLICY_KEY_MAX] = '\0';
+    snprintf(yaml, sizeof yaml, OVR("      - {key: %s, tiers: " OT "}\n"), key);
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    ok(c != NULL && policy_for_key(&c->policies[0], key, POLICY_KEY_MAX)->tiers[0].limit == 5,
+       "a key of 1024 bytes is fine and matches");
+    config_unref(c);
+}
+
+/* The 10001st override is refused, at itself. */
+static void test_too_many_overrides(void)
+{
+    size_t cap = 128 * (POLICY_MAX_OVERRIDES + 1) + 256, n;
+    char *yaml = xmalloc(cap), err[1024] = "";
+    struct config *c;
+    int i;
+
+    n = (size_t)snprintf(yaml, cap, "%s", OVR(""));
+    for (i = 0; i <= POLICY_MAX_OVERRIDES; i++)
+        n += (size_t)snprintf(yaml + n, cap - n, "      - {key: k%d, tiers: " OT "}\n", i);
+    c = config_load_string("t.yaml", yaml, n, err, sizeof err);
+    is_str(err, "t.yaml:10009:9: policies.p.overrides: at most 10000 overrides are allowed",
+           "10001 overrides are refused at the 10001st");
+    config_unref(c);
+
+    n -= strlen("      - {key: k10000, tiers: " OT "}\n");
+    c = config_load_string("t.yaml", yaml, n, err, sizeof err);
+    ok(c != NULL && policy_overrides_count(c->policies[0].overrides) == POLICY_MAX_OVERRIDES &&
+           policy_for_key(&c->policies[0], "k9999", 5)->tiers[0].limit == 5 &&
+           policy_for_key(&c->policies[0], "k10000", 6)->tiers[0].limit == 10,
+       "10000 overrides are fine");
+    config_unref(c);
+    free(yaml);
+}
+
+/* Variants take the policy's settings wherever the overrides are written. */
+static void test_overrides_loaded(void)
+{
+    static const char yaml[] =
+        "policies:\n"
+        "  api:\n"
+        "    overrides:\n"
+        "      - key: \"tenant:acme\"\n"
+        "        tiers:\n"
+        "          - {name: minute, algorithm: gcra, limit: 1000, window: 1m}\n"
+        "          - {name: day, algorithm: fixed_window, limit: 9, window: 1d}\n"
+        "      - {prefix: \"vip:\", tiers: &vip [{name: m, algorithm: "
+        "token_bucket, limit: 50, window: 1m}]}\n"
+        "      - {prefix: \"vip:gold:\", tiers: *vip}\n"
+        "    failure_mode: closed\n"
+        "    shadow: true\n"
+        "    deny_cache: false\n"
+        "    tiers:\n"
+        "      - {name: minute, algorithm: gcra, limit: 100, window: 1m}\n"
+        "  other:\n"
+        "    tiers: [{name: m, algorithm: gcra, limit: 7, window: 1m}]\n";
+    char err[1024] = "";
+    struct config *c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    const struct policy *p, *v;
+
+    if (!ok(c != NULL, "a policy with overrides loads"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    p = config_find_policy(c, "api");
+    v = policy_for_key(p, "tenant:acme", 11);
+    ok(v != p && v->ntiers == 2 && v->tiers[0].limit == 1000 && v->tiers[1].limit == 9 &&
+           strcmp(v->tiers[1].name, "day") == 0,
+       "the exact key has its two tiers");
+    ok(strcmp(v->name, "api") == 0 && v->failure_mode == FAILURE_CLOSED && v->shadow &&
+           !v->deny_cache,
+       "and the policy's settings, written after the overrides");
+    v = policy_for_key(p, "vip:gold:1", 10);
+    ok(v != p && v->tiers[0].limit == 50 && v->tiers[0].algorithm == ALG_TOKEN_BUCKET &&
+           v != policy_for_key(p, "vip:1", 5),
+       "an aliased tier list serves two prefixes, each its own variant");
+    ok(policy_for_key(p, "tenant:acm", 10) == p, "other keys: the policy");
+    ok(config_find_policy(c, "other")->overrides == NULL, "a policy without overrides has none");
+    config_unref(c);
+}
+
 int main(void)
 {
     test_errors();
     test_too_many_tiers();
+    test_override_lengths();
+    test_too_many_overrides();
+    test_overrides_loaded();
     test_full();
     test_defaults();
     test_auth_fields();

@@ -1,7 +1,8 @@
 /*
  * test_policy.c: algorithm names, name validation, capacities, the tier
- * rules of policy_tier_validate, and the Redis key encoding (exact format,
- * buffer bounds, and injectivity over hostile keys).
+ * rules of policy_tier_validate, the Redis key encoding (exact format,
+ * buffer bounds, and injectivity over hostile keys), and per-key overrides
+ * (policy_for_key against a brute-force reference).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -459,6 +460,180 @@ static void test_key_injective(void)
     free(all);
 }
 
+/* ---- per-key overrides ---- */
+
+/* A one-tier policy "p" whose tier's limit tells which override matched. */
+static struct policy base_policy(void)
+{
+    struct policy p;
+    memset(&p, 0, sizeof p);
+    strcpy(p.name, "p");
+    p.failure_mode = FAILURE_LOCAL;
+    p.shadow = 1;
+    p.deny_cache = 0;
+    p.ntiers = 1;
+    p.tiers[0] = (struct tier){"t", ALG_FIXED_WINDOW, 1, S, 0, 0};
+    return p;
+}
+
+static void add(struct policy_overrides *o, int is_prefix, const char *text, size_t len,
+                int64_t limit)
+{
+    struct tier t = {"o", ALG_GCRA, limit, S, 0, 0};
+    policy_overrides_add(o, is_prefix, text, len, &t, 1);
+}
+
+static const struct lookup_case {
+    const char *key;
+    size_t len;
+    int64_t want; /* the matched tier's limit; 1: the policy itself */
+    const char *why;
+} lookups[] = {
+    {"tenant:acme", 11, 100, "an exact key beats every prefix"},
+    {"tenant:acme2", 12, 20, "the longest prefix (tenant:a) beats a shorter one"},
+    {"tenant:b", 8, 10, "a shorter prefix when the longer does not match"},
+    {"tenant:", 7, 10, "a key equal to a prefix matches it"},
+    {"tenant", 6, 1, "a key shorter than every prefix: the policy"},
+    {"", 0, 1, "the empty key: the policy"},
+    {"zzz", 3, 1, "no match: the policy"},
+    {"vip:", 4, 60, "an exact key with the same text as a prefix wins"},
+    {"vip:9", 5, 30, "and the prefix serves the longer keys"},
+    {"a\0b", 3, 40, "an exact key with a NUL byte"},
+    {"a", 1, 1, "its part before the NUL does not match"},
+    {"a\0c", 3, 1, "nor another byte after the NUL"},
+    {"a\0bc", 4, 1, "nor a longer key"},
+    {"x\0y", 3, 50, "a prefix ending in a NUL byte"},
+    {"x", 1, 1, "which a key without it does not match"},
+};
+
+static void test_override_lookup(void)
+{
+    struct policy p = base_policy(), plain = base_policy();
+    size_t first = 99, second = 99;
+
+    ok(policy_for_key(&plain, "tenant:acme", 11) == &plain, "no overrides: the policy itself");
+    ok(policy_overrides_index(NULL, &first, &second) == 0, "indexing no overrides is a no-op");
+    policy_overrides_inherit(&plain);
+
+    p.overrides = policy_overrides_new();
+    add(p.overrides, 1, "tenant:", 7, 10);
+    add(p.overrides, 0, "tenant:acme", 11, 100);
+    add(p.overrides, 1, "vip:", 4, 30);
+    add(p.overrides, 1, "tenant:a", 8, 20);
+    add(p.overrides, 0, "a\0b", 3, 40);
+    add(p.overrides, 1, "x\0", 2, 50);
+    add(p.overrides, 0, "vip:", 4, 60);
+    is_int(policy_overrides_count(p.overrides), 7, "seven overrides added");
+    if (!ok(policy_overrides_index(p.overrides, &first, &second) == 0,
+            "a key and a prefix with the same text are not ambiguous"))
+        return;
+    /* Settings changed after the overrides were read reach the variants. */
+    p.failure_mode = FAILURE_CLOSED;
+    policy_overrides_inherit(&p);
+    for (size_t i = 0; i < sizeof lookups / sizeof lookups[0]; i++) {
+        const struct lookup_case *c = &lookups[i];
+        is_int(policy_for_key(&p, c->key, c->len)->tiers[0].limit, c->want, "%s", c->why);
+    }
+
+    const struct policy *v = policy_for_key(&p, "tenant:acme", 11);
+    ok(v != &p && strcmp(v->name, "p") == 0 && v->failure_mode == FAILURE_CLOSED && v->shadow &&
+           !v->deny_cache && v->ntiers == 1 && strcmp(v->tiers[0].name, "o") == 0 &&
+           v->tiers[0].algorithm == ALG_GCRA,
+       "a variant: the policy's name and settings, the override's tiers");
+    ok(v->overrides == NULL && policy_for_key(v, "vip:1", 5) == v,
+       "a variant has no overrides of its own");
+    policy_overrides_free(p.overrides);
+    policy_overrides_free(NULL);
+}
+
+static void test_override_duplicates(void)
+{
+    struct policy p = base_policy();
+    size_t first = 99, second = 99;
+
+    p.overrides = policy_overrides_new();
+    add(p.overrides, 1, "b", 1, 2);
+    add(p.overrides, 0, "k", 1, 2);
+    add(p.overrides, 1, "k", 1, 2);
+    add(p.overrides, 1, "b", 1, 2);
+    add(p.overrides, 0, "k", 1, 2);
+    add(p.overrides, 1, "b", 1, 2);
+    ok(policy_overrides_index(p.overrides, &first, &second) < 0, "a duplicate prefix is refused");
+    ok(first == 0 && second == 3, "the first one in file order: 0 and 3 (got %zu and %zu)", first,
+       second);
+    policy_overrides_free(p.overrides);
+
+    p.overrides = policy_overrides_new();
+    add(p.overrides, 0, "a\0", 2, 2);
+    add(p.overrides, 0, "a", 1, 2);
+    add(p.overrides, 0, "a\0", 2, 2);
+    ok(policy_overrides_index(p.overrides, &first, &second) < 0 && first == 0 && second == 2,
+       "a duplicate key, NUL bytes and all");
+    policy_overrides_free(p.overrides);
+}
+
+/* Many overrides of many lengths against the obvious linear search. */
+static int64_t reference(char keys[][8], const size_t *lens, const int *prefix, size_t n,
+                         const char *key, size_t keylen)
+{
+    int64_t best = 1;
+    size_t best_len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!prefix[i] && lens[i] == keylen && memcmp(keys[i], key, keylen) == 0)
+            return (int64_t)i + 2;
+    for (size_t i = 0; i < n; i++)
+        if (prefix[i] && lens[i] <= keylen && lens[i] > best_len &&
+            memcmp(keys[i], key, lens[i]) == 0)
+            best = (int64_t)i + 2, best_len = lens[i];
+    return best;
+}
+
+static void test_override_reference(void)
+{
+    enum { N = 3000, LOOKUPS = 20000 };
+    static char keys[N][8];
+    static size_t lens[N];
+    static int prefix[N];
+    struct policy p = base_policy();
+    size_t n = 0, first, second, bad = 0, matched = 0;
+    uint32_t seed = 12345;
+#define NEXT() (seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff)
+
+    p.overrides = policy_overrides_new();
+    while (n < N) {
+        size_t len = 1 + NEXT() % 6, j;
+        int is_prefix = NEXT() % 4 == 0;
+        for (j = 0; j < len; j++)
+            keys[n][j] = "ab\0:"[NEXT() % 4];
+        /* Skip what would be a duplicate: ambiguity is tested above. */
+        for (j = 0; j < n; j++)
+            if (prefix[j] == is_prefix && lens[j] == len && memcmp(keys[j], keys[n], len) == 0)
+                break;
+        if (j < n)
+            continue;
+        lens[n] = len;
+        prefix[n] = is_prefix;
+        add(p.overrides, is_prefix, keys[n], len, (int64_t)n + 2);
+        n++;
+    }
+    if (!ok(policy_overrides_index(p.overrides, &first, &second) == 0, "%d distinct overrides", N))
+        return;
+    policy_overrides_inherit(&p);
+    for (int i = 0; i < LOOKUPS; i++) {
+        char key[10];
+        size_t len = NEXT() % 10;
+        for (size_t j = 0; j < len; j++)
+            key[j] = "ab\0:"[NEXT() % 4];
+        int64_t want = reference(keys, lens, prefix, n, key, len);
+        bad += policy_for_key(&p, key, len)->tiers[0].limit != want;
+        matched += want != 1;
+    }
+#undef NEXT
+    is_int(bad, 0, "%d random keys match as a linear search says (%zu matched one)", LOOKUPS,
+           matched);
+    policy_overrides_free(p.overrides);
+}
+
 int main(void)
 {
     test_algorithms();
@@ -469,5 +644,8 @@ int main(void)
     test_key_bytes();
     test_key_bounds();
     test_key_injective();
+    test_override_lookup();
+    test_override_duplicates();
+    test_override_reference();
     return tap_done();
 }

@@ -14,7 +14,14 @@ static const char yaml[] = "policies:\n"
                            "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s}\n"
                            "  user:\n"
                            "    tiers:\n"
-                           "      - {name: m, algorithm: fixed_window, limit: 5, window: 1m}\n";
+                           "      - {name: m, algorithm: fixed_window, limit: 5, window: 1m}\n"
+                           "    overrides:\n"
+                           "      - key: \"vip:1\"\n"
+                           "        tiers: [{name: m, algorithm: fixed_window, limit: 50, "
+                           "window: 1m}]\n"
+                           "      - prefix: \"vip:\"\n"
+                           "        tiers: [{name: m, algorithm: fixed_window, limit: 20, "
+                           "window: 1m}]\n";
 
 struct bad_case {
     const char *body;
@@ -135,6 +142,52 @@ static void test_good(const struct config *cfg)
     request_free(&r);
 }
 
+/* The limit of the first tier a body's one check is decided by; -1 if the
+ * body is refused. */
+static int64_t limit_of(const struct config *cfg, const char *body)
+{
+    struct check_request r;
+    struct request_error e;
+    int64_t limit = -1;
+    if (request_parse(cfg, body, strlen(body), &r, &e) == 0)
+        limit = r.checks[0].policy->tiers[0].limit;
+    request_free(&r);
+    return limit;
+}
+
+/* Per-key overrides: each check gets its key's variant, on both paths. */
+static void test_overrides(const struct config *cfg)
+{
+    is_int(limit_of(cfg, "{\"policy\":\"user\",\"key\":\"vip:1\"}"), 50, "an exact override");
+    is_int(limit_of(cfg, "{\"policy\":\"user\",\"key\":\"v\\u0069p:1\"}"), 50,
+           "an exact override, on jansson's path");
+    is_int(limit_of(cfg, "{\"policy\":\"user\",\"key\":\"vip:7\"}"), 20, "a prefix override");
+    is_int(limit_of(cfg, "{\"policy\":\"user\",\"key\":\"vip:1x\"}"), 20,
+           "a longer key than the exact one: the prefix");
+    is_int(limit_of(cfg, "{\"policy\":\"user\",\"key\":\"vi\"}"), 5, "no override: the policy");
+    is_int(limit_of(cfg, "{\"policy\":\"login\",\"key\":\"vip:1\"}"), 5,
+           "another policy's overrides do not apply");
+
+    struct check_request r;
+    struct request_error e;
+    const char *multi = "{\"checks\":[{\"policy\":\"user\",\"key\":\"vip:1\"},"
+                        "{\"policy\":\"user\",\"key\":\"vip:2\"},"
+                        "{\"policy\":\"user\",\"key\":\"vip:1\",\"cost\":4},"
+                        "{\"policy\":\"user\",\"key\":\"u\"}]}";
+    if (ok(request_parse(cfg, multi, strlen(multi), &r, &e) == 0,
+           "several checks with overrides")) {
+        is_int(r.nchecks, 3, "the same key twice is still one check");
+        is_int(r.checks[0].cost, 5, "whose costs are added");
+        ok(r.checks[0].policy->tiers[0].limit == 50 && r.checks[1].policy->tiers[0].limit == 20 &&
+               r.checks[2].policy->tiers[0].limit == 5,
+           "each check has its key's tiers");
+        ok(strcmp(r.checks[0].policy->name, "user") == 0 &&
+               strcmp(r.checks[1].policy->name, "user") == 0,
+           "a variant keeps the policy's name");
+    }
+    request_free(&r);
+}
+
 /* Bodies at the edges of the fast path for plain bodies: each must get
  * exactly jansson's answer (request_parse_full). */
 static const char *const edges[] = {
@@ -183,6 +236,14 @@ static const char *const edges[] = {
     "{",
     "",
     "{\"policy\":\"login\",\"key\":\"a\"} \x01",
+    /* keys with overrides (policy user): exact, prefix, the prefix alone,
+     * escaped so only jansson reads them */
+    "{\"policy\":\"user\",\"key\":\"vip:1\"}",
+    "{\"policy\":\"user\",\"key\":\"vip:2\",\"cost\":2}",
+    "{\"policy\":\"user\",\"key\":\"vip:\"}",
+    "{\"policy\":\"user\",\"key\":\"vip\"}",
+    "{\"policy\":\"user\",\"key\":\"v\\u0069p:1\"}",
+    "{\"policy\":\"login\",\"key\":\"vip:1\"}",
 };
 
 /* Both paths give the same answer for body[0..len). */
@@ -242,6 +303,7 @@ int main(void)
         test_key_lengths(cfg);
         test_good(cfg);
         test_paths_agree(cfg);
+        test_overrides(cfg);
     }
     config_unref(cfg);
     return tap_done();

@@ -62,6 +62,29 @@ __attribute__((format(printf, 4, 5))) static int fail(struct loader *ld, const y
     return -1;
 }
 
+/* Like fail, but at byte `at` of a scalar's value when the scalar sits on
+ * one line with no escapes (its width in the file is its length, plus two
+ * quotes), where the column is exact; else at the node. */
+__attribute__((format(printf, 5, 6))) static int fail_in(struct loader *ld, const yaml_node_t *node,
+                                                         size_t at, const char *path,
+                                                         const char *fmt, ...)
+{
+    char msg[2 * RL_ERRLEN];
+    va_list ap;
+    size_t col = node->start_mark.column + 1;
+    size_t width = node->end_mark.column - node->start_mark.column;
+    size_t quotes = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 2;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (node->start_mark.line == node->end_mark.line && width == node->data.scalar.length + quotes)
+        col += at + quotes / 2;
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s: %s", ld->name, node->start_mark.line + 1, col,
+             path, msg);
+    return -1;
+}
+
 /* A value from the file made safe to quote in a message: at most
  * SHOWN_LEN - 4 bytes, anything not printable ASCII shown as '?'. */
 static const char *shown(const char *s, char buf[SHOWN_LEN])
@@ -285,6 +308,10 @@ static int parse_token_file(struct loader *ld, const yaml_node_t *node, const ch
                             void *slot);
 static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path,
                          void *slot);
+static int parse_key_template(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot);
+static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot);
 
 /* F_CHOICE values are stored through an int. */
 _Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
@@ -292,6 +319,7 @@ _Static_assert(sizeof(enum failure_mode) == sizeof(int), "enum failure_mode is a
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int");
 _Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
 _Static_assert(sizeof(enum backend_kind) == sizeof(int), "enum backend_kind is an int");
+_Static_assert(sizeof(enum missing_key) == sizeof(int), "enum missing_key is an int");
 static const char *const backend_names[] = {
     [BACKEND_KIND_REDIS] = "redis", [BACKEND_KIND_MEMORY] = "memory", NULL};
 static const char *const clock_names[] = {
@@ -301,6 +329,10 @@ static const char *const log_level_names[] = {
     [LOG_LVL_ERROR] = "error", NULL};
 static const char *const overload_names[] = {
     [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
+static const char *const missing_key_names[] = {[MISSING_KEY_SKIP] = "skip",
+                                                [MISSING_KEY_SHARED] = "shared",
+                                                [MISSING_KEY_REJECT] = "reject",
+                                                NULL};
 static const char *const failure_names[] = {
     [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local", NULL};
 
@@ -324,6 +356,10 @@ static const struct field policy_fields[] = {
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
     {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache)},
+    {"key", F_CUSTOM, .offset = offsetof(struct policy, key), .parse = parse_key_template},
+    {"missing_key", F_CHOICE, .offset = offsetof(struct policy, missing_key),
+     .choices = missing_key_names},
+    {"deny_status", F_INT, .offset = offsetof(struct policy, deny_status), .min = 400, .max = 499},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
     {.name = NULL},
@@ -362,10 +398,12 @@ static const struct field top_fields[] = {
      .max = 3600LL * 1000000},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000},
-    {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys),
-     .min = 0, .max = 100000000},
-    {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */,
-     .parse = parse_token_file},
+    {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,
+     .max = 100000000},
+    {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_token_file},
+    {"trusted_proxies", F_CUSTOM, .offset = offsetof(struct config, trusted_proxies),
+     .parse = parse_trusted_proxies},
+    {"deny_status", F_INT, .offset = offsetof(struct config, deny_status), .min = 400, .max = 499},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
      .parse = parse_policies, .section = policy_fields},
     {.name = NULL},
@@ -459,7 +497,7 @@ static int parse_fields(struct loader *ld, const yaml_node_t *map, const char *p
 {
     const yaml_node_t *seen[MAX_FIELDS] = {NULL};
     const yaml_node_pair_t *pair;
-    char child[PATH_LEN], buf[SHOWN_LEN], known[RL_ERRLEN] = "";
+    char child[PATH_LEN], buf[SHOWN_LEN], known[2 * RL_ERRLEN] = "";
     const struct field *f;
 
     if (map->type != YAML_MAPPING_NODE)
@@ -588,6 +626,68 @@ static int policy_cmp(const void *name, const void *p)
     return strcmp(name, ((const struct policy *)p)->name);
 }
 
+/* A policy's key template before its fields are read: "${ip}". */
+static int default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p)
+{
+    char msg[RL_ERRLEN];
+    size_t off;
+    if (key_template_compile(KEY_TEMPLATE_DEFAULT, &p->key, &off, msg, sizeof(msg)) < 0)
+        return fail(ld, at, path, "%s", msg); /* a broken invariant, reported all the same */
+    return 0;
+}
+
+/* key: a template (key_template.h), compiled now so that a bad one is an
+ * error at its line and column, never a surprise per request. */
+static int parse_key_template(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot)
+{
+    const char *s = scalar_text(ld, node, path, "a key template", 0);
+    char msg[RL_ERRLEN];
+    size_t at;
+
+    if (s == NULL)
+        return -1;
+    if (key_template_compile(s, slot, &at, msg, sizeof(msg)) < 0)
+        return fail_in(ld, node, at, path, "%s", msg);
+    return 0;
+}
+
+/* trusted_proxies: a sequence of addresses, CIDR networks and "unix". */
+static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot)
+{
+    struct client_trust *t = slot;
+    const yaml_node_item_t *item;
+    char child[PATH_LEN], msg[RL_ERRLEN], buf[SHOWN_LEN];
+    size_t n, i;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of addresses or networks, got %s",
+                    kind(node));
+    n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (n > CLIENT_IP_TRUSTED_MAX)
+        return fail(ld, node, path, "at most %d entries are allowed", CLIENT_IP_TRUSTED_MAX);
+    client_trust_free(t);
+    t->unix_trusted = 0;
+    t->nets = xcalloc(n ? n : 1, sizeof(*t->nets));
+    for (i = 0, item = node->data.sequence.items.start; i < n; i++, item++) {
+        const yaml_node_t *v = node_at(ld, *item);
+        const char *s;
+
+        snprintf(child, sizeof(child), "%s[%zu]", path, i);
+        if ((s = scalar_text(ld, v, child, "an address, a network or unix", 0)) == NULL)
+            return -1;
+        if (strcmp(s, "unix") == 0) {
+            t->unix_trusted = 1;
+            continue;
+        }
+        if (client_ip_parse_net(s, &t->nets[t->n], msg, sizeof(msg)) < 0)
+            return fail(ld, v, child, "invalid value \"%s\": %s", shown(s, buf), msg);
+        t->n++;
+    }
+    return 0;
+}
+
 /* The policies mapping: name -> policy. Leaves c->policies sorted by name. */
 static int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
@@ -619,6 +719,10 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
         parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
+        if (default_key(ld, key, child, &parsed[i]) < 0) {
+            rc = -1;
+            break;
+        }
         join(child, path, name);
         rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
     }
@@ -724,6 +828,7 @@ static struct config *config_new(const char *name)
     c->backend = BACKEND_KIND_REDIS;
     c->workers = 1;
     c->deny_cache_max_keys = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS;
+    c->deny_status = CONFIG_DEFAULT_DENY_STATUS;
     return c;
 }
 
@@ -742,6 +847,7 @@ static void config_free(struct config *c)
         explicit_bzero(c->auth_token, strlen(c->auth_token));
         free(c->auth_token);
     }
+    client_trust_free(&c->trusted_proxies);
     free(c->policies);
     free(c);
 }
@@ -822,6 +928,11 @@ struct config *config_load_string(const char *name, const char *yaml, size_t len
     if (parse_fields(&ld, yaml_document_get_root_node(&ld.doc), "", top_fields, c) < 0) {
         config_free(c);
         c = NULL;
+    } else {
+        /* Only now is the top-level deny_status known, wherever it stood. */
+        for (size_t i = 0; i < c->npolicies; i++)
+            if (c->policies[i].deny_status == 0)
+                c->policies[i].deny_status = c->deny_status;
     }
     yaml_document_delete(&ld.doc);
     yaml_parser_delete(&parser);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client_ip.h"
 #include "log.h"
 #include "policy.h"
 #include "util.h"
@@ -59,6 +60,8 @@ struct config {
     int64_t deny_cache_max_keys; /* entries in each worker's deny cache; 0: no cache */
     char *auth_token_file;   /* NULL: /check needs no token */
     char *auth_token;        /* its content, read at load */
+    struct client_trust trusted_proxies; /* whose X-Forwarded-For ${ip} believes */
+    int64_t deny_status;                 /* forward-auth's status for a denial, by default */
     size_t npolicies;
     struct policy *policies; /* sorted by name for policy lookup */
 };
@@ -75,6 +78,7 @@ struct config {
 #define CONFIG_DEFAULT_REQUEST_TIMEOUT_US 10000000
 #define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
 #define CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS 100000
+#define CONFIG_DEFAULT_DENY_STATUS 429
 
 /*
  * Loads and validates a policy file. On error returns NULL and writes

@@ -111,7 +111,11 @@ int verdict_status(const struct verdict *v)
     switch (v->kind) {
     case VERDICT_DECIDED:
     case VERDICT_LOCAL:
-        return v->sum.allowed ? 200 : 429;
+        if (v->sum.allowed)
+            return 200;
+        if (v->req->use_deny_status)
+            return (int)decision_check_of(v->req, v->results, v->sum.binding)->policy->deny_status;
+        return 429;
     case VERDICT_UNAVAILABLE:
         return request_failure_mode(v->req) == FAILURE_CLOSED ? 503 : 200;
     case VERDICT_OVERLOADED:

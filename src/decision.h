@@ -33,6 +33,8 @@ struct check_item {
 /* What a caller asks: every check is decided together, atomically. */
 struct check_request {
     int dry_run;
+    int use_deny_status; /* forward-auth: a denial answers the binding check's
+                          * policy's deny_status, not 429 (verdict_status) */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };
@@ -106,8 +108,9 @@ struct verdict {
 };
 
 /* The status the outcome maps to, in HTTP's numbering (every front and the
- * access log use it): 200 allowed (or degraded open), 429 denied, 503
- * closed or overloaded. */
+ * access log use it): 200 allowed (or degraded open), 429 denied (or, with
+ * use_deny_status, the binding check's policy's deny_status), 503 closed or
+ * overloaded. */
 int verdict_status(const struct verdict *v);
 
 #endif

@@ -42,7 +42,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "check.h"
+#include "client_ip.h"
 #include "http.h"
 #include "http_parse.h"
 #include "log.h"
@@ -88,6 +90,7 @@ struct conn {
     struct http *h;
     struct listener *l;
     int fd;
+    struct client_addr peer; /* AF_UNSPEC: a unix-socket peer */
     struct event rd, wr, timer;
     struct http_parse parse;
     struct buf in;  /* read, not yet parsed: part of a request */
@@ -193,12 +196,18 @@ static void answer_error(struct slot *s, int status, const char *code, const cha
     slot_ready(s, status);
 }
 
-static void answer_body(struct slot *s, int status, const char *content_type, const char *body)
+/* A drain closes every connection after its current answer. */
+static void close_if_draining(struct slot *s)
 {
     if (s->c->h->draining) {
         s->flags |= RESPONSE_CLOSE;
         s->c->closing = 1;
     }
+}
+
+static void answer_body(struct slot *s, int status, const char *content_type, const char *body)
+{
+    close_if_draining(s);
     response_body(&s->out, status, content_type, body, strlen(body), s->flags);
     slot_ready(s, status);
 }
@@ -210,10 +219,7 @@ static void on_check_reply(void *ctx, const struct verdict *v)
     struct slot *s = ctx;
     struct conn *c = s->c;
     s->check = NULL;
-    if (c->h->draining) {
-        s->flags |= RESPONSE_CLOSE;
-        c->closing = 1;
-    }
+    close_if_draining(s);
     slot_ready(s, response_verdict(&s->out, v, s->flags));
     if (!c->busy)
         settle(c);
@@ -248,17 +254,46 @@ static void start_check(struct slot *s, const struct http_request *req)
         s->check = ch;
 }
 
-static void route_check(struct slot *s, const struct http_request *req)
+static void start_auth(struct slot *s, const struct http_request *req)
 {
-    if (req->method != HTTP_POST)
-        answer_error(s, 405, "method_not_allowed", "use POST on /check", "Allow", "POST");
+    struct conn *c = s->c;
+    struct worker *w = c->h->w;
+    struct check_request creq;
+    struct auth_skip skip;
+    struct request_error rerr;
+    (void)req; /* auth_parse reads the parser itself: it needs every header */
+    switch (auth_parse(w->config, &c->parse, &c->peer, &creq, &skip, &rerr)) {
+    case AUTH_ERROR:
+        answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    case AUTH_SKIP:
+        close_if_draining(s);
+        response_auth_skipped(&s->out, skip.policy->name, skip.missing, s->flags);
+        slot_ready(s, 200);
+        return;
+    case AUTH_CHECK:
+        break;
+    }
+    struct check *ch = check_start(w, &creq, on_check_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->check = ch;
+}
+
+/* /check and /auth/<policy> alike: the method (405 with allow otherwise),
+ * then a drain, then the bearer token, then the front's start. */
+static void route_decision(struct slot *s, const struct http_request *req, int method_ok,
+                           const char *use, const char *allow,
+                           void (*start)(struct slot *, const struct http_request *))
+{
+    if (!method_ok)
+        answer_error(s, 405, "method_not_allowed", use, "Allow", allow);
     else if (s->c->h->w->draining)
         answer_error(s, 503, "shutting_down", "the daemon is shutting down", "Retry-After", "1");
     else if (!authorized(s->c))
         answer_error(s, 401, "unauthorized", "a valid Authorization: Bearer token is required",
                      "WWW-Authenticate", "Bearer");
     else
-        start_check(s, req);
+        start(s, req);
 }
 
 static void route_health(struct slot *s, int ready)
@@ -300,7 +335,12 @@ static void route(struct conn *c, const struct http_request *req)
         answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
                      "Retry-After", "1");
     else if (c->l->checks && strcmp(path, "/check") == 0)
-        route_check(s, req);
+        route_decision(s, req, req->method == HTTP_POST, "use POST on /check", "POST", start_check);
+    else if (c->l->checks && strncmp(path, AUTH_PATH_PREFIX, strlen(AUTH_PATH_PREFIX)) == 0)
+        /* A gateway's subrequest may be GET, HEAD or POST; its body is ignored. */
+        route_decision(
+            s, req, req->method == HTTP_GET || req->method == HTTP_HEAD || req->method == HTTP_POST,
+            "use GET, HEAD or POST on /auth/<policy>", "GET, HEAD, POST", start_auth);
     else if (!c->l->admin || !admin_path)
         answer_error(s, 404, "not_found", "no such path", NULL, NULL);
     else if (req->method != HTTP_GET && req->method != HTTP_HEAD)
@@ -518,12 +558,13 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     settle(arg);
 }
 
-static void conn_new(struct http *h, struct listener *l, int fd)
+static void conn_new(struct http *h, struct listener *l, int fd, const struct sockaddr *peer)
 {
     struct conn *c = xcalloc(1, sizeof *c);
     c->h = h;
     c->l = l;
     c->fd = fd;
+    client_ip_from_sockaddr(peer, &c->peer);
     struct event_base *base = h->w->base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
@@ -576,9 +617,15 @@ static void on_accept(evutil_socket_t fd, short what, void *arg)
 {
     struct listener *l = arg;
     for (int i = 0; i < HTTP_ACCEPT_BATCH; i++) {
-        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof peer;
+        int cfd = accept4(fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd >= 0) {
-            conn_new(l->h, l, cfd);
+            /* The peer is ${ip} of a forward-auth key (or the proxy
+             * whose X-Forwarded-For is believed). */
+            if (peer_len == 0 || peer_len > sizeof peer)
+                peer.ss_family = AF_UNSPEC;
+            conn_new(l->h, l, cfd, (struct sockaddr *)&peer);
             continue;
         }
         if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)

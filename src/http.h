@@ -5,13 +5,16 @@
  * request order, writing, and stopping for a drain.
  *
  *   POST /check     -> check.c (Bearer token when auth_token_file is set)
+ *   GET|HEAD|POST /auth/<policy>[/...]
+ *                   -> forward-auth (auth.c): one check, key from the
+ *                      request; 200 or the policy's deny_status (same token)
  *   GET  /healthz   -> 200 while the event loop runs
  *   GET  /readyz    -> 200 when the worker can take checks
  *   GET  /metrics   -> Prometheus text
  *   anything else   -> 404, or 405 with Allow for a known path
  *
  * With admin_listen, /healthz, /readyz and /metrics are served there and
- * only there, and the check port serves /check only.
+ * only there, and the check port serves /check and /auth/ only.
  */
 #ifndef RATELIMITD_HTTP_H
 #define RATELIMITD_HTTP_H

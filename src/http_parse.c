@@ -339,6 +339,17 @@ const char *http_parse_header(const struct http_parse *p, const char *name)
     return NULL;
 }
 
+size_t http_parse_headers(const struct http_parse *p, const char *name, const char **values,
+                          size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->nheaders && n < max; i++)
+        if (strcasecmp(p->store.data + p->headers[i].name, name) == 0)
+            values[n++] =
+                p->headers[i].value == NO_VALUE ? "" : p->store.data + p->headers[i].value;
+    return n;
+}
+
 int http_parse_started(const struct http_parse *p)
 {
     return p->in_message || p->head_bytes > 0;

@@ -105,6 +105,11 @@ const struct http_request *http_parse_request(const struct http_parse *p);
  * parsed or just complete, or NULL. Valid as long as the request. */
 const char *http_parse_header(const struct http_parse *p, const char *name);
 
+/* The values of every header called name (any case), in order: at most max
+ * of them into values; returns how many. Valid as long as the request. */
+size_t http_parse_headers(const struct http_parse *p, const char *name, const char **values,
+                          size_t max);
+
 /* True while part of a request has been read (a request is in progress). */
 int http_parse_started(const struct http_parse *p);
 

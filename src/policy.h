@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "key_template.h"
 #include "util.h"
 
 #define POLICY_NAME_MAX 64
@@ -32,6 +33,10 @@ enum algorithm {
  * decision from this daemon's memory (limiter_local.c). */
 enum failure_mode { FAILURE_OPEN, FAILURE_CLOSED, FAILURE_LOCAL };
 
+/* A forward-auth request that lacks a part of its key (auth.c): allowed
+ * without counting, counted under KEY_TEMPLATE_MISSING, or 400. */
+enum missing_key { MISSING_KEY_SKIP, MISSING_KEY_SHARED, MISSING_KEY_REJECT };
+
 struct tier {
     char name[POLICY_NAME_MAX + 1];
     enum algorithm algorithm;
@@ -46,6 +51,10 @@ struct policy {
     enum failure_mode failure_mode;
     int shadow;
     int deny_cache; /* its Redis denials may be answered locally (deny_cache.h) */
+    struct key_template key;      /* forward-auth: the key from the request */
+    enum missing_key missing_key; /* forward-auth: a request lacking part of it */
+    int64_t deny_status;          /* forward-auth's status for a denial (the top-level
+                                   * deny_status unless the policy sets its own) */
     size_t ntiers;
     struct tier tiers[POLICY_MAX_TIERS];
 };

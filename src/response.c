@@ -68,6 +68,8 @@ static const char *reason_phrase(int status)
         return "Bad Request";
     case 401:
         return "Unauthorized";
+    case 403:
+        return "Forbidden";
     case 404:
         return "Not Found";
     case 405:
@@ -252,7 +254,7 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
         int64_t s = util_ceil_div(us_to_ms(sum->retry_us), 1000);
         add_header_int(&hs, "Retry-After", s < 1 ? 1 : s);
     }
-    int status = sum->allowed ? 200 : 429;
+    int status = verdict_status(v);
     finish(out, start, status, NULL, &hs, flags);
     return status;
 }
@@ -309,6 +311,23 @@ int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
     }
     response_error(out, 503, "overloaded", "too many checks in flight", "Retry-After", "1", flags);
     return 503;
+}
+
+void response_auth_skipped(struct buf *out, const char *policy, const char *missing, unsigned flags)
+{
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "skipped");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "policy");
+    json_out_cstr(&j, policy);
+    json_out_key(&j, "missing");
+    json_out_cstr(&j, missing);
+    json_out_end(&j, '}');
+    finish(out, start, 200, NULL, NULL, flags);
 }
 
 void response_error(struct buf *out, int status, const char *code, const char *message,

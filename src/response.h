@@ -31,6 +31,13 @@
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
+/* A forward-auth request allowed without counting (missing_key: skip):
+ * 200 {"allowed":true,"skipped":true,"policy":policy,"missing":missing},
+ * where missing is "ip" or the name of the absent header. No X-RateLimit-*
+ * headers: nothing was counted. */
+void response_auth_skipped(struct buf *out, const char *policy, const char *missing,
+                           unsigned flags);
+
 /* {"error": code, "message": message} with the given status, and one extra
  * header when hname is not NULL. message may hold any bytes: invalid UTF-8
  * becomes '?'. */

@@ -48,9 +48,11 @@ static const struct error_case {
 
     /* unknown fields, at every level, naming the key and its siblings */
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
-     "unknown field \"listn\" (known: listen, backend, workers, redis, clock, max_body, log_level, access_log, "
+     "unknown field \"listn\" (known: listen, backend, workers, redis, clock, max_body, log_level, "
+     "access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
-     "local_max_keys, deny_cache_max_keys, auth_token_file, policies)"},
+     "local_max_keys, deny_cache_max_keys, auth_token_file, trusted_proxies, deny_status, "
+     "policies)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
@@ -298,6 +300,53 @@ static const struct error_case {
      "\"123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890"
      "123456789012345678901234567890123456789\"\n" POLICY_P,
      "2:15", "redis.key_prefix: longer than 128 bytes"},
+
+    /* forward-auth: key templates, at the byte of the template at fault */
+    {"key: unknown variable", "policies:\n  p:\n    key: \"a:${host}\"\n    tiers:\n" TIER_A,
+     "3:13", "policies.p.key: unknown variable \"${host}\" at byte 3"},
+    {"key: unknown variable, plain", "policies:\n  p:\n    key: a${ipv6}\n    tiers:\n" TIER_A,
+     "3:11", "policies.p.key: unknown variable \"${ipv6}\""},
+    {"key: unclosed", "policies:\n  p:\n    key: \"${header:X-Api-Key\"\n    tiers:\n" TIER_A,
+     "3:11", "policies.p.key: unclosed \"${\" at byte 1"},
+    {"key: lone $", "policies:\n  p:\n    key: \"cost$5\"\n    tiers:\n" TIER_A, "3:15",
+     "policies.p.key: a lone \"$\" at byte 5: write $$ for a literal $"},
+    {"key: bad header name", "policies:\n  p:\n    key: \"${header:X Key}\"\n    tiers:\n" TIER_A,
+     "3:21", "policies.p.key: invalid character in header name at byte 11"},
+    {"key: empty header name", "policies:\n  p:\n    key: \"${header:}\"\n    tiers:\n" TIER_A,
+     "3:11", "policies.p.key: unknown variable \"${header:}\""},
+    {"key: empty", "policies:\n  p:\n    key: \"\"\n    tiers:\n" TIER_A, "3:11",
+     "policies.p.key: the key template is empty"},
+    {"key: a mapping", "policies:\n  p:\n    key: {a: 1}\n    tiers:\n" TIER_A, "3:10",
+     "policies.p.key: expected a key template, got a mapping"},
+    {"key: too many parts",
+     "policies:\n  p:\n    key: \"a${ip}b${ip}c${ip}d${ip}e${ip}f${ip}g${ip}h${ip}i\"\n"
+     "    tiers:\n" TIER_A,
+     "3:59", "policies.p.key: more than 16 parts"},
+    {"missing_key: bad", "policies:\n  p:\n    missing_key: drop\n    tiers:\n" TIER_A, "3:18",
+     "policies.p.missing_key: invalid value \"drop\": must be one of skip, shared, reject"},
+    {"policy deny_status 500", "policies:\n  p:\n    deny_status: 500\n    tiers:\n" TIER_A, "3:18",
+     "policies.p.deny_status: invalid value \"500\""},
+    {"deny_status 200", "deny_status: 200\n" POLICY_P, "1:14",
+     "deny_status: invalid value \"200\""},
+    {"deny_status quoted", "deny_status: \"429\"\n" POLICY_P, "1:14",
+     "deny_status: expected an integer, got a quoted string"},
+    /* trusted_proxies, at the entry at fault */
+    {"trusted_proxies: not a list", "trusted_proxies: 10.0.0.0/8\n" POLICY_P, "1:18",
+     "trusted_proxies: expected a sequence of addresses or networks, got a scalar"},
+    {"trusted_proxies: a name", "trusted_proxies: [127.0.0.1, proxy.local]\n" POLICY_P, "1:30",
+     "trusted_proxies[1]: invalid value \"proxy.local\": not an IPv4 or IPv6 address"},
+    {"trusted_proxies: prefix too long", "trusted_proxies:\n  - 10.0.0.0/33\n" POLICY_P, "2:5",
+     "trusted_proxies[0]: invalid value \"10.0.0.0/33\": invalid prefix length"},
+    {"trusted_proxies: v6 prefix", "trusted_proxies: [\"fd00::/129\"]\n" POLICY_P, "1:19",
+     "trusted_proxies[0]: invalid value \"fd00::/129\": invalid prefix length"},
+    {"trusted_proxies: host bits", "trusted_proxies: [10.1.2.3/8]\n" POLICY_P, "1:19",
+     "trusted_proxies[0]: invalid value \"10.1.2.3/8\": bits set past the /8 prefix"},
+    {"trusted_proxies: a port", "trusted_proxies: [\"127.0.0.1:80\"]\n" POLICY_P, "1:19",
+     "trusted_proxies[0]: invalid value \"127.0.0.1:80\": not an IPv4 or IPv6"},
+    {"trusted_proxies: empty prefix", "trusted_proxies: [10.0.0.0/]\n" POLICY_P, "1:19",
+     "trusted_proxies[0]: invalid value \"10.0.0.0/\": invalid prefix length"},
+    {"trusted_proxies: null entry", "trusted_proxies: [~]\n" POLICY_P, "1:19",
+     "trusted_proxies[0]: expected an address, a network or unix, got null"},
 };
 
 static void test_errors(void)
@@ -507,6 +556,13 @@ static void test_defaults(void)
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     is_int(c->policies[0].deny_cache, 1, "default deny_cache");
+    is_str(c->policies[0].key.source, "${ip}", "default key: the client address");
+    ok(c->policies[0].key.nparts == 1 && c->policies[0].key.parts[0].kind == KEY_PART_IP,
+       "the default key compiles to ${ip}");
+    is_int(c->policies[0].missing_key, MISSING_KEY_SKIP, "default missing_key");
+    is_int(c->deny_status, 429, "default deny_status");
+    is_int(c->policies[0].deny_status, 429, "a policy's deny_status defaults to the top-level one");
+    ok(c->trusted_proxies.n == 0 && !c->trusted_proxies.unix_trusted, "no trusted proxies");
     t = &c->policies[0].tiers[0];
     ok(t->burst == 0 && t->precision_us == 0, "default burst and precision");
     ok(strcmp(t->name, "a") == 0 && t->algorithm == ALG_FIXED_WINDOW && t->limit == 10 &&
@@ -659,12 +715,52 @@ static void test_token_file(void)
     rmdir(dir);
 }
 
+/* The forward-auth fields: a top-level deny_status after the policies
+ * still reaches them; a policy's own wins; templates and networks compile. */
+static void test_auth_fields(void)
+{
+    static const char yaml[] =
+        "policies:\n"
+        "  a:\n"
+        "    key: \"${header:X-Tenant}:$${ip}:${ip}\"\n"
+        "    missing_key: reject\n"
+        "    tiers:\n" TIER_A "  b:\n"
+        "    deny_status: 429\n"
+        "    missing_key: shared\n"
+        "    tiers:\n" TIER_A "deny_status: 403\n"
+        "trusted_proxies: [unix, 10.0.0.0/8, \"::1\", \"::ffff:192.168.0.0/112\"]\n";
+    char err[1024] = "";
+    struct config *c = config_load_string("auth.yaml", yaml, strlen(yaml), err, sizeof(err));
+
+    if (!ok(c != NULL, "forward-auth fields load"))
+        printf("#   %s\n", err);
+    if (c == NULL)
+        return;
+    const struct policy *a = config_find_policy(c, "a"), *b = config_find_policy(c, "b");
+    is_int(c->deny_status, 403, "top-level deny_status");
+    is_int(a->deny_status, 403, "inherited by a policy without its own, though written after");
+    is_int(b->deny_status, 429, "a policy's own deny_status wins");
+    is_int(a->missing_key, MISSING_KEY_REJECT, "missing_key reject");
+    is_int(b->missing_key, MISSING_KEY_SHARED, "missing_key shared");
+    ok(a->key.nparts == 3 && a->key.parts[0].kind == KEY_PART_HEADER &&
+           strcmp(a->key.text + a->key.parts[0].off, "X-Tenant") == 0 &&
+           a->key.parts[1].kind == KEY_PART_LITERAL &&
+           strcmp(a->key.text + a->key.parts[1].off, ":${ip}:") == 0 &&
+           a->key.parts[2].kind == KEY_PART_IP,
+       "the template's parts, $$ as a literal $");
+    ok(c->trusted_proxies.unix_trusted && c->trusted_proxies.n == 3, "trusted_proxies entries");
+    ok(c->trusted_proxies.nets[2].addr.family == AF_INET && c->trusted_proxies.nets[2].prefix == 16,
+       "an IPv4-mapped network counts as IPv4");
+    config_unref(c);
+}
+
 int main(void)
 {
     test_errors();
     test_too_many_tiers();
     test_full();
     test_defaults();
+    test_auth_fields();
     test_edges();
     test_example();
     test_files();

@@ -314,11 +314,6 @@ def check_gateway(name, client, service, redis, deny_body):
                t + "without Redis, api_key (failure_mode: closed) is 503 with Retry-After: 1")
 
 
-def skip(reason):
-    harness._tap.count += 1
-    harness._tap._print("ok %d # SKIP %s" % (harness._tap.count, reason))
-
-
 def readme_shows(name):
     """The README shows the file as it is (an indented code block)."""
     with open(os.path.join(SRCDIR, "README.md")) as f:
@@ -353,13 +348,13 @@ def main():
         service = Service()
         rl = start_ratelimitd(redis, for_caddy=False)
         port, errlog = start_nginx(nginx, rl.port, service.port)
-        failed = harness._tap.failed
+        failed = harness.failed_count()
         check_gateway("nginx", Client(port), service, redis,
                       lambda body: body == b"Too Many Requests\n")
-        if harness._tap.failed > failed:
+        if harness.failed_count() > failed:
             harness.diag("nginx error log:\n" + harness.tail(errlog))
     else:
-        skip("nginx is not installed (tools/deps.sh installs it)")
+        harness.skip("nginx is not installed (tools/deps.sh installs it)")
 
     if caddy:
         redis = harness.RedisServer().start()
@@ -375,12 +370,12 @@ def main():
             except (ValueError, KeyError, TypeError, IndexError):
                 return False
 
-        failed = harness._tap.failed
+        failed = harness.failed_count()
         check_gateway("caddy", Client(port), service, redis, ratelimitd_denial)
-        if harness._tap.failed > failed:
+        if harness.failed_count() > failed:
             harness.diag("caddy log:\n" + harness.tail(log))
     else:
-        skip("caddy is not installed (tools/deps.sh installs it)")
+        harness.skip("caddy is not installed (tools/deps.sh installs it)")
 
 
 harness.run(main)

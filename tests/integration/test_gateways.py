@@ -9,7 +9,11 @@ in the README, used as they are but for addresses:
   (the service) and `listen 80` are replaced with free ports; the file is
   included in a minimal nginx.conf (events, temp paths in a temp dir), as
   Debian's nginx.conf includes conf.d/*.conf.
-- conf/Caddyfile: the environment sets LISTEN, RATELIMITD, APP, CADDY_ADMIN.
+- conf/Caddyfile: the environment sets BIND, PORT, RATELIMITD, APP and
+  CADDY_ADMIN.
+
+$NGINX and $CADDY name the programs (default: nginx and caddy on PATH or in
+/usr/sbin); a gateway that is not installed is a skipped test point.
 
 Each gateway gets its own redis-server and ratelimitd. The service behind
 it is a Python HTTP server recording what reaches it. Clients connect from
@@ -176,7 +180,7 @@ def start_caddy(binary, rl_port, app_port):
     env = dict(os.environ,
                HOME=tmp, XDG_DATA_HOME=os.path.join(tmp, "data"),
                XDG_CONFIG_HOME=os.path.join(tmp, "config"),
-               LISTEN="127.0.0.1:%d" % port,
+               BIND="127.0.0.1", PORT=str(port),
                RATELIMITD="127.0.0.1:%d" % rl_port,
                APP="127.0.0.1:%d" % app_port,
                CADDY_ADMIN="off")
@@ -323,15 +327,24 @@ def readme_shows(name):
     harness.ok(block in readme, "README shows conf/%s verbatim" % name)
 
 
+def gateway_program(env_var, name):
+    """$env_var if set (a path, or a name on PATH; None if not found), else
+    name on PATH or in /usr/sbin (where Debian puts nginx, often not on a
+    user's PATH)."""
+    if os.environ.get(env_var):
+        return harness.find_program(env_var, name)
+    path = os.path.join("/usr/sbin", name)
+    return shutil.which(name) or (path if os.access(path, os.X_OK) else None)
+
+
 def main():
     for name in ("ratelimitd-gateway.yaml", "nginx-auth-request.conf", "Caddyfile"):
         readme_shows(name)
 
     if not harness.find_program("REDIS_SERVER", "redis-server"):
         harness.skip_all("redis-server not found")
-    nginx = shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None)
-    caddy = shutil.which("caddy")
+    nginx = gateway_program("NGINX", "nginx")
+    caddy = gateway_program("CADDY", "caddy")
 
     # The shipped policy file is valid as it is.
     tmp = harness.make_tempdir()

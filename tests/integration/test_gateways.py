@@ -24,7 +24,8 @@ after exactly the limit the client gets 429 with Retry-After and the
 service sees nothing; a client cannot pick its key with X-Forwarded-For or
 its cost with X-RateLimit-Cost; addresses behind the trusted proxy get a
 counter each; the API-key policy counts per X-Api-Key, requests without it
-share one counter; a request body is not sent to ratelimitd; with Redis
+share one counter; a request body is not sent to ratelimitd; the
+gateway's map of costs applies; with Redis
 gone, the failure_mode: open policy lets requests through and the closed
 one answers 503 with Retry-After."""
 import http.client
@@ -300,13 +301,16 @@ def check_gateway(name, client, service, redis, deny_body):
 
     # A request body reaches the service and is not sent to ratelimitd
     # (which would refuse one over max_body).
+    # The gateway's map makes it cost 5.
     big = b"x" * 100000
-    status, _, _ = client.get("/api/upload", method="POST", body=big,
-                              headers={"X-Api-Key": "k3", "Content-Type": "text/plain"})
+    status, headers, _ = client.get("/api/upload", method="POST", body=big,
+                                    headers={"X-Api-Key": "k3", "Content-Type": "text/plain"})
     seen = service.last()
     harness.eq((status, seen["method"], seen["path"], seen["body"]),
                (200, "POST", "/api/upload", len(big)),
                t + "a POST with a 100 kB body is checked and served whole")
+    harness.eq(headers.get("x-ratelimit-remaining"), str(API_KEY_LIMIT - 5),
+               t + "/api/upload costs 5, as the gateway's map says")
 
     # Redis gone: failure_mode open lets requests through, closed is 503
     # with Retry-After.

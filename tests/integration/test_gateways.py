@@ -3,8 +3,10 @@ real Caddy (forward_auth), with the configurations shipped in conf/ and shown
 in the README, used as they are but for addresses:
 
 - conf/ratelimitd-gateway.yaml: its `listen:` and `url:` lines point at a
-  free port and the test's redis-server; for Caddy its `deny_status: 403`
-  line is dropped, as the file's comment says to do.
+  free port and the test's redis-server, its Redis `timeout:` is 2s (a
+  loaded test machine must not turn a slow reply into failure_mode's
+  answer); for Caddy its `deny_status: 403` line is dropped, as the file's
+  comment says to do.
 - conf/nginx-auth-request.conf: 127.0.0.1:8080 (ratelimitd), 127.0.0.1:8000
   (the service) and `listen 80` are replaced with free ports; the file is
   included in a minimal nginx.conf (events, temp paths in a temp dir), as
@@ -117,6 +119,9 @@ def start_ratelimitd(redis, for_caddy):
                       "ratelimitd-gateway.yaml")
     text = substitute(text, "url: redis://127.0.0.1:6379/0\n",
                       "url: unix:%s\n" % redis.socket_path, "ratelimitd-gateway.yaml")
+    # On a loaded test machine (or under valgrind) a Redis reply can take
+    # longer than 50 ms, and failure_mode would answer instead.
+    text = substitute(text, "timeout: 50ms\n", "timeout: 2s\n", "ratelimitd-gateway.yaml")
     if for_caddy:
         text = substitute(text, "deny_status: 403\n", "", "ratelimitd-gateway.yaml")
     with open(d.config, "w") as f:

@@ -202,6 +202,9 @@ class Client:
 
     def __init__(self, port):
         self.port = port
+        # Every X-RateLimit-* or Retry-After header of every answer that is
+        # empty: a gateway copying what ratelimitd did not send.
+        self.empty = []
 
     def get(self, path, source="127.0.0.2", headers=None, method="GET", body=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10,
@@ -210,6 +213,9 @@ class Client:
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
             data = r.read()
+            self.empty += ["%s %s: %s" % (method, path, k) for k, v in r.getheaders()
+                           if k.lower().startswith(("x-ratelimit-", "retry-after"))
+                           and not v.strip()]
             return r.status, {k.lower(): v for k, v in r.getheaders()}, data
         finally:
             conn.close()
@@ -326,6 +332,7 @@ def check_gateway(name, client, service, redis, deny_body):
     status, headers, _ = client.get("/api/items", headers={"X-Api-Key": "k1"})
     harness.eq((status, headers.get("retry-after")), (503, "1"),
                t + "without Redis, api_key (failure_mode: closed) is 503 with Retry-After: 1")
+    harness.eq(client.empty, [], t + "no answer has an empty X-RateLimit-* or Retry-After")
 
 
 def readme_shows(name):

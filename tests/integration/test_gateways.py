@@ -6,7 +6,8 @@ in the README, used as they are but for addresses:
   free port and the test's redis-server, its Redis `timeout:` is 2s (a
   loaded test machine must not turn a slow reply into failure_mode's
   answer); for Caddy its `deny_status: 403` line is dropped, as the file's
-  comment says to do.
+  comment says to do; in a second run of each gateway, `missing_key:
+  shared` becomes `skip`.
 - conf/nginx-auth-request.conf: 127.0.0.1:8080 (ratelimitd), 127.0.0.1:8000
   (the service) and `listen 80` are replaced with free ports; the file is
   included in a minimal nginx.conf (events, temp paths in a temp dir), as
@@ -29,7 +30,9 @@ counter each; the API-key policy counts per X-Api-Key, requests without it
 share one counter; a request body is not sent to ratelimitd; the
 gateway's map of costs applies; with Redis
 gone, the failure_mode: open policy lets requests through and the closed
-one answers 503 with Retry-After."""
+one answers 503 with Retry-After. With missing_key: skip, a request
+without the key's header is served uncounted and nobody gets figures (Caddy
+2.6.2 would copy its placeholder's text)."""
 import http.client
 import http.server
 import json
@@ -111,7 +114,7 @@ class Service:
             return self.seen[-1] if self.seen else None
 
 
-def start_ratelimitd(redis, for_caddy):
+def start_ratelimitd(redis, for_caddy, missing_key_skip=False):
     port = harness.free_port()
     d = Daemon("unix:" + redis.socket_path, "", port=port)
     text = conf_text("ratelimitd-gateway.yaml")
@@ -124,6 +127,9 @@ def start_ratelimitd(redis, for_caddy):
     text = substitute(text, "timeout: 50ms\n", "timeout: 2s\n", "ratelimitd-gateway.yaml")
     if for_caddy:
         text = substitute(text, "deny_status: 403\n", "", "ratelimitd-gateway.yaml")
+    if missing_key_skip:
+        text = substitute(text, "missing_key: shared\n", "missing_key: skip\n",
+                          "ratelimitd-gateway.yaml")
     with open(d.config, "w") as f:
         f.write(text)
     return d.start()
@@ -373,39 +379,57 @@ def main():
     if proc.returncode:
         harness.diag(harness.tail(log))
 
-    if nginx:
-        redis = harness.RedisServer().start()
-        service = Service()
-        rl = start_ratelimitd(redis, for_caddy=False)
-        port, errlog = start_nginx(nginx, rl.port, service.port)
+    def ratelimitd_denial(body):
+        # ratelimitd's own answer, keyed by the client's address.
+        try:
+            j = json.loads(body)
+            return j["allowed"] is False and j["checks"][0]["key"] == "127.0.0.2"
+        except (ValueError, KeyError, TypeError, IndexError):
+            return False
+
+    gateways = [("nginx", nginx, start_nginx, lambda body: body == b"Too Many Requests\n"),
+                ("caddy", caddy, start_caddy, ratelimitd_denial)]
+    for name, program, start, deny_body in gateways:
+        if not program:
+            harness.skip("%s is not installed (tools/deps.sh installs it)" % name)
+            continue
         failed = harness.failed_count()
-        check_gateway("nginx", Client(port), service, redis,
-                      lambda body: body == b"Too Many Requests\n")
+        client, service, redis, log = gateway_stack(program, start, name == "caddy")
+        check_gateway(name, client, service, redis, deny_body)
+        client, service, redis, log2 = gateway_stack(program, start, name == "caddy",
+                                                     missing_key_skip=True)
+        check_skip(name, client, service)
         if harness.failed_count() > failed:
-            harness.diag("nginx error log:\n" + harness.tail(errlog))
-    else:
-        harness.skip("nginx is not installed (tools/deps.sh installs it)")
+            harness.diag("%s's log:\n%s\n%s" % (name, harness.tail(log), harness.tail(log2)))
 
-    if caddy:
-        redis = harness.RedisServer().start()
-        service = Service()
-        rl = start_ratelimitd(redis, for_caddy=True)
-        port, log = start_caddy(caddy, rl.port, service.port)
 
-        def ratelimitd_denial(body):
-            # ratelimitd's own answer, keyed by the client's address.
-            try:
-                j = json.loads(body)
-                return j["allowed"] is False and j["checks"][0]["key"] == "127.0.0.2"
-            except (ValueError, KeyError, TypeError, IndexError):
-                return False
+def gateway_stack(program, start, for_caddy, missing_key_skip=False):
+    """A redis-server, ratelimitd, the service and the gateway in front."""
+    redis = harness.RedisServer().start()
+    service = Service()
+    rl = start_ratelimitd(redis, for_caddy, missing_key_skip)
+    port, log = start(program, rl.port, service.port)
+    return Client(port), service, redis, log
 
-        failed = harness.failed_count()
-        check_gateway("caddy", Client(port), service, redis, ratelimitd_denial)
-        if harness.failed_count() > failed:
-            harness.diag("caddy log:\n" + harness.tail(log))
-    else:
-        harness.skip("caddy is not installed (tools/deps.sh installs it)")
 
+def check_skip(name, client, service):
+    """With missing_key: skip, a request lacking the key's header is served
+    uncounted, and neither the client nor the service gets figures (a
+    gateway must not copy what ratelimitd did not send)."""
+    t = name + ", missing_key: skip: "
+
+    def figures(headers):
+        return sorted(k for k in headers
+                      if k.startswith("x-ratelimit-") and k != "x-ratelimit-cost")
+
+    status, headers, _ = client.get("/api/items")
+    seen = service.last()
+    harness.eq(status, 200, t + "a request without X-Api-Key is served")
+    harness.eq((figures(headers), figures(seen["headers"]) if seen else None), ([], []),
+               t + "no X-RateLimit-* figures to the client or the service")
+    status, headers, _ = client.get("/api/items", headers={"X-Api-Key": "k1"})
+    harness.eq((status, headers.get("x-ratelimit-remaining")), (200, str(API_KEY_LIMIT - 1)),
+               t + "with the key, the request is counted")
+    harness.eq(client.empty, [], t + "no answer has an empty X-RateLimit-* or Retry-After")
 
 harness.run(main)

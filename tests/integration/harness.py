@@ -5,8 +5,9 @@
   on an exception or SIGTERM.
 - RedisClient: a minimal synchronous RESP2 client; error replies raise
   RedisError.
-- TAP output for automake's tap-driver: ok(), eq(), diag(), skip_all(),
-  done(), or run(main) to turn an unexpected exception into "Bail out!".
+- TAP output for automake's tap-driver: ok(), eq(), diag(), skip(),
+  skip_all(), failed_count(), done(), or run(main) to turn an unexpected
+  exception into "Bail out!".
 - Small helpers for tests that start the daemon: find_program(),
   free_port(), wait_until(), make_tempdir().
 
@@ -372,6 +373,11 @@ class Tap:
         self.diag("  want: %r" % (want,))
         return False
 
+    def skip(self, reason):
+        """One test point skipped (e.g. an optional program missing)."""
+        self.count += 1
+        self._print("ok %d # SKIP %s" % (self.count, str(reason).replace("\n", " ")))
+
     def skip_all(self, reason):
         """Skips the whole test (e.g. redis-server missing): exits 0."""
         self._print("1..0 # SKIP %s" % reason)
@@ -380,6 +386,10 @@ class Tap:
     def bail_out(self, reason):
         self._print("Bail out! %s" % str(reason).replace("\n", " "))
         sys.exit(1)
+
+    def failed_count(self):
+        """How many test points have failed so far."""
+        return self.failed
 
     def done(self):
         """Prints the plan and exits: 0 iff every test point passed."""
@@ -407,6 +417,8 @@ _tap = Tap()
 ok = _tap.ok
 eq = _tap.eq
 diag = _tap.diag
+skip = _tap.skip
+failed_count = _tap.failed_count
 skip_all = _tap.skip_all
 bail_out = _tap.bail_out
 done = _tap.done

@@ -1,6 +1,6 @@
 /*
  * auth.h: the forward-auth front's decoding: a gateway's subrequest
- * `GET|HEAD|POST /auth/<policy>[/<anything>]` becomes one check of that
+ * `/auth/<policy>[/<anything>]`, any method, becomes one check of that
  * policy, its key built from the request by the policy's `key:` template
  * (key_template.h, client_ip.h) and its cost from `X-RateLimit-Cost`
  * (default 1). Any body is ignored. No I/O: http.c routes and answers,

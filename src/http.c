@@ -397,10 +397,9 @@ static void route(struct conn *c, const struct http_request *req)
     else if (c->l->checks && strcmp(path, "/check") == 0)
         route_decision(s, req, req->method == HTTP_POST, "use POST on /check", "POST", start_check);
     else if (c->l->checks && strncmp(path, AUTH_PATH_PREFIX, strlen(AUTH_PATH_PREFIX)) == 0)
-        /* A gateway's subrequest may be GET, HEAD or POST; its body is ignored. */
-        route_decision(
-            s, req, req->method == HTTP_GET || req->method == HTTP_HEAD || req->method == HTTP_POST,
-            "use GET, HEAD or POST on /auth/<policy>", "GET, HEAD, POST", start_auth);
+        /* Gateways ask with the original request's method (Envoy ext_authz,
+         * Traefik) and the body is never read: every method is a question. */
+        route_decision(s, req, 1, NULL, NULL, start_auth);
     else if (c->l->admin && strncmp(path, ADMIN_KEYS_PREFIX, strlen(ADMIN_KEYS_PREFIX)) == 0)
         route_decision(s, req,
                        req->method == HTTP_GET || req->method == HTTP_HEAD ||

@@ -5,7 +5,7 @@
  * request order, writing, and stopping for a drain.
  *
  *   POST /check     -> check.c (Bearer token when auth_token_file is set)
- *   GET|HEAD|POST /auth/<policy>[/...]
+ *   any method /auth/<policy>[/...]
  *                   -> forward-auth (auth.c): one check, key from the
  *                      request; 200 or the policy's deny_status (same token)
  *   GET  /healthz   -> 200 while the event loop runs

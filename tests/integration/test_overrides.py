@@ -150,6 +150,25 @@ policies:
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def test_auth_and_admin(redis):
+    """Overrides meet every key: the one /auth builds from the request, and
+    the one the admin API shows and resets (in the override's tiers)."""
+    policy = POLICY.replace("  api:\n", "  api:\n    key: \"${header:X-Api-Key}\"\n")
+    d = Daemon("unix:" + redis.socket_path, policy, prefix="auth-ovr:").start()
+    key = {"X-Api-Key": "vip:gold:7"}
+    statuses = [d.request("GET", "/auth/api", headers=key).status for _ in range(6)]
+    harness.eq(statuses, [200] * 5 + [429], "/auth: the key from the header gets its prefix's 5")
+    r = d.request("GET", "/auth/api", headers={"X-Api-Key": "plain"})
+    harness.eq(r.headers.get("x-ratelimit-limit"), "3", "/auth: another key gets the policy's 3")
+    r = d.admin("/v1/keys/api/vip%3Agold%3A7")
+    harness.eq([(t["name"], t["remaining"]) for t in r.json["tiers"]], [("hour", 0), ("day", 95)],
+               "GET /v1/keys/: the override's two tiers, as counted")
+    r = d.admin("/v1/keys/api/vip%3Agold%3A7", method="DELETE")
+    harness.eq((r.status, r.json.get("deleted")), (200, 2), "DELETE resets both of its tiers")
+    harness.eq(d.request("GET", "/auth/api", headers=key).status, 200, "and /auth allows it again")
+    harness.eq(d.stop(), 0, "auth and admin: exits 0")
+
+
 def test_check_config():
     d = Daemon(NO_REDIS, POLICY)
     ok = subprocess.run([BINARY, "--config", d.config, "--check-config"], capture_output=True,
@@ -182,6 +201,7 @@ def main():
     test_backend(NO_REDIS, "memory", extra="backend: memory\n")
     test_local()
     test_reload(redis)
+    test_auth_and_admin(redis)
     test_check_config()
 
 

@@ -373,7 +373,9 @@ static void check_request(const struct check_request *req)
     REQUIRE(req->dry_run == 0 || req->dry_run == 1, "dry_run %d", req->dry_run);
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
-        REQUIRE(c->policy != NULL && config_find_policy(cfg, c->policy->name) == c->policy,
+        /* The named policy, or the override its key picks. */
+        REQUIRE(c->policy != NULL && policy_for_key(config_find_policy(cfg, c->policy->name),
+                                                    c->key, c->keylen) == c->policy,
                 "check %zu: policy", i);
         REQUIRE(c->keylen >= 1 && c->keylen <= POLICY_KEY_MAX, "check %zu: keylen %zu", i,
                 c->keylen);

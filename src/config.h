@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "client_ip.h"
+#include "domains.h"
 #include "log.h"
 #include "policy.h"
 #include "util.h"
@@ -68,6 +69,9 @@ struct config {
     int64_t deny_status;                 /* forward-auth's status for a denial, by default */
     size_t npolicies;
     struct policy *policies; /* sorted by name for policy lookup */
+    char *envoy_config;      /* envoyproxy/ratelimit's YAML directory; NULL: none */
+    size_t ndomains;
+    struct domain *domains; /* Envoy domains (domains.h), sorted by name */
 };
 
 /* Defaults, also written in the README and conf/ratelimitd.yaml. */

@@ -1,0 +1,103 @@
+/*
+ * domains.h: Envoy rate limit descriptors mapped to limits. Two sources
+ * load into the same tree, held by the config snapshot:
+ *   - the policy file's top-level `domains:` section, whose descriptors
+ *     name one of ratelimitd's policies (`policy:`) or give
+ *     envoyproxy/ratelimit's own `rate_limit: {unit, requests_per_unit}`;
+ *   - envoyproxy/ratelimit's YAML files, unchanged, one domain per file,
+ *     from the directory of `envoy_config:` (or --envoy-config DIR).
+ * Also owns the lookup of one request descriptor in that tree, with
+ * envoyproxy/ratelimit's matching rules. No I/O past loading; no front type.
+ */
+#ifndef RATELIMITD_DOMAINS_H
+#define RATELIMITD_DOMAINS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+/* Envoy's RateLimitResponse.RateLimit.Unit, with its numbering. */
+enum rls_unit {
+    RLS_UNIT_UNKNOWN = 0,
+    RLS_UNIT_SECOND = 1,
+    RLS_UNIT_MINUTE = 2,
+    RLS_UNIT_HOUR = 3,
+    RLS_UNIT_DAY = 4,
+    RLS_UNIT_MONTH = 5,
+    RLS_UNIT_YEAR = 6,
+    RLS_UNIT_WEEK = 7,
+};
+
+/* One entry of a request's descriptor, as a front decoded it (any bytes). */
+struct descriptor_entry {
+    const char *key;
+    size_t keylen;
+    const char *value;
+    size_t valuelen;
+};
+
+/* What a matched descriptor applies. */
+struct domain_limit {
+    /* The policy that decides it: one of the snapshot's policies, a copy of
+     * one with shadow set (shadow_mode), or the limit's own fixed-window
+     * policy (rate_limit:). NULL when unlimited. Owned by the snapshot. */
+    const struct policy *policy;
+    int unlimited;          /* rate_limit.unlimited: always OK, nothing counted */
+    int detailed_metric;    /* metrics name the request's values, not the config's */
+    char *name;             /* rate_limit.name (NULL: none), what `replaces` names */
+    size_t nreplaces;
+    char **replaces;        /* names of limits this one replaces when both match */
+    /* rate_limit: as configured; policy: RLS_UNIT_UNKNOWN and 0 (the answer
+     * derives them from the binding tier) */
+    enum rls_unit unit;
+    int64_t requests_per_unit;
+    char *path; /* "key_value.key..." as envoyproxy/ratelimit's stats name it */
+};
+
+/* A node of a domain's descriptor tree. */
+struct domain_node {
+    char *key;
+    char *value;      /* NULL: any value */
+    int value_prefix; /* value was written "prefix*": matches values starting with it */
+    int has_limit;
+    struct domain_limit limit;
+    size_t nchildren;
+    struct domain_node *children;
+};
+
+struct domain {
+    char *name;
+    char *file; /* where it was defined, for messages */
+    size_t nchildren;
+    struct domain_node *children;
+};
+
+struct config;
+
+/*
+ * The limit descriptor `entries` (n >= 1) of `domain` matches in c, with
+ * envoyproxy/ratelimit's rules: entry by entry, a child with that key and
+ * exactly that value wins, then one whose value prefix matches, then one
+ * with that key and no value; the limit is that of the node reached by the
+ * last entry (a limit on a node reached earlier does not apply to a longer
+ * descriptor). NULL when nothing matches (unknown domain, no path, or no
+ * limit at the end of it).
+ */
+const struct domain_limit *domains_match(const struct config *c, const char *domain,
+                                         size_t domainlen, const struct descriptor_entry *entries,
+                                         size_t n);
+
+/* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
+ * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
+int64_t rls_unit_seconds(enum rls_unit u);
+
+/* The unit's name as Envoy spells it ("SECOND"...), and its lower-case form
+ * from envoyproxy/ratelimit's YAML files ("second"...), -1 if unknown. */
+const char *rls_unit_name(enum rls_unit u);
+int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
+
+/* Frees a domain's tree (not the struct itself); called by config_free. */
+void domain_free(struct domain *d);
+
+#endif

@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind.sh: install valgrind" >&2; exit 2; }
 logs=$(mktemp -d)
 export RATELIMITD_WRAPPER="valgrind --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --log-file=$logs/vg.%p.log"
+# Debian's python3 first, as configure picks it: the gRPC tests need its
+# python3-grpcio.
+py=$(command -v /usr/bin/python3 || command -v python3)
 rc=0
 for t in ${*:-tests/integration/test_http.py tests/integration/test_redis_faults.py tests/integration/test_ops.py tests/integration/test_limits.py tests/integration/test_concurrency.py tests/integration/test_gateways.py}; do
-    if RATELIMITD="$PWD/ratelimitd" RL_SRCDIR="$PWD" python3 "$t" > "$logs/$(basename "$t").tap" 2>&1; then
+    if RATELIMITD="$PWD/ratelimitd" RL_SRCDIR="$PWD" "$py" "$t" > "$logs/$(basename "$t").tap" 2>&1; then
         echo "$t: $(grep -c '^ok' "$logs/$(basename "$t").tap") ok"
     else
         echo "$t: FAILED under valgrind:"

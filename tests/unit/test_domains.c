@@ -1,0 +1,583 @@
+/*
+ * test_domains.c: Envoy domains (domains.h). The policy file's `domains:`
+ * and envoyproxy/ratelimit's files: every error with its file:line:col,
+ * what each field becomes (the @envoy policy, shadow copies, replaces,
+ * paths); envoyproxy/ratelimit's matching rules (exact value, then prefix
+ * in written order, then key only; a limit applies only at the depth of the
+ * request's last entry); units; loading a directory (order, duplicates,
+ * --envoy-config winning over envoy_config:, a reload seeing new files);
+ * and the shipped conf/envoy examples.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "domains.h"
+#include "tap.h"
+
+/* One policy "p" (lines 1-3) and the start of `domains:` (line 4). */
+#define PRE                                                                                        \
+    "policies:\n"                                                                                  \
+    "  p: {tiers: [{name: a, algorithm: fixed_window, limit: 10, window: 1s}]}\n"                  \
+    "  o: {tiers: [{name: a, algorithm: fixed_window, limit: 10, window: 1s}], overrides: "        \
+    "[{prefix: x, tiers: [{name: b, algorithm: gcra, limit: 1, window: 1s}]}]}\n"                  \
+    "domains:\n"
+
+static struct config *load(const char *yaml, char *err, size_t errlen)
+{
+    return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
+}
+
+static const struct error_case {
+    const char *what;
+    const char *yaml; /* after PRE */
+    const char *at;   /* "line:column" */
+    const char *msg;  /* a substring of what follows "t.yaml:line:column: " */
+} error_cases[] = {
+    {"domains not a sequence", "  d: 1\n", "5:3", "domains: expected a sequence of domains"},
+    {"domain missing", "  - descriptors: []\n", "5:5",
+     "domains[0]: missing required field \"domain\""},
+    {"domain empty", "  - domain: \"\"\n", "5:13", "domains[0].domain: must not be empty"},
+    {"unknown domain field", "  - domain: d\n    limit: 1\n", "6:5", "unknown field \"limit\""},
+    {"descriptors not a sequence", "  - domain: d\n    descriptors: {key: a}\n", "6:18",
+     "domains[0].descriptors: expected a sequence of descriptors"},
+    {"key missing", "  - domain: d\n    descriptors:\n      - value: v\n", "7:9",
+     "domains[0].descriptors[0]: missing required field \"key\""},
+    {"key empty", "  - domain: d\n    descriptors:\n      - key: ''\n", "7:14",
+     "descriptors[0].key: must not be empty"},
+    {"unknown descriptor field", "  - domain: d\n    descriptors:\n      - {key: a, limit: 3}\n",
+     "7:18", "unknown field \"limit\""},
+    {"unknown policy", "  - domain: d\n    descriptors:\n      - {key: a, policy: nope}\n", "7:26",
+     "unknown policy \"nope\""},
+    {"policy and rate_limit",
+     "  - domain: d\n    descriptors:\n      - {key: a, policy: p, rate_limit: {unlimited: "
+     "true}}\n",
+     "7:26", "give policy or rate_limit, not both"},
+    {"bad unit",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: "
+     "fortnight, requests_per_unit: 1}\n",
+     "8:28", "rate_limit.unit: invalid value \"fortnight\""},
+    {"unit UNKNOWN",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: "
+     "unknown, requests_per_unit: 1}\n",
+     "8:28", "invalid value \"unknown\""},
+    {"requests_per_unit 0",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: second, "
+     "requests_per_unit: 0}\n",
+     "8:55", "requests_per_unit: invalid value \"0\""},
+    {"requests_per_unit missing",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: second}\n",
+     "8:21", "missing required field \"requests_per_unit\""},
+    {"unit missing",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {requests_per_unit: "
+     "1}\n",
+     "8:21", "missing required field \"unit\" (or unlimited: true)"},
+    {"unlimited with a unit",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unlimited: true, "
+     "unit: second}\n",
+     "8:45", "unlimited: true takes no unit"},
+    {"replaces itself",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {name: x, unit: "
+     "second, requests_per_unit: 1, replaces: [{name: x}]}\n",
+     "8:77", "replaces names this limit itself"},
+    {"replaces without name",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {name: x, unit: "
+     "second, requests_per_unit: 1, replaces: [{}]}\n",
+     "8:78", "replaces[0]: missing required field \"name\""},
+    {"shadow_mode not a bool",
+     "  - domain: d\n    descriptors:\n      - {key: a, policy: p, shadow_mode: yes}\n", "7:42",
+     "shadow_mode: invalid value \"yes\""},
+    {"duplicate exact",
+     "  - domain: d\n    descriptors:\n      - {key: a, value: v, policy: p}\n      - {key: "
+     "b}\n      - {key: a, value: v}\n",
+     "9:9",
+     "descriptors[2]: duplicate descriptor: key \"a\" value \"v\" (also "
+     "domains[0].descriptors[0], line 7)"},
+    {"duplicate prefix",
+     "  - domain: d\n    descriptors:\n      - {key: a, value: 'v*'}\n      - {key: a, value: "
+     "'v*'}\n",
+     "8:9", "duplicate descriptor: key \"a\" value \"v*\""},
+    {"duplicate key only", "  - domain: d\n    descriptors:\n      - {key: a}\n      - {key: a}\n",
+     "8:9", "duplicate descriptor: key \"a\" with no value"},
+    {"duplicate nested",
+     "  - domain: d\n    descriptors:\n      - key: a\n        descriptors:\n          - {key: "
+     "b}\n          - {key: b}\n",
+     "10:13", "domains[0].descriptors[0].descriptors[1]: duplicate descriptor"},
+    {"domain twice", "  - domain: d\n  - domain: e\n  - domain: d\n", "7:13",
+     "domain \"d\" is defined twice: also at t.yaml:5:13"},
+    {"envoy_config relative", "  []\nenvoy_config: envoy\n", "6:15",
+     "envoy_config: must be an absolute path"},
+    {"envoy_config missing dir", "  []\nenvoy_config: /nonexistent-ratelimitd-dir\n", "",
+     "/nonexistent-ratelimitd-dir: No such file or directory"},
+};
+
+/* n levels of descriptors, the deepest a key-only node. */
+static struct config *nested(int n, char *err, size_t errlen)
+{
+    char yaml[4096] = PRE "  - domain: d\n    descriptors: ";
+    for (int i = 1; i < n; i++)
+        strcat(yaml, "[{key: a, descriptors: ");
+    strcat(yaml, "[{key: a}]");
+    for (int i = 1; i < n; i++)
+        strcat(yaml, "}]");
+    strcat(yaml, "\n");
+    return load(yaml, err, errlen);
+}
+
+/* Descriptors nested one level deeper than allowed: refused, with no
+ * unbounded recursion. */
+static void test_depth(void)
+{
+    char err[1024];
+    struct config *c = nested(17, err, sizeof err);
+    ok(c == NULL && strstr(err, "descriptors nested deeper than 16 levels") != NULL,
+       "17 levels refused (%s)", err);
+    config_unref(c);
+    c = nested(16, err, sizeof err);
+    ok(c != NULL, "16 levels load (%s)", c ? "" : err);
+    struct descriptor_entry e[16];
+    for (int i = 0; i < 16; i++)
+        e[i] = (struct descriptor_entry){"a", 1, "v", 1};
+    ok(c && domains_match(c, "d", 1, e, 16) == NULL, "no limit at the end: none");
+    config_unref(c);
+}
+
+static void test_errors(void)
+{
+    for (size_t i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
+        const struct error_case *e = &error_cases[i];
+        char yaml[4096], err[1024], want[64];
+        snprintf(yaml, sizeof yaml, "%s%s", PRE, e->yaml);
+        struct config *c = load(yaml, err, sizeof err);
+        ok(c == NULL, "%s: refused", e->what);
+        config_unref(c);
+        snprintf(want, sizeof want, "t.yaml:%s: ", e->at);
+        if (*e->at)
+            ok(strncmp(err, want, strlen(want)) == 0, "%s: at %s (%s)", e->what, e->at, err);
+        ok(strstr(err, e->msg) != NULL, "%s: says \"%s\" (%s)", e->what, e->msg, err);
+    }
+}
+
+/* A request descriptor from "k=v,k2=v2". */
+static size_t entries_of(char *text, struct descriptor_entry *out, size_t max)
+{
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(text, ",", &save); tok && n < max;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        *eq = '\0';
+        out[n++] = (struct descriptor_entry){tok, strlen(tok), eq + 1, strlen(eq + 1)};
+    }
+    return n;
+}
+
+/* The path of the limit "k=v,..." matches in domain d, or "-" for none. */
+static const char *match(const struct config *c, const char *d, const char *desc)
+{
+    static char text[256];
+    struct descriptor_entry e[8];
+    snprintf(text, sizeof text, "%s", desc);
+    size_t n = entries_of(text, e, 8);
+    const struct domain_limit *l = domains_match(c, d, strlen(d), e, n);
+    return l ? l->path : "-";
+}
+
+static void test_matching(void)
+{
+    static const char yaml[] =
+        PRE "  - domain: edge\n"
+            "    descriptors:\n"
+            "      - {key: k, value: exact, rate_limit: {unit: second, requests_per_unit: 1}}\n"
+            "      - {key: k, value: 'ex*', rate_limit: {unit: second, requests_per_unit: 2}}\n"
+            "      - {key: k, value: 'e*', rate_limit: {unit: second, requests_per_unit: 3}}\n"
+            "      - {key: k, rate_limit: {unit: second, requests_per_unit: 4}}\n"
+            "      - key: parent\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 5}\n"
+            "        descriptors:\n"
+            "          - {key: child, policy: p}\n"
+            "          - key: mid\n"
+            "            descriptors:\n"
+            "              - {key: leaf, value: x, rate_limit: {unlimited: true}}\n"
+            "      - {key: 'z', value: 'a*', policy: p}\n"
+            "      - {key: zz, value: '*', policy: p}\n"
+            "  - domain: other\n"
+            "    descriptors: [{key: k, policy: p}]\n";
+    static const struct {
+        const char *domain, *desc, *want;
+    } cases[] = {
+        {"edge", "k=exact", "k_exact"},
+        {"edge", "k=exactly", "k_ex*"}, /* no exact: the first written prefix */
+        {"edge", "k=exa", "k_ex*"},
+        {"edge", "k=eagle", "k_e*"},
+        {"edge", "k=e", "k_e*"},
+        {"edge", "k=", "k"}, /* empty value: key only */
+        {"edge", "k=other", "k"},
+        {"edge", "K=exact", "-"}, /* keys are case-sensitive */
+        {"edge", "parent=1", "parent"},
+        {"edge", "parent=1,child=2", "parent.child"},
+        {"edge", "parent=1,child=2,more=3", "-"}, /* longer than the branch */
+        {"edge", "parent=1,mid=2", "-"},          /* a node with no limit */
+        {"edge", "parent=1,mid=2,leaf=x", "parent.mid.leaf_x"},
+        {"edge", "parent=1,mid=2,leaf=y", "-"},
+        {"edge", "child=2", "-"}, /* not at the top */
+        {"edge", "z=abc", "z_a*"},
+        {"edge", "z=a", "z_a*"},
+        {"edge", "z=b", "-"},
+        {"edge", "zz=anything", "zz_*"},
+        {"edge", "zz=", "zz_*"},
+        {"other", "k=exact", "k"},
+        {"nope", "k=exact", "-"},
+        {"edg", "k=exact", "-"},
+    };
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "matching config loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        is_str(match(c, cases[i].domain, cases[i].desc), cases[i].want, "%s %s", cases[i].domain,
+               cases[i].desc);
+    ok(domains_match(c, "edge", 4, NULL, 0) == NULL, "no entries: no limit");
+    ok(domains_find(c, "edge", 4) == &c->domains[0] && domains_find(c, "other", 5) != NULL,
+       "domains_find: known domains");
+    ok(domains_find(c, "edg", 3) == NULL && domains_find(c, "edgee", 5) == NULL &&
+           domains_find(NULL, "edge", 4) == NULL,
+       "domains_find: unknown ones");
+    /* Bytes, not C strings: a NUL in a value is just a byte. */
+    struct descriptor_entry nul = {"k", 1, "exact\0x", 7};
+    is_str(domains_match(c, "edge", 4, &nul, 1)->path, "k_ex*", "a NUL inside a value");
+    ok(domains_match(NULL, "edge", 4, &nul, 1) == NULL, "no config: no limit");
+    config_unref(c);
+}
+
+static void test_limits(void)
+{
+    static const char yaml[] =
+        PRE "  - domain: d\n"
+            "    descriptors:\n"
+            "      - key: a\n"
+            "        rate_limit: {name: big, unit: year, requests_per_unit: 1000000000, replaces: "
+            "[{name: x}, {name: y}]}\n"
+            "      - {key: b, shadow_mode: true, detailed_metric: true, rate_limit: {unit: MONTH, "
+            "requests_per_unit: 7}}\n"
+            "      - {key: c, policy: p}\n"
+            "      - {key: e, policy: p, shadow_mode: true}\n"
+            "      - {key: f, policy: o, shadow_mode: true}\n"
+            "      - {key: g, rate_limit: {unlimited: true, name: free}}\n"
+            "      - {key: h, shadow_mode: true}\n"
+            "headers: ietf\n"
+            "deny_status: 403\n";
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "limits config loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    struct descriptor_entry e = {"a", 1, "1", 1};
+    const struct domain_limit *l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->policy == l->owned && l->policy != NULL, "rate_limit: owns its policy");
+    is_str(l->policy->name, "@envoy", "the policy is @envoy");
+    is_int(l->policy->ntiers, 1, "one tier");
+    is_str(l->policy->tiers[0].name, "year", "tier named for the unit");
+    is_int(l->policy->tiers[0].algorithm, ALG_FIXED_WINDOW, "fixed_window");
+    is_int(l->policy->tiers[0].limit, 1000000000, "limit is requests_per_unit");
+    is_int(l->policy->tiers[0].window_us, 365LL * 86400 * 1000000, "a year is 365 days");
+    is_int(l->policy->headers, HEADERS_IETF, "headers from the top level (written after)");
+    is_int(l->policy->deny_status, 403, "deny_status from the top level");
+    is_int(l->policy->shadow, 0, "not shadow");
+    is_int(l->policy->failure_mode, FAILURE_OPEN, "failure_mode open, as policies default");
+    is_int(l->unit, RLS_UNIT_YEAR, "unit kept");
+    is_int(l->requests_per_unit, 1000000000, "requests_per_unit kept");
+    is_str(l->name, "big", "name kept");
+    is_int(l->nreplaces, 2, "two replaces");
+    ok(l->nreplaces == 2 && strcmp(l->replaces[0], "x") == 0 && strcmp(l->replaces[1], "y") == 0,
+       "replaces in order");
+    ok(!l->unlimited && !l->detailed_metric, "not unlimited, no detailed_metric");
+
+    e.key = "b";
+    l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->policy->shadow, "shadow_mode: the @envoy policy is shadow");
+    ok(l && l->detailed_metric, "detailed_metric");
+    is_int(l->unit, RLS_UNIT_MONTH, "unit in upper case accepted");
+    is_int(l->policy->tiers[0].window_us, 30LL * 86400 * 1000000, "a month is 30 days");
+    ok(l->name == NULL, "no name");
+
+    e.key = "c";
+    l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->policy == config_find_policy(c, "p") && l->owned == NULL,
+       "policy: the snapshot's own policy");
+    is_int(l->unit, RLS_UNIT_UNKNOWN, "policy: no unit");
+
+    e.key = "e";
+    l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->owned && l->policy == l->owned, "policy + shadow_mode: a copy");
+    ok(l && l->policy->shadow && strcmp(l->policy->name, "p") == 0, "the copy: shadow, same name");
+    ok(!config_find_policy(c, "p")->shadow, "the original stays non-shadow");
+
+    e.key = "f";
+    l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->policy->shadow && l->policy->overrides != NULL &&
+           l->policy->overrides != config_find_policy(c, "o")->overrides,
+       "a shadow copy with overrides has its own");
+    const struct policy *v = policy_for_key(l->policy, "xyz", 3);
+    ok(v != l->policy && v->shadow && strcmp(v->tiers[0].name, "b") == 0,
+       "its override's variant is shadow too");
+    v = policy_for_key(config_find_policy(c, "o"), "xyz", 3);
+    ok(!v->shadow && strcmp(v->tiers[0].name, "b") == 0, "the original's variant is not");
+
+    e.key = "g";
+    l = domains_match(c, "d", 1, &e, 1);
+    ok(l && l->unlimited && l->policy == NULL, "unlimited: no policy");
+    is_str(l ? l->name : NULL, "free", "an unlimited limit keeps its name");
+
+    e.key = "h";
+    ok(domains_match(c, "d", 1, &e, 1) == NULL, "shadow_mode with no limit: nothing to apply");
+    config_unref(c);
+}
+
+static void test_units(void)
+{
+    static const struct {
+        const char *name;
+        enum rls_unit u;
+        int64_t s;
+    } units[] = {
+        {"second", RLS_UNIT_SECOND, 1},    {"minute", RLS_UNIT_MINUTE, 60},
+        {"hour", RLS_UNIT_HOUR, 3600},     {"day", RLS_UNIT_DAY, 86400},
+        {"week", RLS_UNIT_WEEK, 604800},   {"month", RLS_UNIT_MONTH, 2592000},
+        {"year", RLS_UNIT_YEAR, 31536000},
+    };
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        enum rls_unit u = RLS_UNIT_UNKNOWN;
+        ok(rls_unit_from_name(units[i].name, &u) == 0 && u == units[i].u, "unit %s", units[i].name);
+        is_int(rls_unit_seconds(units[i].u), units[i].s, "%s in seconds", units[i].name);
+        char upper[16];
+        for (size_t j = 0; j <= strlen(units[i].name); j++)
+            upper[j] = (char)(units[i].name[j] >= 'a' ? units[i].name[j] - 32 : units[i].name[j]);
+        is_str(rls_unit_name(units[i].u), upper, "%s's Envoy name", units[i].name);
+    }
+    enum rls_unit u;
+    ok(rls_unit_from_name("unknown", &u) < 0, "UNKNOWN is not a unit");
+    ok(rls_unit_from_name("", &u) < 0, "empty is not a unit");
+    is_int(rls_unit_seconds(RLS_UNIT_UNKNOWN), 0, "UNKNOWN: 0 seconds");
+    is_int(rls_unit_seconds((enum rls_unit)99), 0, "out of range: 0 seconds");
+    is_str(rls_unit_name((enum rls_unit)99), "UNKNOWN", "out of range: UNKNOWN");
+}
+
+/* ---- envoyproxy/ratelimit's directory ----------------------------------- */
+
+static char tmpdir[64];
+
+static void put(const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        ok(0, "cannot write %s", path);
+}
+
+static void rm(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    unlink(path);
+}
+
+/* The policy file t.yaml in tmpdir, with `extra` after a policy. */
+static const char *policy_file(const char *extra)
+{
+    static char path[256];
+    char text[2048];
+    snprintf(text, sizeof text, PRE "  []\n%s", extra);
+    snprintf(path, sizeof path, "%s/policy/t.yaml", tmpdir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        ok(0, "cannot write %s", path);
+    return path;
+}
+
+static const char *match_in(const struct config *c, const char *d, const char *desc)
+{
+    return c ? match(c, d, desc) : "(no config)";
+}
+
+static void test_envoy_dir(void)
+{
+    char err[1024], dir[128], extra[256], want[1024];
+    struct config *c;
+
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_domains.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        ok(0, "mkdtemp");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/policy", tmpdir);
+    mkdir(dir, 0700);
+    /* An empty directory: no domains, fine. */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    ok(c && c->ndomains == 0, "an empty directory loads (%s)", c ? "" : err);
+    config_unref(c);
+
+    put("b.yaml", "domain: beta\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, "
+                  "requests_per_unit: 3}\n");
+    put("a.yml", "# first\ndomain: alpha\ndescriptors:\n  - key: k\n    value: v\n"
+                 "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    put("notes.txt", "not yaml: [\n");
+    put(".hidden.yaml", "not yaml: [\n");
+    mkdir(strcat(strcpy(extra, tmpdir), "/sub.yaml"), 0700); /* a directory: skipped */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    ok(c && c->ndomains == 2, "two files, two domains (%s)", c ? "" : err);
+    is_str(match_in(c, "alpha", "k=v"), "k_v", "alpha from a.yml");
+    is_str(match_in(c, "beta", "k=x"), "k", "beta from b.yaml");
+    if (c) {
+        snprintf(want, sizeof want, "%s/a.yml:2:9", tmpdir);
+        is_str(c->domains[0].file, want, "a domain remembers where it was defined");
+        is_str(c->envoy_config, tmpdir, "--envoy-config is the snapshot's envoy_config");
+    }
+    config_unref(c);
+
+    /* envoy_config: in the file, and the CLI winning over it. */
+    snprintf(extra, sizeof extra, "envoy_config: %s\n", tmpdir);
+    c = config_load(policy_file(extra), err, sizeof err);
+    ok(c && c->ndomains == 2, "envoy_config: loads the directory (%s)", c ? "" : err);
+    config_unref(c);
+    snprintf(dir, sizeof dir, "%s/empty", tmpdir);
+    mkdir(dir, 0700);
+    c = config_load_envoy(policy_file(extra), dir, err, sizeof err);
+    ok(c && c->ndomains == 0 && strcmp(c->envoy_config, dir) == 0,
+       "--envoy-config wins over envoy_config: (%s)", c ? "" : err);
+    config_unref(c);
+
+    /* A reload is a new load: a new file is seen, a removed one is gone. */
+    put("c.yaml", "domain: gamma\n");
+    rm("a.yml");
+    c = config_load(policy_file(extra), err, sizeof err);
+    ok(c && c->ndomains == 2, "a load sees the directory as it is now (%s)", c ? "" : err);
+    is_str(match_in(c, "alpha", "k=v"), "-", "the removed file's domain is gone");
+    ok(c && domains_match(c, "gamma", 5, NULL, 0) == NULL && c->ndomains == 2 &&
+           strcmp(c->domains[1].name, "gamma") == 0,
+       "the new file's domain is there");
+    config_unref(c);
+
+    /* Errors: file:line:col of the file at fault. */
+    static const struct {
+        const char *what, *text, *at, *msg;
+    } cases[] = {
+        {"policy: refused", "domain: x\ndescriptors:\n  - {key: k, policy: p}\n", "3:22",
+         "descriptors[0]: policy: is ratelimitd's extension"},
+        {"unknown field", "domain: x\nlimits: []\n", "2:1", "unknown field \"limits\""},
+        {"domain missing", "descriptors: []\n", "1:1", "missing required field \"domain\""},
+        {"syntax", "domain: [x\n", "2:1", "did not find expected"},
+        {"empty file", "", "1:1", "the file is empty"},
+        {"a sequence", "- domain: x\n", "1:1", "expected a mapping"},
+        {"bad unit",
+         "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: ms, "
+         "requests_per_unit: 1}\n",
+         "4:24", "descriptors[0].rate_limit.unit: invalid value \"ms\""},
+        {"same domain as another file", "domain: beta\n", "1:9",
+         "domain \"beta\" is defined twice: also at "},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        put("z.yaml", cases[i].text);
+        c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+        ok(c == NULL, "%s: refused", cases[i].what);
+        config_unref(c);
+        snprintf(want, sizeof want, "%s/z.yaml:%s: ", tmpdir, cases[i].at);
+        ok(strncmp(err, want, strlen(want)) == 0, "%s: at z.yaml:%s (%s)", cases[i].what,
+           cases[i].at, err);
+        ok(strstr(err, cases[i].msg) != NULL, "%s: says \"%s\"", cases[i].what, cases[i].msg);
+    }
+    snprintf(want, sizeof want, "also at %s/b.yaml:1:9", tmpdir);
+    ok(strstr(err, want) != NULL, "the duplicate names the other file (%s)", err);
+    rm("z.yaml");
+
+    /* A domain in a file and in domains: (the file is read after). */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    config_unref(c);
+    char text[512];
+    snprintf(text, sizeof text, "%s/policy/t.yaml", tmpdir);
+    FILE *f = fopen(text, "w");
+    fputs(PRE "  - domain: beta\n", f);
+    fclose(f);
+    c = config_load_envoy(text, tmpdir, err, sizeof err);
+    snprintf(want, sizeof want, "%s/b.yaml:1:9: domain \"beta\" is defined twice: also at %s:5:13",
+             tmpdir, text);
+    ok(c == NULL && strcmp(err, want) == 0, "domains: and a file: both places named (%s)", err);
+    config_unref(c);
+
+    /* A directory that is not there. */
+    c = config_load_envoy(text, "/nonexistent-ratelimitd-envoy", err, sizeof err);
+    ok(c == NULL && strstr(err, "/nonexistent-ratelimitd-envoy: No such file") != NULL,
+       "a missing directory is an error (%s)", err);
+    config_unref(c);
+
+    rm("b.yaml");
+    rm("c.yaml");
+    rm("notes.txt");
+    rm(".hidden.yaml");
+    rm("policy/t.yaml");
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/sub.yaml", tmpdir);
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/policy", tmpdir);
+    rmdir(dir);
+    ok(rmdir(tmpdir) == 0, "temp dir cleaned up");
+}
+
+/* The shipped examples: envoyproxy/ratelimit's README configurations,
+ * loaded unchanged, matching as its documentation says. */
+static void test_shipped(const char *srcdir)
+{
+    char path[512], dir[512], err[1024];
+    snprintf(path, sizeof path, "%s/conf/ratelimitd.yaml", srcdir);
+    snprintf(dir, sizeof dir, "%s/conf/envoy", srcdir);
+    struct config *c = config_load_envoy(path, dir, err, sizeof err);
+    ok(c != NULL, "conf/ratelimitd.yaml with conf/envoy loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    is_str(match(c, "db_ops", "database=accounts"), "database_accounts", "db_ops: accounts");
+    is_str(match(c, "db_ops", "database=other"), "-", "db_ops: another database: none");
+    is_str(match(c, "db_ops", "source_cluster=frontend"), "-", "db_ops: a branch, no limit");
+    is_str(match(c, "db_ops", "source_cluster=frontend,destination_cluster=payments"),
+           "source_cluster_frontend.destination_cluster_payments", "db_ops: nested exact");
+    is_str(match(c, "db_ops", "source_cluster=frontend,destination_cluster=x"),
+           "source_cluster_frontend.destination_cluster", "db_ops: nested key only");
+    const struct domain_limit *l;
+    struct descriptor_entry e[2] = {{"channel", 7, "promo", 5}, {"recipient", 9, "+1", 2}};
+    l = domains_match(c, "notifications", 13, e, 2);
+    ok(l && l->policy && l->policy->shadow && l->requests_per_unit == 3 && l->unit == RLS_UNIT_DAY,
+       "notifications: promo per recipient, 3/day, shadow");
+    l = domains_match(c, "notifications", 13, e + 1, 1);
+    ok(l && !l->policy->shadow && l->detailed_metric, "notifications: recipient, detailed");
+    struct descriptor_entry k[2] = {{"client", 6, "internal-build", 14}, {"plan", 4, "premium", 7}};
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->requests_per_unit == 1000 && l->unit == RLS_UNIT_MINUTE, "public_api: wildcard");
+    k[0].value = "monitoring", k[0].valuelen = 10;
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->unlimited, "public_api: unlimited");
+    k[0].value = "acme", k[0].valuelen = 4;
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->name && strcmp(l->name, "per_client") == 0, "public_api: per client");
+    l = domains_match(c, "public_api", 10, k, 2);
+    ok(l && l->nreplaces == 1 && strcmp(l->replaces[0], "per_client") == 0,
+       "public_api: premium replaces per_client");
+    config_unref(c);
+}
+
+int main(void)
+{
+    const char *srcdir = getenv("RL_SRCDIR");
+
+    test_errors();
+    test_depth();
+    test_matching();
+    test_limits();
+    test_units();
+    test_envoy_dir();
+    test_shipped(srcdir ? srcdir : ".");
+    return tap_done();
+}

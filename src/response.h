@@ -7,8 +7,8 @@
  * asked, Content-Length, and the body, which always ends with one "\n".
  *
  * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
- * the buffer's own growth) and the X-RateLimit-* / Retry-After rules. Does
- * not own which tier binds (decision_summarize) nor when a connection closes
+ * the buffer's own growth). Does not own the X-RateLimit-* / Retry-After
+ * rules (rate_headers.c, shared with Envoy's answers), which tier binds (decision_summarize) nor when a connection closes
  * (http.c says so with RESPONSE_CLOSE).
  */
 #ifndef RATELIMITD_RESPONSE_H

@@ -14,6 +14,7 @@
 
 #include "json_out.h"
 #include "rate_headers.h"
+#include "rls.h"
 #include "response.h"
 #include "util.h"
 
@@ -310,6 +311,104 @@ int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
     rate_headers_verdict(&hs, v);
     error_answer(out, 503, "overloaded", "too many checks in flight", &hs, flags);
     return 503;
+}
+
+/* A protobuf Duration as protojson writes it: seconds with 0, 3, 6 or 9
+ * decimals ("42s", "1.500s"). */
+static void json_duration(struct json_out *j, int64_t us)
+{
+    char text[UTIL_INT_CHARS + 16];
+    size_t n = util_format_int(text, us / 1000000);
+    int64_t frac = us % 1000000;
+    if (frac) {
+        int digits = frac % 1000 ? 6 : 3;
+        int64_t v = digits == 6 ? frac : frac / 1000;
+        text[n++] = '.';
+        for (int d = digits - 1; d >= 0; d--, v /= 10)
+            text[n + (size_t)d] = (char)('0' + v % 10);
+        n += (size_t)digits;
+    }
+    text[n++] = 's';
+    json_out_str(j, text, n);
+}
+
+static const char *rls_code_name(enum rls_code c)
+{
+    return c == RLS_CODE_OK ? "OK" : c == RLS_CODE_OVER_LIMIT ? "OVER_LIMIT" : "UNKNOWN";
+}
+
+static void rls_status_json(struct json_out *j, const struct rls_status *st)
+{
+    json_out_begin(j, '{');
+    if (st->code != RLS_CODE_UNKNOWN) {
+        json_out_key(j, "code");
+        json_out_cstr(j, rls_code_name(st->code));
+    }
+    if (st->has_limit) {
+        json_out_key(j, "currentLimit");
+        json_out_begin(j, '{');
+        if (st->requests_per_unit) {
+            json_out_key(j, "requestsPerUnit");
+            json_out_int(j, st->requests_per_unit);
+        }
+        if (st->unit != RLS_UNIT_UNKNOWN) {
+            json_out_key(j, "unit");
+            json_out_cstr(j, rls_unit_name(st->unit));
+        }
+        if (st->limit_name && *st->limit_name) {
+            json_out_key(j, "name");
+            json_out_cstr(j, st->limit_name);
+        }
+        json_out_end(j, '}');
+    }
+    if (st->limit_remaining) {
+        json_out_key(j, "limitRemaining");
+        json_out_int(j, st->limit_remaining);
+    }
+    if (st->has_limit) {
+        json_out_key(j, "durationUntilReset");
+        json_duration(j, st->until_reset_us);
+    }
+    json_out_end(j, '}');
+}
+
+int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags)
+{
+    if (a->outcome == RLS_UNAVAILABLE) {
+        response_error(out, 503, "backend_unavailable", a->message, "Retry-After", "1", flags);
+        return 503;
+    }
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    if (a->overall != RLS_CODE_UNKNOWN) {
+        json_out_key(&j, "overallCode");
+        json_out_cstr(&j, rls_code_name(a->overall));
+    }
+    if (a->nstatuses) {
+        json_out_key(&j, "statuses");
+        json_out_begin(&j, '[');
+        for (size_t i = 0; i < a->nstatuses; i++)
+            rls_status_json(&j, &a->statuses[i]);
+        json_out_end(&j, ']');
+    }
+    if (a->nheaders) {
+        json_out_key(&j, "responseHeadersToAdd");
+        json_out_begin(&j, '[');
+        for (size_t i = 0; i < a->nheaders; i++) {
+            json_out_begin(&j, '{');
+            json_out_key(&j, "key");
+            json_out_cstr(&j, a->headers[i].name);
+            json_out_key(&j, "value");
+            json_out_str(&j, a->headers[i].value, a->headers[i].len);
+            json_out_end(&j, '}');
+        }
+        json_out_end(&j, ']');
+    }
+    json_out_end(&j, '}');
+    int status = a->overall == RLS_CODE_OVER_LIMIT ? 429 : 200;
+    finish(out, start, status, NULL, NULL, flags);
+    return status;
 }
 
 void response_auth_skipped(struct buf *out, const char *policy, const char *missing, unsigned flags)

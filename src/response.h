@@ -34,6 +34,15 @@
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
+struct rls_answer;
+
+/* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
+ * protojson of RateLimitResponse (enum names as strings, zero fields left
+ * out, durations as "<seconds>s"), 200 for OK and 429 for OVER_LIMIT;
+ * RLS_UNAVAILABLE 503 backend_unavailable with Retry-After: 1. Appends to
+ * out; returns the status. */
+int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags);
+
 /* A forward-auth request allowed without counting (missing_key: skip):
  * 200 {"allowed":true,"skipped":true,"policy":policy,"missing":missing},
  * where missing is "ip" or the name of the absent header. No X-RateLimit-*

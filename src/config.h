@@ -99,6 +99,13 @@ struct config {
  */
 struct config *config_load(const char *path, char *err, size_t errlen) RL_WUR;
 
+/* Same, with the envoyproxy/ratelimit directory of --envoy-config, which
+ * wins over the file's envoy_config: (NULL: the file's, if any). The
+ * directory's files are loaded with the policy file, so a reload re-reads
+ * them and -t validates them. */
+struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err,
+                                 size_t errlen) RL_WUR;
+
 /* Same, from a buffer; `name` stands for the file in messages (for tests). */
 struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,
                                   size_t errlen) RL_WUR;

@@ -57,7 +57,7 @@ static const struct error_case {
      "clock, max_body, log_level, access_log, "
      "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
-     "deny_status, policies)"},
+     "deny_status, policies, domains, envoy_config)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},

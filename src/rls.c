@@ -271,9 +271,11 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     int64_t cost = d->hits_addend >= 0    ? d->hits_addend
                    : req->hits_addend > 0 ? req->hits_addend
                                           : 1;
-    /* Overrides (policy_for_key) are not looked up: they are keyed by
-     * /check's keys, and a shadow_mode copy's variants would not be shadow. */
-    const struct policy *p = c->entries[i].limit->policy;
+    /* The key may have tiers of its own (per-key overrides), as on /check:
+     * the same (policy, key) must be decided by the same tiers whichever
+     * front asks, since they share the state. A shadow_mode copy has
+     * variants of its own, shadow too (config.c). */
+    const struct policy *p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
     for (size_t k = 0; k < creq->nchecks; k++) {
         struct check_item *it = &creq->checks[k];
         if (it->policy == p && it->keylen == (size_t)len && memcmp(it->key, key, it->keylen) == 0) {

@@ -155,27 +155,6 @@ void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_
 
 /* ---- matching and the request ---- */
 
-/* The config's domain of that name (they are sorted by name), or NULL. */
-static const struct domain *find_domain(const struct config *cfg, const char *name, size_t len)
-{
-    size_t lo = 0, hi = cfg->ndomains;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const char *d = cfg->domains[mid].name;
-        size_t dlen = strlen(d);
-        int cmp = memcmp(d, name, dlen < len ? dlen : len);
-        if (cmp == 0)
-            cmp = dlen < len ? -1 : dlen > len ? 1 : 0;
-        if (cmp == 0)
-            return &cfg->domains[mid];
-        if (cmp < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
 static int validate(const struct rls_request *req, struct request_error *err)
 {
     if (req->domainlen == 0)
@@ -432,7 +411,7 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
     struct rls_call *c = xcalloc(1, sizeof *c);
     *c = (struct rls_call){.w = w,
                            .front = req->front,
-                           .domain = find_domain(cfg, req->domain, req->domainlen),
+                           .domain = domains_find(cfg, req->domain, req->domainlen),
                            .reply = reply,
                            .ctx = ctx,
                            .starting = 1,

@@ -491,7 +491,8 @@ static const struct field rate_limit_fields[] = {
 static const struct field descriptor_fields[] = {
     {"key", F_STRING, .required = 1, .offset = offsetof(struct node_entry, key),
      .check = check_not_empty},
-    {"value", F_STRING, .offset = offsetof(struct node_entry, value), .check = check_not_empty},
+    /* May be empty: envoyproxy/ratelimit reads value: "" as no value. */
+    {"value", F_STRING, .offset = offsetof(struct node_entry, value)},
     {"policy", F_STRING, .offset = offsetof(struct node_entry, policy)},
     {"rate_limit", F_CUSTOM, .offset = 0 /* the whole entry */, .parse = parse_rate_limit,
      .section = rate_limit_fields},
@@ -1369,6 +1370,10 @@ static int parse_descriptor(struct loader *ld, const yaml_node_t *map, const cha
     if (rc == 0) {
         node->key = e.key;
         e.key = NULL;
+        if (e.value != NULL && e.value[0] == '\0') {
+            free(e.value);
+            e.value = NULL;
+        }
         if (e.value != NULL) {
             size_t n = strlen(e.value);
             /* envoyproxy/ratelimit's wildcard: only a trailing '*'. */

@@ -204,6 +204,7 @@ static void test_matching(void)
             "              - {key: leaf, value: x, rate_limit: {unlimited: true}}\n"
             "      - {key: 'z', value: 'a*', policy: p}\n"
             "      - {key: zz, value: '*', policy: p}\n"
+            "      - {key: blank, value: '', policy: p}\n"
             "  - domain: other\n"
             "    descriptors: [{key: k, policy: p}]\n";
     static const struct {
@@ -229,6 +230,8 @@ static void test_matching(void)
         {"edge", "z=b", "-"},
         {"edge", "zz=anything", "zz_*"},
         {"edge", "zz=", "zz_*"},
+        {"edge", "blank=any", "blank"}, /* value: "" is no value, as in envoyproxy/ratelimit */
+        {"edge", "blank=", "blank"},
         {"other", "k=exact", "k"},
         {"nope", "k=exact", "-"},
         {"edg", "k=exact", "-"},

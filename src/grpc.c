@@ -474,7 +474,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 {
     struct gconn *c = user;
     struct stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-    if (!st || f->hd.type != NGHTTP2_HEADERS)
+    if (!st || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0; /* trailers: nothing in them matters */
     st->header_bytes += nlen + vlen + 32;
     if (st->header_bytes > GRPC_HEADER_LIST_MAX)

@@ -301,6 +301,25 @@ def test_token(redis):
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 
+def test_max_connections(redis):
+    d = start(redis, extra="max_connections: 16\n")
+    held = [socket.create_connection(("127.0.0.1", d.port), timeout=5) for _ in range(16)]
+    time.sleep(0.2)
+    ch = rc.channel(d.grpc_addr)
+    code, msg = rc.rpc_error(rc.should_rate_limit, ch, "d", [[("k", "v")]])
+    harness.eq(code, "UNAVAILABLE",
+               "16 HTTP connections held, max_connections 16: a gRPC call is UNAVAILABLE")
+    ch.close()
+    for s in held:
+        s.close()
+    time.sleep(0.2)
+    ch = rc.channel(d.grpc_addr)
+    code, _ = rc.rpc_error(rc.should_rate_limit, ch, "d", [[("k", "v")]])
+    harness.eq(code, None, "once they close, a new gRPC connection is served")
+    ch.close()
+    harness.eq(d.stop(), 0, "the daemon exits 0")
+
+
 def test_domains(redis):
     """Needs rls.c and domains.c (the other branches of the issue)."""
     if not domains_supported():
@@ -348,6 +367,7 @@ def main():
     test_idle(redis)
     test_unix(redis)
     test_token(redis)
+    test_max_connections(redis)
     test_domains(redis)
     test_health(redis)
 

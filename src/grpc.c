@@ -116,7 +116,6 @@ struct gconn {
     int busy;
     int dead; /* free at the end of the callback */
     int reading, writing;
-    int goaway;      /* a drain's GOAWAY is submitted */
     int proto_error; /* ended for a protocol error or a flood (counted once) */
     LIST_HEAD(, stream) streams;
     LIST_ENTRY(gconn) link;
@@ -314,14 +313,14 @@ static void on_rls_reply(void *ctx, const struct rls_answer *a)
 }
 
 /* The request's descriptors as rls.h wants them, pointing into m. */
-static int start_rls(struct stream *st, const uint8_t *msg, size_t len)
+static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
 {
     struct worker *w = st->c->g->w;
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
-        return 0;
+        return;
     }
     size_t nd = m->n_descriptors, ne = 0;
     for (size_t i = 0; i < nd; i++)
@@ -361,11 +360,10 @@ static int start_rls(struct stream *st, const uint8_t *msg, size_t len)
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
     if (rc < 0) {
         answer_error(st, GRPC_INVALID_ARGUMENT, err.message);
-        return 0;
+        return;
     }
     if (!st->answered)
         st->call = call;
-    return 0;
 }
 
 /* ---- Health/Check ---- */
@@ -440,7 +438,7 @@ static void dispatch(struct stream *st)
         answer_error(st, GRPC_UNAUTHENTICATED, "a valid authorization: Bearer token is required");
         return;
     }
-    (void)start_rls(st, b + GRPC_PREFIX, mlen);
+    start_rls(st, b + GRPC_PREFIX, mlen);
 }
 
 /* ---- nghttp2 callbacks ---- */
@@ -830,7 +828,6 @@ void grpc_drain(struct grpc *g)
         (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
                                     nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
                                     NULL, 0);
-        c->goaway = 1;
         if (!c->busy)
             settle(c);
     }

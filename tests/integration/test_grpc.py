@@ -14,7 +14,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -94,14 +93,6 @@ def goaway_code(frames):
         if t == GOAWAY and len(p) >= 8:
             return struct.unpack(">I", p[4:8])[0]
     return None
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def start(redis, extra="", policy=POLICY, grpc_addr=None):
@@ -223,7 +214,7 @@ def flood(port, make_frames, count, batch=200):
 def test_floods(redis):
     d = start(redis)
     pid = d.proc.pid
-    before = rss_kb(pid)
+    before = harness.rss_kib(pid)
 
     def rapid_reset(i):
         sid = 2 * i + 1
@@ -252,7 +243,7 @@ def test_floods(redis):
     # Flooding again changes nothing: memory stays bounded.
     for _ in range(3):
         flood(d.grpc_port, rapid_reset, 20000)
-    after = rss_kb(pid)
+    after = harness.rss_kib(pid)
     harness.ok(after - before < 32 * 1024,
                "RSS bounded through the floods (%d kB -> %d kB)" % (before, after))
     harness.eq(protocol_errors(d), 6, "each flood counted once")

@@ -65,6 +65,11 @@
 #define GRPC_MAX_OUTBOUND_ACK 200
 /* The gRPC message prefix: 1 byte compressed flag, 4 bytes length. */
 #define GRPC_PREFIX 5
+/* After the last frame (a GOAWAY), reading and dropping what the peer
+ * still sends for this long before closing: closing with unread input
+ * makes the kernel reset the connection, and the peer would lose the
+ * GOAWAY that says why. */
+#define GRPC_LINGER_US 1000000
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 #define PATH_HEALTH "/grpc.health.v1.Health/Check"
@@ -114,7 +119,10 @@ struct gconn {
     int counted;    /* counts towards max_connections */
     int over_limit; /* came past max_connections: every call gets UNAVAILABLE */
     int busy;
-    int dead; /* free at the end of the callback */
+    int closing;   /* read nothing more into nghttp2: end once written */
+    int mute;      /* a flood: send nothing more either */
+    int lingering; /* written and shut down: dropping what the peer sends */
+    int64_t linger_until_us;
     int reading, writing;
     int proto_error; /* ended for a protocol error or a flood (counted once) */
     LIST_HEAD(, stream) streams;
@@ -578,7 +586,7 @@ static int conn_active(const struct gconn *c)
 static int flush(struct gconn *c)
 {
     for (;;) {
-        while (c->out.len - c->out_off < GRPC_OUT_MAX) {
+        while (!c->mute && c->out.len - c->out_off < GRPC_OUT_MAX) {
             const uint8_t *data;
             ssize_t n = nghttp2_session_mem_send(c->s, &data);
             if (n < 0)
@@ -609,11 +617,12 @@ static int flush(struct gconn *c)
 
 static void arm_timer(struct gconn *c)
 {
-    if (!LIST_EMPTY(&c->streams) && !c->writing) {
+    if (!c->lingering && !LIST_EMPTY(&c->streams) && !c->writing) {
         event_del(&c->timer); /* the core answers every call in time */
         return;
     }
-    int64_t us = c->last_us + c->g->idle_us - util_monotonic_us();
+    int64_t deadline = c->lingering ? c->linger_until_us : c->last_us + c->g->idle_us;
+    int64_t us = deadline - util_monotonic_us();
     if (us < 0)
         us = 0;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
@@ -624,19 +633,26 @@ static void arm_timer(struct gconn *c)
 /* Writes what is due, then decides what the connection waits for. */
 static void settle(struct gconn *c)
 {
-    if (c->dead || flush(c) < 0) {
+    if (flush(c) < 0) {
         conn_free(c);
         return;
     }
     int pending = c->out_off < c->out.len;
-    if (!pending && !nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)) {
-        /* GOAWAY written and no stream left (a drain, an error, a flood). */
-        conn_free(c);
-        return;
+    if (!pending && !c->lingering &&
+        (c->closing || (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)))) {
+        /* The last frame is written (a GOAWAY after a drain, an error, a
+         * flood, or idle_timeout) and no stream is left to answer. */
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+            conn_free(c);
+            return;
+        }
+        c->lingering = 1;
+        c->linger_until_us = util_monotonic_us() + GRPC_LINGER_US;
     }
     worker_event_want(&c->wr, &c->writing, pending);
     /* A full output buffer stops reading: the peer must read first. */
-    worker_event_want(&c->rd, &c->reading, !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
+    worker_event_want(&c->rd, &c->reading,
+                      c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
     arm_timer(c);
     worker_maybe_idle(c->g->w);
 }
@@ -652,18 +668,26 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         conn_free(c); /* pending calls are cancelled: nobody would read them */
         return;
     }
+    if (c->lingering || c->closing)
+        return; /* dropped */
     c->last_us = util_monotonic_us();
     c->busy = 1;
     ssize_t used = nghttp2_session_mem_recv(c->s, data, (size_t)n);
     c->busy = 0;
     if (used < 0) {
-        /* A protocol error or a flood: nghttp2 has queued a GOAWAY where
-         * the error allows one; it is written, then the connection ends. */
+        /* A protocol error: a GOAWAY is written, then the connection ends.
+         * A flood (acknowledgements piling up unsent): nothing more is
+         * sent, as nghttp2 asks. */
         c->proto_error = 1;
-        if (used != NGHTTP2_ERR_FLOODED && used != NGHTTP2_ERR_BAD_CLIENT_MAGIC)
+        c->closing = 1;
+        if (used == NGHTTP2_ERR_FLOODED) {
+            c->mute = 1;
+            c->out.len = c->out_off = 0;
+        } else if (used != NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
             (void)nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
-        (void)flush(c);
-        c->dead = 1;
+        } else {
+            c->mute = 1; /* not HTTP/2 at all */
+        }
     }
     settle(c);
 }
@@ -675,11 +699,16 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    /* Idle (or not reading what it is sent) for idle_timeout. */
+    /* Lingered enough; or idle (or not reading what it is sent) for
+     * idle_timeout: a GOAWAY if it can still be written, then close. */
     struct gconn *c = arg;
+    if (c->lingering || c->closing) {
+        conn_free(c);
+        return;
+    }
     (void)nghttp2_session_terminate_session(c->s, NGHTTP2_NO_ERROR);
-    (void)flush(c);
-    conn_free(c);
+    c->closing = 1;
+    settle(c);
 }
 
 static nghttp2_session_callbacks *callbacks_new(void)

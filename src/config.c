@@ -542,6 +542,10 @@ static const struct field top_fields[] = {
     {"access_log", F_BOOL, .offset = offsetof(struct config, access_log)},
     {"admin_listen", F_STRING, .offset = offsetof(struct config, admin_listen),
      .check = check_listen},
+    {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen),
+     .check = check_listen},
+    {"grpc_max_streams", F_INT, .offset = offsetof(struct config, grpc_max_streams), .min = 1,
+     .max = 10000},
     {"watch", F_BOOL, .offset = offsetof(struct config, watch)},
     {"max_inflight", F_INT, .offset = offsetof(struct config, max_inflight), .min = 1,
      .max = 1000000},
@@ -1067,14 +1071,15 @@ static int check_unix_fields(struct loader *ld, const yaml_node_t *root, const s
     size_t i;
 
     if (strncmp(c->listen, "unix:", 5) == 0 ||
-        (c->admin_listen != NULL && strncmp(c->admin_listen, "unix:", 5) == 0))
+        (c->admin_listen != NULL && strncmp(c->admin_listen, "unix:", 5) == 0) ||
+        (c->grpc_listen != NULL && strncmp(c->grpc_listen, "unix:", 5) == 0))
         return 0;
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         const yaml_node_t *node = field_node(ld, root, names[i]);
         if (node != NULL)
             return fail(ld, node, names[i],
-                        "applies only to unix sockets, and neither listen nor admin_listen "
-                        "is unix:/path");
+                        "applies only to unix sockets, and none of listen, admin_listen, "
+                        "grpc_listen is unix:/path");
     }
     return 0;
 }
@@ -1587,6 +1592,7 @@ static struct config *config_new(const char *name)
     c->max_inflight = CONFIG_DEFAULT_MAX_INFLIGHT;
     c->overload = OVERLOAD_FAILURE_MODE;
     c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
+    c->grpc_max_streams = CONFIG_DEFAULT_GRPC_MAX_STREAMS;
     c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
     c->request_timeout_us = CONFIG_DEFAULT_REQUEST_TIMEOUT_US;
     c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
@@ -1608,6 +1614,7 @@ static void config_free(struct config *c)
     free(c->redis_url);
     free(c->key_prefix);
     free(c->admin_listen);
+    free(c->grpc_listen);
     free(c->auth_token_file);
     if (c->auth_token) {
         /* Do not leave the secret in freed memory. */

@@ -561,17 +561,6 @@ static int write_out(struct conn *c)
     return 0;
 }
 
-static void set_event(struct event *ev, int *added, int want)
-{
-    if (want == *added)
-        return;
-    /* Failing here means libevent is out of memory: the connection would
-     * then only end at its timer, or never: abort like any allocation. */
-    if ((want ? event_add(ev, NULL) : event_del(ev)) < 0)
-        abort();
-    *added = want;
-}
-
 static void arm_timer(struct conn *c)
 {
     const struct http *h = c->h;
@@ -593,7 +582,7 @@ static void arm_timer(struct conn *c)
         us = 0;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
     if (event_add(&c->timer, &tv) < 0)
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -636,7 +625,7 @@ static void settle(struct conn *c)
         c->busy = 0;
     }
     int written = c->out_off == c->out.len;
-    set_event(&c->wr, &c->writing, !written);
+    worker_event_want(&c->wr, &c->writing, !written);
     if (written && c->count == 0 && c->closing && !c->lingering) {
         /* Shut our side, then drop what the client still sends. */
         if (shutdown(c->fd, SHUT_WR) < 0) {
@@ -650,7 +639,8 @@ static void settle(struct conn *c)
         conn_free(c);
         return;
     }
-    set_event(&c->rd, &c->reading, c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+    worker_event_want(&c->rd, &c->reading,
+                      c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     worker_maybe_idle(h->w);
@@ -703,7 +693,7 @@ static void accept_pause(struct http *h)
         event_del(&h->admin.ev);
     struct timeval tv = {.tv_sec = HTTP_ACCEPT_RESUME_S};
     if (event_add(&h->resume, &tv) < 0)
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
@@ -713,7 +703,7 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
         return;
     if ((h->main.fd >= 0 && event_add(&h->main.ev, NULL) < 0) ||
         (h->admin.fd >= 0 && event_add(&h->admin.ev, NULL) < 0))
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_accept(evutil_socket_t fd, short what, void *arg)

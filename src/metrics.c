@@ -49,6 +49,13 @@ static const struct {
                                  "Checks denied by the local deny cache, without asking Redis."},
     [METRICS_KEY_RESETS] = {PREFIX "key_resets_total",
                             "Keys reset through the admin API (DELETE /v1/keys/...)."},
+    [METRICS_GRPC_CONNECTIONS] = {PREFIX "grpc_connections_total",
+                                  "HTTP/2 connections accepted on grpc_listen."},
+    [METRICS_GRPC_STREAMS] = {PREFIX "grpc_streams_total",
+                              "HTTP/2 streams (gRPC calls) opened on grpc_listen."},
+    [METRICS_GRPC_PROTOCOL_ERRORS] = {PREFIX "grpc_protocol_errors_total",
+                                      "gRPC connections closed for an HTTP/2 protocol error or "
+                                      "a flood (SETTINGS, PING, RST_STREAM)."},
 };
 
 /* Every status the daemon sends (response.c's reason_phrase); the rest

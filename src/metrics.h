@@ -45,6 +45,9 @@ enum metrics_counter {
     METRICS_REDIS_ERRORS,           /* ratelimitd_redis_errors_total */
     METRICS_DENY_CACHE_HITS,        /* ratelimitd_deny_cache_hits_total */
     METRICS_KEY_RESETS,             /* ratelimitd_key_resets_total */
+    METRICS_GRPC_CONNECTIONS,       /* ratelimitd_grpc_connections_total */
+    METRICS_GRPC_STREAMS,           /* ratelimitd_grpc_streams_total */
+    METRICS_GRPC_PROTOCOL_ERRORS,   /* ratelimitd_grpc_protocol_errors_total */
     METRICS_NCOUNTERS
 };
 

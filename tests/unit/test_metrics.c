@@ -165,6 +165,16 @@ static const char *const expected_scenario[] = {
     "# HELP ratelimitd_key_resets_total Keys reset through the admin API (DELETE /v1/keys/...).",
     "# TYPE ratelimitd_key_resets_total counter",
     "ratelimitd_key_resets_total 1",
+    "# HELP ratelimitd_grpc_connections_total HTTP/2 connections accepted on grpc_listen.",
+    "# TYPE ratelimitd_grpc_connections_total counter",
+    "ratelimitd_grpc_connections_total 0",
+    "# HELP ratelimitd_grpc_streams_total HTTP/2 streams (gRPC calls) opened on grpc_listen.",
+    "# TYPE ratelimitd_grpc_streams_total counter",
+    "ratelimitd_grpc_streams_total 0",
+    "# HELP ratelimitd_grpc_protocol_errors_total gRPC connections closed for an HTTP/2 "
+    "protocol error or a flood (SETTINGS, PING, RST_STREAM).",
+    "# TYPE ratelimitd_grpc_protocol_errors_total counter",
+    "ratelimitd_grpc_protocol_errors_total 0",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -254,10 +264,10 @@ static void test_empty(void)
     char *text = metrics_render(m, NULL);
 
     /* build_info + checks + in_flight + http + rls requests + rls
-     * descriptors + redis_up + histogram + 6 counters + reloads + timestamp
-     * + policies */
-    is_int(count_substr(text, "# TYPE "), 17, "empty: 17 families");
-    is_int(count_substr(text, "# HELP "), 17, "empty: 17 HELP lines");
+     * descriptors + redis_up + histogram + 6 counters + 3 grpc counters +
+     * reloads + timestamp + policies */
+    is_int(count_substr(text, "# TYPE "), 20, "empty: 20 families");
+    is_int(count_substr(text, "# HELP "), 20, "empty: 20 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# bench/grpc.sh: Envoy's ShouldRateLimit over gRPC (h2load, prebuilt
+# request frames) against POST /check over HTTP/1.1 (wrk, bench/post.lua),
+# same daemon, same policy, same Redis, same box, on 127.0.0.1 only.
+#
+#   bench/grpc.sh                 3 runs of each case, 5 s each (~1.5 min)
+#   bench/grpc.sh --runs 5 --duration 8
+#
+# Cases, each a single key so that both fronts send byte-identical requests
+# every time (h2load posts one file):
+#   allow  policy `big` (fixed_window, 10^9 per 60 s): every call goes to
+#          Redis and is allowed
+#   deny   policy `fw` (fixed_window, 100 per 60 s), exhausted during the
+#          warmup: every call is denied, mostly from the deny cache
+# gRPC: h2load -c CONNS -m STREAMS -d FILE where FILE is the 5-byte gRPC
+# prefix + a serialized RateLimitRequest (domain bench, descriptor
+# user=hot) built with Python protobuf from proto/ (tests/integration/
+# rls_client.py); headers content-type: application/grpc, te: trailers.
+# /check: wrk -t1 -c CONNS with the body {"policy":P,"key":"bench|user=hot"}
+# (the key the RLS call builds, so both meet one counter format).
+# Prints the checks/s of each run, the medians and the ratio gRPC ÷ /check.
+#
+# Options: --runs N (3), --duration S (5), --warmup S (1), --conns C (64),
+# --streams M (1: one call in flight per connection, as wrk), --cases
+# "allow deny". RL_BIN=/path/to/ratelimitd overrides the binary. Needs
+# h2load (nghttp2-client), wrk, redis-server, redis-cli, python3-grpcio,
+# python3-grpc-tools, python3-protobuf. Everything started here is stopped
+# on exit.
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+RUNS=3 DUR=5 WARM=1 CONNS=64 STREAMS=1 CASES="allow deny"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs) RUNS=$2; shift ;;
+        --duration) DUR=$2; shift ;;
+        --warmup) WARM=$2; shift ;;
+        --conns) CONNS=$2; shift ;;
+        --streams) STREAMS=$2; shift ;;
+        --cases) CASES=$2; shift ;;
+        -h|--help) sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "grpc.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+    esac
+    shift
+done
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+for p in h2load wrk redis-server redis-cli; do
+    command -v "$p" >/dev/null || { echo "grpc.sh: $p is missing (apt-get install nghttp2-client wrk redis-server redis-tools)" >&2; exit 69; }
+done
+RL_BIN=${RL_BIN:-$ROOT/ratelimitd}
+[ -x "$RL_BIN" ] || { echo "grpc.sh: no daemon at $RL_BIN (build it: sh tools/build.sh)" >&2; exit 69; }
+
+log() { printf '[grpc.sh] %s\n' "$*" >&2; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rl-grpc-bench.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {   # a loopback port nothing listens on, below the ephemeral range
+    local p i
+    for i in $(seq 1 100); do
+        p=$(( 10000 + (RANDOM * 32768 + RANDOM) % 20000 ))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+RPORT=$(free_port) HPORT=$(free_port) GPORT=$(free_port)
+redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$TMP" --save '' --appendonly no \
+    --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
+PIDS+=($!)
+for i in $(seq 1 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+cat >"$TMP/rl.yaml" <<EOF
+listen: 127.0.0.1:$HPORT
+grpc_listen: 127.0.0.1:$GPORT
+redis:
+  url: redis://127.0.0.1:$RPORT/0
+  timeout: 1s
+log_level: warn
+policies:
+  big:
+    failure_mode: closed
+    tiers: [{name: minute, algorithm: fixed_window, limit: 1000000000, window: 60s}]
+  fw:
+    failure_mode: closed
+    tiers: [{name: minute, algorithm: fixed_window, limit: 100, window: 60s}]
+domains:
+  - domain: bench
+    descriptors:
+      - {key: user, value: allow, policy: big}
+      - {key: user, value: deny, policy: fw}
+EOF
+"$RL_BIN" --config "$TMP/rl.yaml" >"$TMP/rl.log" 2>&1 &
+PIDS+=($!)
+for i in $(seq 1 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$HPORT/readyz" && break
+    sleep 0.1
+done
+curl -sf -o /dev/null "http://127.0.0.1:$HPORT/readyz" || { log "ratelimitd did not start:"; cat "$TMP/rl.log" >&2; exit 1; }
+
+# The request bodies, and one real gRPC call of each to prove the path
+# answers (h2load only sees HTTP status 200, not grpc-status).
+"$PY" - "$ROOT/tests/integration" "$TMP" "$GPORT" $CASES <<'EOF' || { log "could not build or send the gRPC request"; exit 1; }
+import struct, sys
+sys.path.insert(0, sys.argv[1])
+import grpc
+import rls_client
+tmp, port, cases = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+stub = rls_client.stub(grpc.insecure_channel("127.0.0.1:%d" % port))
+for case in cases:
+    req = rls_client.request("bench", [([("user", case)], None)], 0)
+    data = req.SerializeToString()
+    with open("%s/%s.grpc" % (tmp, case), "wb") as f:
+        f.write(struct.pack(">BI", 0, len(data)) + data)  # uncompressed, length
+    resp = stub(req, timeout=5)
+    print("[grpc.sh] probe %s: %s" % (case, rls_client.code_name(resp.overall_code)), file=sys.stderr)
+EOF
+
+h2_run() {   # h2_run CASE SECONDS -> checks/s
+    timeout -k 5 $(( $2 + 30 )) h2load -c"$CONNS" -m"$STREAMS" -t1 -D"$2" -d "$TMP/$1.grpc" \
+        -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://127.0.0.1:$GPORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+        >"$TMP/h2.out" 2>&1
+    # "requests: N total, N started, N done, N succeeded, N failed, ..." and
+    # "finished in 5.00s, 41234.20 req/s, ...": only succeeded (HTTP 200) count.
+    awk '/^finished in/ { gsub("s,", "", $3); secs = $3 }
+         /^requests:/ { ok = $8 }
+         END { if (secs > 0) printf "%.0f\n", ok / secs }' "$TMP/h2.out"
+}
+wrk_run() {   # wrk_run CASE SECONDS -> checks/s
+    local pol=big
+    [ "$1" = deny ] && pol=fw
+    BENCH_BODY="{\"policy\":\"$pol\",\"key\":\"bench|user=$1\",\"cost\":1}" \
+        timeout -k 5 $(( $2 + 30 )) wrk -t1 -c"$CONNS" -d"$2s" --timeout 2s -s "$HERE/grpc_check.lua" \
+        "http://127.0.0.1:$HPORT/check" 2>&1 | awk '/^RESULT/ { for (i = 2; i <= NF; i++) if ($i ~ /^rps=/) { sub("rps=", "", $i); printf "%.0f\n", $i } }'
+}
+median() { tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+log "$(nproc) cores, $(h2load --version | head -n1), wrk; -c$CONNS, gRPC -m$STREAMS; $RUNS runs of ${DUR}s per case and front, alternating, after ${WARM}s warmups"
+declare -A RES
+for case in $CASES; do
+    redis-cli -p "$RPORT" flushall >/dev/null
+    h2_run "$case" "$WARM" >/dev/null
+    wrk_run "$case" "$WARM" >/dev/null
+    g="" h=""
+    for r in $(seq 1 "$RUNS"); do
+        x=$(h2_run "$case" "$DUR"); g="$g ${x:-}"
+        y=$(wrk_run "$case" "$DUR"); h="$h ${y:-}"
+        log "$case run $r: gRPC ${x:-failed} checks/s, /check ${y:-failed} checks/s"
+    done
+    RES[$case,grpc]=$(echo "$g" | median) RES[$case,http]=$(echo "$h" | median)
+    RES[$case,runs_grpc]=$g RES[$case,runs_http]=$h
+done
+
+echo "| case | gRPC ShouldRateLimit checks/s (median) | HTTP/1.1 /check checks/s (median) | gRPC ÷ /check | runs gRPC | runs /check |"
+echo "|---|---|---|---|---|---|"
+for case in $CASES; do
+    ratio=$(awk -v a="${RES[$case,grpc]}" -v b="${RES[$case,http]}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }')
+    echo "| $case | ${RES[$case,grpc]} | ${RES[$case,http]} | $ratio |${RES[$case,runs_grpc]} |${RES[$case,runs_http]} |"
+done

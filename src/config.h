@@ -69,6 +69,11 @@ struct config {
     int64_t deny_status;                 /* forward-auth's status for a denial, by default */
     size_t npolicies;
     struct policy *policies; /* sorted by name for policy lookup */
+
+    /* The gRPC front (grpc.h). */
+    char *grpc_listen;        /* NULL: none */
+    int64_t grpc_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
+
     char *envoy_config;      /* envoyproxy/ratelimit's YAML directory; NULL: none */
     size_t ndomains;
     struct domain *domains; /* Envoy domains (domains.h), sorted by name */
@@ -85,6 +90,7 @@ struct config {
 #define CONFIG_DEFAULT_MAX_BODY 16384
 #define CONFIG_DEFAULT_MAX_INFLIGHT 10000
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 4096
+#define CONFIG_DEFAULT_GRPC_MAX_STREAMS 100
 #define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
 #define CONFIG_DEFAULT_REQUEST_TIMEOUT_US 10000000
 #define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
@@ -98,6 +104,13 @@ struct config {
  * value are errors; nothing falls back to a default silently.
  */
 struct config *config_load(const char *path, char *err, size_t errlen) RL_WUR;
+
+/* Same, with the envoyproxy/ratelimit directory of --envoy-config, which
+ * wins over the file's envoy_config: (NULL: the file's, if any). The
+ * directory's files are loaded with the policy file, so a reload re-reads
+ * them and -t validates them. */
+struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err,
+                                 size_t errlen) RL_WUR;
 
 /* Same, from a buffer; `name` stands for the file in messages (for tests). */
 struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,

@@ -43,6 +43,10 @@ struct domain_limit {
      * one with shadow set (shadow_mode), or the limit's own fixed-window
      * policy (rate_limit:). NULL when unlimited. Owned by the snapshot. */
     const struct policy *policy;
+    /* The policy made for this node (rate_limit:, or a shadow_mode copy of a
+     * named policy), freed with the tree; NULL when policy is one of the
+     * snapshot's own policies (or NULL). */
+    struct policy *owned;
     int unlimited;          /* rate_limit.unlimited: always OK, nothing counted */
     int detailed_metric;    /* metrics name the request's values, not the config's */
     char *name;             /* rate_limit.name (NULL: none), what `replaces` names */
@@ -93,11 +97,30 @@ const struct domain_limit *domains_match(const struct config *c, const char *dom
 int64_t rls_unit_seconds(enum rls_unit u);
 
 /* The unit's name as Envoy spells it ("SECOND"...), and its lower-case form
- * from envoyproxy/ratelimit's YAML files ("second"...), -1 if unknown. */
+ * from envoyproxy/ratelimit's YAML files ("second"...; any case is accepted, as envoyproxy/ratelimit upper-cases
+ * it), -1 if unknown or UNKNOWN. */
 const char *rls_unit_name(enum rls_unit u);
 int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
 
 /* Frees a domain's tree (not the struct itself); called by config_free. */
 void domain_free(struct domain *d);
+
+/* Frees one node's tree and limit (not the struct itself). */
+void domain_node_free(struct domain_node *n);
+
+/*
+ * Makes a level of the tree ready for domains_match: sorts the n nodes by
+ * key, then exact values (by value), then prefix values (in the order they
+ * were written, which is the order envoyproxy/ratelimit tries them), then
+ * the value-less node. Two nodes with the same key and value are
+ * ambiguous: returns -1 with *first and *second set to their positions
+ * before the sort (*second the later one). Returns 0 otherwise.
+ */
+int domains_sort_level(struct domain_node *nodes, size_t n, size_t *first, size_t *second) RL_WUR;
+
+/* Sorts c's domains by name for domains_match. Two of the same name:
+ * returns -1 with *first and *second their positions before the sort
+ * (*second the later one); 0 otherwise. */
+int domains_sort(struct domain *domains, size_t n, size_t *first, size_t *second) RL_WUR;
 
 #endif

@@ -54,6 +54,8 @@
 #include "metrics.h"
 #include "request.h"
 #include "response.h"
+#include "rls.h"
+#include "rls_json.h"
 #include "server.h"
 #include "worker.h"
 
@@ -84,6 +86,7 @@ struct slot {
     struct conn *c;
     struct check *check;       /* while the core decides; NULL otherwise */
     struct admin_reset *reset; /* while a reset is under way; NULL otherwise */
+    struct rls_call *rls;      /* while a POST /json is decided; NULL otherwise */
     struct buf out;            /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
@@ -138,6 +141,8 @@ static void conn_free(struct conn *c)
             check_cancel(c->slots[i].check);
         if (c->slots[i].reset)
             admin_reset_cancel(c->slots[i].reset);
+        if (c->slots[i].rls)
+            rls_cancel(c->slots[i].rls);
         buf_free(&c->slots[i].out);
     }
     /* event_del fails only for an event never assigned; close only on a
@@ -175,6 +180,7 @@ static struct slot *slot_new(struct conn *c)
     s->c = c;
     s->check = NULL;
     s->reset = NULL;
+    s->rls = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;
@@ -285,7 +291,38 @@ static void start_auth(struct slot *s, const struct http_request *req)
         s->check = ch;
 }
 
-/* /check, /auth/<policy> and /v1/keys/ alike: the method (405 with allow otherwise),
+static void on_rls_reply(void *ctx, const struct rls_answer *a)
+{
+    struct slot *s = ctx;
+    struct conn *c = s->c;
+    s->rls = NULL;
+    close_if_draining(s);
+    slot_ready(s, response_rls(&s->out, a, s->flags));
+    if (!c->busy)
+        settle(c);
+}
+
+/* POST /json: envoyproxy/ratelimit's JSON form of ShouldRateLimit. */
+static void start_json(struct slot *s, const struct http_request *req)
+{
+    struct worker *w = s->c->h->w;
+    struct rls_json j;
+    struct request_error rerr;
+    struct rls_call *call;
+    if (rls_json_parse(req->body, req->body_len, &j, &rerr) < 0) {
+        metrics_rls_request(w->metrics, METRICS_RLS_JSON, METRICS_RLS_INVALID);
+        answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    int rc = rls_start(w, &j.req, on_rls_reply, s, &call, &rerr);
+    rls_json_free(&j); /* rls_start reads the request only while it runs */
+    if (rc < 0)
+        answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+    else if (s->state == SLOT_WAITING)
+        s->rls = call;
+}
+
+/* /check, /json, /auth/<policy> and /v1/keys/ alike: the method (405 with allow otherwise),
  * then a drain, then the bearer token, then the front's start. */
 static void route_decision(struct slot *s, const struct http_request *req, int method_ok,
                            const char *use, const char *allow,
@@ -396,6 +433,8 @@ static void route(struct conn *c, const struct http_request *req)
                      "Retry-After", "1");
     else if (c->l->checks && strcmp(path, "/check") == 0)
         route_decision(s, req, req->method == HTTP_POST, "use POST on /check", "POST", start_check);
+    else if (c->l->checks && strcmp(path, "/json") == 0)
+        route_decision(s, req, req->method == HTTP_POST, "use POST on /json", "POST", start_json);
     else if (c->l->checks && strncmp(path, AUTH_PATH_PREFIX, strlen(AUTH_PATH_PREFIX)) == 0)
         /* Gateways ask with the original request's method (Envoy ext_authz,
          * Traefik) and the body is never read: every method is a question. */
@@ -522,17 +561,6 @@ static int write_out(struct conn *c)
     return 0;
 }
 
-static void set_event(struct event *ev, int *added, int want)
-{
-    if (want == *added)
-        return;
-    /* Failing here means libevent is out of memory: the connection would
-     * then only end at its timer, or never: abort like any allocation. */
-    if ((want ? event_add(ev, NULL) : event_del(ev)) < 0)
-        abort();
-    *added = want;
-}
-
 static void arm_timer(struct conn *c)
 {
     const struct http *h = c->h;
@@ -554,7 +582,7 @@ static void arm_timer(struct conn *c)
         us = 0;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
     if (event_add(&c->timer, &tv) < 0)
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -597,7 +625,7 @@ static void settle(struct conn *c)
         c->busy = 0;
     }
     int written = c->out_off == c->out.len;
-    set_event(&c->wr, &c->writing, !written);
+    worker_event_want(&c->wr, &c->writing, !written);
     if (written && c->count == 0 && c->closing && !c->lingering) {
         /* Shut our side, then drop what the client still sends. */
         if (shutdown(c->fd, SHUT_WR) < 0) {
@@ -611,7 +639,8 @@ static void settle(struct conn *c)
         conn_free(c);
         return;
     }
-    set_event(&c->rd, &c->reading, c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+    worker_event_want(&c->rd, &c->reading,
+                      c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     worker_maybe_idle(h->w);
@@ -664,7 +693,7 @@ static void accept_pause(struct http *h)
         event_del(&h->admin.ev);
     struct timeval tv = {.tv_sec = HTTP_ACCEPT_RESUME_S};
     if (event_add(&h->resume, &tv) < 0)
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
@@ -674,7 +703,7 @@ static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
         return;
     if ((h->main.fd >= 0 && event_add(&h->main.ev, NULL) < 0) ||
         (h->admin.fd >= 0 && event_add(&h->admin.ev, NULL) < 0))
-        abort(); /* as in set_event */
+        abort(); /* as in worker_event_want */
 }
 
 static void on_accept(evutil_socket_t fd, short what, void *arg)

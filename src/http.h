@@ -5,6 +5,8 @@
  * request order, writing, and stopping for a drain.
  *
  *   POST /check     -> check.c (Bearer token when auth_token_file is set)
+ *   POST /json      -> Envoy's rate limit service, envoyproxy/ratelimit's
+ *                      JSON form (rls_json.c, rls.c; same token)
  *   any method /auth/<policy>[/...]
  *                   -> forward-auth (auth.c): one check, key from the
  *                      request; 200 or the policy's deny_status (same token)
@@ -14,7 +16,7 @@
  *   anything else   -> 404, or 405 with Allow for a known path
  *
  * With admin_listen, /healthz, /readyz and /metrics are served there and
- * only there, and the check port serves /check and /auth/ only.
+ * only there, and the check port serves /check, /json and /auth/ only.
  */
 #ifndef RATELIMITD_HTTP_H
 #define RATELIMITD_HTTP_H

@@ -49,6 +49,13 @@ static const struct {
                                  "Checks denied by the local deny cache, without asking Redis."},
     [METRICS_KEY_RESETS] = {PREFIX "key_resets_total",
                             "Keys reset through the admin API (DELETE /v1/keys/...)."},
+    [METRICS_GRPC_CONNECTIONS] = {PREFIX "grpc_connections_total",
+                                  "HTTP/2 connections accepted on grpc_listen."},
+    [METRICS_GRPC_STREAMS] = {PREFIX "grpc_streams_total",
+                              "HTTP/2 streams (gRPC calls) opened on grpc_listen."},
+    [METRICS_GRPC_PROTOCOL_ERRORS] = {PREFIX "grpc_protocol_errors_total",
+                                      "gRPC connections closed for an HTTP/2 protocol error or "
+                                      "a flood (SETTINGS, PING, RST_STREAM)."},
 };
 
 /* Every status the daemon sends (response.c's reason_phrase); the rest
@@ -73,6 +80,21 @@ struct policy_slot {
     uint64_t checks[METRICS_NDECISIONS];
 };
 
+/* One (domain, descriptor) series of ratelimitd_rls_descriptors_total. */
+struct rls_series {
+    char *domain, *descriptor; /* owned */
+    int detailed;
+    uint64_t n[METRICS_RLS_NRESULTS];
+};
+
+#define RLS_LABEL_MAX 200
+
+static const char *const rls_front_label[METRICS_RLS_NFRONTS] = {"grpc", "json"};
+static const char *const rls_code_label[METRICS_RLS_NCODES] = {"ok", "over_limit", "unavailable",
+                                                               "invalid"};
+static const char *const rls_result_label[METRICS_RLS_NRESULTS] = {
+    "ok", "over_limit", "shadow_over_limit", "unlimited", "unmatched"};
+
 struct metrics {
     /* Taken by the owning worker while it records and by whoever renders
      * the sum of every worker's shard: uncontended but for a scrape. */
@@ -86,6 +108,14 @@ struct metrics {
     uint64_t latency_count;
     uint64_t counters[METRICS_NCOUNTERS];
     uint64_t reloads[2]; /* [0] failure, [1] success */
+    uint64_t rls_requests[METRICS_RLS_NFRONTS][METRICS_RLS_NCODES];
+    /* The series in order of first sight (the render order), found through
+     * an open-addressing index of series number + 1 (0: empty), of
+     * rls_index_size entries, kept at most half full. */
+    struct rls_series *rls;
+    size_t nrls, rls_cap, ndetailed;
+    size_t *rls_index;
+    size_t rls_index_size;
 };
 
 struct metrics *metrics_new(void)
@@ -100,6 +130,12 @@ void metrics_free(struct metrics *m)
     if (!m)
         return;
     pthread_mutex_destroy(&m->lock);
+    for (size_t i = 0; i < m->nrls; i++) {
+        free(m->rls[i].domain);
+        free(m->rls[i].descriptor);
+    }
+    free(m->rls);
+    free(m->rls_index);
     free(m->policies);
     free(m);
 }
@@ -156,6 +192,103 @@ void metrics_check(struct metrics *m, const char *policy, enum metrics_decision 
         return;
     pthread_mutex_lock(&m->lock);
     policy_slot(m, policy)->checks[d]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metrics_rls_code c)
+{
+    if ((unsigned)f >= METRICS_RLS_NFRONTS || (unsigned)c >= METRICS_RLS_NCODES)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->rls_requests[f][c]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* FNV-1a over domain, a NUL and descriptor. */
+static size_t rls_hash(const char *domain, const char *descriptor)
+{
+    return name_hash(descriptor) * 31 + name_hash(domain);
+}
+
+static void rls_index_put(struct metrics *m, size_t slot)
+{
+    const struct rls_series *r = &m->rls[slot];
+    size_t mask = m->rls_index_size - 1;
+    size_t h = rls_hash(r->domain, r->descriptor) & mask;
+    while (m->rls_index[h])
+        h = (h + 1) & mask;
+    m->rls_index[h] = slot + 1;
+}
+
+/* The series of (domain, descriptor), or NULL if it does not exist. */
+static struct rls_series *rls_find(struct metrics *m, const char *domain, const char *descriptor)
+{
+    if (!m->rls_index_size)
+        return NULL;
+    size_t mask = m->rls_index_size - 1;
+    for (size_t h = rls_hash(domain, descriptor) & mask; m->rls_index[h]; h = (h + 1) & mask) {
+        struct rls_series *r = &m->rls[m->rls_index[h] - 1];
+        if (strcmp(r->descriptor, descriptor) == 0 && strcmp(r->domain, domain) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* A new series at zero; the caller has checked the caps. */
+static struct rls_series *rls_add(struct metrics *m, const char *domain, const char *descriptor,
+                                  int detailed)
+{
+    if (m->nrls == m->rls_cap) {
+        m->rls_cap = m->rls_cap ? 2 * m->rls_cap : 16;
+        m->rls = xrealloc(m->rls, m->rls_cap * sizeof *m->rls);
+    }
+    if (2 * (m->nrls + 1) > m->rls_index_size) {
+        free(m->rls_index);
+        m->rls_index_size = m->rls_index_size ? 2 * m->rls_index_size : 64;
+        m->rls_index = xcalloc(m->rls_index_size, sizeof *m->rls_index);
+        for (size_t i = 0; i < m->nrls; i++)
+            rls_index_put(m, i);
+    }
+    struct rls_series *r = &m->rls[m->nrls];
+    memset(r, 0, sizeof *r);
+    r->domain = xstrdup(domain);
+    r->descriptor = xstrdup(descriptor);
+    r->detailed = detailed;
+    rls_index_put(m, m->nrls++);
+    m->ndetailed += detailed != 0;
+    return r;
+}
+
+/* The series counting (domain, descriptor), created at zero if new; past
+ * a cap, (domain, "_other"), which may always be created: domains come
+ * from the config. */
+static struct rls_series *rls_series(struct metrics *m, const char *domain, const char *descriptor,
+                                     int detailed)
+{
+    struct rls_series *r = rls_find(m, domain, descriptor);
+    if (r)
+        return r;
+    if (m->nrls < METRICS_MAX_RLS_SERIES && (!detailed || m->ndetailed < METRICS_MAX_RLS_DETAILED))
+        return rls_add(m, domain, descriptor, detailed);
+    r = rls_find(m, domain, OTHER_POLICY);
+    return r ? r : rls_add(m, domain, OTHER_POLICY, 0);
+}
+
+void metrics_rls_descriptor(struct metrics *m, const char *domain, const char *descriptor,
+                            size_t len, int detailed, enum metrics_rls_result res)
+{
+    if ((unsigned)res >= METRICS_RLS_NRESULTS)
+        return;
+    /* Label values must be UTF-8 and short: a request's bytes are not. */
+    char label[RLS_LABEL_MAX + 1];
+    size_t n = len < RLS_LABEL_MAX ? len : RLS_LABEL_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)descriptor[i];
+        label[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '_';
+    }
+    label[n] = '\0';
+    pthread_mutex_lock(&m->lock);
+    rls_series(m, domain, label, detailed)->n[res]++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -219,6 +352,19 @@ void metrics_add(struct metrics *into, struct metrics *from)
         into->counters[i] += from->counters[i];
     for (size_t i = 0; i < 2; i++)
         into->reloads[i] += from->reloads[i];
+    for (size_t f = 0; f < METRICS_RLS_NFRONTS; f++)
+        for (size_t c = 0; c < METRICS_RLS_NCODES; c++)
+            into->rls_requests[f][c] += from->rls_requests[f][c];
+    /* The sum takes every shard's series as they are: each shard is
+     * capped, so the sum is too (by the number of workers). */
+    for (size_t i = 0; i < from->nrls; i++) {
+        const struct rls_series *f = &from->rls[i];
+        struct rls_series *t = rls_find(into, f->domain, f->descriptor);
+        if (!t)
+            t = rls_add(into, f->domain, f->descriptor, f->detailed);
+        for (size_t r = 0; r < METRICS_RLS_NRESULTS; r++)
+            t->n[r] += f->n[r];
+    }
     pthread_mutex_unlock(&into->lock);
     pthread_mutex_unlock(&from->lock);
 }
@@ -323,6 +469,32 @@ static void put_http(struct buf *b, const struct metrics *m)
     put(b, "%s{status=\"other\"} %" PRIu64 "\n", name, m->http[NSTATUS]);
 }
 
+static void put_rls(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "rls_requests_total";
+    put_family(b, name, "counter",
+               "Envoy rate limit service requests (gRPC ShouldRateLimit, POST /json), by front "
+               "and answer.");
+    for (size_t f = 0; f < METRICS_RLS_NFRONTS; f++)
+        for (size_t c = 0; c < METRICS_RLS_NCODES; c++)
+            put(b, "%s{front=\"%s\",code=\"%s\"} %" PRIu64 "\n", name, rls_front_label[f],
+                rls_code_label[c], m->rls_requests[f][c]);
+    name = PREFIX "rls_descriptors_total";
+    put_family(b, name, "counter",
+               "Descriptors of rate limit service requests, by domain, matched limit and result.");
+    for (size_t i = 0; i < m->nrls; i++) {
+        for (size_t r = 0; r < METRICS_RLS_NRESULTS; r++) {
+            if (!m->rls[i].n[r])
+                continue; /* most series see one or two results: keep the text short */
+            put(b, "%s{domain=\"", name);
+            put_label_value(b, m->rls[i].domain);
+            put(b, "\",descriptor=\"");
+            put_label_value(b, m->rls[i].descriptor);
+            put(b, "\",result=\"%s\"} %" PRIu64 "\n", rls_result_label[r], m->rls[i].n[r]);
+        }
+    }
+}
+
 static void put_latency(struct buf *b, const struct metrics *m)
 {
     const char *name = PREFIX "redis_request_duration_seconds";
@@ -365,6 +537,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
     put_u64_scalar(&b, PREFIX "checks_in_flight", "gauge", "Checks accepted and not yet answered.",
                    g->checks_in_flight);
     put_http(&b, m);
+    put_rls(&b, m);
     put_u64_scalar(&b, PREFIX "redis_up", "gauge",
                    "1 when connected to Redis with the script loaded, else 0.",
                    g->redis_up ? 1 : 0);

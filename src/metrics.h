@@ -45,8 +45,39 @@ enum metrics_counter {
     METRICS_REDIS_ERRORS,           /* ratelimitd_redis_errors_total */
     METRICS_DENY_CACHE_HITS,        /* ratelimitd_deny_cache_hits_total */
     METRICS_KEY_RESETS,             /* ratelimitd_key_resets_total */
+    METRICS_GRPC_CONNECTIONS,       /* ratelimitd_grpc_connections_total */
+    METRICS_GRPC_STREAMS,           /* ratelimitd_grpc_streams_total */
+    METRICS_GRPC_PROTOCOL_ERRORS,   /* ratelimitd_grpc_protocol_errors_total */
     METRICS_NCOUNTERS
 };
+
+/* Envoy rate limit service answers (ratelimitd_rls_requests_total). */
+enum metrics_rls_front { METRICS_RLS_GRPC, METRICS_RLS_JSON, METRICS_RLS_NFRONTS };
+enum metrics_rls_code {
+    METRICS_RLS_OK,
+    METRICS_RLS_OVER_LIMIT,
+    METRICS_RLS_UNAVAILABLE,
+    METRICS_RLS_INVALID,
+    METRICS_RLS_NCODES
+};
+
+/* What became of one descriptor (ratelimitd_rls_descriptors_total). */
+enum metrics_rls_result {
+    METRICS_RLS_DESC_OK,
+    METRICS_RLS_DESC_OVER_LIMIT,
+    METRICS_RLS_DESC_SHADOW_OVER_LIMIT,
+    METRICS_RLS_DESC_UNLIMITED,
+    METRICS_RLS_DESC_UNMATCHED,
+    METRICS_RLS_NRESULTS
+};
+
+/* Distinct (domain, descriptor) series a shard keeps for detailed_metric
+ * descriptors, whose label is the request's own values; past it they count
+ * under descriptor="_other". Series named by the config are bounded by the
+ * config, but all of them together are held to METRICS_MAX_RLS_SERIES
+ * over the process's life (reloads may name new ones). */
+#define METRICS_MAX_RLS_DETAILED 1000
+#define METRICS_MAX_RLS_SERIES 10000
 
 /* Values that live elsewhere in the daemon, read at render time. */
 struct metrics_gauges {
@@ -75,6 +106,18 @@ void metrics_policy_seen(struct metrics *m, const char *policy);
 
 /* Counts one check of policy with decision d (out of range: ignored). */
 void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d);
+
+/* Counts one rate limit service request by front and answer (out of
+ * range: ignored). */
+void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metrics_rls_code c);
+
+/* Counts one descriptor of a rate limit service request. domain and
+ * descriptor are label values ("" allowed); descriptor is len bytes of any
+ * content (bytes outside printable ASCII are rendered as '_'; cut at 200).
+ * detailed: descriptor comes from the request, not the config (capped at
+ * METRICS_MAX_RLS_DETAILED distinct series). */
+void metrics_rls_descriptor(struct metrics *m, const char *domain, const char *descriptor,
+                            size_t len, int detailed, enum metrics_rls_result r);
 
 /* Counts one HTTP answer by status (outside the known set: "other"). */
 void metrics_http_status(struct metrics *m, int status);

@@ -2,9 +2,9 @@
  * reload.c: a policy reload, all or nothing. Owns the rule of which fields a
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
  * idle_timeout, request_timeout, max_connections, max_inflight, overload,
- * log_level, access_log, auth_token_file) and which need a restart (listen,
- * admin_listen, listen_mode, listen_group, redis.url, watch, local_max_keys,
- * backend, workers).
+ * log_level, access_log, auth_token_file, grpc_max_streams) and which need
+ * a restart (listen, admin_listen, grpc_listen, listen_mode, listen_group,
+ * redis.url, watch, local_max_keys, backend, workers).
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +28,8 @@ static const char *restart_field(const struct config *old, const struct config *
         return "listen";
     if (differ(old->admin_listen, new->admin_listen))
         return "admin_listen";
+    if (differ(old->grpc_listen, new->grpc_listen))
+        return "grpc_listen";
     /* Applied to the socket files when they are made, at start. */
     if (old->listen_mode != new->listen_mode)
         return "listen_mode";

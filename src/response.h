@@ -7,8 +7,8 @@
  * asked, Content-Length, and the body, which always ends with one "\n".
  *
  * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
- * the buffer's own growth) and the X-RateLimit-* / Retry-After rules. Does
- * not own which tier binds (decision_summarize) nor when a connection closes
+ * the buffer's own growth). Does not own the X-RateLimit-* / Retry-After
+ * rules (rate_headers.c, shared with Envoy's answers), which tier binds (decision_summarize) nor when a connection closes
  * (http.c says so with RESPONSE_CLOSE).
  */
 #ifndef RATELIMITD_RESPONSE_H
@@ -33,6 +33,15 @@
  * decision_unknown_binding picks (X-RateLimit-Limit, RateLimit-Policy).
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
+
+struct rls_answer;
+
+/* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
+ * protojson of RateLimitResponse (enum names as strings, zero fields left
+ * out, durations as "<seconds>s"), 200 for OK and 429 for OVER_LIMIT;
+ * RLS_UNAVAILABLE 503 backend_unavailable with Retry-After: 1. Appends to
+ * out; returns the status. */
+int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags);
 
 /* A forward-auth request allowed without counting (missing_key: skip):
  * 200 {"allowed":true,"skipped":true,"policy":policy,"missing":missing},

@@ -28,7 +28,12 @@ struct rls_descriptor {
     int64_t hits_addend; /* the descriptor's own hits_addend; -1: not set */
 };
 
+/* Which front asked, for the metrics (ratelimitd_rls_requests_total). A
+ * zeroed request is gRPC's. */
+enum rls_front { RLS_FRONT_GRPC = 0, RLS_FRONT_JSON = 1 };
+
 struct rls_request {
+    enum rls_front front;
     const char *domain;
     size_t domainlen;
     const struct rls_descriptor *descriptors;
@@ -92,5 +97,21 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
 /* The front no longer wants the answer (its stream was reset): reply will
  * not be called. */
 void rls_cancel(struct rls_call *c);
+
+/* The pure parts, exported for the unit tests. */
+
+/* The check's key of a descriptor: esc(domain) "|" esc(k1) "=" esc(v1)
+ * "|" ... where esc turns '%', '|', '=' and NUL into %25, %7C, %3D and %00,
+ * so that two distinct descriptors never share a key. Writes at most
+ * outlen bytes into out (not NUL-terminated) and returns the length, or -1
+ * when the key would be longer than outlen. */
+long rls_key(const char *domain, size_t domainlen, const struct descriptor_entry *entries, size_t n,
+             char *out, size_t outlen) RL_WUR;
+
+/* current_limit for a `policy:` limit, from its binding tier t: the
+ * smallest unit at least as long as the window, and the limit scaled to it,
+ * rounded up (10 per 1s: 10 per SECOND; 100 per 10s: 600 per MINUTE); held
+ * to UINT32_MAX, the field's type in Envoy's proto. */
+void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_per_unit);
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * worker.c: one event loop's state (worker.h): its backend, metrics shard
- * and HTTP front, made from the config snapshot it is given; its thread
+ * worker.c: one event loop's state (worker.h): its backend, metrics shard,
+ * HTTP front and gRPC front, made from the config snapshot it is given; its thread
  * (every worker but 0, which runs on the main loop), the mailbox through
  * which the main thread hands it a reload or a drain; readiness, the
  * metrics text and the end of a drain.
@@ -16,6 +16,7 @@
 #include "backend_memory.h"
 #include "backend_redis.h"
 #include "deny_cache.h"
+#include "grpc.h"
 #include "http.h"
 #include "limiter_local.h"
 #include "listen.h"
@@ -84,12 +85,16 @@ static void set_config(struct worker *w, struct config *cfg)
     for (size_t i = 0; i < cfg->npolicies; i++)
         metrics_policy_seen(w->metrics, cfg->policies[i].name);
     http_apply_config(w->http, cfg);
+    if (w->grpc)
+        grpc_apply_config(w->grpc, cfg);
 }
 
 static void drain(struct worker *w)
 {
     w->draining = 1;
     http_drain(w->http);
+    if (w->grpc)
+        grpc_drain(w->grpc);
     worker_maybe_idle(w);
 }
 
@@ -152,6 +157,12 @@ static int open_listeners(struct worker *w, char *err, size_t errlen)
         if (w->admin_fd < 0)
             return -1;
     }
+    if (cfg->grpc_listen) {
+        w->grpc_fd = open_listener(cfg, cfg->grpc_listen, reuseport, first ? first->grpc_fd : -1,
+                                   err, errlen);
+        if (w->grpc_fd < 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -166,6 +177,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                          .wake = {-1, -1},
                          .listen_fd = -1,
                          .admin_fd = -1,
+                         .grpc_fd = -1,
                          .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                          .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
     pthread_mutex_init(&w->mail_lock, NULL);
@@ -193,7 +205,11 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     if (open_listeners(w, err, errlen) < 0)
         return -1;
     w->http = http_new(w, w->listen_fd, !cfg->admin_listen, w->admin_fd, err, errlen);
-    return w->http ? 0 : -1;
+    if (!w->http)
+        return -1;
+    if (w->grpc_fd >= 0 && !(w->grpc = grpc_new(w, w->grpc_fd, err, errlen)))
+        return -1;
+    return 0;
 }
 
 static void *worker_main(void *arg)
@@ -259,12 +275,15 @@ void worker_fini(struct worker *w)
     w->backend = NULL;
     http_free(w->http);
     w->http = NULL;
+    grpc_free(w->grpc);
+    w->grpc = NULL;
     /* The first worker's socket file goes with it; the others share it. */
     if (w->config) {
         listen_close(w->listen_fd, w->id == 0 ? w->config->listen : NULL);
         listen_close(w->admin_fd, w->id == 0 ? w->config->admin_listen : NULL);
+        listen_close(w->grpc_fd, w->id == 0 ? w->config->grpc_listen : NULL);
     }
-    w->listen_fd = w->admin_fd = -1;
+    w->listen_fd = w->admin_fd = w->grpc_fd = -1;
     if (w->wake_ev)
         event_free(w->wake_ev);
     w->wake_ev = NULL;
@@ -312,9 +331,18 @@ char *worker_metrics_text(struct worker *w)
     return text;
 }
 
+void worker_event_want(struct event *ev, int *added, int want)
+{
+    if (want == *added)
+        return;
+    if ((want ? event_add(ev, NULL) : event_del(ev)) < 0)
+        abort();
+    *added = want;
+}
+
 void worker_maybe_idle(struct worker *w)
 {
-    if (w->draining && w->inflight == 0 && http_idle(w->http))
+    if (w->draining && w->inflight == 0 && http_idle(w->http) && grpc_idle(w->grpc))
         event_base_loopexit(w->base, NULL);
 }
 

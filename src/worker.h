@@ -22,6 +22,7 @@ struct local_store;
 struct deny_cache;
 struct metrics;
 struct http;
+struct grpc;
 struct server;
 
 struct worker {
@@ -35,7 +36,9 @@ struct worker {
     struct deny_cache *deny; /* NULL: no deny cache */
     struct metrics *metrics; /* this worker's shard */
     struct http *http;
+    struct grpc *grpc;          /* NULL: no grpc_listen */
     int listen_fd, admin_fd;    /* listening sockets (listen.h); -1: none */
+    int grpc_fd;                /* grpc_listen's; -1: none */
     size_t inflight;            /* checks started and not yet answered */
     int draining;               /* no new checks; stop once idle */
     int64_t reset_seen_us;      /* monotonic: the last reset announcement heard */
@@ -55,8 +58,9 @@ struct worker {
 };
 
 /* Makes worker id on base from srv->config: its backend (not started), its
- * metrics shard and its HTTP front (the local store is the server's). On error returns -1 with a
- * message; worker_fini then frees what was made. */
+ * metrics shard, its HTTP front and, with grpc_listen, its gRPC front (the
+ * local store is the server's). On error returns -1 with a message;
+ * worker_fini then frees what was made. */
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;
 
@@ -94,6 +98,13 @@ char *worker_metrics_text(struct worker *w);
  * policy NULL: announcements may have been missed: empties the deny cache.
  * On the worker's own thread. */
 void worker_forget_key(struct worker *w, const char *policy, const char *key, size_t keylen);
+
+/* Adds (want) or removes an event of a front's connection on the worker's
+ * loop, tracking it in *added so that an unchanged wish costs no
+ * epoll_ctl. Failing means libevent is out of memory: the connection would
+ * then only end at its timer, or never: aborts like any allocation. */
+struct event;
+void worker_event_want(struct event *ev, int *added, int want);
 
 /* The front tells the worker it may have become idle (an answer written, a
  * connection closed): a drain ends once no check is in flight and every

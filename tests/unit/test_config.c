@@ -55,9 +55,10 @@ static const struct error_case {
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
      "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, "
      "clock, max_body, log_level, access_log, "
-     "admin_listen, watch, max_inflight, overload, max_connections, idle_timeout, request_timeout, "
+     "admin_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
+     "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
-     "deny_status, policies)"},
+     "deny_status, policies, domains, envoy_config)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
@@ -345,8 +346,11 @@ static const struct error_case {
     {"listen_group null", "listen: unix:/r.sock\nlisten_group:\n" POLICY_P, "2:14",
      "listen_group: expected a group name or number, got null"},
     {"listen_mode without a unix socket", "listen_mode: \"0660\"\n" POLICY_P, "1:14",
-     "listen_mode: applies only to unix sockets, and neither listen nor admin_listen is "
-     "unix:/path"},
+     "listen_mode: applies only to unix sockets, and none of listen, admin_listen, grpc_listen "
+     "is unix:/path"},
+    {"bad grpc_listen", "grpc_listen: nowhere\n" POLICY_P, "1:14", "grpc_listen:"},
+    {"grpc_max_streams 0", "grpc_max_streams: 0\n" POLICY_P, "1:19",
+     "grpc_max_streams: invalid value"},
     {"listen_group without a unix socket",
      "admin_listen: 127.0.0.1:9090\nlisten_group: 0\n" POLICY_P, "2:15",
      "listen_group: applies only to unix sockets"},

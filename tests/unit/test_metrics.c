@@ -140,6 +140,16 @@ static const char *const expected_scenario[] = {
     "# HELP ratelimitd_key_resets_total Keys reset through the admin API (DELETE /v1/keys/...).",
     "# TYPE ratelimitd_key_resets_total counter",
     "ratelimitd_key_resets_total 1",
+    "# HELP ratelimitd_grpc_connections_total HTTP/2 connections accepted on grpc_listen.",
+    "# TYPE ratelimitd_grpc_connections_total counter",
+    "ratelimitd_grpc_connections_total 0",
+    "# HELP ratelimitd_grpc_streams_total HTTP/2 streams (gRPC calls) opened on grpc_listen.",
+    "# TYPE ratelimitd_grpc_streams_total counter",
+    "ratelimitd_grpc_streams_total 0",
+    "# HELP ratelimitd_grpc_protocol_errors_total gRPC connections closed for an HTTP/2 "
+    "protocol error or a flood (SETTINGS, PING, RST_STREAM).",
+    "# TYPE ratelimitd_grpc_protocol_errors_total counter",
+    "ratelimitd_grpc_protocol_errors_total 0",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -217,8 +227,8 @@ static void test_empty(void)
 
     /* build_info + checks + in_flight + http + redis_up + histogram + 5
      * counters + reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 15, "empty: 15 families");
-    is_int(count_substr(text, "# HELP "), 15, "empty: 15 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 18, "empty: 18 families");
+    is_int(count_substr(text, "# HELP "), 18, "empty: 18 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,

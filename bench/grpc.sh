@@ -18,7 +18,10 @@
 # rls_client.py); headers content-type: application/grpc, te: trailers.
 # /check: wrk -t1 -c CONNS with the body {"policy":P,"key":"bench|user=hot"}
 # (the key the RLS call builds, so both meet one counter format).
-# Prints the checks/s of each run, the medians and the ratio gRPC ÷ /check.
+# Prints the checks/s of each run, the medians, the ratio gRPC ÷ /check, the
+# answer of one more gRPC call after the runs (allow: OK; deny: OVER_LIMIT:
+# the load was counted) and the daemon's count of gRPC calls by code (h2load
+# sees HTTP 200 on gRPC errors too: this shows there were none).
 #
 # Options: --runs N (3), --duration S (5), --warmup S (1), --conns C (64),
 # --streams M (1: one call in flight per connection, as wrk), --cases
@@ -112,17 +115,16 @@ curl -sf -o /dev/null "http://127.0.0.1:$HPORT/readyz" || { log "ratelimitd did 
 "$PY" - "$ROOT/tests/integration" "$TMP" "$GPORT" $CASES <<'EOF' || { log "could not build or send the gRPC request"; exit 1; }
 import struct, sys
 sys.path.insert(0, sys.argv[1])
-import grpc
 import rls_client
+rls_client.require()
 tmp, port, cases = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-stub = rls_client.stub(grpc.insecure_channel("127.0.0.1:%d" % port))
+ch = rls_client.channel("127.0.0.1:%d" % port)
 for case in cases:
-    req = rls_client.request("bench", [([("user", case)], None)], 0)
-    data = req.SerializeToString()
+    data = rls_client.build_request("bench", [[("user", case)]]).SerializeToString()
     with open("%s/%s.grpc" % (tmp, case), "wb") as f:
-        f.write(struct.pack(">BI", 0, len(data)) + data)  # uncompressed, length
-    resp = stub(req, timeout=5)
-    print("[grpc.sh] probe %s: %s" % (case, rls_client.code_name(resp.overall_code)), file=sys.stderr)
+        f.write(struct.pack(">BI", 0, len(data)) + data)  # not compressed, length
+    resp = rls_client.should_rate_limit(ch, "bench", [[("user", case)]], timeout=5)
+    print("[grpc.sh] probe %s: overall_code %d" % (case, resp.overall_code), file=sys.stderr)
 EOF
 
 h2_run() {   # h2_run CASE SECONDS -> checks/s
@@ -159,11 +161,26 @@ for case in $CASES; do
     done
     RES[$case,grpc]=$(echo "$g" | median) RES[$case,http]=$(echo "$h" | median)
     RES[$case,runs_grpc]=$g RES[$case,runs_http]=$h
+    RES[$case,after]=$("$PY" - "$ROOT/tests/integration" "$GPORT" "$case" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import rls_client
+rls_client.require()
+r = rls_client.should_rate_limit(rls_client.channel("127.0.0.1:" + sys.argv[2]), "bench",
+                                 [[("user", sys.argv[3])]], timeout=5)
+print({1: "OK", 2: "OVER_LIMIT"}.get(r.overall_code, r.overall_code))
+EOF
+)
 done
 
-echo "| case | gRPC ShouldRateLimit checks/s (median) | HTTP/1.1 /check checks/s (median) | gRPC ÷ /check | runs gRPC | runs /check |"
-echo "|---|---|---|---|---|---|"
+echo "| case | gRPC ShouldRateLimit checks/s (median) | HTTP/1.1 /check checks/s (median) | gRPC ÷ /check | runs gRPC | runs /check | gRPC probe after |"
+echo "|---|---|---|---|---|---|---|"
 for case in $CASES; do
     ratio=$(awk -v a="${RES[$case,grpc]}" -v b="${RES[$case,http]}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }')
-    echo "| $case | ${RES[$case,grpc]} | ${RES[$case,http]} | $ratio |${RES[$case,runs_grpc]} |${RES[$case,runs_http]} |"
+    echo "| $case | ${RES[$case,grpc]} | ${RES[$case,http]} | $ratio |${RES[$case,runs_grpc]} |${RES[$case,runs_http]} | ${RES[$case,after]} |"
 done
+# Every gRPC call the daemon answered, by code: h2load counts HTTP 200s, and
+# a gRPC error is a 200 too, so this is what shows none was an error.
+echo
+echo "ratelimitd's own count of the gRPC calls (all runs and probes):"
+curl -s "http://127.0.0.1:$HPORT/metrics" | grep '^ratelimitd_rls_requests_total{front="grpc"' || echo "(no rls metrics)"

@@ -56,10 +56,13 @@
  * cancels calls now and then stays far below. */
 #define GRPC_RST_BURST 1000
 #define GRPC_RST_RATE 33
-/* SETTINGS frames a peer may send before one is acknowledged, and
- * acknowledgements (SETTINGS, PING) queued while the peer does not read. */
+/* SETTINGS entries in one frame, and acknowledgements (SETTINGS, PING)
+ * queued in nghttp2 and not yet sent: past either the peer floods and the
+ * connection ends. A read brings at most GRPC_READ_CHUNK bytes, up to 963
+ * PINGs, all queued before any is sent; a client's keepalive sends one at a
+ * time, so a few hundred in one read is a flood. */
 #define GRPC_MAX_SETTINGS 32
-#define GRPC_MAX_OUTBOUND_ACK 1000
+#define GRPC_MAX_OUTBOUND_ACK 200
 /* The gRPC message prefix: 1 byte compressed flag, 4 bytes length. */
 #define GRPC_PREFIX 5
 
@@ -113,7 +116,8 @@ struct gconn {
     int busy;
     int dead; /* free at the end of the callback */
     int reading, writing;
-    int goaway; /* a drain's GOAWAY is submitted */
+    int goaway;      /* a drain's GOAWAY is submitted */
+    int proto_error; /* ended for a protocol error or a flood (counted once) */
     LIST_HEAD(, stream) streams;
     LIST_ENTRY(gconn) link;
 };
@@ -470,7 +474,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 {
     struct gconn *c = user;
     struct stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-    if (!st || f->hd.type != NGHTTP2_HEADERS)
+    if (!st || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0; /* trailers: nothing in them matters */
     st->header_bytes += nlen + vlen + 32;
     if (st->header_bytes > GRPC_HEADER_LIST_MAX)
@@ -524,6 +528,16 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
     return 0;
 }
 
+/* nghttp2 ends a connection for a peer's error by itself (a flood of
+ * RST_STREAM, too many SETTINGS entries...): its GOAWAY says so. */
+static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
+{
+    struct gconn *c = user;
+    if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR)
+        c->proto_error = 1;
+    return 0;
+}
+
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
 {
     struct stream *st = nghttp2_session_get_stream_user_data(s, id);
@@ -540,6 +554,8 @@ static void conn_free(struct gconn *c)
     while (!LIST_EMPTY(&c->streams))
         stream_free(LIST_FIRST(&c->streams));
     nghttp2_session_del(c->s);
+    if (c->proto_error)
+        metrics_count(g->w->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
     /* event_del fails only for an event never assigned; close only on a
      * bad descriptor: neither can happen here. */
     event_del(&c->rd);
@@ -645,7 +661,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     if (used < 0) {
         /* A protocol error or a flood: nghttp2 has queued a GOAWAY where
          * the error allows one; it is written, then the connection ends. */
-        metrics_count(c->g->w->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
+        c->proto_error = 1;
         if (used != NGHTTP2_ERR_FLOODED && used != NGHTTP2_ERR_BAD_CLIENT_MAGIC)
             (void)nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
         (void)flush(c);
@@ -678,6 +694,7 @@ static nghttp2_session_callbacks *callbacks_new(void)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     return cb;
 }
 

@@ -273,10 +273,13 @@ void worker_fini(struct worker *w)
      * alive; http_free then closes the connections. */
     backend_free(w->backend);
     w->backend = NULL;
-    http_free(w->http);
-    w->http = NULL;
+    /* The gRPC front first: closing its connections asks whether a drain
+     * is over, which looks at the HTTP front (http_free's own closing
+     * looks at the gRPC front, NULL by then). */
     grpc_free(w->grpc);
     w->grpc = NULL;
+    http_free(w->http);
+    w->http = NULL;
     /* The first worker's socket file goes with it; the others share it. */
     if (w->config) {
         listen_close(w->listen_fd, w->id == 0 ? w->config->listen : NULL);

@@ -41,7 +41,11 @@ static void usage(FILE *out)
             "A rate-limit decision daemon: POST /check answers from limits kept in Redis.\n"
             "\n"
             "  -c, --config FILE     policy file (default " DEFAULT_CONFIG ")\n"
-            "  -t, --check-config    validate the policy file and exit (0 valid, 1 not)\n"
+            "  -t, --check-config    validate the policy file (and the envoy directory)\n"
+            "                        and exit (0 valid, 1 not)\n"
+            "      --envoy-config DIR\n"
+            "                        envoyproxy/ratelimit's YAML files, one domain each\n"
+            "                        (default: the policy file's envoy_config)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -50,7 +54,8 @@ static void usage(FILE *out)
             "  -h, --help            this text\n"
             "  -V, --version         print the version\n"
             "\n"
-            "Signals: SIGHUP reloads the policy file; SIGTERM or SIGINT drain and exit.\n"
+            "Signals: SIGHUP reloads the policy file and the envoy directory; SIGTERM or\n"
+            "SIGINT drain and exit.\n"
             "Exit status: 0 clean exit, 1 invalid policy file or cannot listen, 64 bad usage.\n");
 }
 
@@ -183,6 +188,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, 't'},
+        {"envoy-config", required_argument, NULL, 'E'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -202,6 +208,9 @@ int main(int argc, char **argv)
             break;
         case 't':
             check_only = 1;
+            break;
+        case 'E':
+            srv.envoy_config_cli = optarg;
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv.log.level) < 0) {
@@ -236,7 +245,7 @@ int main(int argc, char **argv)
     char err[RL_ERRLEN * 2];
     if (check_permissions(&srv, NULL, strict_perms) < 0)
         return 1;
-    srv.config = config_load(srv.config_path, err, sizeof err);
+    srv.config = config_load_envoy(srv.config_path, srv.envoy_config_cli, err, sizeof err);
     if (!srv.config) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
@@ -248,7 +257,12 @@ int main(int argc, char **argv)
     if (!srv.log_level_from_cli)
         srv.log.level = srv.config->log_level;
     if (check_only) {
-        printf("%s: ok, %zu policies\n", srv.config_path, srv.config->npolicies);
+        if (srv.config->envoy_config)
+            printf("%s: ok, %zu policies, %zu domains (envoy_config %s)\n", srv.config_path,
+                   srv.config->npolicies, srv.config->ndomains, srv.config->envoy_config);
+        else
+            printf("%s: ok, %zu policies, %zu domains\n", srv.config_path, srv.config->npolicies,
+                   srv.config->ndomains);
         config_unref(srv.config);
         return 0;
     }

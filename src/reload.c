@@ -2,9 +2,10 @@
  * reload.c: a policy reload, all or nothing. Owns the rule of which fields a
  * reload may change (policies, redis.timeout, key_prefix, clock, max_body,
  * idle_timeout, request_timeout, max_connections, max_inflight, overload,
- * log_level, access_log, auth_token_file, grpc_max_streams) and which need
- * a restart (listen, admin_listen, grpc_listen, listen_mode, listen_group,
- * redis.url, watch, local_max_keys, backend, workers).
+ * log_level, access_log, auth_token_file, grpc_max_streams, domains,
+ * envoy_config and the envoy directory's files) and which need a restart
+ * (listen, admin_listen, grpc_listen, listen_mode, listen_group, redis.url,
+ * watch, local_max_keys, backend, workers).
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "reload.h"
+#include "watch.h"
 #include "worker.h"
 
 static int differ(const char *a, const char *b)
@@ -52,7 +54,7 @@ int reload_config(struct server *srv, const char *trigger)
 {
     char err[RL_ERRLEN * 2];
     notify_reloading(srv->notify);
-    struct config *c = config_load(srv->config_path, err, sizeof err);
+    struct config *c = config_load_envoy(srv->config_path, srv->envoy_config_cli, err, sizeof err);
     if (!c) {
         log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
                   trigger, "error", err, NULL);
@@ -79,10 +81,13 @@ int reload_config(struct server *srv, const char *trigger)
         worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;
-    char n[24];
+    /* envoy_config may now name another directory. */
+    watch_follow(srv->watch);
+    char n[24], nd[24];
     snprintf(n, sizeof n, "%zu", c->npolicies);
+    snprintf(nd, sizeof nd, "%zu", c->ndomains);
     log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "trigger", trigger, "policies", n,
-              NULL);
+              "domains", nd, NULL);
     notify_state(srv->notify, srv);
     return 0;
 }

@@ -24,6 +24,7 @@ struct server {
     struct logger log;
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
+    const char *envoy_config_cli; /* --envoy-config DIR; NULL: the file's envoy_config */
     struct config *config; /* current snapshot; one reference held here */
     struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;

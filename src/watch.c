@@ -1,10 +1,12 @@
 /*
- * watch.c: reloads on a change of the policy file's content.
+ * watch.c: reloads on a change of the policy file's content, or of the
+ * envoyproxy/ratelimit files in the envoy_config directory.
  *
- * Any event in the directory arms a short timer (editors and ConfigMap
- * updates come as bursts of events); when it fires, the file's content is
- * hashed and the policies are reloaded only if the hash differs from the last
- * one seen, so unrelated files in the directory cause no reload.
+ * Any event in either directory arms a short timer (editors and ConfigMap
+ * updates come as bursts of events); when it fires, the policy file's
+ * content and each domain file's name and content are hashed, and the
+ * policies are reloaded only if the hash differs from the last one seen,
+ * so unrelated files in the directories cause no reload.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -15,6 +17,8 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "envoy_config.h"
+#include "log.h"
 #include "reload.h"
 #include "sha1.h"
 #include "watch.h"
@@ -28,7 +32,13 @@ struct watch {
     struct event *readable;
     struct event *settle;
     char sha[41]; /* of the content last loaded or seen invalid */
+    int file_wd;  /* the policy file's directory */
+    int envoy_wd; /* the envoy directory's, -1 if none (or file_wd's) */
+    char *envoy_dir; /* the directory envoy_wd watches */
 };
+
+#define WATCH_MASK                                                                                 \
+    (IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB)
 
 /* The SHA1 of the file's content, or "" if it cannot be read. */
 static void hash_file(const char *path, char out[41])
@@ -45,11 +55,48 @@ static void hash_file(const char *path, char out[41])
     free(buf);
 }
 
+/* Appends "<path> <sha1>\n" of one domain file to a growing list. */
+struct listing {
+    char *buf;
+    size_t len;
+};
+
+static int add_to_listing(const char *path, const char *text, size_t len, void *arg)
+{
+    struct listing *l = arg;
+    char sha[41];
+    size_t n = strlen(path) + sizeof sha + 2;
+
+    sha1_hex(text, len, sha);
+    l->buf = xrealloc(l->buf, l->len + n);
+    l->len += (size_t)snprintf(l->buf + l->len, n, "%s %s\n", path, sha);
+    return 0;
+}
+
+/* The SHA1 of everything a load reads: the policy file, and the envoy
+ * directory's domain files (names and contents); "" if the policy file
+ * cannot be read. A directory that cannot be read hashes as such, so that
+ * its return is a change. */
+static void hash_inputs(const struct watch *w, char out[41])
+{
+    struct listing l = {NULL, 0};
+    char err[256];
+
+    hash_file(w->srv->config_path, out);
+    if (!out[0] || !w->envoy_dir)
+        return;
+    add_to_listing(w->srv->config_path, out, strlen(out), &l);
+    if (envoy_config_each(w->envoy_dir, add_to_listing, &l, err, sizeof err) < 0)
+        add_to_listing(err, "", 0, &l);
+    sha1_hex(l.buf, l.len, out);
+    free(l.buf);
+}
+
 static void on_settled(evutil_socket_t fd, short what, void *arg)
 {
     struct watch *w = arg;
     char sha[41];
-    hash_file(w->srv->config_path, sha);
+    hash_inputs(w, sha);
     if (!sha[0] || strcmp(sha, w->sha) == 0)
         return; /* gone for a moment (a rename in progress) or unchanged */
     memcpy(w->sha, sha, sizeof sha);
@@ -75,15 +122,15 @@ struct watch *watch_new(struct server *srv, char *err, size_t errlen)
     w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     char *copy = xstrdup(srv->config_path);
     const char *dir = dirname(copy);
-    if (w->fd < 0 || inotify_add_watch(w->fd, dir,
-                                       IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE |
-                                           IN_MOVED_FROM | IN_ATTRIB) < 0) {
+    w->envoy_wd = -1;
+    if (w->fd < 0 || (w->file_wd = inotify_add_watch(w->fd, dir, WATCH_MASK)) < 0) {
         snprintf(err, errlen, "watch: cannot watch %s: %s", dir, strerror(errno));
         free(copy);
         watch_free(w);
         return NULL;
     }
     free(copy);
+    watch_follow(w);
     /* No hash yet: the first change seen reloads even if the file changed
      * between config_load and now. */
     w->readable = event_new(srv->base, w->fd, EV_READ | EV_PERSIST, on_readable, w);
@@ -96,6 +143,25 @@ struct watch *watch_new(struct server *srv, char *err, size_t errlen)
     return w;
 }
 
+void watch_follow(struct watch *w)
+{
+    const char *want = w ? w->srv->config->envoy_config : NULL;
+
+    if (w == NULL || (want && w->envoy_dir && strcmp(want, w->envoy_dir) == 0) ||
+        (!want && !w->envoy_dir))
+        return;
+    /* The same directory as the policy file's has the same watch: keep it. */
+    if (w->envoy_wd >= 0 && w->envoy_wd != w->file_wd)
+        (void)inotify_rm_watch(w->fd, w->envoy_wd); /* gone with its directory: nothing to undo */
+    w->envoy_wd = -1;
+    free(w->envoy_dir);
+    w->envoy_dir = want ? xstrdup(want) : NULL;
+    if (want && (w->envoy_wd = inotify_add_watch(w->fd, want, WATCH_MASK)) < 0)
+        log_event(&w->srv->log, LOG_LVL_WARN,
+                  "watch: cannot watch the envoy_config directory; SIGHUP still reloads it",
+                  "directory", want, "error", strerror(errno), NULL);
+}
+
 void watch_free(struct watch *w)
 {
     if (!w)
@@ -106,5 +172,6 @@ void watch_free(struct watch *w)
         event_free(w->settle);
     if (w->fd >= 0)
         close(w->fd);
+    free(w->envoy_dir);
     free(w);
 }

@@ -362,12 +362,217 @@ static void test_units(void)
     is_str(rls_unit_name((enum rls_unit)99), "UNKNOWN", "out of range: UNKNOWN");
 }
 
+/* ---- envoyproxy/ratelimit's directory ----------------------------------- */
+
+static char tmpdir[64];
+
+static void put(const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        ok(0, "cannot write %s", path);
+}
+
+static void rm(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    unlink(path);
+}
+
+/* The policy file t.yaml in tmpdir, with `extra` after a policy. */
+static const char *policy_file(const char *extra)
+{
+    static char path[256];
+    char text[2048];
+    snprintf(text, sizeof text, PRE "  []\n%s", extra);
+    snprintf(path, sizeof path, "%s/policy/t.yaml", tmpdir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+        ok(0, "cannot write %s", path);
+    return path;
+}
+
+static const char *match_in(const struct config *c, const char *d, const char *desc)
+{
+    return c ? match(c, d, desc) : "(no config)";
+}
+
+static void test_envoy_dir(void)
+{
+    char err[1024], dir[128], extra[256], want[1024];
+    struct config *c;
+
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_domains.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        ok(0, "mkdtemp");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/policy", tmpdir);
+    mkdir(dir, 0700);
+    /* An empty directory: no domains, fine. */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    ok(c && c->ndomains == 0, "an empty directory loads (%s)", c ? "" : err);
+    config_unref(c);
+
+    put("b.yaml", "domain: beta\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, "
+                  "requests_per_unit: 3}\n");
+    put("a.yml", "# first\ndomain: alpha\ndescriptors:\n  - key: k\n    value: v\n"
+                 "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    put("notes.txt", "not yaml: [\n");
+    put(".hidden.yaml", "not yaml: [\n");
+    mkdir(strcat(strcpy(extra, tmpdir), "/sub.yaml"), 0700); /* a directory: skipped */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    ok(c && c->ndomains == 2, "two files, two domains (%s)", c ? "" : err);
+    is_str(match_in(c, "alpha", "k=v"), "k_v", "alpha from a.yml");
+    is_str(match_in(c, "beta", "k=x"), "k", "beta from b.yaml");
+    if (c) {
+        snprintf(want, sizeof want, "%s/a.yml:2:9", tmpdir);
+        is_str(c->domains[0].file, want, "a domain remembers where it was defined");
+        is_str(c->envoy_config, tmpdir, "--envoy-config is the snapshot's envoy_config");
+    }
+    config_unref(c);
+
+    /* envoy_config: in the file, and the CLI winning over it. */
+    snprintf(extra, sizeof extra, "envoy_config: %s\n", tmpdir);
+    c = config_load(policy_file(extra), err, sizeof err);
+    ok(c && c->ndomains == 2, "envoy_config: loads the directory (%s)", c ? "" : err);
+    config_unref(c);
+    snprintf(dir, sizeof dir, "%s/empty", tmpdir);
+    mkdir(dir, 0700);
+    c = config_load_envoy(policy_file(extra), dir, err, sizeof err);
+    ok(c && c->ndomains == 0 && strcmp(c->envoy_config, dir) == 0,
+       "--envoy-config wins over envoy_config: (%s)", c ? "" : err);
+    config_unref(c);
+
+    /* A reload is a new load: a new file is seen, a removed one is gone. */
+    put("c.yaml", "domain: gamma\n");
+    rm("a.yml");
+    c = config_load(policy_file(extra), err, sizeof err);
+    ok(c && c->ndomains == 2, "a load sees the directory as it is now (%s)", c ? "" : err);
+    is_str(match_in(c, "alpha", "k=v"), "-", "the removed file's domain is gone");
+    ok(c && domains_match(c, "gamma", 5, NULL, 0) == NULL && c->ndomains == 2 &&
+           strcmp(c->domains[1].name, "gamma") == 0,
+       "the new file's domain is there");
+    config_unref(c);
+
+    /* Errors: file:line:col of the file at fault. */
+    static const struct {
+        const char *what, *text, *at, *msg;
+    } cases[] = {
+        {"policy: refused", "domain: x\ndescriptors:\n  - {key: k, policy: p}\n", "3:22",
+         "descriptors[0]: policy: is ratelimitd's extension"},
+        {"unknown field", "domain: x\nlimits: []\n", "2:1", "unknown field \"limits\""},
+        {"domain missing", "descriptors: []\n", "1:1", "missing required field \"domain\""},
+        {"syntax", "domain: [x\n", "2:1", "did not find expected"},
+        {"empty file", "", "1:1", "the file is empty"},
+        {"a sequence", "- domain: x\n", "1:1", "expected a mapping"},
+        {"bad unit",
+         "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: ms, "
+         "requests_per_unit: 1}\n",
+         "4:24", "descriptors[0].rate_limit.unit: invalid value \"ms\""},
+        {"same domain as another file", "domain: beta\n", "1:9",
+         "domain \"beta\" is defined twice: also at "},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        put("z.yaml", cases[i].text);
+        c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+        ok(c == NULL, "%s: refused", cases[i].what);
+        config_unref(c);
+        snprintf(want, sizeof want, "%s/z.yaml:%s: ", tmpdir, cases[i].at);
+        ok(strncmp(err, want, strlen(want)) == 0, "%s: at z.yaml:%s (%s)", cases[i].what,
+           cases[i].at, err);
+        ok(strstr(err, cases[i].msg) != NULL, "%s: says \"%s\"", cases[i].what, cases[i].msg);
+    }
+    snprintf(want, sizeof want, "also at %s/b.yaml:1:9", tmpdir);
+    ok(strstr(err, want) != NULL, "the duplicate names the other file (%s)", err);
+    rm("z.yaml");
+
+    /* A domain in a file and in domains: (the file is read after). */
+    c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
+    config_unref(c);
+    char text[512];
+    snprintf(text, sizeof text, "%s/policy/t.yaml", tmpdir);
+    FILE *f = fopen(text, "w");
+    fputs(PRE "  - domain: beta\n", f);
+    fclose(f);
+    c = config_load_envoy(text, tmpdir, err, sizeof err);
+    snprintf(want, sizeof want, "%s/b.yaml:1:9: domain \"beta\" is defined twice: also at %s:5:13",
+             tmpdir, text);
+    ok(c == NULL && strcmp(err, want) == 0, "domains: and a file: both places named (%s)", err);
+    config_unref(c);
+
+    /* A directory that is not there. */
+    c = config_load_envoy(text, "/nonexistent-ratelimitd-envoy", err, sizeof err);
+    ok(c == NULL && strstr(err, "/nonexistent-ratelimitd-envoy: No such file") != NULL,
+       "a missing directory is an error (%s)", err);
+    config_unref(c);
+
+    rm("b.yaml");
+    rm("c.yaml");
+    rm("notes.txt");
+    rm(".hidden.yaml");
+    rm("policy/t.yaml");
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/sub.yaml", tmpdir);
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/policy", tmpdir);
+    rmdir(dir);
+    ok(rmdir(tmpdir) == 0, "temp dir cleaned up");
+}
+
+/* The shipped examples: envoyproxy/ratelimit's README configurations,
+ * loaded unchanged, matching as its documentation says. */
+static void test_shipped(const char *srcdir)
+{
+    char path[512], dir[512], err[1024];
+    snprintf(path, sizeof path, "%s/conf/ratelimitd.yaml", srcdir);
+    snprintf(dir, sizeof dir, "%s/conf/envoy", srcdir);
+    struct config *c = config_load_envoy(path, dir, err, sizeof err);
+    ok(c != NULL, "conf/ratelimitd.yaml with conf/envoy loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    is_str(match(c, "db_ops", "database=accounts"), "database_accounts", "db_ops: accounts");
+    is_str(match(c, "db_ops", "database=other"), "-", "db_ops: another database: none");
+    is_str(match(c, "db_ops", "source_cluster=frontend"), "-", "db_ops: a branch, no limit");
+    is_str(match(c, "db_ops", "source_cluster=frontend,destination_cluster=payments"),
+           "source_cluster_frontend.destination_cluster_payments", "db_ops: nested exact");
+    is_str(match(c, "db_ops", "source_cluster=frontend,destination_cluster=x"),
+           "source_cluster_frontend.destination_cluster", "db_ops: nested key only");
+    const struct domain_limit *l;
+    struct descriptor_entry e[2] = {{"channel", 7, "promo", 5}, {"recipient", 9, "+1", 2}};
+    l = domains_match(c, "notifications", 13, e, 2);
+    ok(l && l->policy && l->policy->shadow && l->requests_per_unit == 3 && l->unit == RLS_UNIT_DAY,
+       "notifications: promo per recipient, 3/day, shadow");
+    l = domains_match(c, "notifications", 13, e + 1, 1);
+    ok(l && !l->policy->shadow && l->detailed_metric, "notifications: recipient, detailed");
+    struct descriptor_entry k[2] = {{"client", 6, "internal-build", 14}, {"plan", 4, "premium", 7}};
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->requests_per_unit == 1000 && l->unit == RLS_UNIT_MINUTE, "public_api: wildcard");
+    k[0].value = "monitoring", k[0].valuelen = 10;
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->unlimited, "public_api: unlimited");
+    k[0].value = "acme", k[0].valuelen = 4;
+    l = domains_match(c, "public_api", 10, k, 1);
+    ok(l && l->name && strcmp(l->name, "per_client") == 0, "public_api: per client");
+    l = domains_match(c, "public_api", 10, k, 2);
+    ok(l && l->nreplaces == 1 && strcmp(l->replaces[0], "per_client") == 0,
+       "public_api: premium replaces per_client");
+    config_unref(c);
+}
+
 int main(void)
 {
+    const char *srcdir = getenv("RL_SRCDIR");
+
     test_errors();
     test_depth();
     test_matching();
     test_limits();
     test_units();
+    test_envoy_dir();
+    test_shipped(srcdir ? srcdir : ".");
     return tap_done();
 }

@@ -14,8 +14,8 @@
 
 #include "json_out.h"
 #include "rate_headers.h"
-#include "rls.h"
 #include "response.h"
+#include "rls.h"
 #include "util.h"
 
 /* The head is assembled with plain copies: snprintf's format parsing cost

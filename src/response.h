@@ -8,8 +8,8 @@
  *
  * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
  * the buffer's own growth). Does not own the X-RateLimit-* / Retry-After
- * rules (rate_headers.c, shared with Envoy's answers), which tier binds (decision_summarize) nor when a connection closes
- * (http.c says so with RESPONSE_CLOSE).
+ * rules (rate_headers.c, shared with Envoy's answers), which tier binds (decision_summarize) nor
+ * when a connection closes (http.c says so with RESPONSE_CLOSE).
  */
 #ifndef RATELIMITD_RESPONSE_H
 #define RATELIMITD_RESPONSE_H

@@ -97,6 +97,31 @@ static const char *const expected_scenario[] = {
     "ratelimitd_http_responses_total{status=\"503\"} 0",
     "ratelimitd_http_responses_total{status=\"505\"} 0",
     "ratelimitd_http_responses_total{status=\"other\"} 1",
+    "# HELP ratelimitd_rls_requests_total Envoy rate limit service requests (gRPC ShouldRateLimit, "
+    "POST /json), by front and answer.",
+    "# TYPE ratelimitd_rls_requests_total counter",
+    "ratelimitd_rls_requests_total{front=\"grpc\",code=\"ok\"} 2",
+    "ratelimitd_rls_requests_total{front=\"grpc\",code=\"over_limit\"} 0",
+    "ratelimitd_rls_requests_total{front=\"grpc\",code=\"unavailable\"} 0",
+    "ratelimitd_rls_requests_total{front=\"grpc\",code=\"invalid\"} 0",
+    "ratelimitd_rls_requests_total{front=\"json\",code=\"ok\"} 0",
+    "ratelimitd_rls_requests_total{front=\"json\",code=\"over_limit\"} 1",
+    "ratelimitd_rls_requests_total{front=\"json\",code=\"unavailable\"} 0",
+    "ratelimitd_rls_requests_total{front=\"json\",code=\"invalid\"} 1",
+    "# HELP ratelimitd_rls_descriptors_total Descriptors of rate limit service requests, by "
+    "domain, "
+    "matched limit and result.",
+    "# TYPE ratelimitd_rls_descriptors_total counter",
+    "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"path_/login\",result=\"ok\"} 2",
+    "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"path_/"
+    "login\",result=\"over_limit\"} "
+    "1",
+    "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"\",result=\"unmatched\"} 1",
+    "ratelimitd_rls_descriptors_total{domain=\"\",descriptor=\"\",result=\"unmatched\"} 1",
+    "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"user_a__\",result=\"shadow_over_"
+    "limit\"} 1",
+    "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"user_a_b\",result=\"shadow_over_"
+    "limit\"} 1",
     "# HELP ratelimitd_redis_up 1 when connected to Redis with the script loaded, else 0.",
     "# TYPE ratelimitd_redis_up gauge",
     "ratelimitd_redis_up 1",
@@ -178,6 +203,19 @@ static void test_scenario(void)
     metrics_http_status(m, 200);
     metrics_http_status(m, 429);
     metrics_http_status(m, 418);
+    metrics_rls_request(m, METRICS_RLS_GRPC, METRICS_RLS_OK);
+    metrics_rls_request(m, METRICS_RLS_GRPC, METRICS_RLS_OK);
+    metrics_rls_request(m, METRICS_RLS_JSON, METRICS_RLS_OVER_LIMIT);
+    metrics_rls_request(m, METRICS_RLS_JSON, METRICS_RLS_INVALID);
+    metrics_rls_request(m, METRICS_RLS_NFRONTS, METRICS_RLS_OK); /* out of range: ignored */
+    metrics_rls_descriptor(m, "edge", "path_/login", 11, 0, METRICS_RLS_DESC_OK);
+    metrics_rls_descriptor(m, "edge", "path_/login", 11, 0, METRICS_RLS_DESC_OVER_LIMIT);
+    metrics_rls_descriptor(m, "edge", "path_/login", 11, 0, METRICS_RLS_DESC_OK);
+    metrics_rls_descriptor(m, "edge", "", 0, 0, METRICS_RLS_DESC_UNMATCHED);
+    metrics_rls_descriptor(m, "", "", 0, 0, METRICS_RLS_DESC_UNMATCHED);
+    /* a request's bytes: a newline and a non-ASCII byte become '_' */
+    metrics_rls_descriptor(m, "edge", "user_a\n\xc3", 8, 1, METRICS_RLS_DESC_SHADOW_OVER_LIMIT);
+    metrics_rls_descriptor(m, "edge", "user_a_b", 8, 1, METRICS_RLS_DESC_SHADOW_OVER_LIMIT);
     metrics_redis_latency(m, 50);      /* le 0.0001 */
     metrics_redis_latency(m, 100);     /* le 0.0001: the bound is inclusive */
     metrics_redis_latency(m, 101);     /* le 0.00025 */
@@ -225,10 +263,11 @@ static void test_empty(void)
     struct metrics *m = metrics_new();
     char *text = metrics_render(m, NULL);
 
-    /* build_info + checks + in_flight + http + redis_up + histogram + 5
-     * counters + reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 18, "empty: 18 families");
-    is_int(count_substr(text, "# HELP "), 18, "empty: 18 HELP lines");
+    /* build_info + checks + in_flight + http + rls requests + rls
+     * descriptors + redis_up + histogram + 9 counters (3 of them the gRPC
+     * front's) + reloads + timestamp + policies */
+    is_int(count_substr(text, "# TYPE "), 20, "empty: 20 families");
+    is_int(count_substr(text, "# HELP "), 20, "empty: 20 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,
@@ -458,6 +497,39 @@ static void test_policy_cap(void)
     metrics_free(m);
 }
 
+/* detailed_metric series are capped per shard; the rest fold into
+ * descriptor="_other" of their domain; a sum of shards keeps them all. */
+static void test_rls_cap(void)
+{
+    struct metrics *m = metrics_new();
+    char name[32];
+    for (int i = 0; i < METRICS_MAX_RLS_DETAILED + 5; i++) {
+        int n = snprintf(name, sizeof name, "user_%d", i);
+        metrics_rls_descriptor(m, "edge", name, (size_t)n, 1, METRICS_RLS_DESC_OK);
+    }
+    metrics_rls_descriptor(m, "edge", "path_/login", 11, 0, METRICS_RLS_DESC_OK);
+    char *text = metrics_render(m, NULL);
+    is_int(count_substr(text, "ratelimitd_rls_descriptors_total{"), METRICS_MAX_RLS_DETAILED + 2,
+           "rls cap: the cap, _other and a config series");
+    is_int(sample(text, "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"_other\","
+                        "result=\"ok\"}"),
+           5, "rls cap: the 5 past the cap count under _other");
+    is_int(sample(text, "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"path_/"
+                        "login\",result=\"ok\"}"),
+           1, "rls cap: a config series is still counted past the detailed cap");
+    free(text);
+    struct metrics *sum = metrics_new();
+    metrics_add(sum, m);
+    metrics_add(sum, m);
+    text = metrics_render(sum, NULL);
+    is_int(sample(text, "ratelimitd_rls_descriptors_total{domain=\"edge\",descriptor=\"user_7\","
+                        "result=\"ok\"}"),
+           2, "rls sum: two shards add up");
+    free(text);
+    metrics_free(sum);
+    metrics_free(m);
+}
+
 int main(void)
 {
     test_scenario();
@@ -466,5 +538,6 @@ int main(void)
     test_histogram();
     test_seconds();
     test_policy_cap();
+    test_rls_cap();
     return tap_done();
 }

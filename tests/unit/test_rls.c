@@ -54,11 +54,13 @@ static void test_keys(void)
     /* too long: -1, never a cut key */
     is_int(rls_key("domain", 6, y, 1, out, 8), -1, "a key over the buffer is -1");
     is_int(rls_key("domain", 6, y, 1, out, 10), 10, "a key of exactly the buffer fits");
-    /* escaping grows the key: 400 '%' are 1200 bytes */
+    /* escaping grows the key: 300 '%' are 900 bytes, 400 are over the limit */
     char big[400];
     memset(big, '%', sizeof big);
-    struct descriptor_entry b = {"k", 1, big, sizeof big};
-    is_int(rls_key("d", 1, &b, 1, out, sizeof out), 1205, "escaped length counted");
+    struct descriptor_entry b = {"k", 1, big, 300};
+    is_int(rls_key("d", 1, &b, 1, out, sizeof out), 904, "escaped length counted");
+    b.valuelen = 400;
+    is_int(rls_key("d", 1, &b, 1, out, sizeof out), -1, "escaped past POLICY_KEY_MAX: -1");
 }
 
 static void test_units(void)

@@ -24,7 +24,7 @@ daemon with a real Redis, and checks what Envoy would see:
   re-reads an envoy directory.
 """
 import os
-import shutil
+import re
 import signal
 import sys
 import threading
@@ -616,6 +616,118 @@ def test_reload(redis):
     harness.eq(d.stop(), 0, "daemon exits 0")
 
 
+# The README's "As Envoy's rate limit service" ---------------------------
+
+SAMPLE_HEADERS = {"x-tenant": "beta-7", "x-user": "ann", "x-client-id": "c-42",
+                  "x-plan": "premium"}
+
+
+def readme_section(title):
+    with open(os.path.join(SRCDIR, "README.md")) as f:
+        text = f.read()
+    start = text.index("\n## %s\n" % title)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def action_entry(action):
+    """The descriptor entry Envoy appends for one rate_limits action, with
+    the sample request's values; None for an action this test does not know."""
+    if "remote_address" in action:
+        return ("remote_address", "203.0.113.7")
+    if "request_headers" in action:
+        a = action["request_headers"]
+        return (a["descriptor_key"], SAMPLE_HEADERS[a["header_name"].lower()])
+    if "generic_key" in action:
+        a = action["generic_key"]
+        return (a.get("descriptor_key", "generic_key"), a["descriptor_value"])
+    if "header_value_match" in action:
+        a = action["header_value_match"]
+        return (a.get("descriptor_key", "header_match"), a["descriptor_value"])
+    return None
+
+
+def envoy_filters(cfg):
+    """[(domain, ratelimit filter config, [descriptor...])] per listener."""
+    out = []
+    for listener in cfg["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            for nf in chain["filters"]:
+                hcm = nf["typed_config"]
+                descs = []
+                for vh in hcm["route_config"]["virtual_hosts"]:
+                    limits = list(vh.get("rate_limits", []))
+                    for r in vh["routes"]:
+                        limits += r.get("route", {}).get("rate_limits", [])
+                    for rl in limits:
+                        descs.append([action_entry(a) for a in rl["actions"]])
+                for hf in hcm["http_filters"]:
+                    if hf["name"] == "envoy.filters.http.ratelimit":
+                        out.append((hf["typed_config"]["domain"], hf["typed_config"], descs))
+    return out
+
+
+def test_readme_envoy(redis):
+    """The README's envoy.yaml is valid YAML; its rate limit cluster speaks
+    HTTP/2 to the port the README and conf/ratelimitd.yaml give grpc_listen;
+    and every descriptor its rate_limits actions make (sample values) meets
+    a limit of the daemon running conf/ratelimitd.yaml and conf/envoy/."""
+    try:
+        import yaml
+    except ImportError:
+        harness.skip("python3-yaml is not installed: the README's Envoy YAML is not checked")
+        return
+    sec = readme_section("As Envoy's rate limit service")
+    blocks = [b.split("\n```", 1)[0] for b in sec.split("\n```yaml\n")[1:]]
+    if not harness.eq(len(blocks), 1, "the README's Envoy section has one envoy.yaml block"):
+        return
+    cfg = yaml.safe_load(blocks[0])
+    filters = envoy_filters(cfg)
+    harness.ok(len(filters) >= 1, "it has envoy.filters.http.ratelimit filters (%d)" % len(filters))
+    clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+    with open(os.path.join(SRCDIR, "conf", "ratelimitd.yaml")) as f:
+        conf = f.read()
+    ports = set()
+    for domain, fc, descs in filters:
+        svc = fc["rate_limit_service"]
+        name = svc["grpc_service"]["envoy_grpc"]["cluster_name"]
+        c = clusters.get(name, {})
+        h2 = c.get("typed_extension_protocol_options", {}).get(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions", {})
+        harness.ok("http2_protocol_options" in h2.get("explicit_http_config", {}),
+                   "%s: cluster %s is HTTP/2 (explicit_http_config)" % (domain, name))
+        harness.eq(svc.get("transport_api_version"), "V3", "%s: transport_api_version V3" % domain)
+        for ep in c["load_assignment"]["endpoints"][0]["lb_endpoints"]:
+            ports.add(ep["endpoint"]["address"]["socket_address"]["port_value"])
+        harness.ok(descs and all(None not in d for d in descs),
+                   "%s: every rate_limits action is one this test knows" % domain)
+    want = set(int(p) for p in re.findall(r"(?m)^    grpc_listen: [0-9.]+:(\d+)$", sec)) | \
+        set(int(p) for p in re.findall(r"(?m)^# grpc_listen: 127\.0\.0\.1:(\d+)$", conf))
+    harness.eq(ports, want, "the cluster's port is grpc_listen's in the README and conf/ratelimitd.yaml")
+
+    # The daemon on the example policy file and directory, as shipped but for
+    # its addresses.
+    d = Daemon("unix:" + redis.socket_path, "")
+    conf, n1 = re.subn(r"(?m)^listen: 127\.0\.0\.1:8080$", "listen: 127.0.0.1:%d" % d.port, conf)
+    conf, n2 = re.subn(r"(?m)^  url: redis://127\.0\.0\.1:6379/0$", "  url: unix:" + redis.socket_path,
+                       conf)
+    conf, n3 = re.subn(r"(?m)^# grpc_listen: 127\.0\.0\.1:8081$",
+                       "grpc_listen: 127.0.0.1:%d" % harness.free_port(), conf)
+    harness.eq((n1, n2, n3), (1, 1, 1), "conf/ratelimitd.yaml: listen, redis.url, grpc_listen replaced")
+    with open(d.config, "w") as f:
+        f.write(conf)
+    d.start(args=("--envoy-config", os.path.join(SRCDIR, "conf", "envoy")))
+    rls = Rls(grpc_port(d))
+    for domain, _, descs in filters:
+        for desc in descs:
+            s = rls.call(domain, [D(*desc)]).statuses[0]
+            harness.ok(s.HasField("current_limit") or s.limit_remaining == UINT32_MAX,
+                       "README's Envoy config: domain %s, descriptor %r meets a limit (%s)"
+                       % (domain, desc, limit_fields(s) or "unlimited"))
+    rls.close()
+    harness.eq(d.stop(), 0, "daemon exits 0")
+
+
 def main():
     redis = harness.RedisServer().start()
     d = Daemon("unix:" + redis.socket_path, policies() + domains(), timeout="200ms",
@@ -636,6 +748,7 @@ def main():
     if os.path.isdir(os.path.join(SRCDIR, "conf", "envoy")):
         test_envoy_examples(redis)
     test_reload(redis)
+    test_readme_envoy(redis)
     test_many_daemons(redis)
     test_failure_modes(redis, rls)  # last: it stops Redis
     rls.close()

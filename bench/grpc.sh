@@ -16,9 +16,12 @@
 # prefix + a serialized RateLimitRequest (domain bench, descriptor
 # user=hot) built with Python protobuf from proto/ (tests/integration/
 # rls_client.py); headers content-type: application/grpc, te: trailers.
-# /check: wrk -t1 -c CONNS with the body {"policy":P,"key":"bench|user=hot"}
-# (the key the RLS call builds, so both meet one counter format).
-# Prints the checks/s of each run, the medians, the ratio gRPC ÷ /check, the
+# /check: wrk -t1 -c CONNS with the body {"policy":P,"key":"bench|user=CASE"}
+# (the key the RLS call builds: both fronts meet the same counter), as
+# bench/run.sh measures /check; and the same body by h2load --h1 -c CONNS
+# (one request in flight per connection), so that one column compares the
+# two fronts under the same load generator.
+# Prints the checks/s of each run, the medians, the ratios gRPC ÷ /check, the
 # answer of one more gRPC call after the runs (allow: OK; deny: OVER_LIMIT:
 # the load was counted) and the daemon's count of gRPC calls by code (h2load
 # sees HTTP 200 on gRPC errors too: this shows there were none).
@@ -103,7 +106,8 @@ domains:
       - {key: user, value: deny, policy: fw}
 EOF
 "$RL_BIN" --config "$TMP/rl.yaml" >"$TMP/rl.log" 2>&1 &
-PIDS+=($!)
+RLPID=$!
+PIDS+=($RLPID)
 for i in $(seq 1 100); do
     curl -s -o /dev/null "http://127.0.0.1:$HPORT/readyz" && break
     sleep 0.1
@@ -123,6 +127,9 @@ for case in cases:
     data = rls_client.build_request("bench", [[("user", case)]]).SerializeToString()
     with open("%s/%s.grpc" % (tmp, case), "wb") as f:
         f.write(struct.pack(">BI", 0, len(data)) + data)  # not compressed, length
+    with open("%s/%s.json" % (tmp, case), "w") as f:
+        f.write('{"policy":"%s","key":"bench|user=%s","cost":1}' % (
+            "big" if case == "allow" else "fw", case))
     resp = rls_client.should_rate_limit(ch, "bench", [[("user", case)]], timeout=5)
     print("[grpc.sh] probe %s: overall_code %d" % (case, resp.overall_code), file=sys.stderr)
 EOF
@@ -138,6 +145,14 @@ h2_run() {   # h2_run CASE SECONDS -> checks/s
          /^requests:/ { ok = $8 }
          END { if (secs > 0) printf "%.0f\n", ok / secs }' "$TMP/h2.out"
 }
+h1_run() {   # h1_run CASE SECONDS -> checks/s of /check by h2load --h1 (same client as gRPC)
+    timeout -k 5 $(( $2 + 30 )) h2load --h1 -c"$CONNS" -t1 -D"$2" -d "$TMP/$1.json" \
+        -H 'content-type: application/json' "http://127.0.0.1:$HPORT/check" >"$TMP/h1.out" 2>&1
+    # /check answers 429 to a denial: count 2xx and 4xx, not errors.
+    awk '/^finished in/ { gsub("s,", "", $3); secs = $3 }
+         /^status codes:/ { n = $3 + $7 }
+         END { if (secs > 0) printf "%.0f\n", n / secs }' "$TMP/h1.out"
+}
 wrk_run() {   # wrk_run CASE SECONDS -> checks/s
     local pol=big
     [ "$1" = deny ] && pol=fw
@@ -145,7 +160,19 @@ wrk_run() {   # wrk_run CASE SECONDS -> checks/s
         timeout -k 5 $(( $2 + 30 )) wrk -t1 -c"$CONNS" -d"$2s" --timeout 2s -s "$HERE/grpc_check.lua" \
         "http://127.0.0.1:$HPORT/check" 2>&1 | awk '/^RESULT/ { for (i = 2; i <= NF; i++) if ($i ~ /^rps=/) { sub("rps=", "", $i); printf "%.0f\n", $i } }'
 }
-median() { tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.0f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# The daemon's CPU time (user + system, all threads) in clock ticks.
+HZ=$(getconf CLK_TCK)
+rl_ticks() { local st; st=$(cat "/proc/$RLPID/stat") && st=${st##*) } && set -- $st && echo $(( ${12} + ${13} )); }
+# measure FRONT CASE: one run; prints "checks/s daemon-µs-per-check"
+measure() {
+    local t0 t1 rate
+    t0=$(rl_ticks)
+    rate=$("$1_run" "$2" "$DUR")
+    t1=$(rl_ticks)
+    awk -v r="${rate:-0}" -v dt=$((t1 - t0)) -v hz="$HZ" -v d="$DUR" \
+        'BEGIN { if (r > 0) printf "%d %.1f\n", r, dt * 1e6 / hz / (r * d); else print "failed failed" }'
+}
+median() { tr ' ' '\n' | grep '^[0-9]' | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 log "$(nproc) cores, $(h2load --version | head -n1), wrk; -c$CONNS, gRPC -m$STREAMS; $RUNS runs of ${DUR}s per case and front, alternating, after ${WARM}s warmups"
 declare -A RES
@@ -153,14 +180,19 @@ for case in $CASES; do
     redis-cli -p "$RPORT" flushall >/dev/null
     h2_run "$case" "$WARM" >/dev/null
     wrk_run "$case" "$WARM" >/dev/null
-    g="" h=""
+    h1_run "$case" "$WARM" >/dev/null
+    g="" h="" k="" gc="" hc="" kc=""
     for r in $(seq 1 "$RUNS"); do
-        x=$(h2_run "$case" "$DUR"); g="$g ${x:-}"
-        y=$(wrk_run "$case" "$DUR"); h="$h ${y:-}"
-        log "$case run $r: gRPC ${x:-failed} checks/s, /check ${y:-failed} checks/s"
+        read -r x xc < <(measure h2 "$case"); g="$g $x"; gc="$gc $xc"
+        read -r y yc < <(measure wrk "$case"); h="$h $y"; hc="$hc $yc"
+        read -r z zc < <(measure h1 "$case"); k="$k $z"; kc="$kc $zc"
+        log "$case run $r: gRPC $x checks/s ($xc µs of daemon CPU each), /check by wrk $y ($yc µs), /check by h2load --h1 $z ($zc µs)"
     done
     RES[$case,grpc]=$(echo "$g" | median) RES[$case,http]=$(echo "$h" | median)
-    RES[$case,runs_grpc]=$g RES[$case,runs_http]=$h
+    RES[$case,h1]=$(echo "$k" | median)
+    RES[$case,cpu_grpc]=$(echo "$gc" | median) RES[$case,cpu_http]=$(echo "$hc" | median)
+    RES[$case,cpu_h1]=$(echo "$kc" | median)
+    RES[$case,runs_grpc]=$g RES[$case,runs_http]=$h RES[$case,runs_h1]=$k
     RES[$case,after]=$("$PY" - "$ROOT/tests/integration" "$GPORT" "$case" <<'EOF'
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -173,11 +205,14 @@ EOF
 )
 done
 
-echo "| case | gRPC ShouldRateLimit checks/s (median) | HTTP/1.1 /check checks/s (median) | gRPC ÷ /check | runs gRPC | runs /check | gRPC probe after |"
-echo "|---|---|---|---|---|---|---|"
+echo "Checks/s, medians of $RUNS runs of ${DUR} s (daemon CPU µs per check in brackets):"
+echo
+echo "| case | gRPC ShouldRateLimit (h2load) | /check (wrk) | gRPC ÷ /check | /check (h2load --h1) | gRPC ÷ that | runs gRPC | runs /check (wrk) | runs /check (h2load --h1) | gRPC probe after |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for case in $CASES; do
     ratio=$(awk -v a="${RES[$case,grpc]}" -v b="${RES[$case,http]}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }')
-    echo "| $case | ${RES[$case,grpc]} | ${RES[$case,http]} | $ratio |${RES[$case,runs_grpc]} |${RES[$case,runs_http]} | ${RES[$case,after]} |"
+    ratio1=$(awk -v a="${RES[$case,grpc]}" -v b="${RES[$case,h1]}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }')
+    echo "| $case | ${RES[$case,grpc]} (${RES[$case,cpu_grpc]}) | ${RES[$case,http]} (${RES[$case,cpu_http]}) | $ratio | ${RES[$case,h1]} (${RES[$case,cpu_h1]}) | $ratio1 |${RES[$case,runs_grpc]} |${RES[$case,runs_http]} |${RES[$case,runs_h1]} | ${RES[$case,after]} |"
 done
 # Every gRPC call the daemon answered, by code: h2load counts HTTP 200s, and
 # a gRPC error is a 200 too, so this is what shows none was an error.

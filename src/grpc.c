@@ -65,6 +65,11 @@
 #define GRPC_MAX_OUTBOUND_ACK 200
 /* The gRPC message prefix: 1 byte compressed flag, 4 bytes length. */
 #define GRPC_PREFIX 5
+/* After the last frame (a GOAWAY), reading and dropping what the peer
+ * still sends for this long before closing: closing with unread input
+ * makes the kernel reset the connection, and the peer would lose the
+ * GOAWAY that says why. */
+#define GRPC_LINGER_US 1000000
 
 #define PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 #define PATH_HEALTH "/grpc.health.v1.Health/Check"
@@ -114,9 +119,11 @@ struct gconn {
     int counted;    /* counts towards max_connections */
     int over_limit; /* came past max_connections: every call gets UNAVAILABLE */
     int busy;
-    int dead; /* free at the end of the callback */
+    int closing;   /* read nothing more into nghttp2: end once written */
+    int mute;      /* a flood: send nothing more either */
+    int lingering; /* written and shut down: dropping what the peer sends */
+    int64_t linger_until_us;
     int reading, writing;
-    int goaway;      /* a drain's GOAWAY is submitted */
     int proto_error; /* ended for a protocol error or a flood (counted once) */
     LIST_HEAD(, stream) streams;
     LIST_ENTRY(gconn) link;
@@ -314,14 +321,14 @@ static void on_rls_reply(void *ctx, const struct rls_answer *a)
 }
 
 /* The request's descriptors as rls.h wants them, pointing into m. */
-static int start_rls(struct stream *st, const uint8_t *msg, size_t len)
+static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
 {
     struct worker *w = st->c->g->w;
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
-        return 0;
+        return;
     }
     size_t nd = m->n_descriptors, ne = 0;
     for (size_t i = 0; i < nd; i++)
@@ -361,11 +368,10 @@ static int start_rls(struct stream *st, const uint8_t *msg, size_t len)
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
     if (rc < 0) {
         answer_error(st, GRPC_INVALID_ARGUMENT, err.message);
-        return 0;
+        return;
     }
     if (!st->answered)
         st->call = call;
-    return 0;
 }
 
 /* ---- Health/Check ---- */
@@ -440,7 +446,7 @@ static void dispatch(struct stream *st)
         answer_error(st, GRPC_UNAUTHENTICATED, "a valid authorization: Bearer token is required");
         return;
     }
-    (void)start_rls(st, b + GRPC_PREFIX, mlen);
+    start_rls(st, b + GRPC_PREFIX, mlen);
 }
 
 /* ---- nghttp2 callbacks ---- */
@@ -580,7 +586,7 @@ static int conn_active(const struct gconn *c)
 static int flush(struct gconn *c)
 {
     for (;;) {
-        while (c->out.len - c->out_off < GRPC_OUT_MAX) {
+        while (!c->mute && c->out.len - c->out_off < GRPC_OUT_MAX) {
             const uint8_t *data;
             ssize_t n = nghttp2_session_mem_send(c->s, &data);
             if (n < 0)
@@ -611,11 +617,12 @@ static int flush(struct gconn *c)
 
 static void arm_timer(struct gconn *c)
 {
-    if (!LIST_EMPTY(&c->streams) && !c->writing) {
+    if (!c->lingering && !LIST_EMPTY(&c->streams) && !c->writing) {
         event_del(&c->timer); /* the core answers every call in time */
         return;
     }
-    int64_t us = c->last_us + c->g->idle_us - util_monotonic_us();
+    int64_t deadline = c->lingering ? c->linger_until_us : c->last_us + c->g->idle_us;
+    int64_t us = deadline - util_monotonic_us();
     if (us < 0)
         us = 0;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
@@ -626,19 +633,26 @@ static void arm_timer(struct gconn *c)
 /* Writes what is due, then decides what the connection waits for. */
 static void settle(struct gconn *c)
 {
-    if (c->dead || flush(c) < 0) {
+    if (flush(c) < 0) {
         conn_free(c);
         return;
     }
     int pending = c->out_off < c->out.len;
-    if (!pending && !nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)) {
-        /* GOAWAY written and no stream left (a drain, an error, a flood). */
-        conn_free(c);
-        return;
+    if (!pending && !c->lingering &&
+        (c->closing || (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)))) {
+        /* The last frame is written (a GOAWAY after a drain, an error, a
+         * flood, or idle_timeout) and no stream is left to answer. */
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+            conn_free(c);
+            return;
+        }
+        c->lingering = 1;
+        c->linger_until_us = util_monotonic_us() + GRPC_LINGER_US;
     }
     worker_event_want(&c->wr, &c->writing, pending);
     /* A full output buffer stops reading: the peer must read first. */
-    worker_event_want(&c->rd, &c->reading, !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
+    worker_event_want(&c->rd, &c->reading,
+                      c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
     arm_timer(c);
     worker_maybe_idle(c->g->w);
 }
@@ -654,18 +668,26 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         conn_free(c); /* pending calls are cancelled: nobody would read them */
         return;
     }
+    if (c->lingering || c->closing)
+        return; /* dropped */
     c->last_us = util_monotonic_us();
     c->busy = 1;
     ssize_t used = nghttp2_session_mem_recv(c->s, data, (size_t)n);
     c->busy = 0;
     if (used < 0) {
-        /* A protocol error or a flood: nghttp2 has queued a GOAWAY where
-         * the error allows one; it is written, then the connection ends. */
+        /* A protocol error: a GOAWAY is written, then the connection ends.
+         * A flood (acknowledgements piling up unsent): nothing more is
+         * sent, as nghttp2 asks. */
         c->proto_error = 1;
-        if (used != NGHTTP2_ERR_FLOODED && used != NGHTTP2_ERR_BAD_CLIENT_MAGIC)
+        c->closing = 1;
+        if (used == NGHTTP2_ERR_FLOODED) {
+            c->mute = 1;
+            c->out.len = c->out_off = 0;
+        } else if (used != NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
             (void)nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
-        (void)flush(c);
-        c->dead = 1;
+        } else {
+            c->mute = 1; /* not HTTP/2 at all */
+        }
     }
     settle(c);
 }
@@ -677,11 +699,16 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    /* Idle (or not reading what it is sent) for idle_timeout. */
+    /* Lingered enough; or idle (or not reading what it is sent) for
+     * idle_timeout: a GOAWAY if it can still be written, then close. */
     struct gconn *c = arg;
+    if (c->lingering || c->closing) {
+        conn_free(c);
+        return;
+    }
     (void)nghttp2_session_terminate_session(c->s, NGHTTP2_NO_ERROR);
-    (void)flush(c);
-    conn_free(c);
+    c->closing = 1;
+    settle(c);
 }
 
 static nghttp2_session_callbacks *callbacks_new(void)
@@ -830,7 +857,6 @@ void grpc_drain(struct grpc *g)
         (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
                                     nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
                                     NULL, 0);
-        c->goaway = 1;
         if (!c->busy)
             settle(c);
     }

@@ -148,6 +148,15 @@ def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def rss_kib(pid):
+    """The resident set size of process pid, in KiB (Linux)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def tail(path, nbytes=2000):
     """The last nbytes of a log file, for diagnostics."""
     try:

@@ -101,7 +101,7 @@ def message(name):
     return _classes[name]
 
 
-def channel(target, max_streams=None):
+def channel(target):
     """An insecure (h2c) channel to target ("127.0.0.1:8081", "unix:/path")."""
     opts = [("grpc.enable_retries", 0)]
     return grpc.insecure_channel(target, options=opts)

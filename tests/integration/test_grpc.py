@@ -14,7 +14,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -94,14 +93,6 @@ def goaway_code(frames):
         if t == GOAWAY and len(p) >= 8:
             return struct.unpack(">I", p[4:8])[0]
     return None
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def start(redis, extra="", policy=POLICY, grpc_addr=None):
@@ -196,6 +187,13 @@ def test_concurrent(redis):
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 
+def protocol_errors(d):
+    for line in d.admin("/metrics").body.decode().splitlines():
+        if line.startswith("ratelimitd_grpc_protocol_errors_total "):
+            return int(line.split()[1])
+    return None
+
+
 def flood(port, make_frames, count, batch=200):
     """Sends count flood units (preface first) without reading, as long as
     the server reads; returns (frames seen, closed)."""
@@ -216,7 +214,7 @@ def flood(port, make_frames, count, batch=200):
 def test_floods(redis):
     d = start(redis)
     pid = d.proc.pid
-    before = rss_kb(pid)
+    before = harness.rss_kib(pid)
 
     def rapid_reset(i):
         sid = 2 * i + 1
@@ -226,6 +224,7 @@ def test_floods(redis):
     code = goaway_code(frames)
     harness.ok(code is not None, "a rapid-reset flood gets GOAWAY (code %s)" % code)
     harness.ok(closed, "and the connection is closed")
+    harness.eq(protocol_errors(d), 1, "counted in ratelimitd_grpc_protocol_errors_total")
 
     def pings(i):
         return frame(PING, 0, 0, struct.pack(">Q", i))
@@ -243,14 +242,41 @@ def test_floods(redis):
     # Flooding again changes nothing: memory stays bounded.
     for _ in range(3):
         flood(d.grpc_port, rapid_reset, 20000)
-    after = rss_kb(pid)
+    after = harness.rss_kib(pid)
     harness.ok(after - before < 32 * 1024,
                "RSS bounded through the floods (%d kB -> %d kB)" % (before, after))
-    metrics = d.admin("/metrics").body.decode()
-    harness.ok("ratelimitd_grpc_protocol_errors_total 0" not in metrics,
-               "the floods are counted in ratelimitd_grpc_protocol_errors_total")
+    harness.eq(protocol_errors(d), 6, "each flood counted once")
     ch = rc.channel(d.grpc_addr)
     harness.eq(rc.health_check(ch), rc.SERVING, "the daemon keeps serving other connections")
+    ch.close()
+    harness.eq(d.stop(), 0, "the daemon exits 0")
+
+
+def test_garbage(redis):
+    """Random bytes, with and without the preface, and random frames: the
+    daemon never dies and keeps serving."""
+    import random
+    rnd = random.Random(10)
+    d = start(redis)
+    for i in range(60):
+        blob = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 3000)))
+        if i % 3 == 1:
+            blob = PREFACE + blob
+        elif i % 3 == 2:
+            ftype = rnd.choice([DATA, HEADERS, 2, RST_STREAM, SETTINGS, 5, PING, GOAWAY, 8, 9])
+            payload = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 64)))
+            blob = PREFACE + frame(SETTINGS, 0, 0) + \
+                frame(ftype, rnd.getrandbits(8), rnd.choice([0, 1, 2, 3, 0x7fffffff]), payload)
+        try:
+            s = socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5)
+            s.sendall(blob)
+            read_frames(s, 0.05)
+            s.close()
+        except OSError:
+            pass
+    harness.ok(d.proc.poll() is None, "60 connections of random bytes and frames: still running")
+    ch = rc.channel(d.grpc_addr)
+    harness.eq(rc.health_check(ch), rc.SERVING, "and serving")
     ch.close()
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
@@ -323,7 +349,8 @@ def test_max_connections(redis):
 def test_domains(redis):
     """Needs rls.c and domains.c (the other branches of the issue)."""
     if not domains_supported():
-        for what in ("ShouldRateLimit end to end", "drain answers a call in flight"):
+        for what in ("ShouldRateLimit end to end", "a reset stream cancels its call",
+                     "drain answers a call in flight"):
             harness.skip("%s: this build has no `domains:` section yet" % what)
         return
     d = start(redis, policy=POLICY + DOMAINS)
@@ -340,6 +367,17 @@ def test_domains(redis):
                (3, "MINUTE"), "current_limit 3 per MINUTE")
     harness.ok(any(h.key.lower() == "retry-after" for h in r.response_headers_to_add),
                "response_headers_to_add has Retry-After when over limit")
+
+    # A client that gives up resets its stream: the call is cancelled, and
+    # the connection goes on.
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        code, _ = rc.rpc_error(rc.should_rate_limit, ch, "edge", [[("slow", "0")]], timeout=0.3)
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.eq(code, "DEADLINE_EXCEEDED", "a call the client gives up on (RST_STREAM)")
+    r = rc.should_rate_limit(ch, "edge", [[("slow", "0")]])
+    harness.eq(r.overall_code, rc.CODE_OK, "the connection goes on after the reset")
 
     # A drain still answers a call waiting for Redis.
     redis.proc.send_signal(signal.SIGSTOP)
@@ -364,6 +402,7 @@ def main():
     test_errors(redis)
     test_concurrent(redis)
     test_floods(redis)
+    test_garbage(redis)
     test_idle(redis)
     test_unix(redis)
     test_token(redis)

@@ -28,14 +28,6 @@ POLICY = """policies:
 """
 
 
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def test_max_inflight(redis):
     for action, want in (("reject", (503, "overloaded")), ("failure_mode", (200, None))):
         d = Daemon("unix:" + redis.socket_path, POLICY, timeout="3s",
@@ -241,7 +233,7 @@ def test_flood(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY, extra="idle_timeout: 10s\n").start()
     for _ in range(200):
         d.check("open", "warm")
-    before = rss_kib(d.proc.pid)
+    before = harness.rss_kib(d.proc.pid)
     socks = []
     for i in range(1000):
         s = socket.create_connection(("127.0.0.1", d.port))
@@ -256,7 +248,7 @@ def test_flood(redis):
     took = time.monotonic() - t0
     harness.eq(health.status, 200, "/healthz answers during a flood of 1000 connections")
     harness.ok(took < 1.0, "promptly (%.3f s)" % took)
-    during = rss_kib(d.proc.pid)
+    during = harness.rss_kib(d.proc.pid)
     harness.ok(during - before < 64 * 1024,
                "memory stays bounded: RSS %d KiB before, %d KiB with 1000 connections open"
                % (before, during))

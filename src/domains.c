@@ -219,9 +219,9 @@ static const struct domain_node *match_level(const struct domain_node *nodes, si
     return NULL;
 }
 
-static const struct domain *find_domain(const struct config *c, const char *name, size_t len)
+const struct domain *domains_find(const struct config *c, const char *name, size_t len)
 {
-    size_t lo = 0, hi = c->ndomains;
+    size_t lo = 0, hi = c != NULL ? c->ndomains : 0;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -240,7 +240,7 @@ const struct domain_limit *domains_match(const struct config *c, const char *dom
                                          size_t domainlen, const struct descriptor_entry *entries,
                                          size_t n)
 {
-    const struct domain *d = c != NULL ? find_domain(c, domain, domainlen) : NULL;
+    const struct domain *d = domains_find(c, domain, domainlen);
     const struct domain_node *nodes, *node = NULL;
     size_t nnodes;
 

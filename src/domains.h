@@ -92,6 +92,10 @@ const struct domain_limit *domains_match(const struct config *c, const char *dom
                                          size_t domainlen, const struct descriptor_entry *entries,
                                          size_t n);
 
+/* The domain of that name (len bytes) in c, or NULL: tells an unknown
+ * domain from a known one where a descriptor matched nothing (metrics). */
+const struct domain *domains_find(const struct config *c, const char *name, size_t len);
+
 /* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
  * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
 int64_t rls_unit_seconds(enum rls_unit u);

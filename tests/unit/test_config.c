@@ -640,6 +640,8 @@ static void test_defaults(void)
     is_int(c->deny_cache_max_keys, 100000, "default deny_cache_max_keys");
     ok(c->listen_mode == -1 && c->listen_gid == -1 && c->listen_group == NULL,
        "no listen_mode, no listen_group by default: bind's mode and group stay");
+    ok(c->envoy_config == NULL && c->ndomains == 0 && c->domains == NULL,
+       "no envoy_config, no domains by default");
     is_int(c->policies[0].failure_mode, FAILURE_OPEN, "default failure_mode");
     is_int(c->policies[0].shadow, 0, "default shadow");
     is_int(c->policies[0].deny_cache, 1, "default deny_cache");
@@ -795,6 +797,10 @@ static void test_example(void)
     for (i = 0; i < ALG__COUNT; i++)
         all &= seen[i];
     ok(all, "the example shows every algorithm");
+    ok(c->envoy_config == NULL, "example: no envoy_config (commented out)");
+    ok(c->ndomains == 1 && strcmp(c->domains[0].name, "edge_proxy") == 0 &&
+           c->domains[0].nchildren == 4,
+       "example: the domain edge_proxy with four descriptors");
     config_unref(c);
 }
 

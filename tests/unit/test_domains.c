@@ -242,6 +242,11 @@ static void test_matching(void)
         is_str(match(c, cases[i].domain, cases[i].desc), cases[i].want, "%s %s", cases[i].domain,
                cases[i].desc);
     ok(domains_match(c, "edge", 4, NULL, 0) == NULL, "no entries: no limit");
+    ok(domains_find(c, "edge", 4) == &c->domains[0] && domains_find(c, "other", 5) != NULL,
+       "domains_find: known domains");
+    ok(domains_find(c, "edg", 3) == NULL && domains_find(c, "edgee", 5) == NULL &&
+           domains_find(NULL, "edge", 4) == NULL,
+       "domains_find: unknown ones");
     /* Bytes, not C strings: a NUL in a value is just a byte. */
     struct descriptor_entry nul = {"k", 1, "exact\0x", 7};
     is_str(domains_match(c, "edge", 4, &nul, 1)->path, "k_ex*", "a NUL inside a value");

@@ -155,27 +155,6 @@ void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_
 
 /* ---- matching and the request ---- */
 
-/* The config's domain of that name (they are sorted by name), or NULL. */
-static const struct domain *find_domain(const struct config *cfg, const char *name, size_t len)
-{
-    size_t lo = 0, hi = cfg->ndomains;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const char *d = cfg->domains[mid].name;
-        size_t dlen = strlen(d);
-        int cmp = memcmp(d, name, dlen < len ? dlen : len);
-        if (cmp == 0)
-            cmp = dlen < len ? -1 : dlen > len ? 1 : 0;
-        if (cmp == 0)
-            return &cfg->domains[mid];
-        if (cmp < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
 static int validate(const struct rls_request *req, struct request_error *err)
 {
     if (req->domainlen == 0)
@@ -271,9 +250,11 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     int64_t cost = d->hits_addend >= 0    ? d->hits_addend
                    : req->hits_addend > 0 ? req->hits_addend
                                           : 1;
-    /* Overrides (policy_for_key) are not looked up: they are keyed by
-     * /check's keys, and a shadow_mode copy's variants would not be shadow. */
-    const struct policy *p = c->entries[i].limit->policy;
+    /* The key may have tiers of its own (per-key overrides), as on /check:
+     * the same (policy, key) must be decided by the same tiers whichever
+     * front asks, since they share the state. A shadow_mode copy has
+     * variants of its own, shadow too (config.c). */
+    const struct policy *p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
     for (size_t k = 0; k < creq->nchecks; k++) {
         struct check_item *it = &creq->checks[k];
         if (it->policy == p && it->keylen == (size_t)len && memcmp(it->key, key, it->keylen) == 0) {
@@ -430,7 +411,7 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
     struct rls_call *c = xcalloc(1, sizeof *c);
     *c = (struct rls_call){.w = w,
                            .front = req->front,
-                           .domain = find_domain(cfg, req->domain, req->domainlen),
+                           .domain = domains_find(cfg, req->domain, req->domainlen),
                            .reply = reply,
                            .ctx = ctx,
                            .starting = 1,

@@ -10,6 +10,8 @@ current_limit of `policy:` limits; response_headers_to_add equal to
 token; metrics."""
 import json
 import os
+import signal
+import socket
 import sys
 import time
 
@@ -29,6 +31,11 @@ POLICY = "policies:\n" + "".join(
     tiers:
       - {name: fast, algorithm: fixed_window, limit: 10, window: 1s}
       - {name: slow, algorithm: fixed_window, limit: 4, window: 1h}
+  ovr:
+    tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]
+    overrides:
+      - key: "edge|ovr=vip"
+        tiers: [{name: t, algorithm: fixed_window, limit: 5, window: 1h}]
   hdr:
     headers: both
     tiers: [{name: t, algorithm: fixed_window, limit: 2, window: 1h}]
@@ -66,6 +73,8 @@ domains:
         policy: two_tiers
       - key: hdr
         policy: hdr
+      - key: ovr
+        policy: ovr
       - key: open
         policy: open
       - key: closed
@@ -215,6 +224,12 @@ def test_current_limit(d, tag):
     harness.eq((status(r)["currentLimit"], remaining(r)),
                ({"requestsPerUnit": 4, "unit": "HOUR", "name": "two_tiers/slow"}, 3),
                "%s: the tier with the fewest remaining binds" % tag)
+    r = one(d, "edge", "ovr", "vip")
+    harness.eq((remaining(r), status(r)["currentLimit"]["requestsPerUnit"]), (4, 5),
+               "%s: an override of the key rls builds applies, as on /check" % tag)
+    r = one(d, "edge", "ovr", "other")
+    harness.eq((remaining(r), status(r)["currentLimit"]["requestsPerUnit"]), (0, 1),
+               "%s: another key has the policy's own tiers" % tag)
     r = one(d, "algos", "gcra", "cl-" + tag)
     harness.eq(status(r)["currentLimit"], {"requestsPerUnit": LIMIT, "unit": "HOUR",
                                            "name": "gcra/t"}, "%s: 3 per 1h is 3 per HOUR" % tag)
@@ -324,6 +339,33 @@ def run_all(d, tag):
     test_metrics(d, tag)
 
 
+def test_cancel(redis, d):
+    """A client that leaves while its /json waits for Redis: the call is
+    cancelled (nothing answered, nothing leaked: tools/valgrind.sh runs this
+    test too), and Redis late past redis.timeout answers per failure_mode."""
+    body = json.dumps({"domain": "edge", "descriptors": [
+        {"entries": [{"key": "user", "value": "cancel"}]}]}).encode()
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+        s.sendall(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        time.sleep(0.05)  # read and waiting for Redis
+        s.close()
+        r = one(d, "edge", "user", "late")
+        harness.eq((r.status, status(r)), (200, {"code": "OK"}),
+                   "Redis stopped: at redis.timeout, failure_mode open answers OK")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: one(d, "edge", "user", "again").json["statuses"][0]
+                       .get("currentLimit") is not None, 10, what="decided again")
+    r = one(d, "edge", "user", "cancel")
+    # 3 if Redis ran the cancelled call once it woke (it was sent), 4 if
+    # the daemon dropped that connection first: never consumed twice.
+    harness.ok(r.status == 200 and remaining(r) in (3, 4),
+               "decided again after a cancelled call (remaining %d)" % remaining(r))
+
+
 def test_failure_modes(redis, d):
     redis.stop()
     harness.wait_until(lambda: d.admin("/readyz").status == 503, 10, what="unready")
@@ -367,6 +409,7 @@ def main():
     redis = harness.RedisServer().start()
     d = Daemon("unix:" + redis.socket_path, POLICY).start()
     run_all(d, "redis")
+    test_cancel(redis, d)
     test_failure_modes(redis, d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
 

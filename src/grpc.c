@@ -534,13 +534,22 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
     return 0;
 }
 
+/* Counted when seen (not when the connection is freed, a linger later),
+ * once per connection. */
+static void count_proto_error(struct gconn *c)
+{
+    if (!c->proto_error)
+        metrics_count(c->g->w->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
+    c->proto_error = 1;
+}
+
 /* nghttp2 ends a connection for a peer's error by itself (a flood of
  * RST_STREAM, too many SETTINGS entries...): its GOAWAY says so. */
 static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
     struct gconn *c = user;
     if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR)
-        c->proto_error = 1;
+        count_proto_error(c);
     return 0;
 }
 
@@ -560,8 +569,6 @@ static void conn_free(struct gconn *c)
     while (!LIST_EMPTY(&c->streams))
         stream_free(LIST_FIRST(&c->streams));
     nghttp2_session_del(c->s);
-    if (c->proto_error)
-        metrics_count(g->w->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
     /* event_del fails only for an event never assigned; close only on a
      * bad descriptor: neither can happen here. */
     event_del(&c->rd);
@@ -678,7 +685,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         /* A protocol error: a GOAWAY is written, then the connection ends.
          * A flood (acknowledgements piling up unsent): nothing more is
          * sent, as nghttp2 asks. */
-        c->proto_error = 1;
+        count_proto_error(c);
         c->closing = 1;
         if (used == NGHTTP2_ERR_FLOODED) {
             c->mute = 1;

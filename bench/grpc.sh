@@ -174,7 +174,7 @@ measure() {
 }
 median() { tr ' ' '\n' | grep '^[0-9]' | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-log "$(nproc) cores, $(h2load --version | head -n1), wrk; -c$CONNS, gRPC -m$STREAMS; $RUNS runs of ${DUR}s per case and front, alternating, after ${WARM}s warmups"
+log "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the load, $(h2load --version | head -n1), wrk; -c$CONNS, gRPC -m$STREAMS; $RUNS runs of ${DUR}s per case and front, alternating, after ${WARM}s warmups"
 declare -A RES
 for case in $CASES; do
     redis-cli -p "$RPORT" flushall >/dev/null

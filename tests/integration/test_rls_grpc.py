@@ -723,7 +723,8 @@ def test_readme_envoy(redis):
             s = rls.call(domain, [D(*desc)]).statuses[0]
             harness.ok(s.HasField("current_limit") or s.limit_remaining == UINT32_MAX,
                        "README's Envoy config: domain %s, descriptor %r meets a limit (%s)"
-                       % (domain, desc, limit_fields(s) or "unlimited"))
+                       % (domain, desc, limit_fields(s) or
+                          ("unlimited" if s.limit_remaining == UINT32_MAX else "none")))
     rls.close()
     harness.eq(d.stop(), 0, "daemon exits 0")
 

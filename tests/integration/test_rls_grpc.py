@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -396,16 +395,24 @@ def same_headers(got, want):
                 continue
         return False
     return True
-def test_concurrent_streams(rls):
-    """200 calls in flight at once on one channel (one HTTP/2 connection:
-    the daemon's max concurrent streams queues the rest in the client)."""
-    futs = [rls.future("edge", [D(("b", "stream%d" % (i % 20)))]) for i in range(200)]
+
+
+def outcomes(futures):
+    """The overall code of each call, or the gRPC status code it failed with."""
     codes = []
-    for f in futs:
+    for f in futures:
         try:
             codes.append(code(f.result(timeout=60)))
         except grpc.RpcError as e:
             codes.append(str(e.code()))
+    return codes
+
+
+def test_concurrent_streams(rls):
+    """200 calls in flight at once on one channel (one HTTP/2 connection:
+    the daemon's max concurrent streams queues the rest in the client)."""
+    futs = [rls.future("edge", [D(("b", "stream%d" % (i % 20)))]) for i in range(200)]
+    codes = outcomes(futs)
     harness.eq((codes.count(OK), codes.count(OVER), len(codes)), (200, 0, 200),
                "200 concurrent streams on one connection: every one answered, 10 per key of limit 10")
     r = rls.call("edge", [D(("b", "stream0"))])
@@ -443,12 +450,7 @@ def test_many_daemons(redis):
         key = D(("algorithm", alg))
         t0 = time.monotonic()
         futs = [clients[i % 3].future("algos", [key], 0) for i in range(300)]
-        codes = []
-        for f in futs:
-            try:
-                codes.append(code(f.result(timeout=60)))
-            except grpc.RpcError as e:
-                codes.append(str(e.code()))
+        codes = outcomes(futs)
         refill = int((time.monotonic() - t0) * 100 / 3600) + 1 \
             if alg in ("token_bucket", "gcra", "leaky_bucket") else 0
         n = codes.count(OK)
@@ -476,7 +478,7 @@ def burst(rls, domain, descs, n):
     time.sleep(1.02 - time.time() % 1.0)
     start = int(time.time())
     futs = [rls.future(domain, descs) for _ in range(n)]
-    codes = [code(f.result(timeout=30)) for f in futs]
+    codes = outcomes(futs)
     return codes if int(time.time()) == start else None
 
 

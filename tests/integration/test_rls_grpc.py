@@ -375,6 +375,25 @@ def test_headers_equal_check(rls, d):
     c = d.check("hdr", key)
     harness.eq((c.status, c.json and c.json.get("remaining")), (200, 0),
                "/check on key %r after 2 RLS calls: the third of 3, remaining 0" % key)
+    # `%`, `|` and `=` inside names and values are escaped in the key, so no
+    # two descriptors meet one counter by accident.
+    rls.call("edge", [D(("hdr", "x|y=z%"))])
+    c = d.check("hdr", "edge|hdr=x%7Cy%3Dz%25", dry_run=True)
+    harness.eq(c.json and c.json.get("remaining"), 1,
+               "value 'x|y=z%%' is counted under key 'edge|hdr=x%%7Cy%%3Dz%%25'")
+    r = rls.call("edge", [D(("hdr", "x"), ("y", "z"))])  # another node, not hdr=x|y=z
+    harness.eq(r.statuses[0].HasField("current_limit"), False,
+               "entries (hdr, x), (y, z) are not the value 'x|y=z'")
+    # A shadow_mode copy of a policy shares its counters (same name, same
+    # Redis keys): the shadow calls above took pair_a's 2 for their key.
+    c = d.check("pair_a", "edge|shadow_policy=s", dry_run=True)
+    harness.eq(c.status, 429, "/check pair_a on the shadow descriptor's key: the shadow calls took "
+               "its 2 (shadow never denied them)")
+    # Too many descriptors: INVALID_ARGUMENT, and the connection still works.
+    got = rpc_code(lambda: rls.call("edge", [D(("b", "many%d" % i)) for i in range(65)]))
+    harness.eq(got, grpc.StatusCode.INVALID_ARGUMENT, "65 descriptors: INVALID_ARGUMENT")
+    harness.eq(code(rls.call("edge", [D(("b", "after-invalid"))])), OK,
+               "the same connection answers the next call")
 
 
 def same_headers(got, want):

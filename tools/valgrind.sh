@@ -9,7 +9,7 @@ command -v valgrind >/dev/null || { echo "valgrind.sh: install valgrind" >&2; ex
 logs=$(mktemp -d)
 export RATELIMITD_WRAPPER="valgrind --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 --log-file=$logs/vg.%p.log"
 rc=0
-for t in ${*:-tests/integration/test_http.py tests/integration/test_redis_faults.py tests/integration/test_ops.py tests/integration/test_limits.py tests/integration/test_concurrency.py tests/integration/test_gateways.py tests/integration/test_rls_json.py tests/integration/test_rls_grpc.py}; do
+for t in ${*:-tests/integration/test_http.py tests/integration/test_redis_faults.py tests/integration/test_ops.py tests/integration/test_limits.py tests/integration/test_concurrency.py tests/integration/test_gateways.py tests/integration/test_grpc.py tests/integration/test_rls_json.py tests/integration/test_rls_grpc.py}; do
     if RATELIMITD="$PWD/ratelimitd" RL_SRCDIR="$PWD" python3 "$t" > "$logs/$(basename "$t").tap" 2>&1; then
         echo "$t: $(grep -c '^ok' "$logs/$(basename "$t").tap") ok"
     else

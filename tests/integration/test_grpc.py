@@ -281,13 +281,38 @@ def test_garbage(redis):
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 
+def server_settings(frames):
+    """The entries of the server's first SETTINGS frame, as a dict."""
+    for t, flags, _, p in frames:
+        if t == SETTINGS and not flags & 1:
+            return {struct.unpack(">H", p[i:i + 2])[0]: struct.unpack(">I", p[i + 2:i + 6])[0]
+                    for i in range(0, len(p) - 5, 6)}
+    return {}
+
+
 def test_idle(redis):
-    d = start(redis, extra="idle_timeout: 500ms\n")
+    d = start(redis, extra="idle_timeout: 500ms\ngrpc_max_streams: 7\n")
     s = raw_conn(d.grpc_port)
     frames, closed = read_frames(s, 5)
     s.close()
     harness.ok(closed, "an idle connection is closed after idle_timeout")
-    harness.ok(any(t == SETTINGS for t, _, _, _ in frames), "after the server's SETTINGS")
+    settings = server_settings(frames)
+    harness.eq(settings.get(3), 7, "SETTINGS_MAX_CONCURRENT_STREAMS is grpc_max_streams")
+    harness.eq(settings.get(6), 16384, "SETTINGS_MAX_HEADER_LIST_SIZE 16384")
+    harness.ok(settings.get(5) in (None, 16384), "the default frame size")
+    harness.eq(goaway_code(frames), 0, "a GOAWAY NO_ERROR before the close")
+    harness.eq(d.stop(), 0, "the daemon exits 0")
+
+
+def test_workers(redis):
+    d = start(redis, extra="workers: 2\n")
+    answered = 0
+    for _ in range(8):  # separate connections: the kernel spreads them
+        ch = rc.channel(d.grpc_addr)
+        if rc.should_rate_limit(ch, "any", [[("k", "v")]]).overall_code == rc.CODE_OK:
+            answered += 1
+        ch.close()
+    harness.eq(answered, 8, "workers: 2, each with its own grpc_listen socket: all answered")
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 
@@ -404,6 +429,7 @@ def main():
     test_floods(redis)
     test_garbage(redis)
     test_idle(redis)
+    test_workers(redis)
     test_unix(redis)
     test_token(redis)
     test_max_connections(redis)

@@ -10,11 +10,13 @@
  *     status per descriptor, the /check headers), count the metrics, reply.
  *
  * The struct rls_call owns what the answer needs past rls_start (one entry
- * per descriptor, the derived limit names, the header list) and is freed in
- * one place, finish_call: after the reply, or by rls_cancel. The limits it
- * points to live in the config snapshot the check holds a reference to, so
- * a reload cannot free them while the call waits. A request with nothing to
- * decide never reaches the core and is answered within rls_start.
+ * per descriptor, the derived limit names, the header list) and is freed
+ * once, by call_free: after the reply (in reply_and_free, or in rls_start
+ * when the reply came before rls_start returned), or by rls_cancel. The
+ * limits it points to live in the config snapshot the check holds a
+ * reference to, so a reload cannot free them while the call waits. A
+ * request with nothing to decide never reaches the core and is answered
+ * within rls_start.
  *
  * Does not own decoding (the fronts), matching (domains.c), the backend or
  * the failure modes (check.c) nor the header rules (rate_headers.c).

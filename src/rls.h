@@ -94,6 +94,12 @@ typedef void (*rls_reply_fn)(void *ctx, const struct rls_answer *a);
 int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn reply, void *ctx,
               struct rls_call **handle, struct request_error *err) RL_WUR;
 
+/* Metrics: rls_start counts ratelimitd_rls_requests_total under req->front
+ * (its own refusals as code="invalid", then the answer's code) and every
+ * descriptor in ratelimitd_rls_descriptors_total; a front counts only the
+ * requests it refuses before rls_start (a body it cannot decode), with
+ * metrics_rls_request(..., METRICS_RLS_INVALID). */
+
 /* The front no longer wants the answer (its stream was reset): reply will
  * not be called. */
 void rls_cancel(struct rls_call *c);

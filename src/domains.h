@@ -72,7 +72,7 @@ struct domain_node {
 
 struct domain {
     char *name;
-    char *file; /* where it was defined, for messages */
+    char *file; /* "file:line:col" of its `domain:`, for messages */
     size_t nchildren;
     struct domain_node *children;
 };

@@ -18,8 +18,11 @@
  * grpc-status and a percent-encoded grpc-message), so a failed call never
  * costs the connection. A stream the client resets cancels its call.
  *
- * A connection is freed only at the end of one of its own callbacks (busy),
- * never under nghttp2 or under the core's reply.
+ * A connection is never freed under nghttp2: a reply from the core that
+ * comes inside one of nghttp2's callbacks (rls_start answering at once) is
+ * only submitted, and written once nghttp2 returns (busy); a reply that
+ * comes later is written at once, and may end the connection as the last
+ * thing the reply does.
  *
  * Owns the HTTP/2 connections and the limits on them; not the listening
  * socket (listen.c, the worker's), not the decision (rls.c).
@@ -39,7 +42,6 @@
 
 #include "buf.h"
 #include "grpc.h"
-#include "log.h"
 #include "metrics.h"
 #include "rls.h"
 #include "server.h"

@@ -19,9 +19,14 @@ daemon with a real Redis, and checks what Envoy would see:
   local decides in memory;
 - 200 concurrent streams on one connection; three daemons and 300 concurrent
   calls on one key admit exactly the limit;
+- keys escape `%`, `|` and `=`; a shadow_mode copy shares its policy's
+  counters; 65 descriptors are INVALID_ARGUMENT and the connection stays;
 - conf/envoy/ (envoyproxy/ratelimit's format, unchanged) loaded with
   --envoy-config and answering as that project's README says; SIGHUP
-  re-reads an envoy directory.
+  re-reads an envoy directory;
+- the README's envoy.yaml: valid YAML, HTTP/2 to grpc_listen's port, and
+  every descriptor its rate_limits actions make meets a limit of
+  conf/ratelimitd.yaml and conf/envoy/.
 """
 import os
 import re

@@ -6,7 +6,7 @@ PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-d
 libjansson-dev libyaml-dev libhttp-parser-dev libsystemd-dev redis-server redis-tools python3 curl \
 groff-base man-db clang libclang-rt-14-dev valgrind nginx caddy \
 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools \
-python3-protobuf nghttp2-client"
+python3-protobuf nghttp2-client python3-yaml"
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

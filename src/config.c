@@ -1142,7 +1142,6 @@ static void inherit_settings(struct config *c)
 /* ---- Envoy domains ------------------------------------------------------------------ */
 
 #define DOMAINS_DEPTH_MAX 16 /* nested descriptors; Envoy's are a few entries long */
-#define ENVOY_POLICY "@envoy" /* not a valid policy name: never one of policies: */
 
 /* `domains:` is only noted here: a descriptor may name a policy written
  * further down, and its shadow copy must take the top-level defaults, so
@@ -1283,31 +1282,18 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
                                    const struct rate_limit_entry *rl, int shadow)
 {
     struct policy *p = xcalloc(1, sizeof(*p));
-    struct tier *t = &p->tiers[0];
-    const yaml_node_t *rl_node = field_node(ld, map, "rate_limit");
     char msg[RL_ERRLEN], where[PATH_LEN + 16];
 
-    strcpy(p->name, ENVOY_POLICY);
-    p->shadow = shadow;
-    p->deny_cache = 1;
-    p->headers = ld->c->headers;
-    p->deny_status = ld->c->deny_status;
-    p->ntiers = 1;
-    snprintf(t->name, sizeof(t->name), "%s", rls_unit_name(rl->unit));
-    for (char *s = t->name; *s; s++)
-        *s = (char)tolower((unsigned char)*s);
-    t->algorithm = ALG_FIXED_WINDOW;
-    t->limit = rl->requests_per_unit;
-    t->window_us = rls_unit_seconds(rl->unit) * 1000000;
     snprintf(where, sizeof(where), "%s.rate_limit", path);
-    if (default_key(ld, map, where, p) < 0) {
+    /* requests_per_unit's bounds and the units' lengths keep this true;
+     * policy.c stays the judge all the same. */
+    if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c, msg,
+                             sizeof(msg)) < 0) {
+        fail(ld, field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;
     }
-    /* requests_per_unit's bounds and the units' lengths keep this true;
-     * policy.c stays the judge all the same. */
-    if (policy_tier_validate(t, msg, sizeof(msg)) < 0) {
-        fail(ld, rl_node, where, "%s", msg);
+    if (default_key(ld, map, where, p) < 0) {
         free(p);
         return NULL;
     }

@@ -8,8 +8,10 @@
 
 void request_free(struct check_request *r)
 {
-    for (size_t i = 0; i < r->nchecks; i++)
+    for (size_t i = 0; i < r->nchecks; i++) {
         free(r->checks[i].key);
+        free(r->checks[i].owned);
+    }
     free(r->checks);
     r->checks = NULL;
     r->nchecks = 0;

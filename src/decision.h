@@ -28,6 +28,10 @@ struct check_item {
     char *key;                   /* owned; may not contain NUL */
     size_t keylen;
     int64_t cost; /* costs of duplicate (policy, key) pairs are added */
+    /* A policy made for this check alone (Envoy's per-request limit
+     * override), which `policy` then points to; freed with the request.
+     * NULL for every policy of the config snapshot. */
+    struct policy *owned;
 };
 
 /* What a caller asks: every check is decided together, atomically. */

@@ -15,6 +15,7 @@
 #include "domains.h"
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -54,6 +55,27 @@ int rls_unit_from_name(const char *name, enum rls_unit *out)
             return 0;
         }
     return -1;
+}
+
+int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
+                         int shadow, const struct config *c, char *err, size_t errlen)
+{
+    struct tier *t = &p->tiers[0];
+    memset(p, 0, sizeof(*p));
+    strcpy(p->name, DOMAINS_ENVOY_POLICY);
+    p->failure_mode = FAILURE_OPEN;
+    p->shadow = shadow;
+    p->deny_cache = 1;
+    p->headers = c->headers;
+    p->deny_status = c->deny_status;
+    p->ntiers = 1;
+    if ((size_t)unit >= NUNITS || unit == RLS_UNIT_UNKNOWN)
+        return snprintf(err, errlen, "unknown unit %d", (int)unit), -1;
+    snprintf(t->name, sizeof(t->name), "%s", units[unit].lower);
+    t->algorithm = ALG_FIXED_WINDOW;
+    t->limit = requests_per_unit;
+    t->window_us = units[unit].seconds * 1000000;
+    return policy_tier_validate(t, err, errlen);
 }
 
 /* ---- ordering ------------------------------------------------------------- */

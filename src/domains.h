@@ -47,11 +47,11 @@ struct domain_limit {
      * named policy), freed with the tree; NULL when policy is one of the
      * snapshot's own policies (or NULL). */
     struct policy *owned;
-    int unlimited;          /* rate_limit.unlimited: always OK, nothing counted */
-    int detailed_metric;    /* metrics name the request's values, not the config's */
-    char *name;             /* rate_limit.name (NULL: none), what `replaces` names */
+    int unlimited;       /* rate_limit.unlimited: always OK, nothing counted */
+    int detailed_metric; /* metrics name the request's values, not the config's */
+    char *name;          /* rate_limit.name (NULL: none), what `replaces` names */
     size_t nreplaces;
-    char **replaces;        /* names of limits this one replaces when both match */
+    char **replaces; /* names of limits this one replaces when both match */
     /* rate_limit: as configured; policy: RLS_UNIT_UNKNOWN and 0 (the answer
      * derives them from the binding tier) */
     enum rls_unit unit;
@@ -101,10 +101,25 @@ const struct domain *domains_find(const struct config *c, const char *name, size
 int64_t rls_unit_seconds(enum rls_unit u);
 
 /* The unit's name as Envoy spells it ("SECOND"...), and its lower-case form
- * from envoyproxy/ratelimit's YAML files ("second"...; any case is accepted, as envoyproxy/ratelimit upper-cases
- * it), -1 if unknown or UNKNOWN. */
+ * from envoyproxy/ratelimit's YAML files ("second"...; any case is accepted, as
+ * envoyproxy/ratelimit upper-cases it), -1 if unknown or UNKNOWN. */
 const char *rls_unit_name(enum rls_unit u);
 int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
+
+/* The name of the policies made from envoyproxy/ratelimit's limits: not a
+ * valid policy name, so never one of `policies:`. */
+#define DOMAINS_ENVOY_POLICY "@envoy"
+
+/*
+ * Fills *p with the policy of an envoyproxy/ratelimit limit of
+ * requests_per_unit per unit, as that project counts it: one fixed_window
+ * tier named for the unit ("minute"), failure_mode open, the config's
+ * top-level headers and deny_status. Used for the files' `rate_limit:` and
+ * for Envoy's per-request limit override. Returns 0, or -1 with a message
+ * (an unknown unit, a limit policy.c refuses).
+ */
+int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
+                         int shadow, const struct config *c, char *err, size_t errlen) RL_WUR;
 
 /* Frees a domain's tree (not the struct itself); called by config_free. */
 void domain_free(struct domain *d);

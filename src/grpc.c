@@ -348,6 +348,11 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
             d->hits_addend
                 ? (d->hits_addend->value > INT64_MAX ? INT64_MAX : (int64_t)d->hits_addend->value)
                 : -1;
+        if (d->limit) {
+            ds[i].has_limit = 1;
+            ds[i].limit_unit = (enum rls_unit)d->limit->unit;
+            ds[i].limit_requests_per_unit = d->limit->requests_per_unit;
+        }
         for (size_t j = 0; j < d->n_entries; j++, e++) {
             /* protobuf-c ends strings at their first NUL: a key or value
              * holding one is cut there (protobuf strings are UTF-8 text). */

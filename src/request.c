@@ -63,6 +63,7 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
 {
     static const char *const check_fields[] = {"policy", "key", "cost", NULL};
     static const char *const top_fields[] = {"policy", "key", "cost", "dry_run", NULL};
+    *item = (struct check_item){.cost = 0};
     if (!json_is_object(obj))
         return fail(err, "invalid_request", "%s must be an object", where);
     if (only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)

@@ -44,6 +44,7 @@ struct entry {
     char *metric;                     /* detailed_metric: the request's own "key_value..." path */
     size_t metriclen;
     char name[2 * POLICY_NAME_MAX + 2]; /* "<policy>/<tier>" of a policy: limit */
+    struct domain_limit override;       /* Envoy's per-request limit: limit points here */
 };
 
 struct rls_call {
@@ -177,6 +178,12 @@ static int validate(const struct rls_request *req, struct request_error *err)
         for (size_t j = 0; j < d->nentries; j++)
             if (d->entries[j].keylen == 0)
                 return fail(err, "invalid_key", "a descriptor entry has an empty key");
+        if (d->has_limit &&
+            (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 1 ||
+             d->limit_requests_per_unit > RLS_UINT32_MAX))
+            return fail(err, "invalid_limit",
+                        "a descriptor's limit override needs a known unit and "
+                        "requests_per_unit of at least 1");
     }
     return 0;
 }
@@ -228,6 +235,18 @@ static void match_all(struct rls_call *c, const struct config *cfg, const struct
         e->limit = c->domain
                        ? domains_match(cfg, req->domain, req->domainlen, d->entries, d->nentries)
                        : NULL;
+        if (c->domain && d->has_limit) {
+            /* Envoy's override replaces whatever the config says for this
+             * descriptor, in a known domain, as envoyproxy/ratelimit does:
+             * a fixed window, never shadow, never unlimited. */
+            e->override = (struct domain_limit){
+                .unit = d->limit_unit,
+                .requests_per_unit = d->limit_requests_per_unit,
+                .path = e->limit ? e->limit->path : NULL,
+                .detailed_metric = e->limit && e->limit->detailed_metric,
+            };
+            e->limit = &e->override;
+        }
         e->kind = !e->limit             ? ENTRY_UNMATCHED
                   : e->limit->unlimited ? ENTRY_UNLIMITED
                                         : ENTRY_LIMITED;
@@ -237,6 +256,16 @@ static void match_all(struct rls_call *c, const struct config *cfg, const struct
     for (size_t i = 0; i < c->n; i++)
         if (c->entries[i].limit && is_replaced(c, i))
             c->entries[i].kind = ENTRY_REPLACED;
+}
+
+/* The same policy, or two per-request overrides with the same limit: one
+ * state, so one check (the backend must never see one key twice). */
+static int same_policy(const struct policy *a, const struct policy *b)
+{
+    return a == b || (strcmp(a->name, DOMAINS_ENVOY_POLICY) == 0 &&
+                      strcmp(b->name, DOMAINS_ENVOY_POLICY) == 0 && a->shadow == b->shadow &&
+                      a->tiers[0].limit == b->tiers[0].limit &&
+                      a->tiers[0].window_us == b->tiers[0].window_us);
 }
 
 /* Adds descriptor i's check to creq (merging a duplicate (policy, key), as
@@ -256,10 +285,28 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
      * the same (policy, key) must be decided by the same tiers whichever
      * front asks, since they share the state. A shadow_mode copy has
      * variants of its own, shadow too (config.c). */
-    const struct policy *p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
+    struct policy *owned = NULL;
+    const struct policy *p;
+    if (c->entries[i].limit == &c->entries[i].override) {
+        char msg[RL_ERRLEN];
+        owned = xmalloc(sizeof *owned);
+        if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, c->w->config,
+                                 msg, sizeof msg) < 0) {
+            free(owned);
+            return fail(err, "invalid_limit", msg);
+        }
+        /* Its limit is this request's: a denial cached under it could
+         * answer a later request that brings another. */
+        owned->deny_cache = 0;
+        p = owned;
+    } else {
+        p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
+    }
     for (size_t k = 0; k < creq->nchecks; k++) {
         struct check_item *it = &creq->checks[k];
-        if (it->policy == p && it->keylen == (size_t)len && memcmp(it->key, key, it->keylen) == 0) {
+        if (same_policy(it->policy, p) && it->keylen == (size_t)len &&
+            memcmp(it->key, key, it->keylen) == 0) {
+            free(owned);
             if (it->cost + cost > REQUEST_MAX_COST)
                 return fail(err, "invalid_cost", "the hits of one descriptor add up to too many");
             it->cost += cost;
@@ -268,8 +315,11 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
         }
     }
     struct check_item *it = &creq->checks[creq->nchecks];
-    *it = (struct check_item){
-        .policy = p, .key = xstrndup(key, (size_t)len), .keylen = (size_t)len, .cost = cost};
+    *it = (struct check_item){.policy = p,
+                              .key = xstrndup(key, (size_t)len),
+                              .keylen = (size_t)len,
+                              .cost = cost,
+                              .owned = owned};
     c->entries[i].check = creq->nchecks++;
     return 0;
 }

@@ -26,6 +26,11 @@ struct rls_descriptor {
     const struct descriptor_entry *entries;
     size_t nentries;
     int64_t hits_addend; /* the descriptor's own hits_addend; -1: not set */
+    /* Envoy's per-request limit override (RateLimitDescriptor.limit), when
+     * has_limit: it replaces the config's limit for this descriptor. */
+    int has_limit;
+    enum rls_unit limit_unit;
+    int64_t limit_requests_per_unit;
 };
 
 /* Which front asked, for the metrics (ratelimitd_rls_requests_total). A

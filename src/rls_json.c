@@ -95,11 +95,39 @@ static int string_field(json_t *obj, const char *name, const char *where, int re
     return 0;
 }
 
+/* Envoy's per-request limit override: {"requests_per_unit": N, "unit":
+ * "MINUTE"} (protojson: the enum by name or number; requestsPerUnit too).
+ * Its range is rls.c's to judge. Absent: nothing set. */
+static int parse_limit(json_t *l, struct rls_descriptor *rd, const char *where,
+                       struct request_error *err)
+{
+    static const char *const fields[] = {"requests_per_unit", "requestsPerUnit", "unit", NULL};
+    json_t *n, *u;
+    if (!l)
+        return 0;
+    if (!json_is_object(l))
+        return fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
+    if (only_fields(l, fields, where, err) < 0 ||
+        member(l, "requests_per_unit", "requestsPerUnit", &n, where, err) < 0)
+        return -1;
+    u = json_object_get(l, "unit");
+    if (!n || !json_is_integer(n) || !u)
+        return fail(err, "invalid_limit",
+                    "\"limit\" in %s needs requests_per_unit (a number) and unit", where);
+    rd->has_limit = 1;
+    rd->limit_requests_per_unit = json_integer_value(n);
+    if (json_is_integer(u) && json_integer_value(u) >= 0 && json_integer_value(u) <= 255)
+        rd->limit_unit = (enum rls_unit)json_integer_value(u);
+    else if (!json_is_string(u) || rls_unit_from_name(json_string_value(u), &rd->limit_unit) < 0)
+        return fail(err, "invalid_limit", "\"unit\" of \"limit\" in %s is not a unit", where);
+    return 0;
+}
+
 /* Decodes descriptors[i] into out->descriptors[i], its entries from *next. */
 static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *next,
                             struct request_error *err)
 {
-    static const char *const fields[] = {"entries", "hits_addend", "hitsAddend", NULL};
+    static const char *const fields[] = {"entries", "hits_addend", "hitsAddend", "limit", NULL};
     static const char *const entry_fields[] = {"key", "value", NULL};
     char where[48];
     snprintf(where, sizeof where, "descriptors[%zu]", i);
@@ -111,7 +139,8 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         return -1;
     struct rls_descriptor *rd = &out->descriptors[i];
     rd->hits_addend = -1;
-    if (hits(h, &rd->hits_addend, where, err) < 0)
+    if (hits(h, &rd->hits_addend, where, err) < 0 ||
+        parse_limit(json_object_get(d, "limit"), rd, where, err) < 0)
         return -1;
     entries = json_object_get(d, "entries");
     if (entries && !json_is_array(entries))

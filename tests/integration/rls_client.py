@@ -109,7 +109,8 @@ def channel(target):
 
 def build_request(domain, descriptors, hits_addend=0):
     """descriptors: a list whose items are a list of (key, value) pairs, or a
-    dict {"entries": [(k, v)...], "hits_addend": n}."""
+    dict {"entries": [(k, v)...], "hits_addend": n, "limit": (requests_per_unit,
+    unit number)}."""
     req = message("RateLimitRequest")()
     req.domain = domain
     if hits_addend:
@@ -123,6 +124,8 @@ def build_request(domain, descriptors, hits_addend=0):
             e.value = v
         if isinstance(d, dict) and d.get("hits_addend") is not None:
             pd.hits_addend.value = d["hits_addend"]
+        if isinstance(d, dict) and d.get("limit") is not None:
+            pd.limit.requests_per_unit, pd.limit.unit = d["limit"]
     return req
 
 

@@ -432,6 +432,27 @@ def outcomes(futures):
     return codes
 
 
+def test_limit_override(rls):
+    """RateLimitDescriptor.limit, Envoy's per-request override: a fixed
+    window of that limit for the descriptor, in a known domain."""
+    def call(domain, limit, n):
+        desc = [{"entries": [("override", "x")], "limit": limit}]
+        return [rls_client.should_rate_limit(rls.channel, domain, desc) for _ in range(n)]
+
+    got = call("edge", (2, 2), 3)  # 2 per MINUTE
+    harness.eq([(code(r), r.statuses[0].limit_remaining) for r in got],
+               [(OK, 1), (OK, 0), (OVER, 0)], "a limit override of 2/minute: 2 OK, then OVER_LIMIT")
+    st = got[0].statuses[0]
+    harness.eq((st.current_limit.requests_per_unit, unit_name(st.current_limit.unit)), (2, "MINUTE"),
+               "the override is the status's current_limit")
+    harness.eq([code(r) for r in call("no_such_domain", (1, 3), 2)], [OK, OK],
+               "no override in an unknown domain")
+    harness.eq(rpc_code(lambda: call("edge", (0, 3), 1)), grpc.StatusCode.INVALID_ARGUMENT,
+               "an override of 0 requests: INVALID_ARGUMENT")
+    harness.eq(rpc_code(lambda: call("edge", (1, 0), 1)), grpc.StatusCode.INVALID_ARGUMENT,
+               "an override with unit UNKNOWN: INVALID_ARGUMENT")
+
+
 def test_concurrent_streams(rls):
     """200 calls in flight at once on one channel (one HTTP/2 connection:
     the daemon's max concurrent streams queues the rest in the client)."""
@@ -771,6 +792,7 @@ def main():
     test_replaces(rls)
     test_derived_limit(rls)
     test_headers_equal_check(rls, d)
+    test_limit_override(rls)
     test_concurrent_streams(rls)
     if os.path.isdir(os.path.join(SRCDIR, "conf", "envoy")):
         test_envoy_examples(redis)

@@ -326,6 +326,47 @@ def test_metrics(d, tag):
                  result="over_limit"), 1, "%s: detailed_metric names the request's values" % tag)
 
 
+def test_limit_override(d, tag):
+    """Envoy's per-request limit (RateLimitDescriptor.limit) replaces the
+    config's limit of that descriptor in a known domain, as a fixed window."""
+    def call(domain, descs):
+        return rls(d, None, None, raw=json.dumps({"domain": domain, "descriptors": descs}))
+
+    def desc(key, value, limit):
+        return {"entries": [{"key": key, "value": value}], "limit": limit}
+
+    got = [call("edge", [desc("user", "ov-" + tag, {"requests_per_unit": 2, "unit": "MINUTE"})])
+           for _ in range(3)]
+    harness.eq([(r.status, status(r)["code"], remaining(r)) for r in got],
+               [(200, "OK", 1), (200, "OK", 0), (429, "OVER_LIMIT", 0)],
+               "%s: an override of 2/minute admits 2, over the config's 5/hour" % tag)
+    harness.eq(status(got[0]).get("currentLimit"), {"requestsPerUnit": 2, "unit": "MINUTE"},
+               "%s: the override is the current_limit" % tag)
+    r = one(d, "edge", "user", "ov-" + tag)
+    harness.eq((r.status, remaining(r)), (200, 4),
+               "%s: without it, the config's limit and its own state" % tag)
+    got = [call("edge", [desc("free", tag, {"requestsPerUnit": 1, "unit": 3})]) for _ in range(2)]
+    harness.eq([status(r)["code"] for r in got], ["OK", "OVER_LIMIT"],
+               "%s: an override limits a descriptor the config does not (camelCase, unit by "
+               "number)" % tag)
+    got = [call("no_such_domain", [desc("free", tag, {"requests_per_unit": 1, "unit": "HOUR"})])
+           for _ in range(2)]
+    harness.eq([(r.status, r.json) for r in got], [(200, {"overallCode": "OK", "statuses": [
+        {"code": "OK"}]})] * 2, "%s: not in an unknown domain" % tag)
+    lim = {"requests_per_unit": 3, "unit": "HOUR"}
+    r = call("edge", [desc("free", "twice-" + tag, lim), desc("free", "twice-" + tag, lim)])
+    harness.eq([remaining(r, 0), remaining(r, 1)], [1, 1],
+               "%s: two equal descriptors with one override are one check of cost 2" % tag)
+    for limit, what in (({"requests_per_unit": 0, "unit": "HOUR"}, "requests_per_unit 0"),
+                        ({"requests_per_unit": 1, "unit": "UNKNOWN"}, "unit UNKNOWN"),
+                        ({"requests_per_unit": 1, "unit": 0}, "unit 0"),
+                        ({"requests_per_unit": 1}, "no unit"),
+                        ({"requests_per_unit": 1 << 32, "unit": "HOUR"}, "over uint32")):
+        r = call("edge", [desc("free", tag, limit)])
+        harness.eq((r.status, (r.json or {}).get("error")), (400, "invalid_limit"),
+                   "%s: a limit override with %s: 400" % (tag, what))
+
+
 def run_all(d, tag):
     test_algorithms(d, tag)
     test_units(d, tag)
@@ -337,6 +378,7 @@ def run_all(d, tag):
     test_headers(d, tag)
     test_bad(d)
     test_metrics(d, tag)
+    test_limit_override(d, tag)
 
 
 def test_cancel(redis, d):

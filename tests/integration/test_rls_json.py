@@ -9,6 +9,7 @@ current_limit of `policy:` limits; response_headers_to_add equal to
 /check's headers; the failure modes with Redis stopped; 400s; the bearer
 token; metrics."""
 import json
+import urllib.parse
 import os
 import signal
 import socket
@@ -224,6 +225,10 @@ def test_current_limit(d, tag):
     harness.eq((status(r)["currentLimit"], remaining(r)),
                ({"requestsPerUnit": 4, "unit": "HOUR", "name": "two_tiers/slow"}, 3),
                "%s: the tier with the fewest remaining binds" % tag)
+    r = d.admin("/v1/keys/two_tiers/" + urllib.parse.quote("edge|two=" + tag, safe=""))
+    harness.eq((r.status, [t["remaining"] for t in json.loads(r.body)["tiers"]]), (200, [9, 3]),
+               "%s: the admin API shows a policy: descriptor's state under "
+               "<policy>/<domain|key=value>" % tag)
     r = one(d, "edge", "ovr", "vip")
     harness.eq((remaining(r), status(r)["currentLimit"]["requestsPerUnit"]), (4, 5),
                "%s: an override of the key rls builds applies, as on /check" % tag)

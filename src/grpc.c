@@ -624,10 +624,22 @@ static int flush(struct gconn *c)
     }
 }
 
+/* A stream waits for the core: the core answers every call in time. Other
+ * open streams wait for the peer (a request never ended, an answer its
+ * flow-control window holds back) and keep no connection past idle_timeout. */
+static int conn_deciding(const struct gconn *c)
+{
+    const struct stream *st;
+    for (st = LIST_FIRST(&c->streams); st; st = LIST_NEXT(st, link))
+        if (st->call)
+            return 1;
+    return 0;
+}
+
 static void arm_timer(struct gconn *c)
 {
-    if (!c->lingering && !LIST_EMPTY(&c->streams) && !c->writing) {
-        event_del(&c->timer); /* the core answers every call in time */
+    if (!c->lingering && !c->writing && conn_deciding(c)) {
+        event_del(&c->timer);
         return;
     }
     int64_t deadline = c->lingering ? c->linger_until_us : c->last_us + c->g->idle_us;

@@ -36,6 +36,7 @@ DOMAINS = """domains:
         rate_limit: {unit: hour, requests_per_unit: 1000}
 """
 TOKEN = "grpc-test-token-0123456789"
+PATH_HEALTH = b"/grpc.health.v1.Health/Check"
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0, 1, 3, 4, 6, 7
@@ -301,6 +302,15 @@ def test_idle(redis):
     harness.eq(settings.get(6), 16384, "SETTINGS_MAX_HEADER_LIST_SIZE 16384")
     harness.ok(settings.get(5) in (None, 16384), "the default frame size")
     harness.eq(goaway_code(frames), 0, "a GOAWAY NO_ERROR before the close")
+    # A stream the client opens and never ends waits for the client, not
+    # for the core: it holds no connection past idle_timeout.
+    s = raw_conn(d.grpc_port)
+    authority = b"\x01\x09localhost"  # literal :authority (static index 1)
+    s.sendall(frame(HEADERS, END_HEADERS, 1, request_headers(PATH_HEALTH) + authority))
+    frames, closed = read_frames(s, 5)
+    s.close()
+    harness.ok(closed and not any(t == RST_STREAM for t, _, _, _ in frames),
+               "a request never ended: the connection still closes after idle_timeout")
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 

@@ -329,6 +329,8 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
+        /* Counted as POST /json counts a body it cannot decode (rls.h). */
+        metrics_rls_request(w->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
         return;
     }

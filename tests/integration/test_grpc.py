@@ -164,6 +164,9 @@ def test_errors(redis):
     harness.eq(code, "UNIMPLEMENTED", "a compressed message: UNIMPLEMENTED")
     resp = rc.should_rate_limit(ch, "unknown-domain", [[("k", "v")]])
     harness.eq(resp.overall_code, rc.CODE_OK, "and then a good call is answered")
+    metrics = d.admin("/metrics").body.decode()
+    harness.ok('ratelimitd_rls_requests_total{front="grpc",code="invalid"} 2' in metrics,
+               "the malformed message and the one without a domain counted as invalid")
     ch.close()
     harness.eq(d.stop(), 0, "the daemon exits 0")
 

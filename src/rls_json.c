@@ -99,7 +99,9 @@ static int string_field(json_t *obj, const char *name, const char *where, int re
 static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *next,
                             struct request_error *err)
 {
-    static const char *const fields[] = {"entries", "hits_addend", "hitsAddend", NULL};
+    /* limit: Envoy's per-request override, accepted as the gRPC front
+     * accepts it and, like there, not applied (README). */
+    static const char *const fields[] = {"entries", "hits_addend", "hitsAddend", "limit", NULL};
     static const char *const entry_fields[] = {"key", "value", NULL};
     char where[48];
     snprintf(where, sizeof where, "descriptors[%zu]", i);
@@ -113,6 +115,9 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
     rd->hits_addend = -1;
     if (hits(h, &rd->hits_addend, where, err) < 0)
         return -1;
+    json_t *limit = json_object_get(d, "limit");
+    if (limit && !json_is_object(limit) && !json_is_null(limit))
+        return fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
     entries = json_object_get(d, "entries");
     if (entries && !json_is_array(entries))
         return fail(err, "invalid_type", "\"entries\" in %s must be an array", where);

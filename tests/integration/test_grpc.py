@@ -314,6 +314,18 @@ def test_idle(redis):
     s.close()
     harness.ok(closed and not any(t == RST_STREAM for t, _, _, _ in frames),
                "a request never ended: the connection still closes after idle_timeout")
+    # A client that opens no flow-control window for the answer holds it
+    # back, and the connection no longer than idle_timeout either.
+    s = socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5)
+    content_type = b"\x0f\x10\x10application/grpc"  # literal, static index 31
+    s.sendall(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)) +
+              frame(HEADERS, END_HEADERS, 1,
+                    request_headers(PATH_HEALTH) + authority + content_type) +
+              frame(DATA, END_STREAM, 1, b"\0\0\0\0\0"))
+    frames, closed = read_frames(s, 5)
+    s.close()
+    harness.ok(closed and any(t == HEADERS for t, _, _, _ in frames),
+               "an answer the client's window holds back: closed after idle_timeout")
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 

@@ -329,6 +329,8 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
+        /* Counted as POST /json counts a body it cannot decode (rls.h). */
+        metrics_rls_request(w->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
         return;
     }
@@ -629,10 +631,22 @@ static int flush(struct gconn *c)
     }
 }
 
+/* A stream waits for the core: the core answers every call in time. Other
+ * open streams wait for the peer (a request never ended, an answer its
+ * flow-control window holds back) and keep no connection past idle_timeout. */
+static int conn_deciding(const struct gconn *c)
+{
+    const struct stream *st;
+    for (st = LIST_FIRST(&c->streams); st; st = LIST_NEXT(st, link))
+        if (st->call)
+            return 1;
+    return 0;
+}
+
 static void arm_timer(struct gconn *c)
 {
-    if (!c->lingering && !LIST_EMPTY(&c->streams) && !c->writing) {
-        event_del(&c->timer); /* the core answers every call in time */
+    if (!c->lingering && !c->writing && conn_deciding(c)) {
+        event_del(&c->timer);
         return;
     }
     int64_t deadline = c->lingering ? c->linger_until_us : c->last_us + c->g->idle_us;

@@ -103,7 +103,7 @@ static int parse_limit(json_t *l, struct rls_descriptor *rd, const char *where,
 {
     static const char *const fields[] = {"requests_per_unit", "requestsPerUnit", "unit", NULL};
     json_t *n, *u;
-    if (!l)
+    if (!l || json_is_null(l)) /* protojson's null: unset */
         return 0;
     if (!json_is_object(l))
         return fail(err, "invalid_type", "\"limit\" in %s must be an object", where);

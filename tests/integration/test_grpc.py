@@ -36,6 +36,7 @@ DOMAINS = """domains:
         rate_limit: {unit: hour, requests_per_unit: 1000}
 """
 TOKEN = "grpc-test-token-0123456789"
+PATH_HEALTH = b"/grpc.health.v1.Health/Check"
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0, 1, 3, 4, 6, 7
@@ -163,6 +164,9 @@ def test_errors(redis):
     harness.eq(code, "UNIMPLEMENTED", "a compressed message: UNIMPLEMENTED")
     resp = rc.should_rate_limit(ch, "unknown-domain", [[("k", "v")]])
     harness.eq(resp.overall_code, rc.CODE_OK, "and then a good call is answered")
+    metrics = d.admin("/metrics").body.decode()
+    harness.ok('ratelimitd_rls_requests_total{front="grpc",code="invalid"} 2' in metrics,
+               "the malformed message and the one without a domain counted as invalid")
     ch.close()
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
@@ -301,6 +305,27 @@ def test_idle(redis):
     harness.eq(settings.get(6), 16384, "SETTINGS_MAX_HEADER_LIST_SIZE 16384")
     harness.ok(settings.get(5) in (None, 16384), "the default frame size")
     harness.eq(goaway_code(frames), 0, "a GOAWAY NO_ERROR before the close")
+    # A stream the client opens and never ends waits for the client, not
+    # for the core: it holds no connection past idle_timeout.
+    s = raw_conn(d.grpc_port)
+    authority = b"\x01\x09localhost"  # literal :authority (static index 1)
+    s.sendall(frame(HEADERS, END_HEADERS, 1, request_headers(PATH_HEALTH) + authority))
+    frames, closed = read_frames(s, 5)
+    s.close()
+    harness.ok(closed and not any(t == RST_STREAM for t, _, _, _ in frames),
+               "a request never ended: the connection still closes after idle_timeout")
+    # A client that opens no flow-control window for the answer holds it
+    # back, and the connection no longer than idle_timeout either.
+    s = socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5)
+    content_type = b"\x0f\x10\x10application/grpc"  # literal, static index 31
+    s.sendall(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0)) +
+              frame(HEADERS, END_HEADERS, 1,
+                    request_headers(PATH_HEALTH) + authority + content_type) +
+              frame(DATA, END_STREAM, 1, b"\0\0\0\0\0"))
+    frames, closed = read_frames(s, 5)
+    s.close()
+    harness.ok(closed and any(t == HEADERS for t, _, _, _ in frames),
+               "an answer the client's window holds back: closed after idle_timeout")
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 

@@ -297,6 +297,11 @@ def test_bad(d):
         harness.eq((r.status, (r.json or {}).get("error")), (400, code), "400 %s" % what)
     r = d.request("GET", "/json")
     harness.eq((r.status, r.headers.get("allow")), (405, "POST"), "GET /json: 405, Allow: POST")
+    # protojson's null for a message field: unset.
+    r = rls(d, None, None, raw=json.dumps({"domain": "edge", "descriptors": [
+        {"entries": [{"key": "nope", "value": "v"}], "limit": None}]}))
+    harness.eq((r.status, r.json), (200, {"overallCode": "OK", "statuses": [{"code": "OK"}]}),
+               "a descriptor's \"limit\": null is no override")
     # The key limit counts escaped bytes: an unmatched long key is no error.
     r = one(d, "edge", "nope", "x" * 1100)
     harness.eq(r.status, 200, "a long unmatched descriptor builds no key: OK")

@@ -43,6 +43,7 @@
 #include "buf.h"
 #include "grpc.h"
 #include "metrics.h"
+#include "rate_headers.h"
 #include "rls.h"
 #include "server.h"
 #include "worker.h"
@@ -247,7 +248,10 @@ static uint32_t clamp_u32(int64_t v)
 }
 
 /* Packs the answer into st's response. Everything the message points to is
- * on the stack or the answer's, and only for the pack. */
+ * on the stack or the answer's, and only for the pack: no allocation per
+ * answer beyond the response buffer's. rls.c never answers more statuses
+ * than REQUEST_MAX_CHECKS (it refuses more descriptors) nor more headers
+ * than rate_headers.h makes; past either is a broken invariant. */
 static void answer_rls(struct stream *st, const struct rls_answer *a)
 {
     typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus Status;
@@ -255,14 +259,17 @@ static void answer_rls(struct stream *st, const struct rls_answer *a)
     typedef Envoy__Config__Core__V3__HeaderValue Header;
     Envoy__Service__Ratelimit__V3__RateLimitResponse resp =
         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
-    size_t n = a->nstatuses, nh = a->nheaders;
-    Status *sts = xcalloc(n ? n : 1, sizeof *sts);
-    Status **stp = xcalloc(n ? n : 1, sizeof *stp);
-    Limit *lims = xcalloc(n ? n : 1, sizeof *lims);
-    Google__Protobuf__Duration *durs = xcalloc(n ? n : 1, sizeof *durs);
-    Header *hs = xcalloc(nh ? nh : 1, sizeof *hs);
-    Header **hsp = xcalloc(nh ? nh : 1, sizeof *hsp);
-    char **hvals = xcalloc(nh ? nh : 1, sizeof *hvals);
+    Status sts[REQUEST_MAX_CHECKS], *stp[REQUEST_MAX_CHECKS];
+    Limit lims[REQUEST_MAX_CHECKS];
+    Google__Protobuf__Duration durs[REQUEST_MAX_CHECKS];
+    Header hs[RATE_HEADERS_MAX], *hsp[RATE_HEADERS_MAX];
+    /* rls_header values are counted, protobuf-c strings end in NUL: the
+     * values rate_headers writes fit its space; the one it points to instead
+     * (Retry-After "1") and the NULs fit the rest. */
+    char hvals[RATE_HEADERS_SPACE + 2 * RATE_HEADERS_MAX];
+    size_t n = a->nstatuses, nh = a->nheaders, used = 0;
+    if (n > REQUEST_MAX_CHECKS || nh > RATE_HEADERS_MAX)
+        abort();
     resp.overall_code = code_of(a->overall);
     for (size_t i = 0; i < n; i++) {
         const struct rls_status *r = &a->statuses[i];
@@ -286,11 +293,14 @@ static void answer_rls(struct stream *st, const struct rls_answer *a)
         stp[i] = s;
     }
     for (size_t i = 0; i < nh; i++) {
+        size_t len = a->headers[i].len;
+        if (len + 1 > sizeof hvals - used)
+            abort();
         envoy__config__core__v3__header_value__init(&hs[i]);
         hs[i].key = (char *)a->headers[i].name;
-        /* rls_header values are counted, protobuf-c strings end in NUL. */
-        hvals[i] = xstrndup(a->headers[i].value, a->headers[i].len);
-        hs[i].value = hvals[i];
+        hs[i].value = memcpy(hvals + used, a->headers[i].value, len);
+        hvals[used + len] = '\0';
+        used += len + 1;
         hsp[i] = &hs[i];
     }
     resp.n_statuses = n;
@@ -298,15 +308,6 @@ static void answer_rls(struct stream *st, const struct rls_answer *a)
     resp.n_response_headers_to_add = nh;
     resp.response_headers_to_add = hsp;
     answer_message(st, &resp.base);
-    for (size_t i = 0; i < nh; i++)
-        free(hvals[i]);
-    free(hvals);
-    free(hsp);
-    free(hs);
-    free(durs);
-    free(lims);
-    free(stp);
-    free(sts);
 }
 
 static void on_rls_reply(void *ctx, const struct rls_answer *a)

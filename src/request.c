@@ -26,10 +26,7 @@
 
 #include "request.h"
 
-static int fail(struct request_error *err, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct request_error *err, const char *code, const char *fmt, ...)
+int request_fail(struct request_error *err, const char *code, const char *fmt, ...)
 {
     va_list ap;
     err->status = 400;
@@ -40,9 +37,8 @@ static int fail(struct request_error *err, const char *code, const char *fmt, ..
     return -1;
 }
 
-/* Rejects any member of obj not named in allowed (NULL-terminated). */
-static int only_fields(json_t *obj, const char *const *allowed, const char *where,
-                       struct request_error *err)
+int request_only_fields(json_t *obj, const char *const *allowed, const char *where,
+                        struct request_error *err)
 {
     const char *name;
     json_t *v;
@@ -52,7 +48,7 @@ static int only_fields(json_t *obj, const char *const *allowed, const char *wher
         while (*a && strcmp(*a, name) != 0)
             a++;
         if (!*a)
-            return fail(err, "unknown_field", "unknown field \"%s\" in %s", name, where);
+            return request_fail(err, "unknown_field", "unknown field \"%s\" in %s", name, where);
     }
     return 0;
 }
@@ -65,32 +61,33 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
     static const char *const top_fields[] = {"policy", "key", "cost", "dry_run", NULL};
     *item = (struct check_item){.cost = 0};
     if (!json_is_object(obj))
-        return fail(err, "invalid_request", "%s must be an object", where);
-    if (only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)
+        return request_fail(err, "invalid_request", "%s must be an object", where);
+    if (request_only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)
         return -1;
 
     json_t *policy = json_object_get(obj, "policy");
     if (!policy)
-        return fail(err, "missing_field", "missing field \"policy\" in %s", where);
+        return request_fail(err, "missing_field", "missing field \"policy\" in %s", where);
     if (!json_is_string(policy))
-        return fail(err, "invalid_type", "\"policy\" in %s must be a string", where);
+        return request_fail(err, "invalid_type", "\"policy\" in %s must be a string", where);
     item->policy = config_find_policy(cfg, json_string_value(policy));
     if (!item->policy || strlen(json_string_value(policy)) != json_string_length(policy))
-        return fail(err, "unknown_policy", "unknown policy \"%.64s\"", json_string_value(policy));
+        return request_fail(err, "unknown_policy", "unknown policy \"%.64s\"",
+                            json_string_value(policy));
 
     json_t *key = json_object_get(obj, "key");
     if (!key)
-        return fail(err, "missing_field", "missing field \"key\" in %s", where);
+        return request_fail(err, "missing_field", "missing field \"key\" in %s", where);
     if (!json_is_string(key))
-        return fail(err, "invalid_type", "\"key\" in %s must be a string", where);
+        return request_fail(err, "invalid_type", "\"key\" in %s must be a string", where);
     size_t keylen = json_string_length(key);
     if (keylen == 0)
-        return fail(err, "invalid_key", "\"key\" in %s is empty", where);
+        return request_fail(err, "invalid_key", "\"key\" in %s is empty", where);
     if (keylen > POLICY_KEY_MAX)
-        return fail(err, "invalid_key", "\"key\" in %s is %zu bytes, over the limit of %d", where,
-                    keylen, POLICY_KEY_MAX);
+        return request_fail(err, "invalid_key", "\"key\" in %s is %zu bytes, over the limit of %d",
+                            where, keylen, POLICY_KEY_MAX);
     if (memchr(json_string_value(key), '\0', keylen))
-        return fail(err, "invalid_key", "\"key\" in %s contains a NUL byte", where);
+        return request_fail(err, "invalid_key", "\"key\" in %s contains a NUL byte", where);
     item->key = (char *)json_string_value(key);
     item->keylen = keylen;
     /* The key may have tiers of its own (per-key overrides). */
@@ -100,11 +97,12 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
     item->cost = 1;
     if (cost) {
         if (!json_is_integer(cost))
-            return fail(err, "invalid_cost", "\"cost\" in %s must be a whole number", where);
+            return request_fail(err, "invalid_cost", "\"cost\" in %s must be a whole number",
+                                where);
         json_int_t c = json_integer_value(cost);
         if (c < 0 || c > REQUEST_MAX_COST)
-            return fail(err, "invalid_cost", "\"cost\" in %s must be between 0 and %lld", where,
-                        REQUEST_MAX_COST);
+            return request_fail(err, "invalid_cost", "\"cost\" in %s must be between 0 and %lld",
+                                where, REQUEST_MAX_COST);
         item->cost = (int64_t)c;
     }
     return 0;
@@ -121,9 +119,10 @@ static int add_check(struct check_request *out, const struct check_item *item,
         if (c->policy == item->policy && c->keylen == item->keylen &&
             memcmp(c->key, item->key, item->keylen) == 0) {
             if (c->cost + item->cost > REQUEST_MAX_COST)
-                return fail(err, "invalid_cost",
-                            "the costs of policy \"%s\" and this key add up to more than %lld",
-                            item->policy->name, REQUEST_MAX_COST);
+                return request_fail(
+                    err, "invalid_cost",
+                    "the costs of policy \"%s\" and this key add up to more than %lld",
+                    item->policy->name, REQUEST_MAX_COST);
             c->cost += item->cost;
             return 0;
         }
@@ -288,19 +287,19 @@ int request_parse_full(const struct config *cfg, const char *body, size_t len,
     json_t *root =
         json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
     if (!root)
-        return fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
-                    jerr.column, jerr.text);
+        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
+                            jerr.line, jerr.column, jerr.text);
     int rc = -1;
     if (!json_is_object(root)) {
-        fail(err, "invalid_request", "the body must be a JSON object");
+        request_fail(err, "invalid_request", "the body must be a JSON object");
         goto done;
     }
 
     json_t *dry = json_object_get(root, "dry_run");
     if (dry && !json_is_boolean(dry)) {
-        fail(err, "invalid_type", "\"dry_run\" must be true or false");
+        request_fail(err, "invalid_type", "\"dry_run\" must be true or false");
         goto done;
     }
     out->dry_run = dry && json_is_true(dry);
@@ -319,25 +318,25 @@ int request_parse_full(const struct config *cfg, const char *body, size_t len,
     static const char *const multi_fields[] = {"checks", "dry_run", NULL};
     if (json_object_get(root, "policy") || json_object_get(root, "key") ||
         json_object_get(root, "cost")) {
-        fail(err, "invalid_request",
-             "\"checks\" cannot be combined with \"policy\", \"key\" or "
-             "\"cost\": put each check inside \"checks\"");
+        request_fail(err, "invalid_request",
+                     "\"checks\" cannot be combined with \"policy\", \"key\" or "
+                     "\"cost\": put each check inside \"checks\"");
         goto done;
     }
-    if (only_fields(root, multi_fields, "the request", err) < 0)
+    if (request_only_fields(root, multi_fields, "the request", err) < 0)
         goto done;
     if (!json_is_array(checks)) {
-        fail(err, "invalid_type", "\"checks\" must be an array");
+        request_fail(err, "invalid_type", "\"checks\" must be an array");
         goto done;
     }
     size_t n = json_array_size(checks);
     if (n == 0) {
-        fail(err, "invalid_request", "\"checks\" is empty");
+        request_fail(err, "invalid_request", "\"checks\" is empty");
         goto done;
     }
     if (n > REQUEST_MAX_CHECKS) {
-        fail(err, "invalid_request", "\"checks\" has %zu entries, over the limit of %d", n,
-             REQUEST_MAX_CHECKS);
+        request_fail(err, "invalid_request", "\"checks\" has %zu entries, over the limit of %d", n,
+                     REQUEST_MAX_CHECKS);
         goto done;
     }
     out->checks = xcalloc(n, sizeof *out->checks);

@@ -6,6 +6,7 @@
 #ifndef RATELIMITD_REQUEST_H
 #define RATELIMITD_REQUEST_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,17 @@ struct request_error {
     const char *code; /* static string, e.g. "invalid_json" */
     char message[RL_ERRLEN];
 };
+
+/* Fills err as a 400 with code (a static string) and a printf-style
+ * message; returns -1. Every JSON body decoder (/check, /json, rls.c's
+ * checks) reports through it. */
+int request_fail(struct request_error *err, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Refuses (400 unknown_field, naming it and `where`) any member of obj not
+ * named in allowed (NULL-terminated). Returns 0 or -1. */
+int request_only_fields(json_t *obj, const char *const *allowed, const char *where,
+                        struct request_error *err);
 
 /*
  * Decodes a /check body. On success fills *out (free it with request_free)

@@ -71,14 +71,6 @@ static void call_free(struct rls_call *c)
     free(c);
 }
 
-static int fail(struct request_error *err, const char *code, const char *msg)
-{
-    err->status = 400;
-    err->code = code;
-    snprintf(err->message, sizeof err->message, "%s", msg);
-    return -1;
-}
-
 /* ---- pure parts ---- */
 
 /* Appends s escaped at out + *n; -1 past outlen. */
@@ -161,29 +153,29 @@ void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_
 static int validate(const struct rls_request *req, struct request_error *err)
 {
     if (req->domainlen == 0)
-        return fail(err, "invalid_request", "the domain is empty");
+        return request_fail(err, "invalid_request", "the domain is empty");
     if (req->ndescriptors == 0)
-        return fail(err, "invalid_request", "there are no descriptors");
+        return request_fail(err, "invalid_request", "there are no descriptors");
     if (req->ndescriptors > REQUEST_MAX_CHECKS)
-        return fail(err, "invalid_request", "too many descriptors (at most 64)");
+        return request_fail(err, "invalid_request", "too many descriptors (at most 64)");
     if (req->hits_addend < 0 || req->hits_addend > REQUEST_MAX_COST)
-        return fail(err, "invalid_cost", "hits_addend must be between 0 and 1000000000");
+        return request_fail(err, "invalid_cost", "hits_addend must be between 0 and 1000000000");
     for (size_t i = 0; i < req->ndescriptors; i++) {
         const struct rls_descriptor *d = &req->descriptors[i];
         if (d->nentries == 0)
-            return fail(err, "invalid_request", "a descriptor has no entries");
+            return request_fail(err, "invalid_request", "a descriptor has no entries");
         if (d->hits_addend < -1 || d->hits_addend > REQUEST_MAX_COST)
-            return fail(err, "invalid_cost",
-                        "a descriptor's hits_addend must be between 0 and 1000000000");
+            return request_fail(err, "invalid_cost",
+                                "a descriptor's hits_addend must be between 0 and 1000000000");
         for (size_t j = 0; j < d->nentries; j++)
             if (d->entries[j].keylen == 0)
-                return fail(err, "invalid_key", "a descriptor entry has an empty key");
+                return request_fail(err, "invalid_key", "a descriptor entry has an empty key");
         if (d->has_limit &&
             (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 1 ||
              d->limit_requests_per_unit > RLS_UINT32_MAX))
-            return fail(err, "invalid_limit",
-                        "a descriptor's limit override needs a known unit and "
-                        "requests_per_unit of at least 1");
+            return request_fail(err, "invalid_limit",
+                                "a descriptor's limit override needs a known unit and "
+                                "requests_per_unit of at least 1");
     }
     return 0;
 }
@@ -277,7 +269,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     char key[POLICY_KEY_MAX];
     long len = rls_key(req->domain, req->domainlen, d->entries, d->nentries, key, sizeof key);
     if (len < 0)
-        return fail(err, "invalid_key", "a descriptor's key is over 1024 bytes");
+        return request_fail(err, "invalid_key", "a descriptor's key is over 1024 bytes");
     int64_t cost = d->hits_addend >= 0    ? d->hits_addend
                    : req->hits_addend > 0 ? req->hits_addend
                                           : 1;
@@ -293,7 +285,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
         if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, c->w->config,
                                  msg, sizeof msg) < 0) {
             free(owned);
-            return fail(err, "invalid_limit", msg);
+            return request_fail(err, "invalid_limit", "%s", msg);
         }
         /* Its limit is this request's: a denial cached under it could
          * answer a later request that brings another. */
@@ -308,7 +300,8 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
             memcmp(it->key, key, it->keylen) == 0) {
             free(owned);
             if (it->cost + cost > REQUEST_MAX_COST)
-                return fail(err, "invalid_cost", "the hits of one descriptor add up to too many");
+                return request_fail(err, "invalid_cost",
+                                    "the hits of one descriptor add up to too many");
             it->cost += cost;
             c->entries[i].check = k;
             return 0;

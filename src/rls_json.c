@@ -5,43 +5,11 @@
  * rls_start's rule, the same for gRPC.
  */
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rls_json.h"
-
-static int fail(struct request_error *err, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct request_error *err, const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    err->status = 400;
-    err->code = code;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* Rejects any member of obj not named in allowed (NULL-terminated). */
-static int only_fields(json_t *obj, const char *const *allowed, const char *where,
-                       struct request_error *err)
-{
-    const char *name;
-    json_t *v;
-    json_object_foreach(obj, name, v)
-    {
-        const char *const *a = allowed;
-        while (*a && strcmp(*a, name) != 0)
-            a++;
-        if (!*a)
-            return fail(err, "unknown_field", "unknown field \"%.64s\" in %s", name, where);
-    }
-    return 0;
-}
 
 /* The member spelt snake (or camel, protojson's name), or NULL; both at
  * once are ambiguous. */
@@ -50,7 +18,8 @@ static int member(json_t *obj, const char *snake, const char *camel, json_t **ou
 {
     json_t *a = json_object_get(obj, snake), *b = camel ? json_object_get(obj, camel) : NULL;
     if (a && b)
-        return fail(err, "invalid_request", "\"%s\" and \"%s\" both in %s", snake, camel, where);
+        return request_fail(err, "invalid_request", "\"%s\" and \"%s\" both in %s", snake, camel,
+                            where);
     *out = a ? a : b;
     return 0;
 }
@@ -72,10 +41,10 @@ static int hits(json_t *v, int64_t *out, const char *where, struct request_error
             n = s[i] >= '0' && s[i] <= '9' ? n * 10 + (s[i] - '0') : -1;
     }
     if (n < 0 || n > REQUEST_MAX_COST)
-        return fail(err, "invalid_cost",
-                    "\"hits_addend\" in %s must be a whole number between 0 "
-                    "and %lld",
-                    where, REQUEST_MAX_COST);
+        return request_fail(err, "invalid_cost",
+                            "\"hits_addend\" in %s must be a whole number between 0 "
+                            "and %lld",
+                            where, REQUEST_MAX_COST);
     *out = n;
     return 0;
 }
@@ -87,9 +56,11 @@ static int string_field(json_t *obj, const char *name, const char *where, int re
     *s = "";
     *len = 0;
     if (!v)
-        return required ? fail(err, "missing_field", "missing field \"%s\" in %s", name, where) : 0;
+        return required
+                   ? request_fail(err, "missing_field", "missing field \"%s\" in %s", name, where)
+                   : 0;
     if (!json_is_string(v))
-        return fail(err, "invalid_type", "\"%s\" in %s must be a string", name, where);
+        return request_fail(err, "invalid_type", "\"%s\" in %s must be a string", name, where);
     *s = json_string_value(v);
     *len = json_string_length(v);
     return 0;
@@ -106,20 +77,21 @@ static int parse_limit(json_t *l, struct rls_descriptor *rd, const char *where,
     if (!l || json_is_null(l)) /* protojson's null: unset */
         return 0;
     if (!json_is_object(l))
-        return fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
-    if (only_fields(l, fields, where, err) < 0 ||
+        return request_fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
+    if (request_only_fields(l, fields, where, err) < 0 ||
         member(l, "requests_per_unit", "requestsPerUnit", &n, where, err) < 0)
         return -1;
     u = json_object_get(l, "unit");
     if (!n || !json_is_integer(n) || !u)
-        return fail(err, "invalid_limit",
-                    "\"limit\" in %s needs requests_per_unit (a number) and unit", where);
+        return request_fail(err, "invalid_limit",
+                            "\"limit\" in %s needs requests_per_unit (a number) and unit", where);
     rd->has_limit = 1;
     rd->limit_requests_per_unit = json_integer_value(n);
     if (json_is_integer(u) && json_integer_value(u) >= 0 && json_integer_value(u) <= 255)
         rd->limit_unit = (enum rls_unit)json_integer_value(u);
     else if (!json_is_string(u) || rls_unit_from_name(json_string_value(u), &rd->limit_unit) < 0)
-        return fail(err, "invalid_limit", "\"unit\" of \"limit\" in %s is not a unit", where);
+        return request_fail(err, "invalid_limit", "\"unit\" of \"limit\" in %s is not a unit",
+                            where);
     return 0;
 }
 
@@ -132,9 +104,9 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
     char where[48];
     snprintf(where, sizeof where, "descriptors[%zu]", i);
     if (!json_is_object(d))
-        return fail(err, "invalid_type", "%s must be an object", where);
+        return request_fail(err, "invalid_type", "%s must be an object", where);
     json_t *entries, *h;
-    if (only_fields(d, fields, where, err) < 0 ||
+    if (request_only_fields(d, fields, where, err) < 0 ||
         member(d, "hits_addend", "hitsAddend", &h, where, err) < 0)
         return -1;
     struct rls_descriptor *rd = &out->descriptors[i];
@@ -144,7 +116,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         return -1;
     entries = json_object_get(d, "entries");
     if (entries && !json_is_array(entries))
-        return fail(err, "invalid_type", "\"entries\" in %s must be an array", where);
+        return request_fail(err, "invalid_type", "\"entries\" in %s must be an array", where);
     rd->entries = &out->entries[*next];
     rd->nentries = json_array_size(entries);
     for (size_t j = 0; j < rd->nentries; j++) {
@@ -152,8 +124,8 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         struct descriptor_entry *de = &out->entries[(*next)++];
         snprintf(where, sizeof where, "descriptors[%zu].entries[%zu]", i, j);
         if (!json_is_object(e))
-            return fail(err, "invalid_type", "%s must be an object", where);
-        if (only_fields(e, entry_fields, where, err) < 0 ||
+            return request_fail(err, "invalid_type", "%s must be an object", where);
+        if (request_only_fields(e, entry_fields, where, err) < 0 ||
             string_field(e, "key", where, 1, &de->key, &de->keylen, err) < 0 ||
             string_field(e, "value", where, 0, &de->value, &de->valuelen, err) < 0)
             return -1;
@@ -178,22 +150,22 @@ static int parse_root(json_t *root, struct rls_json *out, struct request_error *
     static const char *const fields[] = {"domain", "descriptors", "hits_addend", "hitsAddend",
                                          NULL};
     if (!json_is_object(root))
-        return fail(err, "invalid_request", "the body must be a JSON object");
+        return request_fail(err, "invalid_request", "the body must be a JSON object");
     json_t *h, *descriptors = json_object_get(root, "descriptors");
-    if (only_fields(root, fields, "the request", err) < 0 ||
+    if (request_only_fields(root, fields, "the request", err) < 0 ||
         string_field(root, "domain", "the request", 1, &out->req.domain, &out->req.domainlen, err) <
             0 ||
         member(root, "hits_addend", "hitsAddend", &h, "the request", err) < 0 ||
         hits(h, &out->req.hits_addend, "the request", err) < 0)
         return -1;
     if (descriptors && !json_is_array(descriptors))
-        return fail(err, "invalid_type", "\"descriptors\" must be an array");
+        return request_fail(err, "invalid_type", "\"descriptors\" must be an array");
     size_t n = json_array_size(descriptors);
     /* The rest is rls_start's rule; checked here too so that a huge array
      * is not copied first. */
     if (n > REQUEST_MAX_CHECKS)
-        return fail(err, "invalid_request", "%zu descriptors, over the limit of %d", n,
-                    REQUEST_MAX_CHECKS);
+        return request_fail(err, "invalid_request", "%zu descriptors, over the limit of %d", n,
+                            REQUEST_MAX_CHECKS);
     out->descriptors = xcalloc(n ? n : 1, sizeof *out->descriptors);
     out->entries = xcalloc(count_entries(descriptors) + 1, sizeof *out->entries);
     out->req.descriptors = out->descriptors;
@@ -213,10 +185,10 @@ int rls_json_parse(const char *body, size_t len, struct rls_json *out, struct re
     json_t *root =
         json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
     if (!root)
-        return fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
-                    jerr.column, jerr.text);
+        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
+                            jerr.line, jerr.column, jerr.text);
     out->root = root;
     if (parse_root(root, out, err) < 0) {
         rls_json_free(out);

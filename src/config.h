@@ -35,6 +35,23 @@ enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
  * memory (backend_memory.c). */
 enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
 
+/* redis.tls: used by every connection when the URLs are rediss://. */
+struct redis_tls_config {
+    char *ca_file;     /* NULL: the system's CA store */
+    char *cert_file;   /* client certificate; NULL: none */
+    char *key_file;    /* its key; set iff cert_file is */
+    char *server_name; /* the name verified and sent (SNI); NULL: the host */
+    int verify;        /* default 1 */
+};
+
+/* redis.sentinel: the master is found through these sentinels. */
+struct redis_sentinel_config {
+    size_t naddresses; /* 0: no sentinel */
+    char **addresses;  /* "host:port", "[v6]:port" */
+    char *master_name;
+    char *password; /* the sentinels' own; NULL: none */
+};
+
 #define CONFIG_WORKERS_MAX 64
 
 struct config {
@@ -46,8 +63,13 @@ struct config {
     int64_t listen_gid;  /* listen_group resolved at load; -1: none */
     enum backend_kind backend;
     int64_t workers; /* event loops; 0: one per CPU (auto) */
-    char *redis_url;
+    char *redis_url; /* single and sentinel modes: scheme, credentials, db */
     int64_t redis_timeout_us;
+    int redis_tls_on; /* the URLs are rediss:// */
+    struct redis_tls_config redis_tls;
+    struct redis_sentinel_config redis_sentinel;
+    size_t redis_ncluster; /* 0: not a cluster */
+    char **redis_cluster;  /* seed URLs */
     char *key_prefix;
     enum clock_source clock;
     int64_t max_body;

@@ -131,6 +131,31 @@ void metrics_count(struct metrics *m, enum metrics_counter c);
 /* Counts one config reload: ok nonzero for success, 0 for failure. */
 void metrics_reload(struct metrics *m, int ok);
 
+/*
+ * Per Redis node series, labelled node="host:port" (the node's target):
+ * the nodes are those the policy file names or a cluster's slot map
+ * reports, capped at METRICS_MAX_NODES over the process's life (the rest
+ * fold into node="_other").
+ */
+#define METRICS_MAX_NODES 64
+enum metrics_node_counter {
+    METRICS_NODE_CALLS,      /* ratelimitd_redis_node_calls_total */
+    METRICS_NODE_ERRORS,     /* ratelimitd_redis_node_errors_total */
+    METRICS_NODE_RECONNECTS, /* ratelimitd_redis_node_reconnects_total */
+    METRICS_NODE_MOVED,      /* ratelimitd_redis_node_moved_total */
+    METRICS_NODE_ASK,        /* ratelimitd_redis_node_ask_total */
+    METRICS_NODE_FAILOVERS,  /* ratelimitd_redis_node_failovers_total */
+    METRICS_NODE_NCOUNTERS
+};
+
+/* Adds one to node's counter c (out of range: ignored). */
+void metrics_node_count(struct metrics *m, const char *node, enum metrics_node_counter c);
+
+/* This shard's connection to node is ready (1) or not (0). Rendered as
+ * ratelimitd_redis_node_up{node}: 1 when every shard that has reported on
+ * the node says ready. */
+void metrics_node_up(struct metrics *m, const char *node, int up);
+
 /* Adds every count of from into into (a worker's shard into the sum that
  * is rendered); takes both locks, from first. */
 void metrics_add(struct metrics *into, struct metrics *from);

@@ -46,8 +46,9 @@ size_t redis_cluster_map_unserved(const struct redis_cluster_map *m);
 void redis_cluster_map_free(struct redis_cluster_map *m);
 
 /* A MOVED or ASK error ("MOVED 3999 127.0.0.1:6381"): its slot, host and
- * port into the caller's buffer. Returns 1 for MOVED, 2 for ASK, 0 for any
- * other reply. */
+ * port into the caller's buffer (host "" means the node that answered, as
+ * Redis 7 says when it does not know the address). Returns 1 for MOVED, 2
+ * for ASK, 0 for any other reply. */
 int redis_cluster_redirect(const char *err, unsigned *slot, char *host, size_t hostlen,
                            int *port);
 

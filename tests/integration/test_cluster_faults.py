@@ -42,23 +42,10 @@ class ClusterDaemon(Daemon):
 
     def __init__(self, seeds, policy, workers=1, **kw):
         self.seeds = seeds
-        self.workers = workers
-        super().__init__(None, policy, admin=True, **kw)
+        super().__init__(None, policy, admin=True, extra="workers: %d\n" % workers, **kw)
 
-    def write_config(self, policy, timeout="200ms", clock="redis", extra="", prefix="rl:"):
-        text = (
-            "listen: 127.0.0.1:%d\n"
-            "admin_listen: 127.0.0.1:%d\n"
-            "workers: %d\n"
-            "redis:\n"
-            "  cluster: [%s]\n"
-            "  timeout: %s\n"
-            "  key_prefix: \"%s\"\n"
-            "clock: %s\n" % (self.port, self.admin_port, self.workers,
-                             ", ".join('"%s"' % s for s in self.seeds), timeout, prefix, clock)
-        ) + extra + policy
-        with open(self.config, "w") as f:
-            f.write(text)
+    def redis_where(self):
+        return "  cluster: [%s]\n" % ", ".join('"%s"' % s for s in self.seeds)
 
     def metric_sum(self, family):
         """The sum of every series of a counter family on /metrics."""

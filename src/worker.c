@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_cluster.h"
 #include "backend_memory.h"
 #include "backend_redis.h"
 #include "deny_cache.h"
@@ -194,6 +195,8 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     }
     if (cfg->backend == BACKEND_KIND_MEMORY)
         w->backend = backend_memory_new(srv->local, &srv->local_lock);
+    else if (cfg->redis_ncluster)
+        w->backend = backend_cluster_new(base, cfg, w->log, w->metrics, err, errlen);
     else
         w->backend = backend_redis_new(base, cfg->redis_url, w->log, w->metrics, err, errlen);
     if (!w->backend)

@@ -58,6 +58,9 @@
  * for again this often: a failover is seen within this of the cluster
  * electing the new master (a MOVED comes only from a node that is up). */
 #define REFRESH_NOT_READY_US 250000
+/* And this often while ready: a slot given up (DELSLOTS) or a topology
+ * change that no call has run into yet. */
+#define REFRESH_READY_US 5000000
 #define HOST_MAX 256
 
 struct backend_cluster;
@@ -148,19 +151,27 @@ static void endpoint_of(const struct backend_cluster *b, const char *host, int p
         .host = host, .port = port, .user = b->user, .password = b->password, .tls = b->tls};
 }
 
+static void arm_refresh(struct backend_cluster *b)
+{
+    int64_t us = b->ready ? REFRESH_READY_US : REFRESH_NOT_READY_US;
+    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
+    if (evtimer_add(b->refresh_ev, &tv) < 0)
+        abort(); /* only on a broken event base */
+}
+
 static void recompute_ready(struct backend_cluster *b)
 {
+    int was = b->ready;
     int ready = b->have_map && redis_cluster_map_unserved(&b->map) == 0;
     for (size_t s = 0; ready && s < REDIS_CLUSTER_SLOTS; s++)
         ready = b->slot_node[s] && redis_node_ready(b->slot_node[s]->node);
     b->ready = ready;
-    if (!b->freeing)
-        backend_state_changed(&b->base_iface);
-    if (!ready && b->started && !b->freeing) {
-        struct timeval tv = {0, REFRESH_NOT_READY_US};
-        if (!evtimer_pending(b->refresh_ev, NULL))
-            evtimer_add(b->refresh_ev, &tv);
-    }
+    if (b->freeing)
+        return;
+    backend_state_changed(&b->base_iface);
+    /* Not ready any more: ask for the map soon, not at the slow pace. */
+    if (was && !ready && b->started)
+        arm_refresh(b);
 }
 
 static void on_node_state(void *arg, struct redis_node *n, int ready)
@@ -300,10 +311,8 @@ static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct backend_cluster *b = arg;
     request_refresh(b);
-    if (!b->ready && !b->freeing) {
-        struct timeval tv = {0, REFRESH_NOT_READY_US};
-        evtimer_add(b->refresh_ev, &tv);
-    }
+    if (!b->freeing)
+        arm_refresh(b);
 }
 
 /* ---- calls ---- */
@@ -500,7 +509,11 @@ static void on_group_reply(void *arg, redisReply *r)
         if (b->freeing) {
             group_fail(g, BACKEND_UNAVAILABLE, "shutting down");
         } else if (follow_redirect(g, cn, r->str) == 0) {
-        } else if (strncmp(r->str, "TRYAGAIN", 8) == 0 || strncmp(r->str, "CLUSTERDOWN", 11) == 0) {
+        } else if (strncmp(r->str, "TRYAGAIN", 8) == 0) {
+            retry_later(g, r->str);
+        } else if (strncmp(r->str, "CLUSTERDOWN", 11) == 0) {
+            /* A slot not served, or the node cut off: the map may say. */
+            request_refresh(b);
             retry_later(g, r->str);
         } else {
             group_fail(g, BACKEND_ERROR, r->str);
@@ -848,9 +861,9 @@ static void cluster_start(struct backend *iface)
     for (size_t i = 0; i < b->nnodes; i++)
         redis_node_start(b->nodes[i]->node);
     sub_start(b);
-    /* The first map comes from the first seed that connects. */
-    struct timeval tv = {0, 0};
-    evtimer_add(b->refresh_ev, &tv);
+    /* The first map comes from the first seed that connects (on_node_state),
+     * or the timer's next try. */
+    arm_refresh(b);
 }
 
 static int cluster_ready(const struct backend *iface)

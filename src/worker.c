@@ -198,7 +198,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     else if (cfg->redis_ncluster)
         w->backend = backend_cluster_new(base, cfg, w->log, w->metrics, err, errlen);
     else
-        w->backend = backend_redis_new(base, cfg->redis_url, w->log, w->metrics, err, errlen);
+        w->backend = backend_redis_new(base, cfg, w->log, w->metrics, err, errlen);
     if (!w->backend)
         return -1;
     backend_on_state(w->backend, on_backend_state, w);

@@ -7,6 +7,7 @@
         harness.skip_all(redis_cluster.why_unsupported())
     c = redis_cluster.RedisCluster(nmasters=3, replicas=1)
     ports = c.start()               # every node's port, as created
+                                    # (or c.launch(), then c.create())
     c.seeds()                       # ["redis://127.0.0.1:P", ...] for redis.cluster
     c.node_for_key("rl:{p:k}:0")    # the port of the master serving the key
     c.migrate_slot(slot, src, dst)  # a manual slot move (keys included)
@@ -128,6 +129,13 @@ class RedisCluster:
 
     def start(self, timeout=60.0):
         """Starts and joins the nodes; returns every node's port."""
+        self.launch(timeout)
+        self.create(timeout)
+        return list(self.ports)
+
+    def launch(self, timeout=60.0):
+        """Starts the nodes, not yet joined (each a master of no slot: a
+        cluster that is down); returns their ports. create() joins them."""
         if not self.server or not self.cli:
             raise RuntimeError("redis-server or redis-cli not found")
         self.dir = harness.make_tempdir("rl-cluster-")
@@ -141,6 +149,11 @@ class RedisCluster:
             self._launch(p)
         for p in self.ports:
             self._wait_ping(p, timeout)
+        return list(self.ports)
+
+    def create(self, timeout=60.0):
+        """redis-cli --cluster create on the launched nodes; returns once
+        the cluster is ok everywhere and every replica is in sync."""
         argv = [self.cli]
         if self.password is not None:
             argv += ["-a", self.password, "--no-auth-warning"]
@@ -153,7 +166,6 @@ class RedisCluster:
                                % (r.stdout.decode("utf-8", "replace"), self._logs()))
         self.wait_ok(timeout)
         self._wait_replicas(timeout)
-        return list(self.ports)
 
     def _wait_ping(self, port, timeout):
         def answers():

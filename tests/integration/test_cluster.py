@@ -1,0 +1,259 @@
+"""test_cluster.py: the Redis Cluster backend against a real 3-master +
+3-replica cluster (redis_cluster.py): /readyz while the cluster is not up
+yet and while a slot is unserved; checks routed to every master; 10 000
+checks over 1 000 keys decided exactly as on a single Redis; a request
+whose checks live in two slots decided in two phases (a denial on one node
+consumes nothing on the other); a slot moved by hand (MOVED) and a slot in
+migration (ASK) followed with no error answer; the per-node metrics.
+
+The fault tests under load (reshard, master kill, 3 daemons) are
+test_cluster_faults.py's."""
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import promtext  # noqa: E402
+import redis_cluster  # noqa: E402
+from daemon import Daemon  # noqa: E402
+
+POLICY = """policies:
+  eq: {tiers: [{name: t, algorithm: fixed_window, limit: 7, window: 1h}]}
+  a: {tiers: [{name: t, algorithm: fixed_window, limit: 5, window: 1h}]}
+  b: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]}
+  m: {tiers: [{name: t, algorithm: fixed_window, limit: 100, window: 1h}]}
+"""
+
+
+class ClusterDaemon(Daemon):
+    """A daemon whose redis section names cluster seeds instead of a url."""
+
+    def __init__(self, seeds, policy, **kw):
+        self.seeds = seeds
+        super().__init__(None, policy, **kw)
+
+    def write_config(self, policy, timeout="200ms", clock="redis", extra="", prefix="rl:"):
+        text = (
+            "listen: 127.0.0.1:%d\n"
+            "redis:\n"
+            "  cluster: [%s]\n"
+            "  timeout: %s\n"
+            "  key_prefix: \"%s\"\n"
+            "clock: %s\n"
+            % (self.port, ", ".join('"%s"' % s for s in self.seeds), timeout, prefix, clock)
+        ) + extra + policy
+        if self.admin_port:
+            text = "admin_listen: 127.0.0.1:%d\n" % self.admin_port + text
+        with open(self.config, "w") as f:
+            f.write(text)
+
+
+def redis_key(policy, key, prefix="rl:"):
+    return "%s{%s:%s}:t" % (prefix, policy, key)
+
+
+def metric(d, family, **labels):
+    fams = promtext.parse(d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(fams, family, **labels)
+    except (KeyError, ValueError):
+        return None
+
+
+def key_on(c, policy, want_port, avoid_slots=(), prefix="k"):
+    """A key of policy whose slot is served by want_port."""
+    for i in range(100000):
+        k = "%s%d" % (prefix, i)
+        slot = c.keyslot(redis_key(policy, k))
+        if slot not in avoid_slots and c.slot_owner(slot) == want_port:
+            return k, slot
+    raise RuntimeError("no key on %d" % want_port)
+
+
+class Session:
+    """One keep-alive connection, checks as (status, json)."""
+
+    def __init__(self, d):
+        self.conn = d.connection()
+
+    def check(self, body):
+        self.conn.request("POST", "/check", body=json.dumps(body))
+        r = self.conn.getresponse()
+        data = r.read()
+        return r.status, json.loads(data) if data else None
+
+
+def readiness(c, d):
+    harness.eq(d.admin("/readyz").status, 503, "/readyz 503 while the cluster is not created")
+    r = d.check("m", "x")
+    harness.ok(r.status in (200, 503) and r.status != 500,
+               "a check before the cluster is up: a failure_mode answer (%d)" % r.status)
+    c.create()
+    try:
+        harness.wait_until(lambda: d.admin("/readyz").status == 200, 15,
+                           what="/readyz once the cluster is up")
+        harness.ok(True, "/readyz 200 once the cluster is created")
+    except TimeoutError as e:
+        harness.ok(False, "/readyz 200 once the cluster is created: %s" % e)
+        harness.diag(d.logs()[-3000:])
+
+
+def routing(c, d):
+    s = Session(d)
+    statuses = [s.check({"policy": "m", "key": "route%d" % i})[0] for i in range(300)]
+    harness.eq(set(statuses), {200}, "300 checks over 300 keys: all decided")
+    with_keys = [p for p in c.masters() if c.command(p, "DBSIZE") > 0]
+    harness.eq(with_keys, c.masters(), "keys written on every master")
+    for p in c.masters():
+        v = metric(d, "ratelimitd_redis_node_calls_total", node="127.0.0.1:%d" % p)
+        harness.ok(v is not None and v > 0, "node series for 127.0.0.1:%d (calls %s)" % (p, v))
+        up = metric(d, "ratelimitd_redis_node_up", node="127.0.0.1:%d" % p)
+        harness.eq(up, 1, "ratelimitd_redis_node_up{node=127.0.0.1:%d}" % p)
+
+
+def equality(c, d):
+    """The same sequence on the cluster and on one Redis, answer by answer."""
+    single = harness.RedisServer().start()
+    d1 = Daemon("unix:" + single.socket_path, POLICY, timeout="2s", admin=True).start()
+    rng = random.Random(8)
+    seq = [("e%d" % rng.randrange(1000), rng.randint(1, 3)) for _ in range(10000)]
+    sc, s1 = Session(d), Session(d1)
+    diffs, statuses = [], {}
+    for key, cost in seq:
+        body = {"policy": "eq", "key": key, "cost": cost}
+        st_c, j_c = sc.check(body)
+        st_1, j_1 = s1.check(body)
+        statuses[st_c] = statuses.get(st_c, 0) + 1
+        got = (st_c, j_c and j_c.get("allowed"), j_c and j_c.get("remaining"))
+        want = (st_1, j_1 and j_1.get("allowed"), j_1 and j_1.get("remaining"))
+        if got != want and len(diffs) < 5:
+            diffs.append((key, cost, got, want))
+    harness.eq(diffs, [], "10 000 checks over 1 000 keys: the cluster decides as one Redis")
+    harness.ok(statuses.get(200, 0) > 1000 and statuses.get(429, 0) > 1000,
+               "both decisions occur (%r)" % statuses)
+    slots = {c.keyslot(redis_key("eq", "e%d" % i)) for i in range(1000)}
+    owners = {c.slot_owner(s) for s in slots}
+    harness.eq(sorted(owners), c.masters(), "the 1 000 keys span every master (%d slots)"
+               % len(slots))
+    d1.stop()
+    single.stop()
+
+
+def two_phase(c, d):
+    m = c.masters()
+    ka, slot_a = key_on(c, "a", m[0], prefix="tpa")
+    kb, slot_b = key_on(c, "b", m[1], prefix="tpb")
+    s = Session(d)
+    body = {"checks": [{"policy": "a", "key": ka}, {"policy": "b", "key": kb}]}
+    st, j = s.check(body)
+    harness.eq(st, 200, "two slots on two masters: allowed")
+    harness.eq([x["policy"] for x in j["checks"]], ["a", "b"], "results in the request's order")
+    harness.eq(j["checks"][0]["tiers"][0]["remaining"], 4, "a's remaining after one")
+    st, j = s.check(body)
+    harness.eq(st, 429, "b's limit reached: the request is denied")
+    harness.eq([x["allowed"] for x in j["checks"]], [True, False], "a allowed, b denied")
+    with c.client(m[0]) as cl:
+        harness.eq(harness.fixed_window_count(cl, redis_key("a", ka)), "1",
+                   "the denied request took nothing on a's node")
+    with c.client(m[1]) as cl:
+        harness.eq(harness.fixed_window_count(cl, redis_key("b", kb)), "1", "nor on b's")
+    # Reversed order: the results still follow the request.
+    st, j = s.check({"checks": [{"policy": "b", "key": kb}, {"policy": "a", "key": ka}]})
+    harness.eq([x["policy"] for x in j["checks"]], ["b", "a"], "reversed order kept")
+    # A dry run spanning slots writes nothing.
+    ka2, _ = key_on(c, "a", m[2], prefix="tpd")
+    st, j = s.check({"dry_run": True, "checks": [{"policy": "a", "key": ka2},
+                                                 {"policy": "a", "key": ka}]})
+    harness.eq(st, 200, "a dry run over two slots is allowed")
+    with c.client(m[2]) as cl:
+        harness.eq(cl.command("EXISTS", redis_key("a", ka2)), 0, "and wrote nothing")
+
+
+def moved(c, d):
+    m = c.masters()
+    k, slot = key_on(c, "m", m[0], prefix="mv")
+    s = Session(d)
+    harness.eq(s.check({"policy": "m", "key": k})[0], 200, "a check before the move")
+    before = metric(d, "ratelimitd_redis_node_moved_total", node="127.0.0.1:%d" % m[0]) or 0
+    c.migrate_slot(slot, m[0], m[1])
+    st, j = s.check({"policy": "m", "key": k})
+    harness.eq(st, 200, "after a manual slot move: decided (MOVED followed)")
+    harness.eq(j and j["remaining"], 98, "the count moved with the key")
+    after = metric(d, "ratelimitd_redis_node_moved_total", node="127.0.0.1:%d" % m[0]) or 0
+    harness.ok(after > before, "ratelimitd_redis_node_moved_total counted (%s -> %s)"
+               % (before, after))
+    st, j = s.check({"policy": "m", "key": k})
+    harness.eq((st, j and j["remaining"]), (200, 97), "next check goes to the new owner")
+
+
+def ask(c, d):
+    m = c.masters()
+    k, slot = key_on(c, "m", m[1], prefix="ask")
+    s = Session(d)
+    c.begin_migration(slot, m[1], m[2])
+    before = metric(d, "ratelimitd_redis_node_ask_total", node="127.0.0.1:%d" % m[1]) or 0
+    # The key is on neither node yet: the source answers ASK.
+    st, j = s.check({"policy": "m", "key": k})
+    harness.eq((st, j and j["remaining"]), (200, 99), "a key of a migrating slot: decided (ASK)")
+    with c.client(m[2]) as cl:
+        harness.eq(harness.fixed_window_count(cl, redis_key("m", k)), "1",
+                   "written on the importing node")
+    after = metric(d, "ratelimitd_redis_node_ask_total", node="127.0.0.1:%d" % m[1]) or 0
+    harness.ok(after > before, "ratelimitd_redis_node_ask_total counted (%s -> %s)"
+               % (before, after))
+    st, j = s.check({"policy": "m", "key": k})
+    harness.eq((st, j and j["remaining"]), (200, 98), "again through ASK")
+    c.move_keys(slot, m[1], m[2])
+    c.finish_migration(slot, m[2])
+    st, j = s.check({"policy": "m", "key": k})
+    harness.eq((st, j and j["remaining"]), (200, 97), "after the migration ends")
+
+
+def unserved(c, d):
+    slot = 7
+    owner = c.slot_owner(slot)
+    for p in c.live_ports():
+        try:
+            c.command(p, "CLUSTER", "DELSLOTS", slot)
+        except harness.RedisError:
+            pass  # not assigned in that node's view
+    try:
+        harness.wait_until(lambda: d.admin("/readyz").status == 503, 15,
+                           what="/readyz 503 with slot 7 unserved")
+        harness.ok(True, "/readyz 503 while a slot is unserved")
+    except TimeoutError as e:
+        harness.ok(False, str(e))
+    c.command(owner, "CLUSTER", "ADDSLOTS", slot)
+    c.command(owner, "CLUSTER", "BUMPEPOCH")
+    c.wait_ok(30)
+    try:
+        harness.wait_until(lambda: d.admin("/readyz").status == 200, 15,
+                           what="/readyz 200 with slot 7 served again")
+        harness.ok(True, "/readyz 200 once the slot is served again")
+    except TimeoutError as e:
+        harness.ok(False, str(e))
+
+
+def main():
+    why = redis_cluster.why_unsupported()
+    if why:
+        harness.skip_all(why)
+    c = redis_cluster.RedisCluster(nmasters=3, replicas=1)
+    c.launch()
+    d = ClusterDaemon(["redis://127.0.0.1:%d" % p for p in c.ports[:2]], POLICY, timeout="2s",
+                      admin=True)
+    d.start(wait_ready=False)
+    readiness(c, d)
+    routing(c, d)
+    equality(c, d)
+    two_phase(c, d)
+    moved(c, d)
+    ask(c, d)
+    unserved(c, d)
+    harness.eq(d.stop(), 0, "exits 0")
+    c.stop()
+
+
+harness.run(main)

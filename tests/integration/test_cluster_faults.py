@@ -369,8 +369,8 @@ def master_kill(c, daemons):
     last_fm = max((x[0] + x[1] for x in fm), default=t_kill)
     first_fm = min((x[0] for x in fm), default=t_kill)
     harness.diag("(c) master killed at 0: replica promoted (cluster ok) at +%.2f s in one "
-                 "node's view, +%.2f s in every node's; failure_mode answers from +%.2f to "
-                 "+%.2f s (%d of %d answers; %d on keys of the other masters)"
+                 "node's view, +%.2f s in every node's; failure_mode answers from %+.2f to "
+                 "%+.2f s (%d of %d answers; %d on keys of the other masters)"
                  % (t_first - t_kill, t_ready - t_kill, first_fm - t_kill, last_fm - t_kill,
                     len(fm), len(records), sum(1 for x in fm if not where[x[2]])))
     harness.ok(last_fm <= t_ready + 2.0,

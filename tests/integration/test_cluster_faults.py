@@ -201,37 +201,42 @@ def tally(records):
 
 # -------------------------------------------------------------------- (a)
 
+def burst(daemons, nthreads, body, each):
+    """nthreads clients, each connected to every daemon first, then all at
+    once sending body `each` times over the daemons in turn. Returns the
+    count of each kind of answer and the seconds the burst took."""
+    counts = {"allowed": 0, "denied": 0, "fm": 0, "other": 0}
+    lock = threading.Lock()
+    go = threading.Event()
+
+    def client(n):
+        cl = Client(daemons)
+        for i in range(len(daemons)):
+            cl.post(i, body_of("fixed_window", "warm"))  # connected before the burst
+        go.wait()
+        mine = [cl.post((n + j) % len(daemons), body)[0] for j in range(each)]
+        cl.close()
+        with lock:
+            for k in mine:
+                counts[k] += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(nthreads)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    go.set()
+    for t in threads:
+        t.join(60)
+    return counts, time.monotonic() - t0
+
+
 def exact_limits(daemons):
     for algo in ALGORITHMS:
         key = "hot-" + algo
         body = body_of(algo, key)
-        counts = {"allowed": 0, "denied": 0, "fm": 0, "other": 0}
-        lock = threading.Lock()
-        go = threading.Event()
         per_daemon = 300
-        nthreads = 100  # each sends 3 x 3: one check per daemon, three times
-
-        def client(n):
-            cl = Client(daemons)
-            for i in range(len(daemons)):
-                cl.post(i, body_of("fixed_window", "warm"))  # connect before the burst
-            go.wait()
-            mine = []
-            for j in range(per_daemon * len(daemons) // nthreads):
-                mine.append(cl.post((n + j) % len(daemons), body)[0])
-            cl.close()
-            with lock:
-                for k in mine:
-                    counts[k] += 1
-
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(nthreads)]
-        for t in threads:
-            t.start()
-        t0 = time.monotonic()
-        go.set()
-        for t in threads:
-            t.join(60)
-        took = time.monotonic() - t0
+        # 100 clients, each sending 3 x 3: one check per daemon, three times
+        counts, took = burst(daemons, 100, body, per_daemon * len(daemons) // 100)
         # The bucket algorithms refill at LIMIT per hour while the burst runs.
         refill = int(took * LIMIT / 3600) + 1 if algo in ("token_bucket", "gcra",
                                                           "leaky_bucket") else 0
@@ -399,26 +404,7 @@ def spanning(c, daemons):
                 break
             b = "b%d_%d" % (r, i)
         body = json.dumps({"checks": [{"policy": "pa", "key": a}, {"policy": "pb", "key": b}]})
-        counts = {"allowed": 0, "denied": 0, "fm": 0, "other": 0}
-        lock = threading.Lock()
-        go = threading.Event()
-
-        def client(n):
-            cl = Client(daemons)
-            for i in range(len(daemons)):
-                cl.post(i, body_of("fixed_window", "warm"))
-            go.wait()
-            k = cl.post(n % len(daemons), body)[0]
-            cl.close()
-            with lock:
-                counts[k] += 1
-
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(per_round)]
-        for t in threads:
-            t.start()
-        go.set()
-        for t in threads:
-            t.join(30)
+        counts, _ = burst(daemons, per_round, body, 1)
         na, nb = count_fixed_window(c, "pa", a), count_fixed_window(c, "pb", b)
         adm = counts["allowed"]
         if not (adm <= SPAN_LIMIT and na <= SPAN_LIMIT and nb <= SPAN_LIMIT and adm <= min(na, nb)

@@ -201,6 +201,7 @@ static struct cnode *node_get(struct backend_cluster *b, const char *host, int p
     struct redis_endpoint ep;
     endpoint_of(b, cn->host, port, &ep);
     cn->node = redis_node_new(b->base, b->log, b->metrics, &ep, 1, on_node_state, cn);
+    redis_node_set_timeout(cn->node, b->timeout_us);
     b->nodes = xrealloc(b->nodes, (b->nnodes + 1) * sizeof *b->nodes);
     b->nodes[b->nnodes++] = cn;
     if (b->started)
@@ -601,7 +602,11 @@ static int cluster_decide(struct backend *iface, const struct config *cfg,
                           void *arg)
 {
     struct backend_cluster *b = (struct backend_cluster *)iface;
-    b->timeout_us = cfg->redis_timeout_us;
+    if (b->timeout_us != cfg->redis_timeout_us) {
+        b->timeout_us = cfg->redis_timeout_us;
+        for (size_t i = 0; i < b->nnodes; i++)
+            redis_node_set_timeout(b->nodes[i]->node, b->timeout_us);
+    }
     if (!b->have_map || req->nchecks == 0)
         return -1;
     struct ccall *c = xcalloc(1, sizeof *c);

@@ -142,14 +142,22 @@ class RedisCluster:
         n = self.nmasters * (1 + self.replicas)
         self.ports = []
         while len(self.ports) < n:
-            p = _free_port_pair()
-            if p not in self.ports:
-                self.ports.append(p)
-        for p in self.ports:
-            self._launch(p)
-        for p in self.ports:
-            self._wait_ping(p, timeout)
+            self.ports.append(self._launch_new(timeout))
         return list(self.ports)
+
+    def _launch_new(self, timeout):
+        """A node on a fresh port pair; another test (tests run in
+        parallel) may take a port between free_port() and the bind: then
+        another pair, a bounded number of times."""
+        for _ in range(10):
+            p = _free_port_pair()
+            if p in self.ports:
+                continue
+            self._launch(p)
+            if self._wait_ping(p, timeout):
+                return p
+            del self.procs[p]
+        raise RuntimeError("no node could bind a port after 10 tries")
 
     def create(self, timeout=60.0):
         """redis-cli --cluster create on the launched nodes; returns once
@@ -168,14 +176,23 @@ class RedisCluster:
         self._wait_replicas(timeout)
 
     def _wait_ping(self, port, timeout):
+        """True once node port answers PING; False if it exited because its
+        port was taken; raises on any other exit or after timeout."""
+        exited = []
+
         def answers():
             proc = self.procs[port]
             if proc.poll() is not None:
-                raise RuntimeError("redis-server on %d exited: %s"
-                                   % (port, harness.tail(self.log_path(port))))
+                exited.append(harness.tail(self.log_path(port)))
+                return True
             return self.command(port, "PING") == "PONG"
 
         harness.wait_until(answers, timeout, what="node %d to answer PING" % port)
+        if not exited:
+            return True
+        if "Address already in use" in exited[0]:
+            return False
+        raise RuntimeError("redis-server on %d exited: %s" % (port, exited[0]))
 
     def stop(self):
         """Stops every node (the directories go at exit)."""
@@ -314,7 +331,8 @@ class RedisCluster:
         """Starts a stopped node again with its nodes.conf (it rejoins,
         as a replica if it lost its slots)."""
         self._launch(port)
-        self._wait_ping(port, timeout)
+        if not self._wait_ping(port, timeout):
+            raise RuntimeError("node %d cannot bind its port again" % port)
 
     def wait_failover(self, dead_port, timeout=30.0):
         """Waits until dead_port serves no slot in the view of every live

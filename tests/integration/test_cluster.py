@@ -198,6 +198,7 @@ def ask(c, d):
     st, j = s.check({"policy": "m", "key": k})
     harness.eq((st, j and j["remaining"]), (200, 99), "a key of a migrating slot: decided (ASK)")
     with c.client(m[2]) as cl:
+        cl.command("ASKING")  # the importing node serves the slot only after it
         harness.eq(harness.fixed_window_count(cl, redis_key("m", k)), "1",
                    "written on the importing node")
     after = metric(d, "ratelimitd_redis_node_ask_total", node="127.0.0.1:%d" % m[1]) or 0

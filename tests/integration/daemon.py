@@ -66,10 +66,10 @@ class Daemon:
         text = (
             "listen: 127.0.0.1:%d\n"
             "redis:\n"
-            "  url: %s\n"
+            "%s"
             "  timeout: %s\n"
             "  key_prefix: \"%s\"\n"
-            "clock: %s\n" % (self.port, self.redis_url, timeout, prefix, clock)
+            "clock: %s\n" % (self.port, self.redis_where(), timeout, prefix, clock)
         ) + extra + policy
         if self.admin_port:
             text = "admin_listen: 127.0.0.1:%d\n" % self.admin_port + text
@@ -77,6 +77,11 @@ class Daemon:
         with open(tmp, "w") as f:
             f.write(text)
         os.rename(tmp, self.config)
+
+    def redis_where(self):
+        """The redis section's lines that say where Redis is (a subclass
+        names cluster seeds or sentinels instead)."""
+        return "  url: %s\n" % self.redis_url
 
     def start(self, wait_ready=True, env=None, args=(), wrapper=()):
         self.proc = harness.spawn(list(wrapper) + WRAPPER + [BINARY, "--config", self.config]

@@ -253,6 +253,18 @@ static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
     redis_cluster_map_free(&b->map);
     b->map = *m;
     b->have_map = 1;
+    /* Masters connect now (a replica just promoted was waiting for this,
+     * not for its backoff); every other node (replicas given as seeds,
+     * masters gone) stops reconnecting until a map names it a master. */
+    for (size_t i = 0; i < b->nnodes; i++) {
+        size_t k;
+        for (k = 0; k < m->nmasters && by_master[k] != b->nodes[i]; k++)
+            ;
+        if (k < m->nmasters)
+            redis_node_start(b->nodes[i]->node);
+        else
+            redis_node_stop(b->nodes[i]->node, "not a master in the slot map");
+    }
     free(by_master);
     free(old);
     recompute_ready(b);
@@ -304,7 +316,11 @@ static void request_refresh(struct backend_cluster *b)
             return;
         }
     }
-    /* Nothing connected: the timer below asks again. */
+    /* Nothing connected: every node tries again (those stopped as not
+     * masters included: one of them may be the master now), and the
+     * timer asks again. */
+    for (size_t k = 0; k < b->nnodes; k++)
+        redis_node_start(b->nodes[k]->node);
     recompute_ready(b);
 }
 

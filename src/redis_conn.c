@@ -444,7 +444,7 @@ static void close_conn(struct redis_conn *c, const char *why, int reconnect)
         schedule_reconnect(c);
     unsigned gen = c->gen;
     fifo_fail_all(&calls);
-    if (reconnect && was && c->gen == gen && c->ev.down)
+    if (was && c->gen == gen && c->ev.down)
         c->ev.down(c->ev.arg, c, why);
 }
 
@@ -514,6 +514,15 @@ void redis_conn_drop(struct redis_conn *c, const char *why)
         return;
     log_conn(c, LOG_LVL_WARN, "redis connection dropped", "reason", why);
     close_conn(c, why, 1);
+}
+
+void redis_conn_close(struct redis_conn *c, const char *why)
+{
+    event_del(&c->reconnect_timer);
+    if (c->state == CONN_DOWN)
+        return;
+    log_conn(c, LOG_LVL_INFO, "redis connection closed", "reason", why);
+    close_conn(c, why, 0);
 }
 
 void redis_conn_healthy(struct redis_conn *c)

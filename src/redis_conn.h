@@ -88,6 +88,10 @@ int redis_conn_is_up(const struct redis_conn *c);
  * down is called) and reconnects after the backoff. A no-op when down. */
 void redis_conn_drop(struct redis_conn *c, const char *why);
 
+/* Closes the connection as redis_conn_drop does (down is called), but
+ * stays closed, with no reconnect pending, until redis_conn_connect. */
+void redis_conn_close(struct redis_conn *c, const char *why);
+
 /* The backoff starts again from its minimum: the owner found the server
  * healthy (e.g. its code loaded). */
 void redis_conn_healthy(struct redis_conn *c);

@@ -404,6 +404,11 @@ void redis_node_start(struct redis_node *n)
     redis_conn_connect(n->conn);
 }
 
+void redis_node_stop(struct redis_node *n, const char *why)
+{
+    redis_conn_close(n->conn, why);
+}
+
 int redis_node_ready(const struct redis_node *n)
 {
     return node_is_ready(n);

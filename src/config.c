@@ -21,13 +21,16 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #define FILE_MAX (16 * 1024 * 1024) /* a policy file is never near this */
@@ -37,6 +40,10 @@
 #define SHOWN_LEN 48 /* a value quoted in a message */
 #define MAX_FIELDS 32 /* rows in the largest field table */
 #define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define SENTINELS_MAX 16      /* redis.sentinel.addresses; deployments run 3 or 5 */
+#define CLUSTER_SEEDS_MAX 64  /* redis.cluster; one live seed is enough */
+#define SENTINEL_NAME_MAX 255 /* redis.sentinel.master_name */
+#define SERVER_NAME_MAX 253   /* redis.tls.server_name: a DNS name's limit */
 
 struct loader {
     yaml_document_t doc;
@@ -263,6 +270,76 @@ static int check_redis_url(const char *s, char *err, size_t errlen)
     return 0;
 }
 
+/* A file the daemon reads at start (redis.tls's CA, certificate, key):
+ * checked now, so that --check-config finds a typo or a permission
+ * problem rather than the first connection. Whether its content is a valid
+ * certificate is for redis_tls.c to say when it loads it. */
+static int check_readable(const char *s, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd, rc = 0;
+
+    if (s[0] != '/')
+        return snprintf(err, errlen, "must be an absolute path"), -1;
+    if ((fd = open(s, O_RDONLY | O_CLOEXEC)) < 0)
+        return snprintf(err, errlen, "cannot read %s: %s", s, strerror(errno)), -1;
+    if (fstat(fd, &st) < 0)
+        rc = -1, snprintf(err, errlen, "cannot read %s: %s", s, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = -1, snprintf(err, errlen, "cannot read %s: not a regular file", s);
+    close(fd); /* read-only: nothing to lose */
+    return rc;
+}
+
+/* Printable ASCII with no space, at most max bytes: what a TLS server name
+ * or a Sentinel master name can be (both travel in protocol messages where
+ * a space or a control byte would split or corrupt them). */
+static int check_token(const char *s, size_t max, char *err, size_t errlen)
+{
+    if (*s == '\0')
+        return snprintf(err, errlen, "must not be empty"), -1;
+    if (strlen(s) > max)
+        return snprintf(err, errlen, "longer than %zu bytes", max), -1;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f)
+            return snprintf(err, errlen, "must be printable ASCII with no spaces"), -1;
+    return 0;
+}
+
+static int check_server_name(const char *s, char *err, size_t errlen)
+{
+    return check_token(s, SERVER_NAME_MAX, err, errlen);
+}
+
+static int check_master_name(const char *s, char *err, size_t errlen)
+{
+    return check_token(s, SENTINEL_NAME_MAX, err, errlen);
+}
+
+/* A sentinel: "host:port" or "[v6]:port" (Sentinel has no default port
+ * worth guessing: 26379 is a convention, not a rule). */
+static int check_sentinel_address(const char *s, char *err, size_t errlen)
+{
+    return check_host_port(s, 1, err, errlen);
+}
+
+/* A cluster seed: a TCP URL (cluster nodes announce host:port, never a
+ * socket path) on database 0, the only one Cluster has. */
+static int check_cluster_seed(const char *s, char *err, size_t errlen)
+{
+    struct redis_url u;
+    int rc = 0;
+
+    if (redis_url_parse(s, &u, err, errlen) < 0)
+        return -1;
+    if (u.unix_path != NULL)
+        rc = -1, snprintf(err, errlen, "a cluster seed must be redis:// or rediss://, not unix:");
+    else if (u.db != 0)
+        rc = -1, snprintf(err, errlen, "Redis Cluster has only database 0");
+    redis_url_free(&u);
+    return rc;
+}
+
 /* The prefix goes in front of the hash tag, so a brace in it would move the
  * tag; whitespace and control bytes would only make keys hard to handle. */
 static int check_prefix(const char *s, char *err, size_t errlen)
@@ -332,6 +409,11 @@ static int parse_rate_limit(struct loader *ld, const yaml_node_t *node, const ch
 static int parse_unit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_replaces(struct loader *ld, const yaml_node_t *node, const char *path,
                           void *slot);
+static int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                                    void *slot);
+static int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                                   void *slot);
+static int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 
 /* F_CHOICE values are stored through an int. */
 _Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
@@ -518,11 +600,38 @@ static int check_absolute(const char *s, char *err, size_t errlen)
     return 0;
 }
 
+/* redis.tls, redis.sentinel: sections of struct config itself. */
+static const struct field redis_tls_fields[] = {
+    {"ca_file", F_STRING, .offset = offsetof(struct config, redis_tls.ca_file),
+     .check = check_readable},
+    {"cert_file", F_STRING, .offset = offsetof(struct config, redis_tls.cert_file),
+     .check = check_readable},
+    {"key_file", F_STRING, .offset = offsetof(struct config, redis_tls.key_file),
+     .check = check_readable},
+    {"server_name", F_STRING, .offset = offsetof(struct config, redis_tls.server_name),
+     .check = check_server_name},
+    {"verify", F_BOOL, .offset = offsetof(struct config, redis_tls.verify)},
+    {.name = NULL},
+};
+
+static const struct field redis_sentinel_fields[] = {
+    {"addresses", F_CUSTOM, .required = 1, .offset = offsetof(struct config, redis_sentinel),
+     .parse = parse_sentinel_addresses},
+    {"master_name", F_STRING, .required = 1,
+     .offset = offsetof(struct config, redis_sentinel.master_name), .check = check_master_name},
+    {"password", F_CUSTOM, .offset = offsetof(struct config, redis_sentinel.password),
+     .parse = parse_sentinel_password},
+    {.name = NULL},
+};
+
 static const struct field redis_fields[] = {
     {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
      .max = CONFIG_REDIS_TIMEOUT_MAX_US},
     {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix},
+    {"tls", F_SECTION, .section = redis_tls_fields},
+    {"sentinel", F_SECTION, .section = redis_sentinel_fields},
+    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_cluster},
     {.name = NULL},
 };
 
@@ -577,7 +686,9 @@ static const struct field top_fields[] = {
 #define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
 _Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_FIELDS &&
                    NROWS(override_fields) <= MAX_FIELDS && NROWS(redis_fields) <= MAX_FIELDS &&
-                   NROWS(top_fields) <= MAX_FIELDS && NROWS(descriptor_fields) <= MAX_FIELDS,
+                   NROWS(top_fields) <= MAX_FIELDS && NROWS(descriptor_fields) <= MAX_FIELDS &&
+                   NROWS(redis_tls_fields) <= MAX_FIELDS &&
+                   NROWS(redis_sentinel_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
 
 /* ---- the walker ---------------------------------------------------------------- */
@@ -1084,6 +1195,155 @@ static int check_unix_fields(struct loader *ld, const yaml_node_t *root, const s
     return 0;
 }
 
+/* ---- redis modes: TLS, Sentinel, Cluster ------------------------------------------ */
+
+/*
+ * A sequence of 1 to max strings, each passing check, into a new array
+ * stored in *items and *n as soon as it exists, so that config_free frees
+ * what was parsed whatever fails. Values are not quoted back: a URL may
+ * hold a password.
+ */
+static int parse_string_list(struct loader *ld, const yaml_node_t *node, const char *path,
+                             size_t max, const char *what,
+                             int (*check)(const char *s, char *err, size_t errlen), char ***items,
+                             size_t *n)
+{
+    const yaml_node_item_t *item;
+    char child[PATH_LEN], msg[RL_ERRLEN];
+    size_t count;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of %s, got %s", what, kind(node));
+    count = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (count == 0 || count > max)
+        return fail(ld, node, path, "must list 1 to %zu %s", max, what);
+    *items = xcalloc(count, sizeof(**items));
+    for (item = node->data.sequence.items.start; *n < count; item++) {
+        const yaml_node_t *v = node_at(ld, *item);
+        const char *s;
+
+        snprintf(child, sizeof(child), "%s[%zu]", path, *n);
+        if ((s = scalar_text(ld, v, child, "a string", 0)) == NULL)
+            return -1;
+        if (check(s, msg, sizeof(msg)) < 0)
+            return fail(ld, v, child, "%s", msg);
+        (*items)[(*n)++] = xstrdup(s);
+    }
+    return 0;
+}
+
+static int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                                    void *slot)
+{
+    struct redis_sentinel_config *sc = slot;
+    return parse_string_list(ld, node, path, SENTINELS_MAX, "sentinel addresses (host:port)",
+                             check_sentinel_address, &sc->addresses, &sc->naddresses);
+}
+
+/* redis.sentinel.password: a string, or null for none (the sentinels'
+ * AUTH is often off even when the data nodes' is on). */
+static int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                                   void *slot)
+{
+    const char *s;
+
+    if (is_null(node))
+        return 0;
+    if ((s = scalar_text(ld, node, path, "a string or null", 0)) == NULL)
+        return -1;
+    if (*s == '\0')
+        return fail(ld, node, path, "must not be empty: leave it out (or null) for no AUTH");
+    *(char **)slot = xstrdup(s);
+    return 0;
+}
+
+static int is_rediss(const char *url)
+{
+    return strncmp(url, "rediss://", 9) == 0;
+}
+
+/* redis.cluster: seed URLs, all of one scheme, since one redis.tls (or
+ * none) serves every node the cluster announces. */
+static int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct config *c = slot;
+    char child[PATH_LEN];
+
+    if (parse_string_list(ld, node, path, CLUSTER_SEEDS_MAX, "seed URLs", check_cluster_seed,
+                          &c->redis_cluster, &c->redis_ncluster) < 0)
+        return -1;
+    for (size_t i = 1; i < c->redis_ncluster; i++) {
+        if (is_rediss(c->redis_cluster[i]) != is_rediss(c->redis_cluster[0])) {
+            snprintf(child, sizeof(child), "%s[%zu]", path, i);
+            return fail(ld, node_at(ld, node->data.sequence.items.start[i]), child,
+                        "every seed must use the scheme of %s[0] (%s)", path,
+                        is_rediss(c->redis_cluster[0]) ? "rediss://" : "redis://");
+        }
+    }
+    return 0;
+}
+
+/* redis.tls's client certificate and key go together. */
+static int check_tls_pair(struct loader *ld, const yaml_node_t *tls)
+{
+    const yaml_node_t *cert = field_node(ld, tls, "cert_file");
+    const yaml_node_t *key = field_node(ld, tls, "key_file");
+
+    if (cert != NULL && key == NULL)
+        return fail(ld, cert, "redis.tls.cert_file", "needs key_file (the certificate's key)");
+    if (key != NULL && cert == NULL)
+        return fail(ld, key, "redis.tls.key_file", "needs cert_file (the key's certificate)");
+    return 0;
+}
+
+/*
+ * The rules between redis's fields, once the section is read: sentinel and
+ * cluster exclude each other; a cluster takes its URLs from the seeds, so
+ * an explicit redis.url beside it would be silently ignored (refused);
+ * Sentinel answers host:port, so its redis.url cannot be a socket; a tls
+ * section with plain URLs would be silently ignored (refused). Sets
+ * redis_tls_on from the scheme of the URLs in use.
+ */
+static int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c)
+{
+    const yaml_node_t *redis = field_node(ld, root, "redis");
+    const yaml_node_t *url, *tls, *sentinel, *cluster;
+    struct redis_url u;
+    char msg[RL_ERRLEN];
+    int is_unix;
+
+    if (redis == NULL)
+        return 0; /* the default URL: plain TCP */
+    url = field_node(ld, redis, "url");
+    tls = field_node(ld, redis, "tls");
+    sentinel = field_node(ld, redis, "sentinel");
+    cluster = field_node(ld, redis, "cluster");
+    if (cluster != NULL && sentinel != NULL)
+        return fail(ld, cluster, "redis.cluster", "give sentinel or cluster, not both");
+    if (cluster != NULL && url != NULL)
+        return fail(ld, url, "redis.url",
+                    "not used with redis.cluster (the seed URLs give the scheme and "
+                    "credentials): remove it");
+    if (c->redis_ncluster > 0) {
+        c->redis_tls_on = is_rediss(c->redis_cluster[0]);
+    } else {
+        /* Validated by its field already; checked all the same. */
+        if (redis_url_parse(c->redis_url, &u, msg, sizeof(msg)) < 0)
+            return fail(ld, url != NULL ? url : redis, "redis.url", "%s", msg);
+        c->redis_tls_on = u.tls;
+        is_unix = u.unix_path != NULL;
+        redis_url_free(&u);
+        if (sentinel != NULL && is_unix)
+            return fail(ld, url, "redis.url",
+                        "must be redis:// or rediss:// with redis.sentinel (the sentinels give "
+                        "the master's host and port)");
+    }
+    if (tls != NULL && !c->redis_tls_on)
+        return fail(ld, tls, "redis.tls", "applies only to rediss:// URLs, and %s is not one",
+                    cluster != NULL ? "redis.cluster" : "redis.url");
+    return tls != NULL ? check_tls_pair(ld, tls) : 0;
+}
+
 /*
  * auth_token_file: the token is read with the policy file, so a reload
  * (SIGHUP) picks up a rotated token and a missing or empty file is an error
@@ -1571,6 +1831,7 @@ static struct config *config_new(const char *name)
     c->listen_gid = -1;
     c->redis_url = xstrdup(CONFIG_DEFAULT_REDIS_URL);
     c->redis_timeout_us = CONFIG_DEFAULT_TIMEOUT_US;
+    c->redis_tls.verify = 1;
     c->key_prefix = xstrdup(CONFIG_DEFAULT_PREFIX);
     c->clock = CLOCK_SOURCE_REDIS;
     c->max_body = CONFIG_DEFAULT_MAX_BODY;
@@ -1590,10 +1851,36 @@ static struct config *config_new(const char *name)
     return c;
 }
 
+/* Frees a string that may hold a password, leaving no copy in freed memory. */
+static void free_secret(char *s)
+{
+    if (s != NULL) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
+}
+
+static void free_redis_modes(struct config *c)
+{
+    free(c->redis_tls.ca_file);
+    free(c->redis_tls.cert_file);
+    free(c->redis_tls.key_file);
+    free(c->redis_tls.server_name);
+    for (size_t i = 0; i < c->redis_sentinel.naddresses; i++)
+        free(c->redis_sentinel.addresses[i]);
+    free(c->redis_sentinel.addresses);
+    free(c->redis_sentinel.master_name);
+    free_secret(c->redis_sentinel.password);
+    for (size_t i = 0; i < c->redis_ncluster; i++)
+        free_secret(c->redis_cluster[i]); /* seed URLs carry credentials */
+    free(c->redis_cluster);
+}
+
 static void config_free(struct config *c)
 {
     if (c == NULL)
         return;
+    free_redis_modes(c);
     free(c->path);
     free(c->listen);
     free(c->listen_group);
@@ -1602,11 +1889,7 @@ static void config_free(struct config *c)
     free(c->admin_listen);
     free(c->grpc_listen);
     free(c->auth_token_file);
-    if (c->auth_token) {
-        /* Do not leave the secret in freed memory. */
-        explicit_bzero(c->auth_token, strlen(c->auth_token));
-        free(c->auth_token);
-    }
+    free_secret(c->auth_token);
     client_trust_free(&c->trusted_proxies);
     for (size_t i = 0; i < c->npolicies; i++)
         policy_overrides_free(c->policies[i].overrides);
@@ -1696,7 +1979,8 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
     c = config_new(name);
     ld.c = c;
     root = yaml_document_get_root_node(&ld.doc);
-    if (parse_fields(&ld, root, "", top_fields, c) < 0 || check_unix_fields(&ld, root, c) < 0) {
+    if (parse_fields(&ld, root, "", top_fields, c) < 0 || check_unix_fields(&ld, root, c) < 0 ||
+        check_redis_modes(&ld, root, c) < 0) {
         config_free(c);
         c = NULL;
     } else {

@@ -1,5 +1,5 @@
 /*
- * redis_url.c: parsing of redis:// and unix: URLs (see redis_url.h).
+ * redis_url.c: parsing of redis://, rediss:// and unix: URLs (see redis_url.h).
  * Owns the syntax only; whether a server answers there is the backend's
  * business.
  */
@@ -92,10 +92,12 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err, size_t errl
         u->unix_path = xstrdup(path);
         return 0;
     }
-    if (strncmp(url, "redis://", 8) != 0)
+    /* rediss:// differs only in the transport: the same syntax follows. */
+    u->tls = strncmp(url, "rediss://", 9) == 0;
+    if (!u->tls && strncmp(url, "redis://", 8) != 0)
         return fail(u, err, errlen,
-                    "must be redis://[[user]:password@]host[:port][/db] or unix:/path");
-    const char *rest = url + 8;
+                    "must be redis[s]://[[user]:password@]host[:port][/db] or unix:/path");
+    const char *rest = url + (u->tls ? 9 : 8);
     /* The password may hold '@' and '/', the host neither: the last '@'
      * ends the credentials. */
     const char *at = strrchr(rest, '@');

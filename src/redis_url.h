@@ -3,7 +3,8 @@
  * policy file and to connect, so the two can never disagree.
  *
  *   redis://[[user]:password@]host[:port][/db]   host may be [IPv6]
- *   unix:/path/redis.sock
+ *   rediss://...                                 the same, over TLS
+ *   unix:/path/redis.sock                        never TLS
  *
  * Credentials are percent-decoded ("p%40ss" is "p@ss").
  */
@@ -23,6 +24,7 @@ struct redis_url {
     char *user;     /* NULL: none (AUTH with the password alone) */
     char *password; /* NULL: no AUTH */
     int db;
+    int tls; /* rediss:// */
 };
 
 /* Fills *out (free with redis_url_free) or returns -1 with a message that

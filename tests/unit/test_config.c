@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -28,6 +29,15 @@
 
 /* A one-tier policy "p" whose tier is given line by line from line 4. */
 #define TIER(lines) "policies:\n  p:\n    tiers:\n      - " lines
+
+/* redis.tls with a rediss:// URL; the tls mapping starts at 4:5. */
+#define TLS_S(lines) "redis:\n  url: rediss://h\n  tls:\n" lines POLICY_P
+/* redis.sentinel from line 3 (its mapping starts at 3:5). */
+#define SENTINEL(lines) "redis:\n  sentinel:\n" lines POLICY_P
+#define SEED8                                                                                      \
+    "\"redis://a:1\", \"redis://a:1\", \"redis://a:1\", \"redis://a:1\", "                         \
+    "\"redis://a:1\", \"redis://a:1\", \"redis://a:1\", \"redis://a:1\""
+#define SEEDS64 SEED8 ", " SEED8 ", " SEED8 ", " SEED8 ", " SEED8 ", " SEED8 ", " SEED8 ", " SEED8
 
 static const struct error_case {
     const char *what;
@@ -79,7 +89,7 @@ static const struct error_case {
     {"relative auth_token_file", "auth_token_file: token\n" POLICY_P, "1:18",
      "auth_token_file: must be an absolute path"},
     {"unknown redis field", "redis:\n  tiemout: 1s\n" POLICY_P, "2:3",
-     "redis: unknown field \"tiemout\" (known: url, timeout, key_prefix)"},
+     "redis: unknown field \"tiemout\" (known: url, timeout, key_prefix, tls, sentinel, cluster)"},
     {"unknown policy field", "policies:\n  p:\n    failuremode: open\n    tiers:\n" TIER_A, "3:5",
      "policies.p: unknown field \"failuremode\""},
     {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
@@ -357,7 +367,7 @@ static const struct error_case {
 
     /* redis */
     {"url scheme", "redis:\n  url: http://127.0.0.1\n" POLICY_P, "2:8",
-     "redis.url: must be redis://[[user]:password@]host[:port][/db] or unix:/path"},
+     "redis.url: must be redis[s]://[[user]:password@]host[:port][/db] or unix:/path"},
     {"url credentials without colon", "redis:\n  url: redis://user@host\n" POLICY_P, "2:8",
      "redis.url: credentials must be [user]:password@"},
     {"url port", "redis:\n  url: redis://host:0/0\n" POLICY_P, "2:8", "redis.url: invalid port"},
@@ -428,6 +438,94 @@ static const struct error_case {
      "trusted_proxies[0]: invalid value \"10.1.2.3/8\": bits set past the /8 prefix"},
     {"trusted_proxies: a port", "trusted_proxies: [\"127.0.0.1:80\"]\n" POLICY_P, "1:19",
      "trusted_proxies[0]: invalid value \"127.0.0.1:80\": not an IPv4 or IPv6"},
+    /* redis.tls */
+    {"tls: unknown field", TLS_S("    cafile: /x\n"), "4:5",
+     "redis.tls: unknown field \"cafile\" (known: ca_file, cert_file, key_file, server_name, "
+     "verify)"},
+    {"tls: relative ca_file", TLS_S("    ca_file: ca.crt\n"), "4:14",
+     "redis.tls.ca_file: must be an absolute path"},
+    {"tls: missing ca_file", TLS_S("    ca_file: /nonexistent/ca.crt\n"), "4:14",
+     "redis.tls.ca_file: cannot read /nonexistent/ca.crt: No such file or directory"},
+    {"tls: a directory as key_file", TLS_S("    key_file: /\n"), "4:15",
+     "redis.tls.key_file: cannot read /: not a regular file"},
+    {"tls: server_name with a space", TLS_S("    server_name: \"a b\"\n"), "4:18",
+     "redis.tls.server_name: must be printable ASCII with no spaces"},
+    {"tls: empty server_name", TLS_S("    server_name: \"\"\n"), "4:18",
+     "redis.tls.server_name: must not be empty"},
+    {"tls: verify not a boolean", TLS_S("    verify: yes\n"), "4:13",
+     "redis.tls.verify: invalid value \"yes\": expected true or false"},
+    {"tls: a scalar", "redis:\n  url: rediss://h\n  tls: on\n" POLICY_P, "3:8",
+     "redis.tls: expected a mapping, got a scalar"},
+    {"tls with redis://", "redis:\n  url: redis://h\n  tls:\n    verify: false\n" POLICY_P, "4:5",
+     "redis.tls: applies only to rediss:// URLs, and redis.url is not one"},
+    {"tls with the default url", "redis:\n  tls: {verify: true}\n" POLICY_P, "2:8",
+     "redis.tls: applies only to rediss:// URLs, and redis.url is not one"},
+    {"tls with unix:", "redis:\n  url: unix:/r.sock\n  tls: {verify: true}\n" POLICY_P, "3:8",
+     "redis.tls: applies only to rediss:// URLs, and redis.url is not one"},
+    {"tls with redis:// seeds",
+     "redis:\n  cluster: [\"redis://a:1\"]\n  tls: {verify: true}\n" POLICY_P, "3:8",
+     "redis.tls: applies only to rediss:// URLs, and redis.cluster is not one"},
+    {"rediss url with a bad port", "redis:\n  url: rediss://h:x\n" POLICY_P, "2:8",
+     "redis.url: invalid port"},
+
+    /* redis.sentinel */
+    {"sentinel: no master_name", SENTINEL("    addresses: [\"127.0.0.1:26379\"]\n"), "3:5",
+     "redis.sentinel: missing required field \"master_name\""},
+    {"sentinel: no addresses", SENTINEL("    master_name: m\n"), "3:5",
+     "redis.sentinel: missing required field \"addresses\""},
+    {"sentinel: empty addresses", SENTINEL("    addresses: []\n    master_name: m\n"), "3:16",
+     "redis.sentinel.addresses: must list 1 to 16 sentinel addresses (host:port)"},
+    {"sentinel: addresses a scalar", SENTINEL("    addresses: h:1\n    master_name: m\n"), "3:16",
+     "redis.sentinel.addresses: expected a sequence of sentinel addresses (host:port), got a "
+     "scalar"},
+    {"sentinel: address without port", SENTINEL("    addresses: [\"h:1\", \"h\"]\n"), "3:24",
+     "redis.sentinel.addresses[1]: expected host:port"},
+    {"sentinel: IPv6 without brackets", SENTINEL("    addresses: [\"::1:26379\"]\n"), "3:17",
+     "redis.sentinel.addresses[0]: an IPv6 address must be in brackets"},
+    {"sentinel: bad port", SENTINEL("    addresses: [\"[::1]:0\"]\n"), "3:17",
+     "redis.sentinel.addresses[0]: invalid port"},
+    {"sentinel: null address", SENTINEL("    addresses: [~]\n"), "3:17",
+     "redis.sentinel.addresses[0]: expected a string, got null"},
+    {"sentinel: master_name with a space",
+     SENTINEL("    addresses: [\"h:1\"]\n    master_name: \"my master\"\n"), "4:18",
+     "redis.sentinel.master_name: must be printable ASCII with no spaces"},
+    {"sentinel: master_name control byte",
+     SENTINEL("    addresses: [\"h:1\"]\n    master_name: \"m\\tx\"\n"), "4:18",
+     "redis.sentinel.master_name: must be printable ASCII with no spaces"},
+    {"sentinel: empty password",
+     SENTINEL("    addresses: [\"h:1\"]\n    master_name: m\n    password: \"\"\n"), "5:15",
+     "redis.sentinel.password: must not be empty"},
+    {"sentinel: password a sequence",
+     SENTINEL("    addresses: [\"h:1\"]\n    master_name: m\n    password: [a]\n"), "5:15",
+     "redis.sentinel.password: expected a string or null, got a sequence"},
+    {"sentinel with a unix: url",
+     "redis:\n  url: unix:/r.sock\n  sentinel: {addresses: [\"h:1\"], master_name: m}\n" POLICY_P,
+     "2:8", "redis.url: must be redis:// or rediss:// with redis.sentinel"},
+    {"sentinel and cluster",
+     "redis:\n  sentinel: {addresses: [\"h:1\"], master_name: m}\n  cluster: "
+     "[\"redis://a:1\"]\n" POLICY_P,
+     "3:12", "redis.cluster: give sentinel or cluster, not both"},
+
+    /* redis.cluster */
+    {"cluster: empty", "redis:\n  cluster: []\n" POLICY_P, "2:12",
+     "redis.cluster: must list 1 to 64 seed URLs"},
+    {"cluster: a scalar", "redis:\n  cluster: redis://h\n" POLICY_P, "2:12",
+     "redis.cluster: expected a sequence of seed URLs, got a scalar"},
+    {"cluster: a unix: seed", "redis:\n  cluster: [\"unix:/r.sock\"]\n" POLICY_P, "2:13",
+     "redis.cluster[0]: a cluster seed must be redis:// or rediss://, not unix:"},
+    {"cluster: db 1", "redis:\n  cluster: [\"redis://a:1/0\", \"redis://b:2/1\"]\n" POLICY_P,
+     "2:30", "redis.cluster[1]: Redis Cluster has only database 0"},
+    {"cluster: bad scheme", "redis:\n  cluster: [\"http://a\"]\n" POLICY_P, "2:13",
+     "redis.cluster[0]: must be redis[s]://"},
+    {"cluster: a password is not echoed", "redis:\n  cluster: [\"redis://:s3cret@a b\"]\n" POLICY_P,
+     "2:13", "redis.cluster[0]: invalid host"},
+    {"cluster: mixed schemes", "redis:\n  cluster: [\"redis://a:1\", \"rediss://b:2\"]\n" POLICY_P,
+     "2:28", "redis.cluster[1]: every seed must use the scheme of redis.cluster[0] (redis://)"},
+    {"cluster and url", "redis:\n  url: redis://a\n  cluster: [\"redis://a:1\"]\n" POLICY_P, "2:8",
+     "redis.url: not used with redis.cluster"},
+    {"cluster: 65 seeds", "redis:\n  cluster: [" SEEDS64 ", \"redis://a:1\"]\n" POLICY_P, "2:12",
+     "redis.cluster: must list 1 to 64 seed URLs"},
+
     {"trusted_proxies: empty prefix", "trusted_proxies: [10.0.0.0/]\n" POLICY_P, "1:19",
      "trusted_proxies[0]: invalid value \"10.0.0.0/\": invalid prefix length"},
     {"trusted_proxies: null entry", "trusted_proxies: [~]\n" POLICY_P, "1:19",
@@ -669,6 +767,139 @@ static struct config *load_with_policy(const char *head, char *err, size_t errle
 
     snprintf(yaml, sizeof(yaml), "%s%s", head, POLICY_P);
     return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
+}
+
+/* Writes "x" to dir/name; its path into out. */
+static int make_file(const char *dir, const char *name, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    return f != NULL && fputs("x\n", f) >= 0 && fclose(f) == 0 ? 0 : -1;
+}
+
+/* redis.tls: the files are only checked readable at load (their content is
+ * redis_tls.c's business); a certificate needs its key and the reverse, at
+ * the field given; verify defaults to true; the scheme turns TLS on. */
+static void test_redis_tls(void)
+{
+    char dir[] = "/tmp/rl-tls-XXXXXX", ca[64], crt[64], key[64], yaml[1024], err[1024];
+    struct config *c;
+
+    if (!ok(mkdtemp(dir) != NULL, "temp dir for TLS files"))
+        return;
+    if (!ok(make_file(dir, "ca.crt", ca, sizeof ca) == 0 &&
+                make_file(dir, "c.crt", crt, sizeof crt) == 0 &&
+                make_file(dir, "c.key", key, sizeof key) == 0,
+            "TLS files written"))
+        goto out;
+
+    snprintf(yaml, sizeof yaml,
+             "redis:\n  url: \"rediss://:pw@redis.internal:6380/1\"\n  tls:\n    ca_file: %s\n"
+             "    cert_file: %s\n    key_file: %s\n    server_name: redis.internal\n"
+             "    verify: false\n" POLICY_P,
+             ca, crt, key);
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    if (ok(c != NULL, "a full redis.tls loads") || (printf("#   %s\n", err), 0)) {
+        const struct redis_tls_config *t = &c->redis_tls;
+        ok(c->redis_tls_on && strcmp(t->ca_file, ca) == 0 && strcmp(t->cert_file, crt) == 0 &&
+               strcmp(t->key_file, key) == 0 && strcmp(t->server_name, "redis.internal") == 0 &&
+               t->verify == 0,
+           "redis.tls values");
+    }
+    config_unref(c);
+
+    snprintf(yaml, sizeof yaml, "redis:\n  url: rediss://h\n  tls:\n    cert_file: %s\n" POLICY_P,
+             crt);
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    ok(c == NULL && strncmp(err, "t.yaml:4:16: redis.tls.cert_file: needs key_file", 48) == 0,
+       "cert_file without key_file: %s", err);
+    config_unref(c);
+
+    snprintf(yaml, sizeof yaml,
+             "redis:\n  url: rediss://h\n  tls:\n    ca_file: %s\n    key_file: %s\n" POLICY_P, ca,
+             key);
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    ok(c == NULL && strncmp(err, "t.yaml:5:15: redis.tls.key_file: needs cert_file", 48) == 0,
+       "key_file without cert_file: %s", err);
+    config_unref(c);
+
+    /* Unreadable: only meaningful when not root (root reads anything). */
+    if (geteuid() != 0 && chmod(key, 0) == 0) {
+        snprintf(yaml, sizeof yaml,
+                 "redis:\n  url: rediss://h\n  tls:\n    key_file: %s\n" POLICY_P, key);
+        c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
+        ok(c == NULL && strstr(err, "t.yaml:4:15: redis.tls.key_file: cannot read ") == err &&
+               strstr(err, "Permission denied"),
+           "an unreadable key_file: %s", err);
+        config_unref(c);
+    } else {
+        ok(1, "# SKIP an unreadable key_file: running as root");
+    }
+out:
+    unlink(ca);
+    unlink(crt);
+    unlink(key);
+    rmdir(dir);
+}
+
+/* What each mode loads into, and the defaults of the new fields. */
+static void test_redis_modes(void)
+{
+    char err[1024] = "";
+    struct config *c = load_with_policy("", err, sizeof err);
+
+    if (ok(c != NULL, "a file without redis modes loads"))
+        ok(!c->redis_tls_on && c->redis_tls.verify == 1 && !c->redis_tls.ca_file &&
+               !c->redis_tls.cert_file && !c->redis_tls.key_file && !c->redis_tls.server_name &&
+               c->redis_sentinel.naddresses == 0 && !c->redis_sentinel.addresses &&
+               !c->redis_sentinel.master_name && !c->redis_sentinel.password &&
+               c->redis_ncluster == 0 && !c->redis_cluster,
+           "defaults: plain TCP, verify on, no sentinel, no cluster");
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  url: \"rediss://[::1]:6380\"\n", err, sizeof err);
+    ok(c != NULL && c->redis_tls_on && c->redis_tls.verify == 1,
+       "rediss:// without a tls section: TLS on, verified");
+    config_unref(c);
+
+    c = load_with_policy(
+        "redis:\n  url: \"redis://:pw@x/2\"\n  sentinel:\n"
+        "    addresses: [\"10.0.0.1:26379\", \"[::1]:26380\", \"s3.local:26381\"]\n"
+        "    master_name: my-master.1\n    password: null\n",
+        err, sizeof err);
+    if (ok(c != NULL, "sentinel mode loads") || (printf("#   %s\n", err), 0)) {
+        const struct redis_sentinel_config *s = &c->redis_sentinel;
+        ok(s->naddresses == 3 && strcmp(s->addresses[0], "10.0.0.1:26379") == 0 &&
+               strcmp(s->addresses[1], "[::1]:26380") == 0 &&
+               strcmp(s->addresses[2], "s3.local:26381") == 0 &&
+               strcmp(s->master_name, "my-master.1") == 0 && s->password == NULL &&
+               !c->redis_tls_on,
+           "sentinel values; password: null is none");
+    }
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  url: rediss://x\n  sentinel: {addresses: [\"h:1\"], "
+                         "master_name: m, password: \"s p\"}\n",
+                         err, sizeof err);
+    ok(c != NULL && strcmp(c->redis_sentinel.password, "s p") == 0 && c->redis_tls_on,
+       "sentinel password and rediss://");
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  cluster:\n    - \"rediss://u:p@10.0.0.1:7000\"\n"
+                         "    - rediss://10.0.0.2:7001/0\n    - \"rediss://[::1]\"\n"
+                         "  tls: {verify: false}\n",
+                         err, sizeof err);
+    if (ok(c != NULL, "cluster mode loads") || (printf("#   %s\n", err), 0))
+        ok(c->redis_ncluster == 3 &&
+               strcmp(c->redis_cluster[0], "rediss://u:p@10.0.0.1:7000") == 0 &&
+               strcmp(c->redis_cluster[2], "rediss://[::1]") == 0 && c->redis_tls_on &&
+               !c->redis_tls.verify && strcmp(c->redis_url, CONFIG_DEFAULT_REDIS_URL) == 0,
+           "cluster seeds in order; TLS from their scheme");
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  cluster: [\"redis://a:1\"]\n", err, sizeof err);
+    ok(c != NULL && c->redis_ncluster == 1 && !c->redis_tls_on, "one plain seed");
+    config_unref(c);
 }
 
 /* Values at the edge of what is valid. */
@@ -1023,5 +1254,7 @@ int main(void)
     test_example();
     test_files();
     test_token_file();
+    test_redis_tls();
+    test_redis_modes();
     return tap_done();
 }

@@ -83,6 +83,7 @@ struct redis_sentinel {
     int master_port;
     int64_t suspect_until_us; /* monotonic: poll fast until then */
     struct log_limit unreachable_limit;
+    struct log_limit rediscover_limit;
 };
 
 static void start_round(struct redis_sentinel *s);
@@ -447,6 +448,7 @@ struct redis_sentinel *redis_sentinel_new(struct event_base *base, const struct 
     s->fn = fn;
     s->arg = arg;
     s->unreachable_limit.interval_us = 10 * POLL_UNKNOWN_US;
+    s->rediscover_limit.interval_us = 1000000;
     s->master_name = xstrdup(cfg->master_name);
     const char *env = getenv(SENTINEL_PASSWORD_ENV);
     if (env && *env)
@@ -487,11 +489,11 @@ void redis_sentinel_start(struct redis_sentinel *s)
 /* A round as soon as possible, or one more after the current one. */
 static void ask_again(struct redis_sentinel *s, const char *why)
 {
+    log_event(s->log, LOG_LVL_DEBUG, "redis sentinel: asking again", "reason", why, NULL);
     if (s->in_round) {
         s->again = 1;
         return;
     }
-    log_event(s->log, LOG_LVL_DEBUG, "redis sentinel: asking for the master", "reason", why, NULL);
     /* From a timer: the owner may call from inside a connection's
      * callback, and a round may switch connections. */
     event_del(s->poll_ev);
@@ -500,7 +502,12 @@ static void ask_again(struct redis_sentinel *s, const char *why)
 
 void redis_sentinel_rediscover(struct redis_sentinel *s, const char *why)
 {
-    s->suspect_until_us = util_monotonic_us() + SUSPECT_US;
+    int64_t now = util_monotonic_us();
+    /* The owner asks on every failed reconnect too: one line a second. */
+    log_limited(s->log, &s->rediscover_limit, now, LOG_LVL_INFO,
+                "redis sentinel: asking for the master", "master", s->master_name, "reason", why,
+                NULL);
+    s->suspect_until_us = now + SUSPECT_US;
     ask_again(s, why);
 }
 

@@ -1,8 +1,9 @@
 /*
- * backend_redis.h: the Redis backend (backend.h): one pipelined connection
- * (hiredis async on libevent), the only module that speaks RESP: connect,
- * AUTH/SELECT from the URL, SCRIPT LOAD, EVALSHA with NOSCRIPT
- * reload-and-retry, reconnection with capped, jittered exponential backoff.
+ * backend_redis.h: the Redis backend (backend.h) on one server (plain URL,
+ * or the master the sentinels name): a redis_node (redis_node.h) for the
+ * code, on one pipelined redis_conn (redis_conn.h: plain TCP, unix socket
+ * or TLS; AUTH/SELECT from the URL; reconnection with capped, jittered
+ * exponential backoff).
  *
  * Deadlines belong to the caller (check.c), which reports each one that
  * passes with no reply (note_timeout). After a few in a row with no reply
@@ -31,12 +32,15 @@ struct metrics;
  * (overriding the URL's). The password is never logged. */
 #define BACKEND_PASSWORD_ENV "RATELIMITD_REDIS_PASSWORD"
 
-/* Parses a redis URL (redis://[[user]:password@]host[:port][/db] or
- * unix:/path) and makes the backend; does not connect (ops->start does,
- * then it reconnects by itself until freed). Counts round trips,
- * reconnects, NOSCRIPT reloads and errors in m (which must outlive it).
- * Returns NULL with a message on a bad URL. */
-struct backend *backend_redis_new(struct event_base *base, const char *url,
+struct config;
+
+/* Parses cfg's redis.url (redis://[[user]:password@]host[:port][/db] or
+ * unix:/path), loads redis.tls when the URL is rediss://, and makes the
+ * backend; does not connect (ops->start does, then it reconnects by itself
+ * until freed). cfg is not kept. Counts round trips, reconnects, NOSCRIPT
+ * reloads and errors in m (which must outlive it). Returns NULL with a
+ * message on a bad URL or an unusable CA, certificate or key. */
+struct backend *backend_redis_new(struct event_base *base, const struct config *cfg,
                                   const struct logger *lg, struct metrics *m, char *err,
                                   size_t errlen) RL_WUR;
 

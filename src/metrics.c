@@ -95,6 +95,32 @@ static const char *const rls_code_label[METRICS_RLS_NCODES] = {"ok", "over_limit
 static const char *const rls_result_label[METRICS_RLS_NRESULTS] = {
     "ok", "over_limit", "shadow_over_limit", "unlimited", "unmatched"};
 
+/* One Redis node's series. up_reports counts the shards whose last word on
+ * the node is summed here, up_count those of them that said ready. */
+#define NODE_LABEL_MAX 300
+struct node_slot {
+    char name[NODE_LABEL_MAX];
+    uint64_t n[METRICS_NODE_NCOUNTERS];
+    uint64_t up_reports, up_count;
+};
+
+static const struct {
+    const char *name, *help;
+} node_counter_info[METRICS_NODE_NCOUNTERS] = {
+    [METRICS_NODE_CALLS] = {PREFIX "redis_node_calls_total", "Decision calls sent, by node."},
+    [METRICS_NODE_ERRORS] = {PREFIX "redis_node_errors_total",
+                             "Error replies (other than redirects), by node."},
+    [METRICS_NODE_RECONNECTS] = {PREFIX "redis_node_reconnects_total",
+                                 "Connections lost or dropped, by node."},
+    [METRICS_NODE_MOVED] = {PREFIX "redis_node_moved_total",
+                            "MOVED redirects received, by the node that sent them."},
+    [METRICS_NODE_ASK] = {PREFIX "redis_node_ask_total",
+                          "ASK redirects received, by the node that sent them."},
+    [METRICS_NODE_FAILOVERS] = {PREFIX "redis_node_failovers_total",
+                                "Times the node became the master in place of another (Sentinel "
+                                "switch, Cluster slot map change), by the new master."},
+};
+
 struct metrics {
     /* Taken by the owning worker while it records and by whoever renders
      * the sum of every worker's shard: uncontended but for a scrape. */
@@ -116,6 +142,9 @@ struct metrics {
     size_t nrls, rls_cap, ndetailed;
     size_t *rls_index;
     size_t rls_index_size;
+    /* Few (the nodes of one deployment): found by a linear search. */
+    struct node_slot nodes[METRICS_MAX_NODES + 1]; /* the last: "_other" */
+    size_t nnodes;
 };
 
 struct metrics *metrics_new(void)
@@ -325,6 +354,43 @@ void metrics_count(struct metrics *m, enum metrics_counter c)
     pthread_mutex_unlock(&m->lock);
 }
 
+/* The slot of node (created at zero), or "_other" past the cap. Called
+ * with the lock held. */
+static struct node_slot *node_slot(struct metrics *m, const char *node)
+{
+    for (size_t i = 0; i < m->nnodes; i++)
+        if (strcmp(m->nodes[i].name, node) == 0)
+            return &m->nodes[i];
+    if (strlen(node) >= NODE_LABEL_MAX || m->nnodes >= METRICS_MAX_NODES) {
+        node = OTHER_POLICY;
+        for (size_t i = 0; i < m->nnodes; i++)
+            if (strcmp(m->nodes[i].name, node) == 0)
+                return &m->nodes[i];
+    }
+    struct node_slot *s = &m->nodes[m->nnodes++];
+    memset(s, 0, sizeof *s);
+    strcpy(s->name, node); /* fits: checked above, or "_other" */
+    return s;
+}
+
+void metrics_node_count(struct metrics *m, const char *node, enum metrics_node_counter c)
+{
+    if ((unsigned)c >= METRICS_NODE_NCOUNTERS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    node_slot(m, node)->n[c]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_node_up(struct metrics *m, const char *node, int up)
+{
+    pthread_mutex_lock(&m->lock);
+    struct node_slot *s = node_slot(m, node);
+    s->up_reports = 1;
+    s->up_count = up ? 1 : 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_reload(struct metrics *m, int ok)
 {
     pthread_mutex_lock(&m->lock);
@@ -364,6 +430,14 @@ void metrics_add(struct metrics *into, struct metrics *from)
             t = rls_add(into, f->domain, f->descriptor, f->detailed);
         for (size_t r = 0; r < METRICS_RLS_NRESULTS; r++)
             t->n[r] += f->n[r];
+    }
+    for (size_t i = 0; i < from->nnodes; i++) {
+        const struct node_slot *f = &from->nodes[i];
+        struct node_slot *t = node_slot(into, f->name);
+        for (size_t c = 0; c < METRICS_NODE_NCOUNTERS; c++)
+            t->n[c] += f->n[c];
+        t->up_reports += f->up_reports;
+        t->up_count += f->up_count;
     }
     pthread_mutex_unlock(&into->lock);
     pthread_mutex_unlock(&from->lock);
@@ -510,6 +584,32 @@ static void put_latency(struct buf *b, const struct metrics *m)
     put(b, "%s_count %" PRIu64 "\n", name, m->latency_count);
 }
 
+static void put_node_label(struct buf *b, const char *name, const char *node)
+{
+    put(b, "%s{node=\"", name);
+    put_label_value(b, node);
+    put(b, "\"}");
+}
+
+static void put_nodes(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "redis_node_up";
+    put_family(b, name, "gauge",
+               "1 when every worker's connection to the node is up with the code loaded.");
+    for (size_t i = 0; i < m->nnodes; i++) {
+        const struct node_slot *s = &m->nodes[i];
+        put_node_label(b, name, s->name);
+        put(b, " %d\n", s->up_reports && s->up_count == s->up_reports);
+    }
+    for (size_t c = 0; c < METRICS_NODE_NCOUNTERS; c++) {
+        put_family(b, node_counter_info[c].name, "counter", node_counter_info[c].help);
+        for (size_t i = 0; i < m->nnodes; i++) {
+            put_node_label(b, node_counter_info[c].name, m->nodes[i].name);
+            put(b, " %" PRIu64 "\n", m->nodes[i].n[c]);
+        }
+    }
+}
+
 static void put_reloads(struct buf *b, const struct metrics *m)
 {
     const char *name = PREFIX "config_reloads_total";
@@ -542,6 +642,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
                    "1 when connected to Redis with the script loaded, else 0.",
                    g->redis_up ? 1 : 0);
     put_latency(&b, m);
+    put_nodes(&b, m);
     for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
         put_u64_scalar(&b, counter_info[i].name, "counter", counter_info[i].help, m->counters[i]);
     put_reloads(&b, m);

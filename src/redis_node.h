@@ -53,6 +53,11 @@ int redis_node_call(struct redis_node *n, const struct script_call *call, int as
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
                        const char **argv, const size_t *lens);
 
+/* The calls' deadline, for the stall rule: a reply that comes later than
+ * this after its call was sent does not show the connection healthy. 0
+ * (the default): every reply does. */
+void redis_node_set_timeout(struct redis_node *n, int64_t timeout_us);
+
 /* A call's deadline passed with no reply (see the stall rule above). */
 void redis_node_note_timeout(struct redis_node *n);
 

@@ -195,7 +195,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     if (cfg->backend == BACKEND_KIND_MEMORY)
         w->backend = backend_memory_new(srv->local, &srv->local_lock);
     else
-        w->backend = backend_redis_new(base, cfg->redis_url, w->log, w->metrics, err, errlen);
+        w->backend = backend_redis_new(base, cfg, w->log, w->metrics, err, errlen);
     if (!w->backend)
         return -1;
     backend_on_state(w->backend, on_backend_state, w);

@@ -3,7 +3,7 @@
 # ratelimitd need, when any is missing. Needs root (or sudo) only then.
 set -eu
 PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-dev \
-libjansson-dev libyaml-dev libhttp-parser-dev libsystemd-dev redis-server redis-tools python3 curl \
+libjansson-dev libyaml-dev libhttp-parser-dev libssl-dev openssl libsystemd-dev redis-server redis-tools python3 curl \
 groff-base man-db clang libclang-rt-14-dev valgrind nginx caddy \
 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools \
 python3-protobuf nghttp2-client python3-yaml"

@@ -143,6 +143,23 @@ static const char *const expected_scenario[] = {
     "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"} 5",
     "ratelimitd_redis_request_duration_seconds_sum 2.002251",
     "ratelimitd_redis_request_duration_seconds_count 5",
+    "# HELP ratelimitd_redis_node_up 1 when every worker's connection to the node is up with the "
+    "code loaded.",
+    "# TYPE ratelimitd_redis_node_up gauge",
+    "# HELP ratelimitd_redis_node_calls_total Decision calls sent, by node.",
+    "# TYPE ratelimitd_redis_node_calls_total counter",
+    "# HELP ratelimitd_redis_node_errors_total Error replies (other than redirects), by node.",
+    "# TYPE ratelimitd_redis_node_errors_total counter",
+    "# HELP ratelimitd_redis_node_reconnects_total Connections lost or dropped, by node.",
+    "# TYPE ratelimitd_redis_node_reconnects_total counter",
+    "# HELP ratelimitd_redis_node_moved_total MOVED redirects received, by the node that sent "
+    "them.",
+    "# TYPE ratelimitd_redis_node_moved_total counter",
+    "# HELP ratelimitd_redis_node_ask_total ASK redirects received, by the node that sent them.",
+    "# TYPE ratelimitd_redis_node_ask_total counter",
+    "# HELP ratelimitd_redis_node_failovers_total Times the node became the master in place of "
+    "another (Sentinel switch, Cluster slot map change), by the new master.",
+    "# TYPE ratelimitd_redis_node_failovers_total counter",
     "# HELP ratelimitd_redis_reconnects_total Redis connections lost or dropped, each followed by "
     "reconnecting.",
     "# TYPE ratelimitd_redis_reconnects_total counter",
@@ -266,8 +283,8 @@ static void test_empty(void)
     /* build_info + checks + in_flight + http + rls requests + rls
      * descriptors + redis_up + histogram + 6 counters + 3 grpc counters +
      * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 20, "empty: 20 families");
-    is_int(count_substr(text, "# HELP "), 20, "empty: 20 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 27, "empty: 27 families");
+    is_int(count_substr(text, "# HELP "), 27, "empty: 27 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,
@@ -530,8 +547,56 @@ static void test_rls_cap(void)
     metrics_free(m);
 }
 
+/* Per-node series: counted per node, up only when every shard says so,
+ * capped with "_other". */
+static void test_nodes(void)
+{
+    struct metrics *a = metrics_new(), *b = metrics_new();
+    metrics_node_count(a, "127.0.0.1:7000", METRICS_NODE_CALLS);
+    metrics_node_count(a, "127.0.0.1:7000", METRICS_NODE_CALLS);
+    metrics_node_count(b, "127.0.0.1:7000", METRICS_NODE_MOVED);
+    metrics_node_up(a, "127.0.0.1:7000", 1);
+    metrics_node_up(b, "127.0.0.1:7000", 0);
+    metrics_node_up(a, "[::1]:7001", 0);
+    metrics_node_up(a, "[::1]:7001", 1); /* the last word counts */
+    metrics_node_up(b, "[::1]:7001", 1);
+    struct metrics *sum = metrics_new();
+    metrics_add(sum, a);
+    metrics_add(sum, b);
+    char *text = metrics_render(sum, NULL);
+    is_int(sample(text, "ratelimitd_redis_node_calls_total{node=\"127.0.0.1:7000\"}"), 2,
+           "nodes: calls summed over shards");
+    is_int(sample(text, "ratelimitd_redis_node_moved_total{node=\"127.0.0.1:7000\"}"), 1,
+           "nodes: MOVED counted");
+    is_int(sample(text, "ratelimitd_redis_node_ask_total{node=\"[::1]:7001\"}"), 0,
+           "nodes: a node seen only by up has its counters at 0");
+    is_int(sample(text, "ratelimitd_redis_node_up{node=\"127.0.0.1:7000\"}"), 0,
+           "nodes: down when one shard's connection is down");
+    is_int(sample(text, "ratelimitd_redis_node_up{node=\"[::1]:7001\"}"), 1,
+           "nodes: up when every shard's is up");
+    free(text);
+    metrics_free(sum);
+    metrics_free(a);
+    metrics_free(b);
+
+    struct metrics *m = metrics_new();
+    char name[32];
+    for (int i = 0; i < METRICS_MAX_NODES + 10; i++) {
+        snprintf(name, sizeof name, "10.0.0.1:%d", 7000 + i);
+        metrics_node_count(m, name, METRICS_NODE_ERRORS);
+    }
+    text = metrics_render(m, NULL);
+    is_int(count_substr(text, "ratelimitd_redis_node_errors_total{"), METRICS_MAX_NODES + 1,
+           "nodes: capped, plus _other");
+    is_int(sample(text, "ratelimitd_redis_node_errors_total{node=\"_other\"}"), 10,
+           "nodes: the rest count under _other");
+    free(text);
+    metrics_free(m);
+}
+
 int main(void)
 {
+    test_nodes();
     test_scenario();
     test_empty();
     test_escaping();

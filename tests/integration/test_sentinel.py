@@ -154,17 +154,19 @@ def fields(flat):
 
 def sentinels_settled(sentinels, want_master, replicas):
     """Every sentinel names want_master, knows the other sentinels, and sees
-    every port of replicas as a replica with its link up."""
+    every port of replicas as a replica with its link up. Raises (for
+    wait_until's message) what is not so yet."""
     for s in sentinels:
         if s.master_port() != want_master:
-            return False
+            raise AssertionError("sentinel %d names %d" % (s.port, s.master_port()))
         if len(s.cmd("SENTINEL", "sentinels", MASTER)) != len(sentinels) - 1:
-            return False
+            raise AssertionError("sentinel %d does not know the others yet" % s.port)
         seen = {int(fields(r)["port"]): fields(r) for r in s.cmd("SENTINEL", "replicas", MASTER)}
         for port in replicas:
             r = seen.get(port)
             if not r or r["flags"] != "slave" or r.get("master-link-status") != "ok":
-                return False
+                raise AssertionError("sentinel %d sees replica %d as %r" % (
+                    s.port, port, r and (r["flags"], r.get("master-link-status"))))
     return True
 
 
@@ -183,7 +185,8 @@ class Load:
         self.records = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self._run) for _ in range(threads)]
+        # Daemon threads: a test that bails out must not wait for them.
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
         for t in self.threads:
             t.start()
 
@@ -323,11 +326,14 @@ def test_master_killed(d, sentinels, old, new):
     check_answers(records, "master killed (SIGKILL)")
     allowed = sum(1 for r in records if r[3])
     counted = int(harness.fixed_window_count(new.client(), "rl:{bounded:b}:t") or 0)
-    harness.ok(allowed >= LIMIT_B, "the limit was reached (%d allowed answers)" % allowed)
+    harness.eq(counted, LIMIT_B, "the new master reached the limit")
+    # Allowed answers beyond the limit: admissions the old master counted
+    # that never reached the replica. Fewer allowed answers than the limit
+    # are checks applied by Redis but answered per failure_mode (their
+    # reply lost with the connection, or past the deadline).
     harness.diag("master killed: %d allowed before the kill; %d allowed answers in all against "
-                 "a limit of %d: %d extra admissions allowed by counters the replica had not "
-                 "received (the new master counts %d)"
-                 % (at_kill, allowed, LIMIT_B, allowed - LIMIT_B, counted))
+                 "a limit of %d: %d admissions beyond the limit, allowed by counters the replica "
+                 "had not received" % (at_kill, allowed, LIMIT_B, max(0, allowed - LIMIT_B)))
     harness.ok(allowed - LIMIT_B <= at_kill,
                "the loss is bounded by what the old master had counted")
 
@@ -343,8 +349,8 @@ def test_readonly(d, sentinels, master, replica):
     try:
         harness.wait_until(lambda: "READONLY" in d.logs(), 5,
                            what="the daemon to meet READONLY")
-        harness.wait_until(lambda: re.search(r"redis sentinel: asking for the master.*READONLY",
-                                             d.logs()), 5,
+        harness.wait_until(lambda: re.search(r"redis sentinel: asking for the master[^\n]*"
+                                             r"reason=\"READONLY", d.logs()), 5,
                            what="the daemon to ask the sentinels again")
         harness.ok(True, "a READONLY reply makes the daemon ask the sentinels again")
         time.sleep(0.5)
@@ -372,6 +378,9 @@ def main():
                        what="the sentinels to know each other and the replica")
 
     d = SentinelDaemon([s.port for s in sentinels], POLICY).start()
+    harness.at_exit(lambda: harness.failed_count() and harness.diag(
+        "daemon log (sentinel lines):\n" + "\n".join(
+            line for line in d.logs().splitlines() if "sentinel" in line or "master" in line)))
     test_found(d, a)
 
     t_failover = test_forced_failover(d, sentinels, a, b)

@@ -341,8 +341,8 @@ static int resolve(struct redis_conn *c, struct sockaddr_storage *ss, socklen_t 
         *len = (socklen_t)sizeof *un;
         return 0;
     }
-    char port[UTIL_INT_CHARS];
-    util_format_int(port, c->port);
+    char port[UTIL_INT_CHARS + 1];
+    port[util_format_int(port, c->port)] = '\0'; /* it writes no NUL */
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;

@@ -2,7 +2,8 @@
  * redis_node.c: one Redis server the decision code runs on (see
  * redis_node.h). Owns its redis_conn, the ready timer, the RESP buffer the
  * calls are formatted into, and each call's retry state (struct node_call,
- * freed when the call's callback has run); borrows the calls' arguments.
+ * back on a spare list once the call's callback has run, freed with the
+ * node); borrows the calls' arguments.
  *
  * Commands are pipelined on one connection and replies come in order, so
  * the ROLE check and the code load queued by the up callback always run
@@ -52,6 +53,9 @@ struct redis_node {
     int64_t timeout_us;   /* the calls' deadline; 0: every reply is in time */
     struct event ready_timer;
     struct buf cmd; /* the RESP of the call being sent, reused */
+    /* Finished calls kept for reuse: no allocation per call once warm. */
+    struct node_call *spare;
+    size_t nspare;
 };
 
 /* One call in flight, kept for a NOSCRIPT retry. */
@@ -63,7 +67,11 @@ struct node_call {
     int asking;
     int retries;
     int64_t sent_us; /* monotonic, for the round-trip histogram */
+    struct node_call *next_spare;
 };
+
+/* Spares kept at most: the calls in flight at a busy moment. */
+#define MAX_SPARE_CALLS 256
 
 static int node_is_ready(const struct redis_node *n)
 {
@@ -253,6 +261,28 @@ static void ignore_reply(void *arg, redisReply *r)
 
 static void on_call_reply(void *arg, redisReply *r);
 
+static struct node_call *call_new(struct redis_node *n)
+{
+    struct node_call *nc = n->spare;
+    if (!nc)
+        return xcalloc(1, sizeof *nc);
+    n->spare = nc->next_spare;
+    n->nspare--;
+    return nc;
+}
+
+/* During redis_node_free the calls complete after the spares went: freed. */
+static void call_done(struct redis_node *n, struct node_call *nc)
+{
+    if (n->freeing || n->nspare >= MAX_SPARE_CALLS) {
+        free(nc);
+        return;
+    }
+    nc->next_spare = n->spare;
+    n->spare = nc;
+    n->nspare++;
+}
+
 static int send_call(struct node_call *nc)
 {
     static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
@@ -304,7 +334,7 @@ static void on_call_reply(void *arg, redisReply *r)
             if (send_call(nc) == 0)
                 return;
             nc->fn(nc->arg, NULL);
-            free(nc);
+            call_done(n, nc);
             return;
         }
         if (!is_redirect(r->str)) {
@@ -313,7 +343,7 @@ static void on_call_reply(void *arg, redisReply *r)
         }
     }
     nc->fn(nc->arg, r);
-    free(nc);
+    call_done(n, nc);
 }
 
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
@@ -321,10 +351,10 @@ int redis_node_call(struct redis_node *n, const struct script_call *call, int as
 {
     if (!node_is_ready(n))
         return -1;
-    struct node_call *nc = xcalloc(1, sizeof *nc);
+    struct node_call *nc = call_new(n);
     *nc = (struct node_call){.n = n, .call = call, .fn = fn, .arg = arg, .asking = asking};
     if (send_call(nc) < 0) {
-        free(nc);
+        call_done(n, nc);
         return -1;
     }
     metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_CALLS);
@@ -407,6 +437,11 @@ void redis_node_free(struct redis_node *n)
     /* The calls still waiting complete with NULL here, n still valid. */
     redis_conn_free(n->conn);
     event_del(&n->ready_timer);
+    while (n->spare) {
+        struct node_call *nc = n->spare;
+        n->spare = nc->next_spare;
+        free(nc);
+    }
     buf_free(&n->cmd);
     free(n);
 }

@@ -126,22 +126,31 @@ void redis_tls_error(struct bufferevent *bev, char *out, size_t outlen)
 {
     out[0] = '\0';
     SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    unsigned long e = bufferevent_get_openssl_error(bev);
-    unsigned long last = e;
-    /* Several may be queued; the last one is the closest to the cause. */
-    while ((e = bufferevent_get_openssl_error(bev)) != 0)
-        last = e;
-    if (ssl && SSL_get_verify_result(ssl) != X509_V_OK) {
-        snprintf(out, outlen, "certificate verify failed: %s",
-                 X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
-        return;
+    /* libevent queues SSL_get_error's code (a small number, no library)
+     * and then OpenSSL's own errors; of these the last is the closest to
+     * the cause. */
+    unsigned long e, lib_err = 0, ssl_code = 0;
+    while ((e = bufferevent_get_openssl_error(bev)) != 0) {
+        if (ERR_GET_LIB(e) != 0)
+            lib_err = e;
+        else if (!ssl_code)
+            ssl_code = e;
     }
-    if (last) {
-        const char *reason = ERR_reason_error_string(last);
+    long vr = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+    if (vr != X509_V_OK) {
+        snprintf(out, outlen, "certificate verify failed: %s", X509_verify_cert_error_string(vr));
+    } else if (lib_err) {
+        const char *reason = ERR_reason_error_string(lib_err);
         if (reason)
             snprintf(out, outlen, "TLS error: %s", reason);
         else
-            ERR_error_string_n(last, out, outlen);
+            ERR_error_string_n(lib_err, out, outlen);
+    } else if (ssl_code == SSL_ERROR_SYSCALL) {
+        /* E.g. a server that requires a client certificate and got none
+         * closes right after the handshake (TLS 1.3). */
+        snprintf(out, outlen, "TLS session closed by the server");
+    } else if (ssl_code) {
+        snprintf(out, outlen, "TLS error (SSL_get_error %lu)", ssl_code);
     }
 }
 

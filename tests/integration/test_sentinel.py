@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -46,7 +47,8 @@ class SentinelDaemon(Daemon):
     """A Daemon whose redis section names sentinels: the URL's host:port is
     not used in sentinel mode."""
 
-    def __init__(self, sentinel_ports, policy):
+    def __init__(self, sentinel_ports, policy=None):
+        policy = policy or POLICY
         self.sentinel_ports = sentinel_ports
         super().__init__("redis://127.0.0.1:1/0", policy, timeout="%dms" % (TIMEOUT_S * 1000),
                          admin=True)
@@ -121,6 +123,9 @@ class Redis:
 
 
 class Sentinel:
+    """A sentinel monitoring MASTER at master_port, or nothing (it then
+    answers nil for MASTER)."""
+
     def __init__(self, top, name, master_port):
         self.dir = os.path.join(top, name)
         os.mkdir(self.dir)
@@ -128,10 +133,12 @@ class Sentinel:
         self.conf = os.path.join(self.dir, "sentinel.conf")
         with open(self.conf, "w") as f:
             f.write("port %d\nbind 127.0.0.1\ndir %s\n"
-                    "sentinel monitor %s 127.0.0.1 %d 2\n"
-                    "sentinel down-after-milliseconds %s 1000\n"
-                    "sentinel failover-timeout %s 3000\n"
-                    % (self.port, self.dir, MASTER, master_port, MASTER, MASTER))
+                    % (self.port, self.dir))
+            if master_port:
+                f.write("sentinel monitor %s 127.0.0.1 %d 2\n"
+                        "sentinel down-after-milliseconds %s 1000\n"
+                        "sentinel failover-timeout %s 3000\n"
+                        % (MASTER, master_port, MASTER, MASTER))
         argv = sentinel_argv()
         # Both forms take the config file first.
         self.proc = harness.spawn([argv[0], self.conf] + argv[1:],
@@ -145,6 +152,16 @@ class Sentinel:
 
     def master_port(self):
         return int(self.cmd("SENTINEL", "get-master-addr-by-name", MASTER)[1])
+
+
+def blackhole():
+    """A port that accepts connections (the kernel completes them: listen
+    backlog) and never answers: a hung sentinel."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    harness.at_exit(sock.close)
+    return sock.getsockname()[1]
 
 
 def fields(flat):
@@ -272,12 +289,31 @@ def failovers_metric(d, port):
 
 
 def test_found(d, master):
+    """The daemon's list starts with a hung sentinel, one that does not know
+    the master and a closed port: it moves past each to a good one."""
     res = d.check("closed", "start")
     harness.eq((res.status, res.json.get("degraded")), (200, None),
                "a check is decided on the master the sentinels name")
     harness.eq(harness.fixed_window_count(master.client(), "rl:{closed:start}:t"), "1",
                "its counter is on that master")
-    harness.ok("redis sentinel: master is at" in d.logs(), "the master's address is logged")
+    logs = d.logs()
+    harness.ok("redis sentinel: master is at" in logs, "the master's address is logged")
+    harness.ok(re.search(r'did not answer"? sentinel=\S+ reason="no answer in time"', logs),
+               "a sentinel that does not answer is given up after the query deadline")
+    harness.ok("redis sentinel does not know the master" in logs,
+               "a sentinel that answers nil is skipped (logged)")
+
+
+def test_unreachable(top, dead_ports):
+    """No sentinel answers: failure_mode answers, /readyz 503, logged."""
+    d = SentinelDaemon(dead_ports).start(wait_ready=False)
+    harness.wait_until(lambda: "redis sentinel unreachable" in d.logs(), 10,
+                       what="the daemon to give up a round")
+    res = d.check("closed", "u")
+    harness.eq((res.status, res.json.get("error")), (503, "backend_unavailable"),
+               "no sentinel answers: checks get the failure_mode answer")
+    harness.eq(d.admin("/readyz").status, 503, "and /readyz is 503")
+    harness.eq(d.stop(), 0, "a daemon with no sentinel answering exits cleanly")
 
 
 def test_forced_failover(d, sentinels, old, new):
@@ -388,7 +424,10 @@ def main():
     harness.wait_until(lambda: sentinels_settled(sentinels, a.port, [b.port]), 30, interval=0.2,
                        what="the sentinels to know each other and the replica")
 
-    d = SentinelDaemon([s.port for s in sentinels], POLICY).start()
+    hung, closed_port = blackhole(), harness.free_port()
+    test_unreachable(top, [hung, closed_port])
+    stranger = Sentinel(top, "stranger", None)
+    d = SentinelDaemon([hung, stranger.port, closed_port] + [s.port for s in sentinels]).start()
     harness.at_exit(lambda: harness.failed_count() and harness.diag(
         "daemon log (sentinel lines):\n" + "\n".join(
             line for line in d.logs().splitlines() if "sentinel" in line or "master" in line)))

@@ -18,7 +18,8 @@
  * Rounds also run by themselves: every POLL_UNKNOWN_US while no master is
  * known, or for SUSPECT_US after the owner reported the master lost (the
  * sentinels need a few seconds to fail over after a crash, and a missed
- * +switch-master must not cost the long interval), and every POLL_KNOWN_US
+ * +switch-master must not cost the long interval) or a new address was
+ * reported (the owner's ROLE check may refuse it), and every POLL_KNOWN_US
  * otherwise, which bounds how long a +switch-master missed while the watch
  * connection was down can go unnoticed.
  */
@@ -143,8 +144,10 @@ static void report(struct redis_sentinel *s, const char *host, int port, const c
     free(s->master_host);
     s->master_host = xstrdup(host);
     s->master_port = port;
-    /* A new address is not suspect until the owner finds it wanting. */
-    s->suspect_until_us = 0;
+    /* Asked again each second for a while: a sentinel may name a server
+     * that is not (yet) the master, and the owner's node then never
+     * becomes ready, a state it does not report as a loss. */
+    s->suspect_until_us = util_monotonic_us() + SUSPECT_US;
     s->fn(s->arg, s->master_host, s->master_port);
 }
 

@@ -9,6 +9,9 @@ checks:
       limit;
   (c) the master demoted behind the sentinels' back: READONLY replies make
       the daemon ask the sentinels again.
+Before these: sentinels that hang, do not know the master or are not
+there are passed over; none answering gives failure_mode answers; the
+sentinels' password (requirepass), the environment's winning.
 Every answer during a switch is a decided answer or the policy's
 failure_mode answer (closed: 503 backend_unavailable), within the timeout
 plus slack. The windows and the loss are printed as TAP comments."""
@@ -27,6 +30,7 @@ import harness  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 MASTER = "mymaster"
+SENTINEL_PASSWORD = "s3ntinel"  # the sentinels' requirepass
 TIMEOUT_S = 0.2  # the daemon's redis.timeout
 SLACK_S = 1.0  # an answer later than TIMEOUT_S + SLACK_S is a hang
 LIMIT_B = 3000  # the limit of the key killed under load in (b)
@@ -47,9 +51,10 @@ class SentinelDaemon(Daemon):
     """A Daemon whose redis section names sentinels: the URL's host:port is
     not used in sentinel mode."""
 
-    def __init__(self, sentinel_ports, policy=None):
+    def __init__(self, sentinel_ports, password=None, policy=None):
         policy = policy or POLICY
         self.sentinel_ports = sentinel_ports
+        self.sentinel_password = password
         super().__init__("redis://127.0.0.1:1/0", policy, timeout="%dms" % (TIMEOUT_S * 1000),
                          admin=True)
 
@@ -66,8 +71,9 @@ class SentinelDaemon(Daemon):
             "  sentinel:\n"
             "    addresses: [%s]\n"
             "    master_name: %s\n"
+            "    password: %s\n"
             "clock: %s\n" % (self.port, self.admin_port, self.redis_url, timeout, prefix, addrs,
-                             MASTER, clock)
+                             MASTER, self.sentinel_password or "null", clock)
         ) + extra + policy
         with open(self.config, "w") as f:
             f.write(text)
@@ -133,7 +139,8 @@ class Sentinel:
         self.conf = os.path.join(self.dir, "sentinel.conf")
         with open(self.conf, "w") as f:
             f.write("port %d\nbind 127.0.0.1\ndir %s\n"
-                    % (self.port, self.dir))
+                    "requirepass %s\nsentinel sentinel-pass %s\n"
+                    % (self.port, self.dir, SENTINEL_PASSWORD, SENTINEL_PASSWORD))
             if master_port:
                 f.write("sentinel monitor %s 127.0.0.1 %d 2\n"
                         "sentinel down-after-milliseconds %s 1000\n"
@@ -148,6 +155,7 @@ class Sentinel:
 
     def cmd(self, *args):
         with harness.RedisClient(port=self.port, timeout=2.0) as c:
+            c.command("AUTH", SENTINEL_PASSWORD)
             return c.command(*args)
 
     def master_port(self):
@@ -304,6 +312,21 @@ def test_found(d, master):
                "a sentinel that answers nil is skipped (logged)")
 
 
+def test_password(ports):
+    """The sentinels' password: a wrong one finds nothing; the environment's
+    wins over the policy file's."""
+    d = SentinelDaemon(ports, password="wrong").start(wait_ready=False)
+    harness.wait_until(lambda: "redis sentinel unreachable" in d.logs(), 10,
+                       what="the daemon with a wrong password to give up a round")
+    harness.eq(d.admin("/readyz").status, 503, "a wrong sentinel password: not ready")
+    d.stop()
+    d = SentinelDaemon(ports, password="wrong")
+    d.start(env={"RATELIMITD_SENTINEL_PASSWORD": SENTINEL_PASSWORD})
+    harness.eq(d.check("closed", "pw").status, 200,
+               "RATELIMITD_SENTINEL_PASSWORD wins over redis.sentinel.password")
+    d.stop()
+
+
 def test_unreachable(top, dead_ports):
     """No sentinel answers: failure_mode answers, /readyz 503, logged."""
     d = SentinelDaemon(dead_ports).start(wait_ready=False)
@@ -427,7 +450,9 @@ def main():
     hung, closed_port = blackhole(), harness.free_port()
     test_unreachable(top, [hung, closed_port])
     stranger = Sentinel(top, "stranger", None)
-    d = SentinelDaemon([hung, stranger.port, closed_port] + [s.port for s in sentinels]).start()
+    test_password([s.port for s in sentinels])
+    d = SentinelDaemon([hung, stranger.port, closed_port] + [s.port for s in sentinels],
+                       password=SENTINEL_PASSWORD).start()
     harness.at_exit(lambda: harness.failed_count() and harness.diag(
         "daemon log (sentinel lines):\n" + "\n".join(
             line for line in d.logs().splitlines() if "sentinel" in line or "master" in line)))

@@ -31,6 +31,7 @@
 #include "metrics.h"
 #include "redis_conn.h"
 #include "redis_node.h"
+#include "redis_sentinel.h"
 #include "redis_tls.h"
 #include "redis_url.h"
 #include "scripts.h"
@@ -47,6 +48,12 @@ struct backend_redis {
     char *master_host; /* where the node connects; NULL: the URL's unix socket */
     int master_port;
     int freeing;
+
+    /* Sentinel mode: where master_host comes from. The node and the
+     * listener connect only once the sentinels have named the master. */
+    struct redis_sentinel *sentinel; /* NULL: the URL's server */
+    int master_known;
+    int moving; /* inside set_master: the node's loss is ours, not news */
 
     /* The reset listener: a second connection, subscribed to channel. */
     struct redis_conn *sub;
@@ -103,9 +110,12 @@ static void set_target(struct backend_redis *b, const char *host, int port)
 /*
  * The master is now at host:port (sentinel mode: the sentinels named it).
  * The node drops its connection and connects there; the listener follows,
- * since PUBLISH runs on the master. The sentinel helper calls this.
+ * since PUBLISH runs on the master. Called for each address the sentinels
+ * report (on_sentinel_master).
  */
-static __attribute__((unused)) void set_master(struct backend_redis *b, const char *host, int port)
+static void sub_start(struct backend_redis *b);
+
+static void set_master(struct backend_redis *b, const char *host, int port)
 {
     char *h = xstrdup(host); /* host may be b->master_host itself */
     free(b->master_host);
@@ -114,8 +124,13 @@ static __attribute__((unused)) void set_master(struct backend_redis *b, const ch
     struct redis_endpoint ep;
     make_endpoint(b, h, port, &ep);
     set_target(b, h, port);
+    b->master_known = 1;
+    b->moving = 1;
     redis_node_set_endpoint(b->node, &ep);
-    if (b->sub) {
+    b->moving = 0;
+    if (!b->sub) {
+        sub_start(b); /* the first address: the listener may now connect */
+    } else {
         redis_conn_set_endpoint(b->sub, &ep);
         redis_conn_drop(b->sub, "the master moved");
         redis_conn_connect(b->sub);
@@ -130,7 +145,17 @@ static __attribute__((unused)) void set_master(struct backend_redis *b, const ch
 static void master_lost(struct backend_redis *b, const char *why)
 {
     log_event(b->log, LOG_LVL_WARN, "redis master lost", "target", b->target, "reason", why, NULL);
+    /* Asked first, so that the lookup is logged with this reason rather
+     * than the loss the drop reports. */
+    if (b->sentinel)
+        redis_sentinel_rediscover(b->sentinel, why);
     redis_node_drop(b->node, why);
+}
+
+/* The sentinels named the master (the first time, or a new one). */
+static void on_sentinel_master(void *arg, const char *host, int port)
+{
+    set_master(arg, host, port);
 }
 
 static int redis_ready(const struct backend *iface)
@@ -142,8 +167,13 @@ static int redis_ready(const struct backend *iface)
 static void on_node_state(void *arg, struct redis_node *n, int ready)
 {
     struct backend_redis *b = arg;
-    if (!b->freeing)
-        backend_state_changed(&b->base_iface);
+    if (b->freeing)
+        return;
+    /* The master went (crashed, or demoted: ROLE, READONLY): perhaps a
+     * failover the +switch-master watch has not reported (yet). */
+    if (!ready && b->sentinel && b->master_known && !b->moving)
+        redis_sentinel_rediscover(b->sentinel, "connection to the master lost");
+    backend_state_changed(&b->base_iface);
 }
 
 /* ---- calls ---- */
@@ -398,7 +428,7 @@ static void on_sub_push(void *arg, redisReply *r)
 
 static void sub_start(struct backend_redis *b)
 {
-    if (!b->channel || b->sub)
+    if (!b->channel || b->sub || !b->started || (b->sentinel && !b->master_known))
         return;
     struct redis_endpoint ep;
     /* The node's current server, whatever set it (URL or sentinel). */
@@ -433,6 +463,11 @@ static void redis_start(struct backend *iface)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
     b->started = 1;
+    if (b->sentinel) {
+        /* The node and the listener start at the first address named. */
+        redis_sentinel_start(b->sentinel);
+        return;
+    }
     redis_node_start(b->node);
     sub_start(b);
 }
@@ -451,6 +486,7 @@ static void redis_free(struct backend *iface)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
     b->freeing = 1;
+    redis_sentinel_free(b->sentinel);
     redis_node_free(b->node);
     redis_conn_free(b->sub);
     free(b->channel);
@@ -506,5 +542,14 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
     struct redis_endpoint ep;
     make_endpoint(b, b->master_host, b->master_port, &ep);
     b->node = redis_node_new(base, lg, m, &ep, sentinel, on_node_state, b);
+    if (sentinel) {
+        b->sentinel =
+            redis_sentinel_new(base, lg, m, &cfg->redis_sentinel, b->tls, on_sentinel_master, b);
+        if (!b->sentinel) {
+            snprintf(err, errlen, "redis.sentinel: no usable sentinel address");
+            redis_free(&b->base_iface);
+            return NULL;
+        }
+    }
     return &b->base_iface;
 }

@@ -36,9 +36,9 @@ struct redis_endpoint {
     const char *host; /* NULL when unix_path is set */
     int port;
     const char *unix_path;
-    const char *user;     /* NULL: AUTH with the password alone */
-    const char *password; /* NULL: no AUTH */
-    int db;               /* SELECT when nonzero */
+    const char *user;      /* NULL: AUTH with the password alone */
+    const char *password;  /* NULL: no AUTH */
+    int db;                /* SELECT when nonzero */
     struct redis_tls *tls; /* NULL: plain; borrowed, must outlive the conn */
 };
 

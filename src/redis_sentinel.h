@@ -4,8 +4,9 @@
  * get-master-addr-by-name), the first that answers with an address wins;
  * stays subscribed to +switch-master on one sentinel to hear of a failover
  * at once; asks again whenever the owner reports the master lost (the
- * connection went, a READONLY reply, ROLE not master), and every
- * SENTINEL_POLL while nothing is known.
+ * connection went, a READONLY reply, ROLE not master), every second
+ * while nothing is known (and for 30 s after a loss or a new address), and
+ * every 10 s otherwise (a +switch-master missed while not subscribed).
  *
  * The owner (backend_redis.c) points its node at each address reported.
  */

@@ -754,6 +754,9 @@ static void sub_message(struct backend_cluster *b, const redisReply *r)
     if (strcmp(kind, "subscribe") == 0) {
         log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel,
                   "node", redis_conn_target(b->sub), NULL);
+        /* Healthy: the next loss reconnects after the shortest backoff,
+         * not after one doubled by every loss the listener ever had. */
+        redis_conn_healthy(b->sub);
         /* Resets announced while no subscription stood were not heard. */
         if (b->base_iface.on_reset)
             b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);

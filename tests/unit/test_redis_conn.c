@@ -4,8 +4,8 @@
  * pipelined replies in order, pushes, a setup error dropping the
  * connection, every call completed exactly once on loss (with callbacks
  * that send and drop while the queue is being emptied), a drop from a
- * reply callback with more replies already read, free with calls waiting,
- * and reconnection after a refused connect.
+ * reply callback with more replies already read, a protocol error, free
+ * with calls waiting, and reconnection after a refused connect.
  */
 #include <errno.h>
 #include <event2/buffer.h>
@@ -296,6 +296,22 @@ int main(void)
     server_send("-WRONGPASS invalid username-password pair\r\n+OK\r\n");
     ok(run_until(is_down), "AUTH's error drops the connection");
     ok(strncmp(last_down, "AUTH refused: WRONGPASS", 23) == 0, "down says AUTH: %s", last_down);
+
+    /* Bytes that are not RESP: the reader's error drops the connection
+     * (input never aborts the daemon), the waiting call completes with
+     * NULL, and it reconnects as after any loss. */
+    ok(run_until(reconnected), "reconnects");
+    run_until(has_setup);
+    server_send("+OK\r\n+OK\r\n");
+    reset_counts();
+    nreceived = 0;
+    redis_conn_command(conn, record, "p", 1, ping, ping_len);
+    run_until(got_ping);
+    server_send("?this is not RESP\r\n+PONG\r\n");
+    ok(run_until(is_down), "a protocol error drops the connection");
+    is_str(order, "p", "the waiting call completed once");
+    is_int(calls_null, 1, "with NULL, not with what followed the error");
+    ok(strncmp(last_down, "protocol error", 14) == 0, "down says why: %s", last_down);
 
     /* Free with a call waiting: it completes with NULL, no down. */
     ok(run_until(reconnected), "reconnects");

@@ -61,6 +61,10 @@
 /* And this often while ready: a slot given up (DELSLOTS) or a topology
  * change that no call has run into yet. */
 #define REFRESH_READY_US 5000000
+/* A CLUSTER SLOTS unanswered this long: its node is hung (paused, cut off
+ * with the connection still open) and is dropped, or no refresh would ever
+ * be sent again (one in flight at a time). Checked on the refresh timer. */
+#define REFRESH_TIMEOUT_US 1000000
 #define HOST_MAX 256
 
 struct backend_cluster;
@@ -127,6 +131,8 @@ struct backend_cluster {
     struct cnode *slot_node[REDIS_CLUSTER_SLOTS];
     int ready;
     int refresh_inflight, refresh_again;
+    struct cnode *refresh_node; /* the node of the refresh in flight */
+    int64_t refresh_sent_us;    /* monotonic */
     struct event *refresh_ev;
     int64_t timeout_us; /* the last config's redis.timeout, for note_timeout */
 
@@ -301,6 +307,8 @@ static void request_refresh(struct backend_cluster *b)
         if (redis_node_command(cn->node, on_slots_reply, cn, 2, argv, lens) == 0) {
             b->next_refresh_node = (b->next_refresh_node + k + 1) % b->nnodes;
             b->refresh_inflight = 1;
+            b->refresh_node = cn;
+            b->refresh_sent_us = util_monotonic_us();
             return;
         }
     }
@@ -311,6 +319,9 @@ static void request_refresh(struct backend_cluster *b)
 static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct backend_cluster *b = arg;
+    /* The drop completes the refresh (NULL): the next goes elsewhere. */
+    if (b->refresh_inflight && util_monotonic_us() - b->refresh_sent_us >= REFRESH_TIMEOUT_US)
+        redis_node_drop(b->refresh_node->node, "no answer to CLUSTER SLOTS in time");
     request_refresh(b);
     if (!b->freeing)
         arm_refresh(b);

@@ -7,13 +7,15 @@ consumes nothing on the other); a slot moved by hand (MOVED) and a slot in
 migration (ASK) followed with no error answer; the per-node metrics; a
 reset (admin DELETE) on the key's master, and the reset listener, killed
 again and again, back within a moment every time (its backoff starts
-afresh once subscribed).
+afresh once subscribed); a master hung with its connection open (SIGSTOP)
+does not stop the slot map's refreshes.
 
 The fault tests under load (reshard, master kill, 3 daemons) are
 test_cluster_faults.py's."""
 import json
 import os
 import random
+import signal
 import sys
 import time
 
@@ -291,6 +293,46 @@ def resets(c, d):
                % ", ".join("%.2f" % w for w in waits))
 
 
+def hung_master(c, d):
+    """A master paused with its connections open answers nothing, and a
+    CLUSTER SLOTS sent to it would wait forever: with one refresh in flight
+    at a time, the daemon would never see the cluster change again. A slot
+    unserved meanwhile (refreshes every 250 ms, round robin over the nodes,
+    so one goes to the paused master) and served again must be seen."""
+    masters = c.masters()
+    hung = next(p for p in masters if p != c.ports[0])
+    other = next(p for p in masters if p != hung)
+    slot = c.slots_of(other)[0]
+    c.procs[hung].send_signal(signal.SIGSTOP)
+    try:
+        for p in c.live_ports():
+            if p != hung:
+                try:
+                    c.command(p, "CLUSTER", "DELSLOTS", slot)
+                except harness.RedisError:
+                    pass
+        try:
+            harness.wait_until(lambda: d.admin("/readyz").status == 503, 15,
+                               what="/readyz 503 with a slot unserved")
+        except TimeoutError as e:
+            harness.diag(str(e))
+        time.sleep(3)  # a dozen refreshes: some went to the paused master
+        c.command(other, "CLUSTER", "ADDSLOTS", slot)
+        c.command(other, "CLUSTER", "BUMPEPOCH")
+        try:
+            # The paused master's replica takes over meanwhile (node
+            # timeout 1 s): ready again needs the map from a live node.
+            harness.wait_until(lambda: d.admin("/readyz").status == 200, 30,
+                               what="/readyz 200")
+            harness.ok(True, "a paused master: the slot map is refreshed from the others")
+        except TimeoutError as e:
+            harness.ok(False, "a paused master: the slot map is refreshed from the others: %s"
+                       % e)
+            harness.diag(d.logs()[-2000:])
+    finally:
+        c.procs[hung].send_signal(signal.SIGCONT)
+
+
 def main():
     why = redis_cluster.why_unsupported()
     if why:
@@ -316,6 +358,7 @@ def main():
                       extra="auth_token_file: %s\n" % token)
     d.start()
     resets(c, d)
+    hung_master(c, d)
     harness.eq(d.stop(), 0, "with a token: exits 0")
     c.stop()
 

@@ -2,7 +2,10 @@
  * backend_cluster.c: the Redis Cluster backend (backend_cluster.h).
  *
  * Owns: the nodes (one redis_node per address the cluster named, each
- * required to be a master, kept until the backend is freed), the slot map
+ * required to be a master, kept until the backend is freed; those that a
+ * complete map does not name as masters, e.g. replicas given as seeds, are
+ * parked: disconnected until a map names them or no node is left to ask
+ * for the map), the slot map
  * (redis_cluster.h) and which node serves each slot, the map refresh (one
  * CLUSTER SLOTS in flight at a time), the calls in flight and their
  * retries, the reset listener (a redis_conn of its own). Speaks RESP only
@@ -74,6 +77,7 @@ struct cnode {
     struct redis_node *node;
     char *host;
     int port;
+    int parked;               /* stopped: not a master of the map */
     int inflight;             /* calls sent, no reply yet */
     int64_t last_progress_us; /* monotonic: last reply, or first send when idle */
 };
@@ -245,6 +249,43 @@ static void count_failovers(struct backend_cluster *b, struct cnode *const *old,
     }
 }
 
+/*
+ * A node that is not a master of a complete map is parked: a replica would
+ * otherwise reconnect forever, each time refused by the ROLE check (a
+ * warning, a reconnect counted). A map with a slot unserved parks nothing:
+ * it may be a cluster still forming. A master named again is restarted.
+ */
+static void park_nodes(struct backend_cluster *b, struct cnode *const *masters, size_t nmasters)
+{
+    int complete = redis_cluster_map_unserved(&b->map) == 0;
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct cnode *cn = b->nodes[i];
+        size_t k;
+        for (k = 0; k < nmasters && masters[k] != cn; k++)
+            ;
+        if (k < nmasters && cn->parked) {
+            cn->parked = 0;
+            redis_node_start(cn->node);
+        } else if (k == nmasters && complete && !cn->parked) {
+            cn->parked = 1;
+            log_event(b->log, LOG_LVL_INFO, "redis cluster node let go", "node",
+                      redis_node_target(cn->node), "reason", "not a master of the cluster", NULL);
+            redis_node_stop(cn->node, "not a master of the cluster");
+        }
+    }
+}
+
+/* Every parked node connects again: none is left to ask for the map. */
+static void unpark_all(struct backend_cluster *b)
+{
+    for (size_t i = 0; i < b->nnodes; i++) {
+        if (b->nodes[i]->parked) {
+            b->nodes[i]->parked = 0;
+            redis_node_start(b->nodes[i]->node);
+        }
+    }
+}
+
 static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
 {
     struct cnode **old = xmalloc(sizeof b->slot_node);
@@ -259,9 +300,10 @@ static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
     redis_cluster_map_free(&b->map);
     b->map = *m;
     b->have_map = 1;
-    free(by_master);
     free(old);
     recompute_ready(b);
+    park_nodes(b, by_master, m->nmasters);
+    free(by_master);
 }
 
 static void on_slots_reply(void *arg, redisReply *r)
@@ -312,7 +354,8 @@ static void request_refresh(struct backend_cluster *b)
             return;
         }
     }
-    /* Nothing connected: the timer below asks again. */
+    /* Nothing connected: the timer asks again, with every node. */
+    unpark_all(b);
     recompute_ready(b);
 }
 
@@ -499,6 +542,11 @@ static int follow_redirect(struct cgroup *g, struct cnode *from, const char *msg
         return 0;
     }
     g->redirect = node_get(b, host[0] ? host : from->host, port);
+    if (g->redirect->parked) {
+        /* A replica promoted since the last map: a master now. */
+        g->redirect->parked = 0;
+        redis_node_start(g->redirect->node);
+    }
     g->asking = kind == 2;
     send_group(g);
     return 0;

@@ -425,7 +425,8 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
 /*
  * Closes the connection (if any): detaches the FIFO, schedules the
  * reconnect when asked, then completes the detached calls with NULL and
- * tells the owner (down) when there was a connection or an attempt.
+ * tells the owner (down) when there was a connection or an attempt (free
+ * cleared the events first: no down then).
  */
 static void close_conn(struct redis_conn *c, const char *why, int reconnect)
 {
@@ -447,7 +448,7 @@ static void close_conn(struct redis_conn *c, const char *why, int reconnect)
         schedule_reconnect(c);
     unsigned gen = c->gen;
     fifo_fail_all(&calls);
-    if (reconnect && was && c->gen == gen && c->ev.down)
+    if (was && c->gen == gen && c->ev.down)
         c->ev.down(c->ev.arg, c, why);
 }
 
@@ -517,6 +518,15 @@ void redis_conn_drop(struct redis_conn *c, const char *why)
         return;
     log_conn(c, LOG_LVL_WARN, "redis connection dropped", "reason", why);
     close_conn(c, why, 1);
+}
+
+void redis_conn_stop(struct redis_conn *c, const char *why)
+{
+    event_del(&c->reconnect_timer);
+    if (c->state == CONN_DOWN)
+        return;
+    log_conn(c, LOG_LVL_INFO, "redis connection closed", "reason", why);
+    close_conn(c, why, 0);
 }
 
 void redis_conn_healthy(struct redis_conn *c)

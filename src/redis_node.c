@@ -424,6 +424,11 @@ void redis_node_drop(struct redis_node *n, const char *why)
     redis_conn_drop(n->conn, why);
 }
 
+void redis_node_stop(struct redis_node *n, const char *why)
+{
+    redis_conn_stop(n->conn, why);
+}
+
 const char *redis_node_target(const struct redis_node *n)
 {
     return redis_conn_target(n->conn);

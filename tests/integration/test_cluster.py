@@ -7,8 +7,10 @@ consumes nothing on the other); a slot moved by hand (MOVED) and a slot in
 migration (ASK) followed with no error answer; the per-node metrics; a
 reset (admin DELETE) on the key's master, and the reset listener, killed
 again and again, back within a moment every time (its backoff starts
-afresh once subscribed); a master hung with its connection open (SIGSTOP)
-does not stop the slot map's refreshes.
+afresh once subscribed); replicas given as seeds are let go once the map
+is known (no reconnecting forever); a master hung with its connection open
+(SIGSTOP) does not stop the slot map's refreshes, and its replica, let go
+as a seed, is used once promoted.
 
 The fault tests under load (reshard, master kill, 3 daemons) are
 test_cluster_faults.py's."""
@@ -293,6 +295,22 @@ def resets(c, d):
                % ", ".join("%.2f" % w for w in waits))
 
 
+def replica_seeds(c, d):
+    """Every node is a seed here, replicas too. A replica fails the ROLE
+    check, so its connection must be let go once the map is known rather
+    than retried (and logged, and counted) forever."""
+    time.sleep(1)  # connects seen at start are fine
+    before = d.logs().count("redis node is not a master")
+    reconnects = metric(d, "ratelimitd_redis_reconnects_total")
+    time.sleep(4)
+    harness.eq(d.logs().count("redis node is not a master"), before,
+               "replicas given as seeds: no ROLE refusal over 4 s once the map is known")
+    harness.eq(metric(d, "ratelimitd_redis_reconnects_total"), reconnects,
+               "and no reconnect counted")
+    harness.eq(d.logs().count('msg="redis cluster node let go"'), len(c.ports) - len(c.masters()),
+               "each replica let go once, saying why")
+
+
 def hung_master(c, d):
     """A master paused with its connections open answers nothing, and a
     CLUSTER SLOTS sent to it would wait forever: with one refresh in flight
@@ -358,6 +376,7 @@ def main():
                       extra="auth_token_file: %s\n" % token)
     d.start()
     resets(c, d)
+    replica_seeds(c, d)
     hung_master(c, d)
     harness.eq(d.stop(), 0, "with a token: exits 0")
     c.stop()

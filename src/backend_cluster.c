@@ -2,7 +2,10 @@
  * backend_cluster.c: the Redis Cluster backend (backend_cluster.h).
  *
  * Owns: the nodes (one redis_node per address the cluster named, each
- * required to be a master, kept until the backend is freed), the slot map
+ * required to be a master, kept until the backend is freed; those that a
+ * complete map does not name as masters, e.g. replicas given as seeds, are
+ * parked: disconnected until a map names them or no node is left to ask
+ * for the map), the slot map
  * (redis_cluster.h) and which node serves each slot, the map refresh (one
  * CLUSTER SLOTS in flight at a time), the calls in flight and their
  * retries, the reset listener (a redis_conn of its own). Speaks RESP only
@@ -61,6 +64,10 @@
 /* And this often while ready: a slot given up (DELSLOTS) or a topology
  * change that no call has run into yet. */
 #define REFRESH_READY_US 5000000
+/* A CLUSTER SLOTS unanswered this long: its node is hung (paused, cut off
+ * with the connection still open) and is dropped, or no refresh would ever
+ * be sent again (one in flight at a time). Checked on the refresh timer. */
+#define REFRESH_TIMEOUT_US 1000000
 #define HOST_MAX 256
 
 struct backend_cluster;
@@ -70,6 +77,7 @@ struct cnode {
     struct redis_node *node;
     char *host;
     int port;
+    int parked;               /* stopped: not a master of the map */
     int inflight;             /* calls sent, no reply yet */
     int64_t last_progress_us; /* monotonic: last reply, or first send when idle */
 };
@@ -127,6 +135,8 @@ struct backend_cluster {
     struct cnode *slot_node[REDIS_CLUSTER_SLOTS];
     int ready;
     int refresh_inflight, refresh_again;
+    struct cnode *refresh_node; /* the node of the refresh in flight */
+    int64_t refresh_sent_us;    /* monotonic */
     struct event *refresh_ev;
     int64_t timeout_us; /* the last config's redis.timeout, for note_timeout */
 
@@ -239,6 +249,43 @@ static void count_failovers(struct backend_cluster *b, struct cnode *const *old,
     }
 }
 
+/*
+ * A node that is not a master of a complete map is parked: a replica would
+ * otherwise reconnect forever, each time refused by the ROLE check (a
+ * warning, a reconnect counted). A map with a slot unserved parks nothing:
+ * it may be a cluster still forming. A master named again is restarted.
+ */
+static void park_nodes(struct backend_cluster *b, struct cnode *const *masters, size_t nmasters)
+{
+    int complete = redis_cluster_map_unserved(&b->map) == 0;
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct cnode *cn = b->nodes[i];
+        size_t k;
+        for (k = 0; k < nmasters && masters[k] != cn; k++)
+            ;
+        if (k < nmasters && cn->parked) {
+            cn->parked = 0;
+            redis_node_start(cn->node);
+        } else if (k == nmasters && complete && !cn->parked) {
+            cn->parked = 1;
+            log_event(b->log, LOG_LVL_INFO, "redis cluster node let go", "node",
+                      redis_node_target(cn->node), "reason", "not a master of the cluster", NULL);
+            redis_node_stop(cn->node, "not a master of the cluster");
+        }
+    }
+}
+
+/* Every parked node connects again: none is left to ask for the map. */
+static void unpark_all(struct backend_cluster *b)
+{
+    for (size_t i = 0; i < b->nnodes; i++) {
+        if (b->nodes[i]->parked) {
+            b->nodes[i]->parked = 0;
+            redis_node_start(b->nodes[i]->node);
+        }
+    }
+}
+
 static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
 {
     struct cnode **old = xmalloc(sizeof b->slot_node);
@@ -253,21 +300,10 @@ static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
     redis_cluster_map_free(&b->map);
     b->map = *m;
     b->have_map = 1;
-    /* Masters connect now (a replica just promoted was waiting for this,
-     * not for its backoff); every other node (replicas given as seeds,
-     * masters gone) stops reconnecting until a map names it a master. */
-    for (size_t i = 0; i < b->nnodes; i++) {
-        size_t k;
-        for (k = 0; k < m->nmasters && by_master[k] != b->nodes[i]; k++)
-            ;
-        if (k < m->nmasters)
-            redis_node_start(b->nodes[i]->node);
-        else
-            redis_node_stop(b->nodes[i]->node, "not a master in the slot map");
-    }
-    free(by_master);
     free(old);
     recompute_ready(b);
+    park_nodes(b, by_master, m->nmasters);
+    free(by_master);
 }
 
 static void on_slots_reply(void *arg, redisReply *r)
@@ -313,20 +349,22 @@ static void request_refresh(struct backend_cluster *b)
         if (redis_node_command(cn->node, on_slots_reply, cn, 2, argv, lens) == 0) {
             b->next_refresh_node = (b->next_refresh_node + k + 1) % b->nnodes;
             b->refresh_inflight = 1;
+            b->refresh_node = cn;
+            b->refresh_sent_us = util_monotonic_us();
             return;
         }
     }
-    /* Nothing connected: every node tries again (those stopped as not
-     * masters included: one of them may be the master now), and the
-     * timer asks again. */
-    for (size_t k = 0; k < b->nnodes; k++)
-        redis_node_start(b->nodes[k]->node);
+    /* Nothing connected: the timer asks again, with every node. */
+    unpark_all(b);
     recompute_ready(b);
 }
 
 static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct backend_cluster *b = arg;
+    /* The drop completes the refresh (NULL): the next goes elsewhere. */
+    if (b->refresh_inflight && util_monotonic_us() - b->refresh_sent_us >= REFRESH_TIMEOUT_US)
+        redis_node_drop(b->refresh_node->node, "no answer to CLUSTER SLOTS in time");
     request_refresh(b);
     if (!b->freeing)
         arm_refresh(b);
@@ -504,6 +542,11 @@ static int follow_redirect(struct cgroup *g, struct cnode *from, const char *msg
         return 0;
     }
     g->redirect = node_get(b, host[0] ? host : from->host, port);
+    if (g->redirect->parked) {
+        /* A replica promoted since the last map: a master now. */
+        g->redirect->parked = 0;
+        redis_node_start(g->redirect->node);
+    }
     g->asking = kind == 2;
     send_group(g);
     return 0;
@@ -770,6 +813,9 @@ static void sub_message(struct backend_cluster *b, const redisReply *r)
     if (strcmp(kind, "subscribe") == 0) {
         log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel,
                   "node", redis_conn_target(b->sub), NULL);
+        /* Healthy: the next loss reconnects after the shortest backoff,
+         * not after one doubled by every loss the listener ever had. */
+        redis_conn_healthy(b->sub);
         /* Resets announced while no subscription stood were not heard. */
         if (b->base_iface.on_reset)
             b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);

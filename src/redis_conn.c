@@ -74,6 +74,7 @@ struct redis_conn {
     redisReader *reader;
     struct call_fifo fifo;
     unsigned gen; /* bumped by every close: callbacks detect a drop */
+    int replied;  /* a reply came on this connection (for the TLS error) */
 
     struct event connect_timer;
     struct event reconnect_timer;
@@ -210,6 +211,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (!reply)
             return;
         redisReply *r = reply;
+        c->replied = 1;
         if (c->fifo.count) {
             struct waiting_call w = fifo_pop(&c->fifo);
             w.fn(w.arg, r);
@@ -276,7 +278,7 @@ static void describe_error(struct redis_conn *c, short what, char *out, size_t o
 {
     int e = EVUTIL_SOCKET_ERROR();
     if (c->tls && c->bev)
-        redis_tls_error(c->bev, out, outlen);
+        redis_tls_error(c->bev, !c->replied, out, outlen);
     if (!c->tls || !out[0]) {
         if (what & BEV_EVENT_EOF)
             snprintf(out, outlen, "closed by the server");
@@ -394,6 +396,7 @@ static void start_connect(struct redis_conn *c)
     socklen_t len = 0;
     event_del(&c->reconnect_timer);
     c->reader = redisReaderCreate();
+    c->replied = 0;
     c->state = CONN_CONNECTING;
     if (resolve(c, &ss, &len, err, sizeof err) < 0 || !(c->bev = new_bev(c, err, sizeof err))) {
         log_conn(c, LOG_LVL_WARN, "redis connect failed", "error", err);
@@ -422,7 +425,8 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
 /*
  * Closes the connection (if any): detaches the FIFO, schedules the
  * reconnect when asked, then completes the detached calls with NULL and
- * tells the owner (down) when there was a connection or an attempt.
+ * tells the owner (down) when there was a connection or an attempt (free
+ * cleared the events first: no down then).
  */
 static void close_conn(struct redis_conn *c, const char *why, int reconnect)
 {
@@ -516,7 +520,7 @@ void redis_conn_drop(struct redis_conn *c, const char *why)
     close_conn(c, why, 1);
 }
 
-void redis_conn_close(struct redis_conn *c, const char *why)
+void redis_conn_stop(struct redis_conn *c, const char *why)
 {
     event_del(&c->reconnect_timer);
     if (c->state == CONN_DOWN)

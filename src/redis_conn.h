@@ -36,9 +36,9 @@ struct redis_endpoint {
     const char *host; /* NULL when unix_path is set */
     int port;
     const char *unix_path;
-    const char *user;      /* NULL: AUTH with the password alone */
-    const char *password;  /* NULL: no AUTH */
-    int db;                /* SELECT when nonzero */
+    const char *user;     /* NULL: AUTH with the password alone */
+    const char *password; /* NULL: no AUTH */
+    int db;               /* SELECT when nonzero */
     struct redis_tls *tls; /* NULL: plain; borrowed, must outlive the conn */
 };
 
@@ -51,7 +51,8 @@ struct redis_conn_events {
      * Commands sent now run before any call sent later. */
     void (*up)(void *arg, struct redis_conn *c);
     /* Lost, dropped, or the connect failed; why is for the log. Waiting
-     * calls have completed (NULL) by then; a reconnect is scheduled. */
+     * calls have completed (NULL) by then; a reconnect is scheduled
+     * (none after redis_conn_stop). */
     void (*down)(void *arg, struct redis_conn *c, const char *why);
     /* A reply no call waits for: pub/sub messages after SUBSCRIBE. NULL
      * is allowed when the connection never subscribes. */
@@ -88,9 +89,10 @@ int redis_conn_is_up(const struct redis_conn *c);
  * down is called) and reconnects after the backoff. A no-op when down. */
 void redis_conn_drop(struct redis_conn *c, const char *why);
 
-/* Closes the connection as redis_conn_drop does (down is called), but
- * stays closed, with no reconnect pending, until redis_conn_connect. */
-void redis_conn_close(struct redis_conn *c, const char *why);
+/* Closes the connection (every waiting call completes with NULL, then
+ * down is called) and stays down until redis_conn_connect: the owner has
+ * no use for the server now. */
+void redis_conn_stop(struct redis_conn *c, const char *why);
 
 /* The backoff starts again from its minimum: the owner found the server
  * healthy (e.g. its code loaded). */

@@ -404,11 +404,6 @@ void redis_node_start(struct redis_node *n)
     redis_conn_connect(n->conn);
 }
 
-void redis_node_stop(struct redis_node *n, const char *why)
-{
-    redis_conn_close(n->conn, why);
-}
-
 int redis_node_ready(const struct redis_node *n)
 {
     return node_is_ready(n);
@@ -427,6 +422,11 @@ void redis_node_set_endpoint(struct redis_node *n, const struct redis_endpoint *
 void redis_node_drop(struct redis_node *n, const char *why)
 {
     redis_conn_drop(n->conn, why);
+}
+
+void redis_node_stop(struct redis_node *n, const char *why)
+{
+    redis_conn_stop(n->conn, why);
 }
 
 const char *redis_node_target(const struct redis_node *n)

@@ -69,8 +69,8 @@ void redis_node_set_endpoint(struct redis_node *n, const struct redis_endpoint *
  * the backoff: a READONLY reply, a role change. */
 void redis_node_drop(struct redis_node *n, const char *why);
 
-/* Closes the connection (calls complete with NULL) and stays closed until
- * redis_node_start: a cluster node that is not a master any more. */
+/* Closes the connection (calls complete with NULL) and stays down until
+ * redis_node_start: a server the owner has no use for now (a replica). */
 void redis_node_stop(struct redis_node *n, const char *why);
 
 /* "host:port" or "unix:/path", the metrics' node label. */

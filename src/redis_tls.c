@@ -122,7 +122,7 @@ struct ssl_st *redis_tls_ssl(struct redis_tls *t, const char *host, char *err, s
     return ssl;
 }
 
-void redis_tls_error(struct bufferevent *bev, char *out, size_t outlen)
+void redis_tls_error(struct bufferevent *bev, int before_reply, char *out, size_t outlen)
 {
     out[0] = '\0';
     SSL *ssl = bufferevent_openssl_get_ssl(bev);
@@ -146,9 +146,12 @@ void redis_tls_error(struct bufferevent *bev, char *out, size_t outlen)
         else
             ERR_error_string_n(lib_err, out, outlen);
     } else if (ssl_code == SSL_ERROR_SYSCALL) {
-        /* E.g. a server that requires a client certificate and got none
-         * closes right after the handshake (TLS 1.3). */
-        snprintf(out, outlen, "TLS session closed by the server");
+        /* A TLS 1.3 server that requires a client certificate and got none
+         * sends its alert after our handshake ended, and closes; when our
+         * first command crossed the close, the reset discards the alert
+         * unread (seen on a slow host). Before any reply, say so. */
+        snprintf(out, outlen, "TLS session closed by the server%s",
+                 before_reply ? " before any reply (does it require a client certificate?)" : "");
     } else if (ssl_code) {
         snprintf(out, outlen, "TLS error (SSL_get_error %lu)", ssl_code);
     }

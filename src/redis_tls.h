@@ -32,8 +32,9 @@ struct ssl_st *redis_tls_ssl(struct redis_tls *t, const char *host, char *err, s
 
 /* Why the handshake (or the session) on bev failed, one line for the log,
  * e.g. "certificate verify failed: unable to get local issuer
- * certificate". */
-void redis_tls_error(struct bufferevent *bev, char *out, size_t outlen);
+ * certificate". before_reply: the server never answered on this session,
+ * so a close with no TLS alert read most likely refused our certificate. */
+void redis_tls_error(struct bufferevent *bev, int before_reply, char *out, size_t outlen);
 
 void redis_tls_free(struct redis_tls *t); /* NULL is a no-op */
 

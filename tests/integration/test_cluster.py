@@ -4,14 +4,22 @@ yet and while a slot is unserved; checks routed to every master; 10 000
 checks over 1 000 keys decided exactly as on a single Redis; a request
 whose checks live in two slots decided in two phases (a denial on one node
 consumes nothing on the other); a slot moved by hand (MOVED) and a slot in
-migration (ASK) followed with no error answer; the per-node metrics.
+migration (ASK) followed with no error answer; the per-node metrics; a
+reset (admin DELETE) on the key's master, and the reset listener, killed
+again and again, back within a moment every time (its backoff starts
+afresh once subscribed); replicas given as seeds are let go once the map
+is known (no reconnecting forever); a master hung with its connection open
+(SIGSTOP) does not stop the slot map's refreshes, and its replica, let go
+as a seed, is used once promoted.
 
 The fault tests under load (reshard, master kill, 3 daemons) are
 test_cluster_faults.py's."""
 import json
 import os
 import random
+import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -237,6 +245,112 @@ def unserved(c, d):
         harness.ok(False, str(e))
 
 
+TOKEN = "cluster-admin-token"
+AUTH = {"Authorization": "Bearer " + TOKEN}
+
+
+def listeners(c):
+    """The reset listener's subscriptions, over every live node."""
+    n = 0
+    for p in c.live_ports():
+        try:
+            n += c.command(p, "PUBSUB", "NUMSUB", "rl:reset")[1]
+        except (OSError, harness.RedisError):
+            pass
+    return n
+
+
+def resets(c, d):
+    k, _ = key_on(c, "b", c.masters()[0], prefix="reset")
+    harness.eq([d.check("b", k, headers=AUTH).status for _ in range(2)], [200, 429],
+               "reset: the key is used up")
+    r = d.request("DELETE", "/v1/keys/b/" + k, headers=AUTH, port=d.admin_port)
+    harness.ok(r.status == 200 and r.json and r.json.get("deleted") == 1,
+               "DELETE on a cluster: the key's master deletes it (%r)" % (r.json,))
+    harness.eq(d.check("b", k, headers=AUTH).status, 200, "reset: the key is allowed again")
+    # Killed again and again: each time it subscribes again within a
+    # moment. Its reconnect backoff doubles on every loss (50 ms to 2 s);
+    # once subscribed it must start afresh, or after a few losses the
+    # listener stays away for a second or two each time, deaf to resets.
+    waits = []
+    for _ in range(7):
+        try:
+            harness.wait_until(lambda: listeners(c) >= 1, 10, what="the reset listener")
+        except TimeoutError:
+            break
+        for p in c.live_ports():
+            try:
+                c.command(p, "CLIENT", "KILL", "TYPE", "pubsub")
+            except (OSError, harness.RedisError):
+                pass
+        t0 = time.monotonic()
+        try:
+            harness.wait_until(lambda: listeners(c) >= 1, 10, interval=0.01,
+                               what="the reset listener back")
+        except TimeoutError:
+            break
+        waits.append(time.monotonic() - t0)
+    harness.ok(len(waits) == 7 and max(waits[-3:]) < 0.7,
+               "the reset listener, killed 7 times, is back within 0.7 s each time (%s)"
+               % ", ".join("%.2f" % w for w in waits))
+
+
+def replica_seeds(c, d):
+    """Every node is a seed here, replicas too. A replica fails the ROLE
+    check, so its connection must be let go once the map is known rather
+    than retried (and logged, and counted) forever."""
+    time.sleep(1)  # connects seen at start are fine
+    before = d.logs().count("redis node is not a master")
+    reconnects = metric(d, "ratelimitd_redis_reconnects_total")
+    time.sleep(4)
+    harness.eq(d.logs().count("redis node is not a master"), before,
+               "replicas given as seeds: no ROLE refusal over 4 s once the map is known")
+    harness.eq(metric(d, "ratelimitd_redis_reconnects_total"), reconnects,
+               "and no reconnect counted")
+    harness.eq(d.logs().count('msg="redis cluster node let go"'), len(c.ports) - len(c.masters()),
+               "each replica let go once, saying why")
+
+
+def hung_master(c, d):
+    """A master paused with its connections open answers nothing, and a
+    CLUSTER SLOTS sent to it would wait forever: with one refresh in flight
+    at a time, the daemon would never see the cluster change again. A slot
+    unserved meanwhile (refreshes every 250 ms, round robin over the nodes,
+    so one goes to the paused master) and served again must be seen."""
+    masters = c.masters()
+    hung = next(p for p in masters if p != c.ports[0])
+    other = next(p for p in masters if p != hung)
+    slot = c.slots_of(other)[0]
+    c.procs[hung].send_signal(signal.SIGSTOP)
+    try:
+        for p in c.live_ports():
+            if p != hung:
+                try:
+                    c.command(p, "CLUSTER", "DELSLOTS", slot)
+                except harness.RedisError:
+                    pass
+        try:
+            harness.wait_until(lambda: d.admin("/readyz").status == 503, 15,
+                               what="/readyz 503 with a slot unserved")
+        except TimeoutError as e:
+            harness.diag(str(e))
+        time.sleep(3)  # a dozen refreshes: some went to the paused master
+        c.command(other, "CLUSTER", "ADDSLOTS", slot)
+        c.command(other, "CLUSTER", "BUMPEPOCH")
+        try:
+            # The paused master's replica takes over meanwhile (node
+            # timeout 1 s): ready again needs the map from a live node.
+            harness.wait_until(lambda: d.admin("/readyz").status == 200, 30,
+                               what="/readyz 200")
+            harness.ok(True, "a paused master: the slot map is refreshed from the others")
+        except TimeoutError as e:
+            harness.ok(False, "a paused master: the slot map is refreshed from the others: %s"
+                       % e)
+            harness.diag(d.logs()[-2000:])
+    finally:
+        c.procs[hung].send_signal(signal.SIGCONT)
+
+
 def main():
     why = redis_cluster.why_unsupported()
     if why:
@@ -254,6 +368,17 @@ def main():
     ask(c, d)
     unserved(c, d)
     harness.eq(d.stop(), 0, "exits 0")
+    # The keys API needs a token, which then guards checks too.
+    token = os.path.join(harness.make_tempdir(), "token")
+    with open(token, "w") as f:
+        f.write(TOKEN + "\n")
+    d = ClusterDaemon(c.seeds(), POLICY, timeout="2s", admin=True,
+                      extra="auth_token_file: %s\n" % token)
+    d.start()
+    resets(c, d)
+    replica_seeds(c, d)
+    hung_master(c, d)
+    harness.eq(d.stop(), 0, "with a token: exits 0")
     c.stop()
 
 

@@ -4,8 +4,9 @@
  * pipelined replies in order, pushes, a setup error dropping the
  * connection, every call completed exactly once on loss (with callbacks
  * that send and drop while the queue is being emptied), a drop from a
- * reply callback with more replies already read, free with calls waiting,
- * and reconnection after a refused connect.
+ * reply callback with more replies already read, a protocol error, free
+ * with calls waiting, reconnection after a refused connect, and the
+ * connect deadline over a TLS handshake the server never answers.
  */
 #include <errno.h>
 #include <event2/buffer.h>
@@ -18,7 +19,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "redis_conn.h"
+#include "redis_tls.h"
 #include "tap.h"
 #include "util.h"
 
@@ -297,6 +300,22 @@ int main(void)
     ok(run_until(is_down), "AUTH's error drops the connection");
     ok(strncmp(last_down, "AUTH refused: WRONGPASS", 23) == 0, "down says AUTH: %s", last_down);
 
+    /* Bytes that are not RESP: the reader's error drops the connection
+     * (input never aborts the daemon), the waiting call completes with
+     * NULL, and it reconnects as after any loss. */
+    ok(run_until(reconnected), "reconnects");
+    run_until(has_setup);
+    server_send("+OK\r\n+OK\r\n");
+    reset_counts();
+    nreceived = 0;
+    redis_conn_command(conn, record, "p", 1, ping, ping_len);
+    run_until(got_ping);
+    server_send("?this is not RESP\r\n+PONG\r\n");
+    ok(run_until(is_down), "a protocol error drops the connection");
+    is_str(order, "p", "the waiting call completed once");
+    is_int(calls_null, 1, "with NULL, not with what followed the error");
+    ok(strncmp(last_down, "protocol error", 14) == 0, "down says why: %s", last_down);
+
     /* Free with a call waiting: it completes with NULL, no down. */
     ok(run_until(reconnected), "reconnects");
     run_until(has_setup);
@@ -320,6 +339,32 @@ int main(void)
     ok(run_until(is_down), "a refused connect calls down");
     ok(!redis_conn_is_up(conn), "not up");
     redis_conn_free(conn);
+
+    /* TLS to a server that accepts and never answers the handshake: the
+     * connect deadline covers the handshake, not only the TCP connect. */
+    server_listen(path);
+    struct redis_tls_config tcfg = {.verify = 1}; /* the system's CA store */
+    char err[300];
+    struct redis_tls *tls = redis_tls_new(&tcfg, err, sizeof err);
+    ok(tls != NULL, "a TLS context: %s", tls ? "made" : err);
+    struct redis_endpoint tep = {.unix_path = path, .tls = tls};
+    reset_counts();
+    nreceived = 0;
+    int64_t t0 = util_monotonic_us();
+    conn = redis_conn_new(base, &lg, "data", &tep, &ev);
+    redis_conn_connect(conn);
+    ok(run_until(is_down), "a handshake with no answer ends");
+    int64_t took = util_monotonic_us() - t0;
+    ok(accepts > accepts_before && nreceived > 0, "the server got the ClientHello");
+    is_str(last_down, "connect timed out", "down says the connect timed out");
+    ok(took >= 900000 && took < 2000000, "after the 1 s deadline (%lld us)", (long long)took);
+    is_int(ups, 0, "never up");
+    redis_conn_free(conn);
+    redis_tls_free(tls);
+    server_close();
+    event_free(accept_ev);
+    close(listen_fd);
+    unlink(path);
 
     rmdir(dir);
     event_base_free(base);

@@ -104,7 +104,8 @@ static int parse_range(const redisReply *e, const char *from_host, struct redis_
     if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
         node->element[0]->type != REDIS_REPLY_STRING ||
         node->element[1]->type != REDIS_REPLY_INTEGER || node->element[1]->integer <= 0 ||
-        node->element[1]->integer > 65535)
+        node->element[1]->integer > 65535 ||
+        memchr(node->element[0]->str, '\0', node->element[0]->len))
         return fail(err, errlen, "bad master [host, port]", i);
     const char *host = node->element[0]->str;
     size_t hostlen = node->element[0]->len;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/memory_workers.sh: what the one shared in-memory store costs when
 # several workers decide in it (`backend: memory`, one mutex, see
-# src/backend_memory.c), and what a process-wide counter costs.
+# src/backend/backend_memory.c), and what a process-wide counter costs.
 #
 #   bench/memory_workers.sh                 workers 1 and 2, spread and hot keys
 #   DUR=10 CONNS=64 bench/memory_workers.sh

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util.h"
+#include "lib/util.h"
 
 /* Who may connect to a unix socket file: applied right after bind, before
  * listen, so no client connects while the file has bind's mode. */

@@ -7,6 +7,7 @@
  * SIGHUP: reload the policy file; an invalid file keeps the old policies.
  */
 #include <event2/event.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,17 +15,16 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "config.h"
-#include "limiter_local.h"
+#include "backend/backend.h"
+#include "backend/redis/scripts.h"
+#include "config/config.h"
+#include "limiter/limiter_local.h"
 #include "notify.h"
 #include "reload.h"
-#include "scripts.h"
 #include "server.h"
 #include "watch.h"
 #include "worker.h"
@@ -121,8 +121,7 @@ static void raise_fd_limit(const struct server *srv)
         (void)setrlimit(RLIMIT_NOFILE, &rl);
         (void)getrlimit(RLIMIT_NOFILE, &rl);
     }
-    if (rl.rlim_cur != RLIM_INFINITY &&
-        (rlim_t)srv->config->max_connections + 64 > rl.rlim_cur) {
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)srv->config->max_connections + 64 > rl.rlim_cur) {
         char lim[24];
         snprintf(lim, sizeof lim, "%llu", (unsigned long long)rl.rlim_cur);
         log_event(&srv->log, LOG_LVL_WARN,
@@ -196,9 +195,8 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct server srv = {.log = {.level = LOG_LVL_INFO},
-                         .config_path = DEFAULT_CONFIG,
-                         .state_pipe = {-1, -1}};
+    struct server srv = {
+        .log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG, .state_pipe = {-1, -1}};
     int check_only = 0, strict_perms = 0, opt;
     log_detect_journal(&srv.log);
     while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
@@ -273,8 +271,7 @@ int main(int argc, char **argv)
     srv.hash_seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
     if (getrandom(&srv.hash_seed, sizeof srv.hash_seed, GRND_NONBLOCK) !=
         (ssize_t)sizeof srv.hash_seed)
-        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock",
-                  NULL);
+        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock", NULL);
     srv.config_loaded_us = util_realtime_us();
 
     int rc = 1;
@@ -321,8 +318,8 @@ int main(int argc, char **argv)
     char npol[24], nw[24];
     snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
     snprintf(nw, sizeof nw, "%zu", srv.nworkers);
-    log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION,
-              "policies", npol, "workers", nw, "listen", srv.config->listen,
+    log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
+              npol, "workers", nw, "listen", srv.config->listen,
               srv.config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
               srv.workers[0].backend->ops->target(srv.workers[0].backend), "clock",
               srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);

@@ -8,9 +8,9 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "lib/util.h"
 #include "notify.h"
 #include "server.h"
-#include "util.h"
 
 struct notify {
     struct event *watchdog;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "core/metrics.h"
 #include "notify.h"
 #include "reload.h"
 #include "watch.h"

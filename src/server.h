@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "lib/log.h"
 
 struct event_base;
 struct watch;
@@ -25,8 +25,8 @@ struct server {
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
     const char *envoy_config_cli; /* --envoy-config DIR; NULL: the file's envoy_config */
-    struct config *config; /* current snapshot; one reference held here */
-    struct watch *watch;   /* NULL unless `watch: true` */
+    struct config *config;        /* current snapshot; one reference held here */
+    struct watch *watch;          /* NULL unless `watch: true` */
     struct notify *notify;
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */

@@ -17,10 +17,10 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
-#include "envoy_config.h"
-#include "log.h"
+#include "config/envoy_config.h"
+#include "lib/log.h"
+#include "lib/sha1.h"
 #include "reload.h"
-#include "sha1.h"
 #include "watch.h"
 
 #define WATCH_SETTLE_US 100000
@@ -31,9 +31,9 @@ struct watch {
     int fd;
     struct event *readable;
     struct event *settle;
-    char sha[41]; /* of the content last loaded or seen invalid */
-    int file_wd;  /* the policy file's directory */
-    int envoy_wd; /* the envoy directory's, -1 if none (or file_wd's) */
+    char sha[41];    /* of the content last loaded or seen invalid */
+    int file_wd;     /* the policy file's directory */
+    int envoy_wd;    /* the envoy directory's, -1 if none (or file_wd's) */
     char *envoy_dir; /* the directory envoy_wd watches */
 };
 

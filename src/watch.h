@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
+#include "lib/util.h"
 #include "server.h"
-#include "util.h"
 
 struct watch;
 

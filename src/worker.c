@@ -13,15 +13,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_cluster.h"
-#include "backend_memory.h"
-#include "backend_redis.h"
-#include "deny_cache.h"
-#include "grpc.h"
-#include "http.h"
-#include "limiter_local.h"
+#include "backend/backend_memory.h"
+#include "backend/redis/backend_cluster.h"
+#include "backend/redis/backend_redis.h"
+#include "core/deny_cache.h"
+#include "core/metrics.h"
+#include "front/grpc/grpc.h"
+#include "front/http/http.h"
+#include "limiter/limiter_local.h"
 #include "listen.h"
-#include "metrics.h"
 #include "notify.h"
 #include "server.h"
 #include "worker.h"

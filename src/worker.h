@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "lib/log.h"
 
 struct event_base;
 struct backend;

@@ -21,12 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "policy.h"
-#include "request.h"
-#include "buf.h"
-#include "response.h"
-#include "scripts.h"
+#include "backend/redis/scripts.h"
+#include "config/config.h"
+#include "config/policy.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+#include "lib/buf.h"
 
 #define NAME "fuzz.yaml"
 
@@ -61,8 +61,8 @@ static void check_error(const char *err)
 {
     const char *p = err;
 
-    REQUIRE(strncmp(p, NAME ":", sizeof(NAME)) == 0, "%s", err);
-    p += sizeof(NAME);
+    REQUIRE(strncmp(p, NAME ":", sizeof NAME) == 0, "%s", err);
+    p += sizeof NAME;
     REQUIRE(skip_number(&p) && skip_number(&p) && *p == ' ' && p[1] != '\0',
             "not file:line:column: message: %s", err);
 }
@@ -122,7 +122,7 @@ static void check_variants(const struct policy *p)
     static const char *const keys[] = {"", "a", "k", "vip:", "vip:1", "tenant:acme", "key"};
     char msg[RL_ERRLEN];
 
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const struct policy *v = policy_for_key(p, keys[i], strlen(keys[i]));
         if (v == p)
             continue;
@@ -132,7 +132,7 @@ static void check_variants(const struct policy *p)
                 "variant of %s for %s", p->name, keys[i]);
         REQUIRE(v->ntiers >= 1 && v->ntiers <= POLICY_MAX_TIERS, "%zu variant tiers", v->ntiers);
         for (size_t j = 0; j < v->ntiers; j++) {
-            REQUIRE(policy_tier_validate(&v->tiers[j], msg, sizeof(msg)) == 0, "%s: %s", p->name,
+            REQUIRE(policy_tier_validate(&v->tiers[j], msg, sizeof msg) == 0, "%s: %s", p->name,
                     msg);
             for (size_t k = 0; k < j; k++)
                 REQUIRE(strcmp(v->tiers[k].name, v->tiers[j].name) != 0, "duplicate tier %s",
@@ -170,7 +170,7 @@ static void check_config(const struct config *c)
         REQUIRE(p->ntiers >= 1 && p->ntiers <= POLICY_MAX_TIERS, "%zu tiers", p->ntiers);
         for (size_t j = 0; j < p->ntiers; j++) {
             REQUIRE(policy_name_valid(p->tiers[j].name), "tier name %s", p->tiers[j].name);
-            REQUIRE(policy_tier_validate(&p->tiers[j], msg, sizeof(msg)) == 0, "%s.%s: %s", p->name,
+            REQUIRE(policy_tier_validate(&p->tiers[j], msg, sizeof msg) == 0, "%s.%s: %s", p->name,
                     p->tiers[j].name, msg);
             for (size_t k = 0; k < j; k++)
                 REQUIRE(strcmp(p->tiers[k].name, p->tiers[j].name) != 0, "duplicate tier %s",
@@ -184,7 +184,7 @@ static void check_config(const struct config *c)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[RL_ERRLEN] = "";
-    struct config *c = config_load_string(NAME, (const char *)data, size, err, sizeof(err));
+    struct config *c = config_load_string(NAME, (const char *)data, size, err, sizeof err);
 
     if (c == NULL) {
         check_error(err);

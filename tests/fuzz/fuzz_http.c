@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "http_parse.h"
-#include "response.h"
+#include "front/http/http_parse.h"
+#include "front/http/response.h"
+#include "lib/buf.h"
 
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \

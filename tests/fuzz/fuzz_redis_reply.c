@@ -18,7 +18,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_cluster.h"
+#include "backend/redis/redis_cluster.h"
 
 static void check_map(const redisReply *r)
 {

@@ -40,12 +40,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "limiter_local.h"
-#include "policy.h"
-#include "request.h"
-#include "response.h"
-#include "scripts.h"
+#include "backend/redis/scripts.h"
+#include "config/config.h"
+#include "config/policy.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+#include "limiter/limiter_local.h"
 
 #define NOW_US 1700000000000000LL
 
@@ -169,8 +169,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
     (void)argc;
     (void)argv;
-    cfg = config_load_string("fuzz_request.yaml", policy_yaml, sizeof(policy_yaml) - 1, err,
-                             sizeof(err));
+    cfg = config_load_string("fuzz_request.yaml", policy_yaml, sizeof policy_yaml - 1, err,
+                             sizeof err);
     if (cfg == NULL) {
         fprintf(stderr, "fuzz_request: the harness's policy file is invalid: %s\n", err);
         abort();
@@ -213,7 +213,7 @@ static long long pick(uint64_t *s)
     switch (r & 3) {
     case 0:
     case 1:
-        return edges[(r >> 2) % (sizeof(edges) / sizeof(edges[0]))];
+        return edges[(r >> 2) % (sizeof edges / sizeof edges[0])];
     case 2:
         return (long long)((r >> 2) % 5000000);
     default:
@@ -404,7 +404,7 @@ static void decide_locally(const struct check_request *req, size_t ntiers, uint6
     static const size_t sizes[] = {1, 3, 64};
     size_t max_keys = sizes[next(&seed) % 3];
     struct local_store *store = local_store_new(max_keys, 0x0123456789abcdefULL);
-    struct tier_result *results = calloc(ntiers, sizeof(*results));
+    struct tier_result *results = calloc(ntiers, sizeof *results);
     int64_t now = (int64_t)(next(&seed) % 4 == 0 ? next(&seed) % ((1ULL << 53) + 1) : NOW_US);
     struct answer ans;
 
@@ -454,8 +454,8 @@ static void decide_locally(const struct check_request *req, size_t ntiers, uint6
 static void decide(const struct check_request *req, size_t ntiers, uint64_t seed)
 {
     size_t n = SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers;
-    long long *ints = calloc(n + 1, sizeof(*ints));
-    struct tier_result *results = calloc(ntiers, sizeof(*results));
+    long long *ints = calloc(n + 1, sizeof *ints);
+    struct tier_result *results = calloc(ntiers, sizeof *results);
     uint64_t deny = next(&seed) & 3; /* how often a tier denies: never .. always */
     char err[RL_ERRLEN];
     struct answer ans;
@@ -472,9 +472,9 @@ static void decide(const struct check_request *req, size_t ntiers, uint64_t seed
         v[6] = (long long)(next(&seed) % 3); /* reason: 0, 1 (cost_exceeds_limit), other */
     }
     /* A reply of the wrong shape is refused, never read past. */
-    REQUIRE(scripts_decode_result(ints, n + 1, ntiers, results, err, sizeof(err)) < 0,
+    REQUIRE(scripts_decode_result(ints, n + 1, ntiers, results, err, sizeof err) < 0,
             "a reply one integer too long was accepted");
-    REQUIRE(scripts_decode_result(ints, n, ntiers, results, err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(scripts_decode_result(ints, n, ntiers, results, err, sizeof err) == 0, "%s", err);
 
     struct verdict v = {.kind = VERDICT_DECIDED, .req = req, .results = results};
     decision_summarize(req, results, &v.sum);
@@ -529,7 +529,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc < 0) {
         REQUIRE(req.nchecks == 0 && req.checks == NULL, "a refused request left checks behind");
         REQUIRE(err.status == 400 && err.code != NULL, "status %d", err.status);
-        REQUIRE(memchr(err.message, '\0', sizeof(err.message)) != NULL, "message not terminated");
+        REQUIRE(memchr(err.message, '\0', sizeof err.message) != NULL, "message not terminated");
         /* What check.c answers. */
         struct buf b = {0};
         response_error(&b, err.status, err.code, err.message, NULL, NULL, 0);

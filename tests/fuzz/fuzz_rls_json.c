@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "response.h"
-#include "rls.h"
-#include "rls_json.h"
+#include "core/rls.h"
+#include "front/http/response.h"
+#include "front/http/rls_json.h"
+#include "lib/buf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_local_diff.py: the in-memory algorithms (src/limiter_local.c) against
+"""test_local_diff.py: the in-memory algorithms (src/limiter/limiter_local.c) against
 the Lua script, request for request.
 
 The same pseudo-random sequences (fixed seeds) of requests (time, key, cost,
@@ -8,7 +8,7 @@ dry_run, several checks) go to both:
   which reads JSON lines and prints every tier's figures and the expiry of
   every key it holds;
 - the script the daemon carries ($RATELIMITD --print-script), loaded into a
-  private redis-server and called with EVALSHA exactly as src/scripts.c
+  private redis-server and called with EVALSHA exactly as src/backend/redis/scripts.c
   builds the call (KEYS and ARGV built here, now_us in ARGV[1]).
 Every request must get the same decision and the same figures from both.
 

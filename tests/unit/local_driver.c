@@ -26,12 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "limiter_local.h"
-#include "policy.h"
-#include "request.h"
-#include "response.h"
-#include "scripts.h"
+#include "backend/redis/scripts.h"
+#include "config/config.h"
+#include "config/policy.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+#include "limiter/limiter_local.h"
 
 static void die(const char *msg, const char *detail)
 {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin.h"
+#include "front/http/admin.h"
 #include "tap.h"
 
 static const char yaml[] = "listen: 127.0.0.1:1\n"

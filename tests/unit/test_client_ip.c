@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_ip.h"
-#include "key_template.h"
+#include "config/key_template.h"
+#include "lib/client_ip.h"
 #include "tap.h"
 
 static const struct net_case {

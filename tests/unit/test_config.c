@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "tap.h"
 
 /* A policy "p" with one valid tier "a" on lines 1-7: the tier mapping starts
@@ -537,12 +537,12 @@ static void test_errors(void)
     int leaked = 0;
     size_t i;
 
-    for (i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
+    for (i = 0; i < sizeof error_cases / sizeof error_cases[0]; i++) {
         const struct error_case *e = &error_cases[i];
         char err[1024] = "", prefix[64];
-        struct config *c = config_load_string("t.yaml", e->yaml, strlen(e->yaml), err, sizeof(err));
+        struct config *c = config_load_string("t.yaml", e->yaml, strlen(e->yaml), err, sizeof err);
 
-        snprintf(prefix, sizeof(prefix), "t.yaml:%s: ", e->at);
+        snprintf(prefix, sizeof prefix, "t.yaml:%s: ", e->at);
         if (!ok(c == NULL && strncmp(err, prefix, strlen(prefix)) == 0 && strstr(err, e->msg), "%s",
                 e->what))
             printf("#   got  \"%s\"\n#   want \"%s%s...\"\n", err, prefix, e->msg);
@@ -561,17 +561,17 @@ static void test_too_many_tiers(void)
 
     for (i = 0; i < POLICY_MAX_TIERS + 1; i++) {
         size_t n = strlen(yaml);
-        snprintf(yaml + n, sizeof(yaml) - n,
+        snprintf(yaml + n, sizeof yaml - n,
                  "      - {name: t%d, algorithm: fixed_window, limit: 1, window: 1s}\n", i);
     }
-    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
     ok(c == NULL, "17 tiers are refused");
     is_str(err, "t.yaml:20:9: policies.p.tiers: at most 16 tiers are allowed", "at the 17th tier");
     config_unref(c);
 
     yaml[strlen(yaml) -
          strlen("      - {name: t16, algorithm: fixed_window, limit: 1, window: 1s}\n")] = '\0';
-    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof(err));
+    c = config_load_string("t.yaml", yaml, strlen(yaml), err, sizeof err);
     ok(c != NULL && c->npolicies == 1 && c->policies[0].ntiers == POLICY_MAX_TIERS,
        "16 tiers are fine");
     config_unref(c);
@@ -625,7 +625,7 @@ static void test_full(void)
 {
     char err[1024] = "";
     struct config *c =
-        config_load_string("full.yaml", full_yaml, strlen(full_yaml), err, sizeof(err));
+        config_load_string("full.yaml", full_yaml, strlen(full_yaml), err, sizeof err);
     const struct policy *p;
     const struct tier *t;
 
@@ -714,7 +714,7 @@ static void test_defaults(void)
 {
     static const char yaml[] = POLICY_P;
     char err[1024] = "";
-    struct config *c = config_load_string("min.yaml", yaml, strlen(yaml), err, sizeof(err));
+    struct config *c = config_load_string("min.yaml", yaml, strlen(yaml), err, sizeof err);
     const struct tier *t;
 
     if (!ok(c != NULL, "a minimal file loads"))
@@ -765,7 +765,7 @@ static struct config *load_with_policy(const char *head, char *err, size_t errle
 {
     char yaml[1024];
 
-    snprintf(yaml, sizeof(yaml), "%s%s", head, POLICY_P);
+    snprintf(yaml, sizeof yaml, "%s%s", head, POLICY_P);
     return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
 }
 
@@ -925,9 +925,9 @@ static void test_edges(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[1024] = "";
-        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof err);
 
         if (!ok(c != NULL, "valid: %s", cases[i].what))
             printf("#   %s\n", err);
@@ -946,7 +946,7 @@ static void test_headers_inherit(void)
                                "    tiers: [{name: t, algorithm: gcra, limit: 1, window: 1s}]\n"
                                "headers: both\n";
     char err[1024] = "";
-    struct config *c = config_load_string("h.yaml", yaml, strlen(yaml), err, sizeof(err));
+    struct config *c = config_load_string("h.yaml", yaml, strlen(yaml), err, sizeof err);
     if (!ok(c != NULL, "headers file loads"))
         printf("#   %s\n", err);
     if (c == NULL)
@@ -978,9 +978,9 @@ static void test_listen_perm(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[1024] = "";
-        struct config *c = load_with_policy(cases[i].yaml, err, sizeof(err));
+        struct config *c = load_with_policy(cases[i].yaml, err, sizeof err);
 
         if (!ok(c != NULL && c->listen_mode == cases[i].mode && c->listen_gid == cases[i].gid,
                 "listen_mode, listen_group: %s", cases[i].what))
@@ -998,8 +998,8 @@ static void test_example(void)
     int seen[ALG__COUNT] = {0}, all = 1;
     size_t i, j;
 
-    snprintf(path, sizeof(path), "%s/conf/ratelimitd.yaml", dir ? dir : ".");
-    c = config_load(path, err, sizeof(err));
+    snprintf(path, sizeof path, "%s/conf/ratelimitd.yaml", dir ? dir : ".");
+    c = config_load(path, err, sizeof err);
     if (!ok(c != NULL, "conf/ratelimitd.yaml loads"))
         printf("#   %s\n", err);
     if (c == NULL)
@@ -1042,11 +1042,11 @@ static void test_files(void)
     struct config *c;
     int fd;
 
-    c = config_load("/nonexistent/ratelimitd.yaml", err, sizeof(err));
+    c = config_load("/nonexistent/ratelimitd.yaml", err, sizeof err);
     ok(c == NULL, "a missing file is an error");
     is_str(err, "/nonexistent/ratelimitd.yaml: No such file or directory", "and says so");
 
-    c = config_load("/tmp", err, sizeof(err));
+    c = config_load("/tmp", err, sizeof err);
     ok(c == NULL, "a directory is an error");
     is_str(err, "/tmp: Is a directory", "and says so");
 
@@ -1054,8 +1054,8 @@ static void test_files(void)
     if (!ok(fd >= 0 && write(fd, bad, strlen(bad)) == (ssize_t)strlen(bad), "temp file"))
         return;
     close(fd);
-    c = config_load(path, err, sizeof(err));
-    snprintf(want, sizeof(want), "%s:8:9: ", path);
+    c = config_load(path, err, sizeof err);
+    snprintf(want, sizeof want, "%s:8:9: ", path);
     ok(c == NULL && strncmp(err, want, strlen(want)) == 0, "errors name the file: %s", err);
     unlink(path);
 }
@@ -1117,7 +1117,7 @@ static void test_auth_fields(void)
         "    tiers:\n" TIER_A "deny_status: 403\n"
         "trusted_proxies: [unix, 10.0.0.0/8, \"::1\", \"::ffff:192.168.0.0/112\"]\n";
     char err[1024] = "";
-    struct config *c = config_load_string("auth.yaml", yaml, strlen(yaml), err, sizeof(err));
+    struct config *c = config_load_string("auth.yaml", yaml, strlen(yaml), err, sizeof err);
 
     if (!ok(c != NULL, "forward-auth fields load"))
         printf("#   %s\n", err);

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "deny_cache.h"
-#include "siphash.h"
+#include "core/deny_cache.h"
+#include "lib/siphash.h"
 #include "tap.h"
 
 #define SEED 0x5eed

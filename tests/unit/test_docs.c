@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "http.h"
+#include "config/config.h"
+#include "front/http/http.h"
 #include "tap.h"
 
 struct docs {

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "domains.h"
+#include "config/config.h"
+#include "config/domains.h"
 #include "tap.h"
 
 /* One policy "p" (lines 1-3) and the start of `domains:` (line 4). */
@@ -148,7 +148,7 @@ static void test_depth(void)
 
 static void test_errors(void)
 {
-    for (size_t i = 0; i < sizeof(error_cases) / sizeof(error_cases[0]); i++) {
+    for (size_t i = 0; i < sizeof error_cases / sizeof error_cases[0]; i++) {
         const struct error_case *e = &error_cases[i];
         char yaml[4096], err[1024], want[64];
         snprintf(yaml, sizeof yaml, "%s%s", PRE, e->yaml);
@@ -241,7 +241,7 @@ static void test_matching(void)
     ok(c != NULL, "matching config loads (%s)", c ? "" : err);
     if (!c)
         return;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         is_str(match(c, cases[i].domain, cases[i].desc), cases[i].want, "%s %s", cases[i].domain,
                cases[i].desc);
     ok(domains_match(c, "edge", 4, NULL, 0) == NULL, "no entries: no limit");
@@ -353,7 +353,7 @@ static void test_units(void)
         {"week", RLS_UNIT_WEEK, 604800},   {"month", RLS_UNIT_MONTH, 2592000},
         {"year", RLS_UNIT_YEAR, 31536000},
     };
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         enum rls_unit u = RLS_UNIT_UNKNOWN;
         ok(rls_unit_from_name(units[i].name, &u) == 0 && u == units[i].u, "unit %s", units[i].name);
         is_int(rls_unit_seconds(units[i].u), units[i].s, "%s in seconds", units[i].name);
@@ -484,7 +484,7 @@ static void test_envoy_dir(void)
         {"same domain as another file", "domain: beta\n", "1:9",
          "domain \"beta\" is defined twice: also at "},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         put("z.yaml", cases[i].text);
         c = config_load_envoy(policy_file(""), tmpdir, err, sizeof err);
         ok(c == NULL, "%s: refused", cases[i].what);

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "http_parse.h"
+#include "front/http/http_parse.h"
+#include "lib/buf.h"
 #include "tap.h"
 
 static const struct http_limits limits = {.max_head = HTTP_HEAD_MAX, .max_body = 64};

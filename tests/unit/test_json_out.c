@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_out.h"
+#include "lib/json_out.h"
 #include "tap.h"
 
 static char *text(struct buf *b)

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "limiter_local.h"
-#include "policy.h"
-#include "request.h"
-#include "response.h"
+#include "config/policy.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+#include "limiter/limiter_local.h"
 #include "tap.h"
 
 #define SEC 1000000LL

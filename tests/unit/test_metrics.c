@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "core/metrics.h"
+#include "lib/util.h"
 #include "tap.h"
-#include "util.h"
 
 /* The value of the sample whose line starts with series followed by a space
  * (e.g. `ratelimitd_policies` or `x_bucket{le="0.001"}`); -1 if absent, -2 if

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy.h"
+#include "config/policy.h"
 #include "tap.h"
 
 #define MS 1000LL
@@ -37,8 +37,8 @@ static void test_algorithms(void)
     enum algorithm a;
     size_t i;
 
-    is_int(sizeof(algs) / sizeof(algs[0]), ALG__COUNT, "every algorithm is tested");
-    for (i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+    is_int(sizeof algs / sizeof algs[0], ALG__COUNT, "every algorithm is tested");
+    for (i = 0; i < sizeof algs / sizeof algs[0]; i++) {
         is_str(policy_algorithm_name(algs[i].a), algs[i].name, "name of algorithm %zu", i);
         a = ALG__COUNT;
         ok(policy_algorithm_from_name(algs[i].name, &a) == 0 && a == algs[i].a, "%s by name",
@@ -48,7 +48,7 @@ static void test_algorithms(void)
         is_int(policy_algorithm_has_delay(algs[i].a), algs[i].has_delay, "%s has_delay %d",
                algs[i].name, algs[i].has_delay);
     }
-    for (i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
+    for (i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
         is_int(policy_algorithm_from_name(unknown[i], &a), -1, "\"%s\" is no algorithm",
                unknown[i]);
     is_int(policy_algorithm_from_name(NULL, &a), -1, "NULL is no algorithm");
@@ -77,7 +77,7 @@ static void test_names(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
         is_int(policy_name_valid(cases[i].s), cases[i].valid, "name case %zu is %s", i,
                cases[i].valid ? "valid" : "invalid");
     is_int(policy_name_valid(NULL), 0, "NULL is no name");
@@ -102,7 +102,7 @@ static void test_capacity(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tier t = {.algorithm = cases[i].a, .limit = cases[i].limit, .burst = cases[i].burst};
         is_int(policy_tier_capacity(&t), cases[i].want, "capacity of %s limit %lld burst %lld",
                policy_algorithm_name(cases[i].a), (long long)cases[i].limit,
@@ -197,14 +197,14 @@ static void test_validate(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tier t = {.algorithm = cases[i].a,
                          .limit = cases[i].limit,
                          .window_us = cases[i].window,
                          .burst = cases[i].burst,
                          .precision_us = cases[i].precision};
         char err[RL_ERRLEN] = "";
-        int rc = policy_tier_validate(&t, err, sizeof(err));
+        int rc = policy_tier_validate(&t, err, sizeof err);
         const char *want = cases[i].want;
 
         if (want == NULL) {
@@ -248,9 +248,9 @@ static void test_key_format(void)
     char out[POLICY_KEY_BUF];
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int n = policy_redis_key(cases[i].prefix, cases[i].policy, cases[i].key, cases[i].keylen,
-                                 cases[i].tier, cases[i].suffix, out, sizeof(out));
+                                 cases[i].tier, cases[i].suffix, out, sizeof out);
         is_str(n >= 0 ? out : NULL, cases[i].want, "key %zu", i);
         is_int(n, strlen(cases[i].want), "key %zu length", i);
     }
@@ -271,10 +271,10 @@ static void test_key_bytes(void)
     for (c = 0; c < 256; c++) {
         char k = (char)c;
         if (key_byte_safe(c))
-            snprintf(want, sizeof(want), "{p:%c}:t", c);
+            snprintf(want, sizeof want, "{p:%c}:t", c);
         else
-            snprintf(want, sizeof(want), "{p:%%%02X}:t", c);
-        if (policy_redis_key("", "p", &k, 1, "t", NULL, out, sizeof(out)) < 0 ||
+            snprintf(want, sizeof want, "{p:%%%02X}:t", c);
+        if (policy_redis_key("", "p", &k, 1, "t", NULL, out, sizeof out) < 0 ||
             strcmp(out, want) != 0) {
             printf("#   byte 0x%02x: got \"%s\", want \"%s\"\n", c, out, want);
             bad++;
@@ -291,11 +291,11 @@ static void test_key_bounds(void)
     int n, bad = 0;
 
     for (size = 0; size <= len + 1; size++) {
-        memset(out, '#', sizeof(out));
+        memset(out, '#', sizeof out);
         n = policy_redis_key("rl:", "login", "a b", 3, "burst", "seq", out, size);
         if (size <= len ? n != -1 : (n != (int)len || strcmp(out, want) != 0))
             bad++, printf("#   size %zu: got %d\n", size, n);
-        for (j = size; j < sizeof(out); j++)
+        for (j = size; j < sizeof out; j++)
             if (out[j] != '#') {
                 bad++, printf("#   size %zu: wrote past the end\n", size);
                 break;
@@ -414,8 +414,8 @@ static void test_key_injective(void)
     static const char *const policies[] = {"p", "p.1", "rl"};
     static const char *const tiers[] = {"t", "seq", "t.1"};
     static const char *const suffixes[] = {NULL, "seq", "t"};
-    const size_t nk = sizeof(keys) / sizeof(keys[0]), np = 3, nt = 3, ns = 3;
-    struct made *all = calloc(np * nk * nt * ns, sizeof(*all));
+    const size_t nk = sizeof keys / sizeof keys[0], np = 3, nt = 3, ns = 3;
+    struct made *all = calloc(np * nk * nt * ns, sizeof *all);
     size_t n = 0, i, j, k, s, dups = 0, badtag = 0, badenc = 0;
 
     for (i = 0; i < np; i++) {
@@ -428,7 +428,7 @@ static void test_key_injective(void)
                     struct made *m = &all[n++];
 
                     if (policy_redis_key("rl:", policies[i], keys[j].s, keys[j].len, tiers[k],
-                                         suffixes[s], m->key, sizeof(m->key)) < 0) {
+                                         suffixes[s], m->key, sizeof m->key) < 0) {
                         badenc++;
                         continue;
                     }
@@ -436,7 +436,7 @@ static void test_key_injective(void)
                      * first '}' after it. */
                     open = strchr(m->key, '{');
                     close = open ? strchr(open, '}') : NULL;
-                    snprintf(want_tag, sizeof(want_tag), "%s:", policies[i]);
+                    snprintf(want_tag, sizeof want_tag, "%s:", policies[i]);
                     if (open == NULL || close == NULL || open != m->key + 3 ||
                         strncmp(open + 1, want_tag, plen + 1) != 0 ||
                         strpbrk(close + 1, "{}") != NULL)
@@ -449,7 +449,7 @@ static void test_key_injective(void)
             }
         }
     }
-    qsort(all, n, sizeof(*all), made_cmp);
+    qsort(all, n, sizeof *all, made_cmp);
     for (i = 1; i < n; i++)
         if (strcmp(all[i].key, all[i - 1].key) == 0)
             dups++, printf("#   duplicate: %s\n", all[i].key);

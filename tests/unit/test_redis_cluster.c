@@ -9,7 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_cluster.h"
+#include "backend/redis/redis_cluster.h"
 #include "tap.h"
 
 static unsigned slot_of(const char *key)

@@ -19,11 +19,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "redis_conn.h"
-#include "redis_tls.h"
+#include "backend/redis/redis_conn.h"
+#include "backend/redis/redis_tls.h"
+#include "config/config.h"
+#include "lib/util.h"
 #include "tap.h"
-#include "util.h"
 
 static struct event_base *base;
 static const struct logger lg = {.level = LOG_LVL_ERROR + 1}; /* silent */

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "request.h"
+#include "config/config.h"
+#include "front/http/request.h"
 #include "tap.h"
 
 static const char yaml[] = "policies:\n"

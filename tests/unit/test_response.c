@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "config.h"
-#include "request.h"
-#include "response.h"
+#include "config/config.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+#include "lib/buf.h"
 #include "tap.h"
 
 static const char yaml[] =

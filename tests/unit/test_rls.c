@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "response.h"
-#include "rls.h"
-#include "rls_json.h"
+#include "core/rls.h"
+#include "front/http/response.h"
+#include "front/http/rls_json.h"
+#include "lib/buf.h"
 #include "tap.h"
 
 #define E(k, v)                                                                                    \

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sha1.h"
+#include "lib/sha1.h"
+#include "lib/util.h"
 #include "tap.h"
-#include "util.h"
 
 #define H (3600LL * 1000000)
 #define D (24 * H)
@@ -52,10 +52,10 @@ static void test_parse_int64(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[RL_ERRLEN] = "";
         int64_t v = 12345;
-        int rc = util_parse_int64(cases[i].s, cases[i].min, cases[i].max, &v, err, sizeof(err));
+        int rc = util_parse_int64(cases[i].s, cases[i].min, cases[i].max, &v, err, sizeof err);
         const char *s = cases[i].s ? cases[i].s : "(null)";
 
         if (cases[i].ok) {
@@ -113,10 +113,10 @@ static void test_parse_duration(void)
     };
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[RL_ERRLEN] = "";
         int64_t v = 12345;
-        int rc = util_parse_duration(cases[i].s, cases[i].max, &v, err, sizeof(err));
+        int rc = util_parse_duration(cases[i].s, cases[i].max, &v, err, sizeof err);
         const char *s = cases[i].s ? cases[i].s : "(null)";
 
         if (cases[i].ok) {
@@ -155,10 +155,10 @@ static void test_format_duration(void)
     char buf[UTIL_DURATION_BUF], small[4];
     size_t i;
 
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        is_str(util_format_duration(cases[i].us, buf, sizeof(buf)), cases[i].want, "format %lld us",
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        is_str(util_format_duration(cases[i].us, buf, sizeof buf), cases[i].want, "format %lld us",
                (long long)cases[i].us);
-    is_str(util_format_duration(366 * D, small, sizeof(small)), "366", "format truncates safely");
+    is_str(util_format_duration(366 * D, small, sizeof small), "366", "format truncates safely");
 }
 
 static void test_misc(void)
@@ -177,7 +177,7 @@ static void test_misc(void)
     char *s;
     size_t i;
 
-    for (i = 0; i < sizeof(divs) / sizeof(divs[0]); i++)
+    for (i = 0; i < sizeof divs / sizeof divs[0]; i++)
         is_int(util_ceil_div(divs[i].a, divs[i].b), divs[i].want, "ceil_div(%lld, %lld)",
                (long long)divs[i].a, (long long)divs[i].b);
 
@@ -240,14 +240,14 @@ static void test_sha1(void)
     char hex[41], *million;
     size_t i;
 
-    for (i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
+    for (i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
         sha1_hex(vectors[i].msg, strlen(vectors[i].msg), hex);
         is_str(hex, vectors[i].want, "sha1 of \"%.20s\" (%zu bytes)", vectors[i].msg,
                strlen(vectors[i].msg));
     }
-    for (i = 0; i < sizeof(bytes); i++)
+    for (i = 0; i < sizeof bytes; i++)
         bytes[i] = (unsigned char)(i * 7 + 3);
-    for (i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+    for (i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         sha1_hex(bytes, lengths[i].len, hex);
         is_str(hex, lengths[i].want, "sha1 of %zu bytes", lengths[i].len);
     }

@@ -1,0 +1,33 @@
+/*
+ * backend.c: what every backend shares (backend.h): the readiness listener
+ * and freeing through the ops table.
+ */
+#include "backend/backend.h"
+
+void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
+{
+    b->on_state = fn;
+    b->on_state_arg = arg;
+}
+
+void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg)
+{
+    b->on_reset = fn;
+    b->on_reset_arg = arg;
+}
+
+void backend_state_changed(struct backend *b)
+{
+    int ready = backend_ready(b);
+    if (ready == b->reported_ready)
+        return;
+    b->reported_ready = ready;
+    if (b->on_state)
+        b->on_state(b->on_state_arg, ready);
+}
+
+void backend_free(struct backend *b)
+{
+    if (b)
+        b->ops->free(b);
+}

@@ -1,0 +1,131 @@
+/*
+ * backend.h: where decisions are made. One interface, several
+ * implementations: backend_redis.c (the shared truth, one atomic script or
+ * Function call per request) and backend_memory.c (this process's memory,
+ * the C algorithms of limiter_local.c). The core (check.c) sees only this.
+ *
+ * Contract of decide: the backend decides every tier of every check of req
+ * as of now_us (or its own clock when now_us < 0: Redis TIME, or the
+ * process's wall clock for memory), atomically, two passes (a denied
+ * request, a dry run and cost 0 write nothing). It returns -1 when it cannot
+ * take the call right now (done is then never called; the caller answers at
+ * once), else 0 and calls done exactly once, possibly before decide returns
+ * (memory) or after the caller has given up on it (a deadline): the caller
+ * must then only release what it holds. req and cfg must stay valid until
+ * done is called.
+ *
+ * Contract of reset (the admin API's DELETE): forgets every tier's state of
+ * (policy, key), so that the key starts afresh, and tells every daemon
+ * sharing the state (the reset listener of each, this one's included) to
+ * drop what it holds locally about the key (deny cache, failure_mode local
+ * store). Same completion rule as decide: -1 (done never called) or 0 and
+ * done exactly once.
+ */
+#ifndef RATELIMITD_BACKEND_H
+#define RATELIMITD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/decision.h"
+#include "lib/util.h"
+
+enum backend_status {
+    BACKEND_OK,          /* results hold one entry per tier */
+    BACKEND_ERROR,       /* the backend answered with an error (errmsg) */
+    BACKEND_UNAVAILABLE, /* not connected, or the connection was lost */
+};
+
+struct backend_reply {
+    enum backend_status status;
+    const struct tier_result *results; /* OK: request_tiers(req) entries */
+    const char *errmsg;                /* ERROR, UNAVAILABLE */
+};
+
+/* reply and what it points to are valid only during the callback. */
+typedef void (*backend_done_fn)(void *arg, const struct backend_reply *reply);
+
+/* Called whenever backend_ready changes. */
+typedef void (*backend_state_fn)(void *arg, int ready);
+
+/* What a reset did. */
+struct backend_reset_reply {
+    enum backend_status status;
+    long long deleted;  /* OK: state entries (Redis keys) that existed */
+    long long notified; /* OK: daemons' listeners told (Redis: PUBLISH's count) */
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+};
+
+typedef void (*backend_reset_done_fn)(void *arg, const struct backend_reset_reply *reply);
+
+/* A reset of (policy, key) was announced (by any daemon sharing the
+ * backend); policy NULL: announcements may have been missed (the listening
+ * connection was down), so whatever is cached about any key may be stale.
+ * key is keylen bytes, any bytes. */
+typedef void (*backend_reset_seen_fn)(void *arg, const char *policy, const char *key,
+                                      size_t keylen);
+
+struct backend;
+
+struct backend_ops {
+    const char *name; /* "redis", "memory" */
+    int (*decide)(struct backend *b, const struct config *cfg, const struct check_request *req,
+                  int64_t now_us, backend_done_fn done, void *arg);
+    int (*reset)(struct backend *b, const struct config *cfg, const struct policy *p,
+                 const char *key, size_t keylen, backend_reset_done_fn done, void *arg);
+    /* Listens for resets announced under cfg's key_prefix (again after a
+     * reload that changes it), reporting them to on_reset. */
+    void (*watch_resets)(struct backend *b, const struct config *cfg);
+    /* A call's deadline passed with no reply (see backend_redis.h). */
+    void (*note_timeout)(struct backend *b);
+    void (*start)(struct backend *b);
+    int (*ready)(const struct backend *b);
+    /* A short description for logs: "127.0.0.1:6379/0", "memory". */
+    const char *(*target)(const struct backend *b);
+    void (*free)(struct backend *b);
+    /* Decides in this process: no deadline is needed, no failure mode. */
+    int in_process;
+};
+
+/* Every implementation starts with this. */
+struct backend {
+    const struct backend_ops *ops;
+    backend_state_fn on_state;
+    void *on_state_arg;
+    int reported_ready; /* what on_state was last told */
+    backend_reset_seen_fn on_reset;
+    void *on_reset_arg;
+};
+
+static inline int backend_decide(struct backend *b, const struct config *cfg,
+                                 const struct check_request *req, int64_t now_us,
+                                 backend_done_fn done, void *arg)
+{
+    return b->ops->decide(b, cfg, req, now_us, done, arg);
+}
+
+static inline int backend_ready(const struct backend *b)
+{
+    return b->ops->ready(b);
+}
+
+void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
+
+/* Who hears of resets (see backend_reset_seen_fn). */
+void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg);
+
+static inline int backend_reset(struct backend *b, const struct config *cfg, const struct policy *p,
+                                const char *key, size_t keylen, backend_reset_done_fn done,
+                                void *arg)
+{
+    return b->ops->reset(b, cfg, p, key, keylen, done, arg);
+}
+
+/* For implementations, after any change of state: tells the listener when
+ * backend_ready differs from what it was last told. */
+void backend_state_changed(struct backend *b);
+
+/* NULL is a no-op. */
+void backend_free(struct backend *b);
+
+#endif

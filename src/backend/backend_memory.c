@@ -1,0 +1,109 @@
+/*
+ * backend_memory.c: `backend: memory`, decisions in this process's memory
+ * with the C algorithms of limiter_local.c, exact and identical to the Lua
+ * (tests/integration/test_local_diff.py). No Redis at all: for a single
+ * daemon (a sidecar, the quick start). Limits: one process's truth (two
+ * daemons count apart), and counters are lost on restart.
+ *
+ * Does not own the store: the server does, shared by every worker under
+ * one lock (it is the same store that failure_mode local uses with the
+ * Redis backend). One lock rather than keys sharded to workers: a request
+ * may name several keys and must be decided atomically, and the lock is
+ * held for the decision only: with 2 workers under wrk, 0.6 to 3.6 % of
+ * the daemon's samples are in the lock (futex waits included) against
+ * about 9 % in the decision (bench/memory_workers.sh, README "Workers").
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "backend/backend_memory.h"
+#include "limiter/limiter_local.h"
+
+struct backend_memory {
+    struct backend base; /* first */
+    struct local_store *store;
+    pthread_mutex_t *lock;
+};
+
+static int memory_decide(struct backend *iface, const struct config *cfg,
+                         const struct check_request *req, int64_t now_us, backend_done_fn done,
+                         void *arg)
+{
+    struct backend_memory *b = (struct backend_memory *)iface;
+    size_t n = request_tiers(req);
+    struct tier_result buf[16];
+    struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
+    pthread_mutex_lock(b->lock);
+    local_decide(b->store, cfg->key_prefix, req, now_us >= 0 ? now_us : util_realtime_us(), res);
+    pthread_mutex_unlock(b->lock);
+    struct backend_reply reply = {.status = BACKEND_OK, .results = res};
+    done(arg, &reply);
+    if (res != buf)
+        free(res);
+    return 0;
+}
+
+/* The store is this process's only state, and no deny cache serves an
+ * in-process backend: forgetting the key is the whole reset. */
+static int memory_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
+                        const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
+{
+    struct backend_memory *b = (struct backend_memory *)iface;
+    pthread_mutex_lock(b->lock);
+    size_t n = local_store_forget(b->store, cfg->key_prefix, p, key, keylen, util_realtime_us());
+    pthread_mutex_unlock(b->lock);
+    struct backend_reset_reply reply = {
+        .status = BACKEND_OK, .deleted = (long long)n, .notified = -1};
+    done(arg, &reply);
+    return 0;
+}
+
+/* Nothing else shares this process's memory. */
+static void memory_watch_resets(struct backend *iface, const struct config *cfg)
+{
+}
+
+static void memory_start(struct backend *iface)
+{
+}
+
+static void memory_note_timeout(struct backend *iface)
+{
+}
+
+static int memory_ready(const struct backend *iface)
+{
+    return 1;
+}
+
+static const char *memory_target(const struct backend *iface)
+{
+    return "memory";
+}
+
+static void memory_free(struct backend *iface)
+{
+    free(iface);
+}
+
+static const struct backend_ops memory_ops = {
+    .name = "memory",
+    .decide = memory_decide,
+    .reset = memory_reset,
+    .watch_resets = memory_watch_resets,
+    .note_timeout = memory_note_timeout,
+    .start = memory_start,
+    .ready = memory_ready,
+    .target = memory_target,
+    .free = memory_free,
+    .in_process = 1,
+};
+
+struct backend *backend_memory_new(struct local_store *store, pthread_mutex_t *lock)
+{
+    struct backend_memory *b = xcalloc(1, sizeof *b);
+    b->base.ops = &memory_ops;
+    b->store = store;
+    b->lock = lock;
+    return &b->base;
+}

@@ -1,0 +1,1067 @@
+/*
+ * backend_cluster.c: the Redis Cluster backend (backend_cluster.h).
+ *
+ * Owns: the nodes (one redis_node per address the cluster named, each
+ * required to be a master, kept until the backend is freed; those that a
+ * complete map does not name as masters, e.g. replicas given as seeds, are
+ * parked: disconnected until a map names them or no node is left to ask
+ * for the map), the slot map
+ * (redis_cluster.h) and which node serves each slot, the map refresh (one
+ * CLUSTER SLOTS in flight at a time), the calls in flight and their
+ * retries, the reset listener (a redis_conn of its own). Speaks RESP only
+ * through redis_node and redis_conn.
+ *
+ * A request's checks are grouped by slot (every key of one check shares
+ * its hash tag, policy.h). One group: one call, atomic and two-pass on its
+ * node, as on a single Redis. Several groups (Redis refuses keys of
+ * different slots in one call, CROSSSLOT, even on one node): two phases.
+ *   1. Every group runs as a dry run, in parallel. A group that denies
+ *      makes the request denied, and nothing was written anywhere. A dry
+ *      run request ends here.
+ *   2. Otherwise every group runs for real, in parallel, re-checking on
+ *      its node atomically. A group that now denies (another request took
+ *      the room between the phases) writes nothing and the request is
+ *      answered denied; groups that committed keep what they took (no
+ *      refund: that can only make clients get fewer admissions than the
+ *      limits allow, never more).
+ * The tier results are put back in the request's check order.
+ *
+ * Redirects and retries per group: MOVED counts on the node that sent it,
+ * refreshes the map and resends to the named node; ASK resends to the
+ * named node preceded by ASKING (the map is unchanged); at most
+ * MAX_REDIRECTS per group. TRYAGAIN, CLUSTERDOWN and a node not ready yet
+ * (just named by a redirect, still connecting) wait RETRY_DELAY_US, at
+ * most MAX_RETRIES times. Past a bound, or when the node's connection
+ * goes, the group (and its request) is unavailable: the failure_mode
+ * answer. Deadlines are check.c's; a call here always completes (done
+ * exactly once), even after check.c gave up on it, and its memory is
+ * freed right after done.
+ */
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/redis/backend_cluster.h"
+#include "backend/redis/backend_redis.h"
+#include "backend/redis/redis_cluster.h"
+#include "backend/redis/redis_conn.h"
+#include "backend/redis/redis_node.h"
+#include "backend/redis/redis_tls.h"
+#include "backend/redis/scripts.h"
+#include "config/config.h"
+#include "config/redis_url.h"
+#include "core/metrics.h"
+
+#define MAX_REDIRECTS 5
+#define MAX_RETRIES 3
+#define RETRY_DELAY_US 20000
+/* While the map is incomplete or a master is not ready, the map is asked
+ * for again this often: a failover is seen within this of the cluster
+ * electing the new master (a MOVED comes only from a node that is up). */
+#define REFRESH_NOT_READY_US 250000
+/* And this often while ready: a slot given up (DELSLOTS) or a topology
+ * change that no call has run into yet. */
+#define REFRESH_READY_US 5000000
+/* A CLUSTER SLOTS unanswered this long: its node is hung (paused, cut off
+ * with the connection still open) and is dropped, or no refresh would ever
+ * be sent again (one in flight at a time). Checked on the refresh timer. */
+#define REFRESH_TIMEOUT_US 1000000
+#define HOST_MAX 256
+
+struct backend_cluster;
+
+struct cnode {
+    struct backend_cluster *b;
+    struct redis_node *node;
+    char *host;
+    int port;
+    int parked;               /* stopped: not a master of the map */
+    int inflight;             /* calls sent, no reply yet */
+    int64_t last_progress_us; /* monotonic: last reply, or first send when idle */
+};
+
+struct ccall;
+
+/* The checks of one slot, and their call. */
+struct cgroup {
+    struct ccall *call;
+    unsigned slot;
+    struct check_request sub; /* shallow copies of the request's items */
+    size_t *index;            /* sub.checks[i] is the request's check index[i] */
+    struct script_call sc;
+    struct tier_result *res; /* sc.ntiers */
+    struct cnode *sent_to;   /* the node of the call in flight */
+    struct cnode *redirect;  /* MOVED/ASK target for the next send; NULL: the map's */
+    int asking;
+    int redirects, retries;
+    int allowed; /* the script's request_allowed for this group */
+    struct event retry_ev;
+    int retry_armed;
+};
+
+/* One request in flight. */
+struct ccall {
+    struct backend_cluster *b;
+    struct ccall *prev, *next; /* b->calls */
+    backend_done_fn done;
+    void *arg;
+    const struct check_request *req;
+    size_t ngroups;
+    struct cgroup *groups;
+    size_t *offset; /* the first result of each of the request's checks */
+    size_t outstanding;
+    int phase; /* 1: the dry run of a request of several groups; 2: the rest */
+    enum backend_status status;
+    char err[RL_ERRLEN];
+};
+
+struct backend_cluster {
+    struct backend base_iface; /* first: a struct backend * points here */
+    struct event_base *base;
+    const struct logger *log;
+    struct metrics *metrics;
+    struct redis_tls *tls;
+    char *user, *password; /* every node's, from the first seed (or the env) */
+    char target[HOST_MAX + 32];
+
+    size_t nnodes;
+    struct cnode **nodes;
+    size_t next_refresh_node; /* round robin over nodes */
+
+    int have_map;
+    struct redis_cluster_map map;
+    struct cnode *slot_node[REDIS_CLUSTER_SLOTS];
+    int ready;
+    int refresh_inflight, refresh_again;
+    struct cnode *refresh_node; /* the node of the refresh in flight */
+    int64_t refresh_sent_us;    /* monotonic */
+    struct event *refresh_ev;
+    int64_t timeout_us; /* the last config's redis.timeout, for note_timeout */
+
+    struct ccall *calls;
+    int started, freeing;
+
+    /* The reset listener. */
+    struct redis_conn *sub;
+    struct cnode *sub_node;
+    char *channel;
+};
+
+static void send_group(struct cgroup *g);
+static void request_refresh(struct backend_cluster *b);
+
+/* ---- nodes ---- */
+
+static void endpoint_of(const struct backend_cluster *b, const char *host, int port,
+                        struct redis_endpoint *ep)
+{
+    *ep = (struct redis_endpoint){
+        .host = host, .port = port, .user = b->user, .password = b->password, .tls = b->tls};
+}
+
+static void arm_refresh(struct backend_cluster *b)
+{
+    int64_t us = b->ready ? REFRESH_READY_US : REFRESH_NOT_READY_US;
+    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
+    if (evtimer_add(b->refresh_ev, &tv) < 0)
+        abort(); /* only on a broken event base */
+}
+
+static void recompute_ready(struct backend_cluster *b)
+{
+    int was = b->ready;
+    int ready = b->have_map && redis_cluster_map_unserved(&b->map) == 0;
+    for (size_t s = 0; ready && s < REDIS_CLUSTER_SLOTS; s++)
+        ready = b->slot_node[s] && redis_node_ready(b->slot_node[s]->node);
+    b->ready = ready;
+    if (b->freeing)
+        return;
+    backend_state_changed(&b->base_iface);
+    /* Not ready any more: ask for the map soon, not at the slow pace. */
+    if (was && !ready && b->started)
+        arm_refresh(b);
+}
+
+static void on_node_state(void *arg, struct redis_node *n, int ready)
+{
+    struct cnode *cn = arg;
+    struct backend_cluster *b = cn->b;
+    if (b->freeing)
+        return;
+    recompute_ready(b);
+    /* A master lost: its slots may be served elsewhere soon. A node up
+     * while the cluster is not ready: the map it has may be what is
+     * missing (at start, the first seed that answers gives it). */
+    if (!ready || !b->ready)
+        request_refresh(b);
+}
+
+/* The node at host:port, made (and started) if new. */
+static struct cnode *node_get(struct backend_cluster *b, const char *host, int port)
+{
+    for (size_t i = 0; i < b->nnodes; i++)
+        if (b->nodes[i]->port == port && strcmp(b->nodes[i]->host, host) == 0)
+            return b->nodes[i];
+    struct cnode *cn = xcalloc(1, sizeof *cn);
+    cn->b = b;
+    cn->host = xstrdup(host);
+    cn->port = port;
+    struct redis_endpoint ep;
+    endpoint_of(b, cn->host, port, &ep);
+    cn->node = redis_node_new(b->base, b->log, b->metrics, &ep, 1, on_node_state, cn);
+    redis_node_set_timeout(cn->node, b->timeout_us);
+    b->nodes = xrealloc(b->nodes, (b->nnodes + 1) * sizeof *b->nodes);
+    b->nodes[b->nnodes++] = cn;
+    if (b->started)
+        redis_node_start(cn->node);
+    return cn;
+}
+
+/* ---- the slot map ---- */
+
+/* Counts a failover on each master that took slots from a master gone
+ * from the new map (the old one failed or was demoted): a slot that moved
+ * between two masters of the new map is resharding, not a failover. */
+static void count_failovers(struct backend_cluster *b, struct cnode *const *old,
+                            struct cnode *const *masters, size_t nmasters)
+{
+    struct cnode *counted[64];
+    size_t ncounted = 0;
+    for (size_t s = 0; s < REDIS_CLUSTER_SLOTS; s++) {
+        struct cnode *was = old[s], *now = b->slot_node[s];
+        if (!was || !now || was == now)
+            continue;
+        size_t i;
+        for (i = 0; i < nmasters && masters[i] != was; i++)
+            ;
+        if (i < nmasters)
+            continue;
+        for (i = 0; i < ncounted && counted[i] != now; i++)
+            ;
+        if (i < ncounted || ncounted == 64)
+            continue;
+        counted[ncounted++] = now;
+        metrics_node_count(b->metrics, redis_node_target(now->node), METRICS_NODE_FAILOVERS);
+        log_event(b->log, LOG_LVL_WARN, "redis cluster failover seen", "new_master",
+                  redis_node_target(now->node), "old_master", redis_node_target(was->node), NULL);
+    }
+}
+
+/*
+ * A node that is not a master of a complete map is parked: a replica would
+ * otherwise reconnect forever, each time refused by the ROLE check (a
+ * warning, a reconnect counted). A map with a slot unserved parks nothing:
+ * it may be a cluster still forming. A master named again is restarted.
+ */
+static void park_nodes(struct backend_cluster *b, struct cnode *const *masters, size_t nmasters)
+{
+    int complete = redis_cluster_map_unserved(&b->map) == 0;
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct cnode *cn = b->nodes[i];
+        size_t k;
+        for (k = 0; k < nmasters && masters[k] != cn; k++)
+            ;
+        if (k < nmasters && cn->parked) {
+            cn->parked = 0;
+            redis_node_start(cn->node);
+        } else if (k == nmasters && complete && !cn->parked) {
+            cn->parked = 1;
+            log_event(b->log, LOG_LVL_INFO, "redis cluster node let go", "node",
+                      redis_node_target(cn->node), "reason", "not a master of the cluster", NULL);
+            redis_node_stop(cn->node, "not a master of the cluster");
+        }
+    }
+}
+
+/* Every parked node connects again: none is left to ask for the map. */
+static void unpark_all(struct backend_cluster *b)
+{
+    for (size_t i = 0; i < b->nnodes; i++) {
+        if (b->nodes[i]->parked) {
+            b->nodes[i]->parked = 0;
+            redis_node_start(b->nodes[i]->node);
+        }
+    }
+}
+
+static void map_install(struct backend_cluster *b, struct redis_cluster_map *m)
+{
+    struct cnode **old = xmalloc(sizeof b->slot_node);
+    memcpy(old, b->slot_node, sizeof b->slot_node);
+    struct cnode **by_master = xcalloc(m->nmasters ? m->nmasters : 1, sizeof *by_master);
+    for (size_t i = 0; i < m->nmasters; i++)
+        by_master[i] = node_get(b, m->masters[i].host, m->masters[i].port);
+    for (size_t s = 0; s < REDIS_CLUSTER_SLOTS; s++)
+        b->slot_node[s] = m->slot_master[s] < 0 ? NULL : by_master[m->slot_master[s]];
+    if (b->have_map)
+        count_failovers(b, old, by_master, m->nmasters);
+    redis_cluster_map_free(&b->map);
+    b->map = *m;
+    b->have_map = 1;
+    free(old);
+    recompute_ready(b);
+    park_nodes(b, by_master, m->nmasters);
+    free(by_master);
+}
+
+static void on_slots_reply(void *arg, redisReply *r)
+{
+    struct cnode *cn = arg;
+    struct backend_cluster *b = cn->b;
+    b->refresh_inflight = 0;
+    if (b->freeing)
+        return;
+    struct redis_cluster_map m;
+    char err[RL_ERRLEN];
+    if (!r) {
+        err[0] = '\0';
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        log_event(b->log, LOG_LVL_WARN, "redis cluster map refresh failed", "node",
+                  redis_node_target(cn->node), "error", r->str, NULL);
+    } else if (redis_cluster_map_parse(r, cn->host, &m, err, sizeof err) < 0) {
+        log_event(b->log, LOG_LVL_WARN, "redis cluster map refresh failed", "node",
+                  redis_node_target(cn->node), "error", err, NULL);
+    } else {
+        map_install(b, &m);
+    }
+    if (b->refresh_again) {
+        b->refresh_again = 0;
+        request_refresh(b);
+    }
+}
+
+/* CLUSTER SLOTS on the next connected node, round robin; one at a time
+ * (a second request while one is in flight makes one more after it). */
+static void request_refresh(struct backend_cluster *b)
+{
+    if (b->freeing || !b->started)
+        return;
+    if (b->refresh_inflight) {
+        b->refresh_again = 1;
+        return;
+    }
+    const char *argv[] = {"CLUSTER", "SLOTS"};
+    const size_t lens[] = {7, 5};
+    for (size_t k = 0; k < b->nnodes; k++) {
+        struct cnode *cn = b->nodes[(b->next_refresh_node + k) % b->nnodes];
+        if (redis_node_command(cn->node, on_slots_reply, cn, 2, argv, lens) == 0) {
+            b->next_refresh_node = (b->next_refresh_node + k + 1) % b->nnodes;
+            b->refresh_inflight = 1;
+            b->refresh_node = cn;
+            b->refresh_sent_us = util_monotonic_us();
+            return;
+        }
+    }
+    /* Nothing connected: the timer asks again, with every node. */
+    unpark_all(b);
+    recompute_ready(b);
+}
+
+static void on_refresh_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct backend_cluster *b = arg;
+    /* The drop completes the refresh (NULL): the next goes elsewhere. */
+    if (b->refresh_inflight && util_monotonic_us() - b->refresh_sent_us >= REFRESH_TIMEOUT_US)
+        redis_node_drop(b->refresh_node->node, "no answer to CLUSTER SLOTS in time");
+    request_refresh(b);
+    if (!b->freeing)
+        arm_refresh(b);
+}
+
+/* ---- calls ---- */
+
+static void call_free(struct ccall *c)
+{
+    for (size_t i = 0; i < c->ngroups; i++) {
+        struct cgroup *g = &c->groups[i];
+        if (g->retry_armed)
+            event_del(&g->retry_ev);
+        free(g->sub.checks);
+        free(g->index);
+        free(g->res);
+        scripts_call_free(&g->sc);
+    }
+    free(c->groups);
+    free(c->offset);
+    free(c);
+}
+
+static void call_unlink(struct ccall *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->b->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+}
+
+/* The request's results from its groups', in check order. */
+static void complete_ok(struct ccall *c)
+{
+    size_t n = request_tiers(c->req);
+    struct tier_result *out = xcalloc(n ? n : 1, sizeof *out);
+    for (size_t i = 0; i < c->ngroups; i++) {
+        const struct cgroup *g = &c->groups[i];
+        size_t from = 0;
+        for (size_t k = 0; k < g->sub.nchecks; k++) {
+            size_t nt = g->sub.checks[k].policy->ntiers;
+            memcpy(out + c->offset[g->index[k]], g->res + from, nt * sizeof *out);
+            from += nt;
+        }
+    }
+    struct backend_reply reply = {.status = BACKEND_OK, .results = out};
+    c->done(c->arg, &reply);
+    free(out);
+}
+
+static void call_finish(struct ccall *c)
+{
+    call_unlink(c);
+    if (c->status == BACKEND_OK) {
+        complete_ok(c);
+    } else {
+        struct backend_reply reply = {.status = c->status, .errmsg = c->err};
+        c->done(c->arg, &reply);
+    }
+    call_free(c);
+}
+
+/* The first failure of a call is the one reported. */
+static void call_fail(struct ccall *c, enum backend_status st, const char *msg)
+{
+    if (c->status != BACKEND_OK)
+        return;
+    c->status = st;
+    snprintf(c->err, sizeof c->err, "%s", msg);
+}
+
+static void start_phase(struct ccall *c, int phase, int dry_run)
+{
+    c->phase = phase;
+    c->outstanding = c->ngroups;
+    for (size_t i = 0; i < c->ngroups; i++) {
+        struct cgroup *g = &c->groups[i];
+        /* ARGV[2], right after the keys and the time. */
+        g->sc.args[g->sc.nkeys + 1] = dry_run ? "1" : "0";
+        g->redirects = g->retries = 0;
+        g->redirect = NULL;
+        g->asking = 0;
+    }
+    for (size_t i = 0; i < c->ngroups; i++)
+        send_group(&c->groups[i]);
+}
+
+static void group_done(struct cgroup *g)
+{
+    struct ccall *c = g->call;
+    if (--c->outstanding > 0)
+        return;
+    if (c->status == BACKEND_OK && c->phase == 1) {
+        int all_allowed = 1;
+        for (size_t i = 0; i < c->ngroups; i++)
+            all_allowed &= c->groups[i].allowed;
+        /* A dry run request, or a denial somewhere: phase 1 is the answer,
+         * and nothing was written. */
+        if (all_allowed && !c->req->dry_run) {
+            start_phase(c, 2, 0);
+            return;
+        }
+    }
+    call_finish(c);
+}
+
+static void group_fail(struct cgroup *g, enum backend_status st, const char *msg)
+{
+    call_fail(g->call, st, msg);
+    group_done(g);
+}
+
+static void on_retry_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct cgroup *g = arg;
+    g->retry_armed = 0;
+    send_group(g);
+}
+
+/* Sends again after RETRY_DELAY_US, or fails the group past MAX_RETRIES. */
+static void retry_later(struct cgroup *g, const char *why)
+{
+    struct backend_cluster *b = g->call->b;
+    if (b->freeing || ++g->retries > MAX_RETRIES) {
+        group_fail(g, BACKEND_UNAVAILABLE, why);
+        return;
+    }
+    struct timeval tv = {0, RETRY_DELAY_US};
+    if (evtimer_assign(&g->retry_ev, b->base, on_retry_timer, g) < 0 ||
+        evtimer_add(&g->retry_ev, &tv) < 0) {
+        group_fail(g, BACKEND_UNAVAILABLE, why);
+        return;
+    }
+    g->retry_armed = 1;
+}
+
+static void decode_group(struct cgroup *g, const redisReply *r)
+{
+    long long ints_buf[64];
+    long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
+    char err[RL_ERRLEN];
+    size_t i;
+    for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
+        ints[i] = r->element[i]->integer;
+    if (i != r->elements || r->elements < SCRIPTS_RESULT_HEAD) {
+        call_fail(g->call, BACKEND_ERROR, "script reply holds a non-integer");
+    } else if (scripts_decode_result(ints, r->elements, g->sc.ntiers, g->res, err, sizeof err) <
+               0) {
+        call_fail(g->call, BACKEND_ERROR, err);
+    } else {
+        g->allowed = ints[1] != 0;
+    }
+    if (ints != ints_buf)
+        free(ints);
+}
+
+/* MOVED or ASK: resend to the named node. Returns 0 if handled. */
+static int follow_redirect(struct cgroup *g, struct cnode *from, const char *msg)
+{
+    struct backend_cluster *b = g->call->b;
+    char host[HOST_MAX];
+    unsigned slot;
+    int port;
+    int kind = redis_cluster_redirect(msg, &slot, host, sizeof host, &port);
+    if (!kind)
+        return -1;
+    metrics_node_count(b->metrics, redis_node_target(from->node),
+                       kind == 1 ? METRICS_NODE_MOVED : METRICS_NODE_ASK);
+    if (kind == 1)
+        request_refresh(b);
+    if (++g->redirects > MAX_REDIRECTS) {
+        group_fail(g, BACKEND_UNAVAILABLE, "too many cluster redirects");
+        return 0;
+    }
+    g->redirect = node_get(b, host[0] ? host : from->host, port);
+    if (g->redirect->parked) {
+        /* A replica promoted since the last map: a master now. */
+        g->redirect->parked = 0;
+        redis_node_start(g->redirect->node);
+    }
+    g->asking = kind == 2;
+    send_group(g);
+    return 0;
+}
+
+static void on_group_reply(void *arg, redisReply *r)
+{
+    struct cgroup *g = arg;
+    struct cnode *cn = g->sent_to;
+    struct backend_cluster *b = g->call->b;
+    g->sent_to = NULL;
+    cn->inflight--;
+    cn->last_progress_us = util_monotonic_us();
+    if (!r) {
+        request_refresh(b);
+        group_fail(g, BACKEND_UNAVAILABLE, "connection to a redis cluster node lost");
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (b->freeing) {
+            group_fail(g, BACKEND_UNAVAILABLE, "shutting down");
+        } else if (follow_redirect(g, cn, r->str) == 0) {
+        } else if (strncmp(r->str, "TRYAGAIN", 8) == 0) {
+            retry_later(g, r->str);
+        } else if (strncmp(r->str, "CLUSTERDOWN", 11) == 0) {
+            /* A slot not served, or the node cut off: the map may say. */
+            request_refresh(b);
+            retry_later(g, r->str);
+        } else {
+            group_fail(g, BACKEND_ERROR, r->str);
+        }
+        return;
+    }
+    if (r->type == REDIS_REPLY_ARRAY)
+        decode_group(g, r);
+    else
+        call_fail(g->call, BACKEND_ERROR, "script reply is not an array");
+    group_done(g);
+}
+
+static void send_group(struct cgroup *g)
+{
+    struct backend_cluster *b = g->call->b;
+    struct cnode *cn = g->redirect ? g->redirect : b->slot_node[g->slot];
+    if (!cn) {
+        retry_later(g, "a slot of the request has no master");
+        return;
+    }
+    /* Set before the call in case its reply came at once. */
+    g->sent_to = cn;
+    if (cn->inflight++ == 0)
+        cn->last_progress_us = util_monotonic_us();
+    if (redis_node_call(cn->node, &g->sc, g->asking, on_group_reply, g) < 0) {
+        g->sent_to = NULL;
+        cn->inflight--;
+        /* Just named by a redirect and still connecting, or down. */
+        retry_later(g, "the redis cluster node of a slot is not ready");
+    }
+}
+
+/* The slot of check it: that of its first key (all its keys share one). */
+static unsigned check_slot(const struct config *cfg, const struct check_item *it)
+{
+    char key[POLICY_KEY_BUF];
+    int n = policy_tier_key(cfg->key_prefix, it->policy->name, it->key, it->keylen,
+                            &it->policy->tiers[0], 0, key, sizeof key);
+    if (n < 0)
+        abort(); /* POLICY_KEY_BUF bounds every valid key (policy.h) */
+    return redis_cluster_keyslot(key, (size_t)n);
+}
+
+/* Groups req's checks by slot into c->groups, each with its call built. */
+static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_us)
+{
+    const struct check_request *req = c->req;
+    unsigned slots[REQUEST_MAX_CHECKS];
+    size_t n = req->nchecks;
+    c->groups = xcalloc(n ? n : 1, sizeof *c->groups);
+    c->offset = xcalloc(n ? n : 1, sizeof *c->offset);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        c->offset[i] = off;
+        off += req->checks[i].policy->ntiers;
+        slots[i] = check_slot(cfg, &req->checks[i]);
+        size_t g;
+        for (g = 0; g < c->ngroups && c->groups[g].slot != slots[i]; g++)
+            ;
+        if (g == c->ngroups) {
+            c->groups[g].slot = slots[i];
+            c->groups[g].call = c;
+            c->groups[g].sub.checks = xcalloc(n, sizeof *c->groups[g].sub.checks);
+            c->groups[g].index = xcalloc(n, sizeof *c->groups[g].index);
+            c->groups[g].sub.dry_run = req->dry_run;
+            c->ngroups++;
+        }
+        struct cgroup *grp = &c->groups[g];
+        /* A shallow copy: the request owns the key and any policy made for
+         * it, and outlives the call (backend.h); owned stays NULL here. */
+        grp->sub.checks[grp->sub.nchecks] = req->checks[i];
+        grp->sub.checks[grp->sub.nchecks].owned = NULL;
+        grp->index[grp->sub.nchecks++] = i;
+    }
+    for (size_t g = 0; g < c->ngroups; g++) {
+        scripts_build_call(cfg, &c->groups[g].sub, now_us, &c->groups[g].sc);
+        c->groups[g].res =
+            xcalloc(c->groups[g].sc.ntiers ? c->groups[g].sc.ntiers : 1, sizeof *c->groups[g].res);
+    }
+}
+
+static int cluster_decide(struct backend *iface, const struct config *cfg,
+                          const struct check_request *req, int64_t now_us, backend_done_fn done,
+                          void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    if (b->timeout_us != cfg->redis_timeout_us) {
+        b->timeout_us = cfg->redis_timeout_us;
+        for (size_t i = 0; i < b->nnodes; i++)
+            redis_node_set_timeout(b->nodes[i]->node, b->timeout_us);
+    }
+    if (!b->have_map || req->nchecks == 0)
+        return -1;
+    struct ccall *c = xcalloc(1, sizeof *c);
+    c->b = b;
+    c->done = done;
+    c->arg = arg;
+    c->req = req;
+    c->status = BACKEND_OK;
+    make_groups(c, cfg, now_us);
+    /* A slot whose master is not ready: answer now rather than wait for
+     * the deadline (the circuit is open for that part of the cluster). */
+    for (size_t i = 0; i < c->ngroups; i++) {
+        struct cnode *cn = b->slot_node[c->groups[i].slot];
+        if (!cn || !redis_node_ready(cn->node)) {
+            call_free(c);
+            return -1;
+        }
+    }
+    c->next = b->calls;
+    if (b->calls)
+        b->calls->prev = c;
+    b->calls = c;
+    if (c->ngroups == 1)
+        start_phase(c, 2, req->dry_run);
+    else
+        start_phase(c, 1, 1);
+    return 0;
+}
+
+/* ---- resets ---- */
+
+/* One reset in flight: DEL then PUBLISH, pipelined on the slot's master. */
+struct creset {
+    backend_reset_done_fn done;
+    void *arg;
+    int outstanding;
+    struct backend_reset_reply reply;
+    char err[RL_ERRLEN];
+};
+
+static void reset_reply(struct creset *r, redisReply *rr, long long *into)
+{
+    const char *msg = NULL;
+    enum backend_status st = BACKEND_ERROR;
+    if (!rr) {
+        st = BACKEND_UNAVAILABLE;
+        msg = "connection to a redis cluster node lost";
+    } else if (rr->type == REDIS_REPLY_ERROR) {
+        msg = rr->str;
+    } else if (rr->type == REDIS_REPLY_INTEGER) {
+        *into = rr->integer;
+    } else {
+        msg = "unexpected reply to a reset";
+    }
+    if (msg && r->reply.status == BACKEND_OK) {
+        r->reply.status = st;
+        snprintf(r->err, sizeof r->err, "%s", msg);
+        r->reply.errmsg = r->err;
+    }
+    if (--r->outstanding > 0)
+        return;
+    r->done(r->arg, &r->reply);
+    free(r);
+}
+
+static void on_del_reply(void *arg, redisReply *rr)
+{
+    struct creset *r = arg;
+    reset_reply(r, rr, &r->reply.deleted);
+}
+
+static void on_publish_reply(void *arg, redisReply *rr)
+{
+    struct creset *r = arg;
+    reset_reply(r, rr, &r->reply.notified);
+}
+
+static int cluster_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
+                         const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    if (!b->have_map || !b->channel || p->ntiers == 0)
+        return -1;
+    size_t maxkeys = 2 * p->ntiers + 1;
+    const char **argv = xcalloc(maxkeys, sizeof *argv);
+    size_t *lens = xcalloc(maxkeys, sizeof *lens);
+    char *mem = xmalloc(maxkeys * POLICY_KEY_BUF);
+    size_t argc = 0;
+    argv[argc] = "DEL";
+    lens[argc++] = 3;
+    char *at = mem;
+    for (size_t j = 0; j < p->ntiers; j++) {
+        for (int k = 0; k < policy_algorithm_nkeys(p->tiers[j].algorithm); k++) {
+            int n = policy_tier_key(cfg->key_prefix, p->name, key, keylen, &p->tiers[j], k, at,
+                                    POLICY_KEY_BUF);
+            if (n < 0)
+                abort(); /* POLICY_KEY_BUF bounds every valid key (policy.h) */
+            argv[argc] = at;
+            lens[argc++] = (size_t)n;
+            at += POLICY_KEY_BUF;
+        }
+    }
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(argv[1], lens[1])];
+    size_t plen = strlen(p->name);
+    char *msg = xmalloc(plen + 1 + keylen);
+    memcpy(msg, p->name, plen);
+    msg[plen] = ':';
+    memcpy(msg + plen + 1, key, keylen);
+    const char *pub[] = {"PUBLISH", b->channel, msg};
+    size_t publens[] = {7, strlen(b->channel), plen + 1 + keylen};
+    struct creset *r = xcalloc(1, sizeof *r);
+    r->done = done;
+    r->arg = arg;
+    r->reply.status = BACKEND_OK;
+    int rc = -1;
+    /* PUBLISH after the DEL on the same node: no daemon hears of the reset
+     * before the state is gone; the cluster bus carries it to every node. */
+    if (cn && redis_node_command(cn->node, on_del_reply, r, (int)argc, argv, lens) == 0) {
+        rc = 0;
+        r->outstanding = 1;
+        if (redis_node_command(cn->node, on_publish_reply, r, 3, pub, publens) == 0)
+            r->outstanding++;
+        else if (!r->reply.errmsg) {
+            r->reply.status = BACKEND_UNAVAILABLE;
+            r->reply.errmsg = "cannot send PUBLISH";
+        }
+    } else {
+        free(r);
+    }
+    free(argv);
+    free(lens);
+    free(mem);
+    free(msg);
+    return rc;
+}
+
+/* ---- the reset listener ---- */
+
+static void sub_message(struct backend_cluster *b, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    if (strcmp(kind, "subscribe") == 0) {
+        log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel,
+                  "node", redis_conn_target(b->sub), NULL);
+        /* Healthy: the next loss reconnects after the shortest backoff,
+         * not after one doubled by every loss the listener ever had. */
+        redis_conn_healthy(b->sub);
+        /* Resets announced while no subscription stood were not heard. */
+        if (b->base_iface.on_reset)
+            b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);
+        return;
+    }
+    if (strcmp(kind, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    /* "<policy>:<key>" as cluster_reset publishes it; anything else (another
+     * program on the channel) is ignored. */
+    const char *msg = r->element[2]->str;
+    size_t len = r->element[2]->len;
+    const char *colon = memchr(msg, ':', len);
+    if (!colon || colon == msg || (size_t)(colon - msg) > POLICY_NAME_MAX)
+        return;
+    char policy[POLICY_NAME_MAX + 1];
+    memcpy(policy, msg, (size_t)(colon - msg));
+    policy[colon - msg] = '\0';
+    if (!policy_name_valid(policy) || !b->base_iface.on_reset)
+        return;
+    b->base_iface.on_reset(b->base_iface.on_reset_arg, policy, colon + 1,
+                           len - (size_t)(colon - msg) - 1);
+}
+
+static void on_sub_reply(void *arg, redisReply *r)
+{
+    sub_message(arg, r);
+}
+
+static void on_sub_push(void *arg, redisReply *r)
+{
+    sub_message(arg, r);
+}
+
+static void on_sub_up(void *arg, struct redis_conn *c)
+{
+    struct backend_cluster *b = arg;
+    const char *argv[] = {"SUBSCRIBE", b->channel};
+    size_t lens[] = {9, strlen(b->channel)};
+    if (redis_conn_command(c, on_sub_reply, b, 2, argv, lens) < 0)
+        redis_conn_drop(c, "cannot send SUBSCRIBE");
+}
+
+/* The node the listener should use: a master of the map, the one after
+ * the current in round robin, else a seed. */
+static struct cnode *sub_pick(struct backend_cluster *b)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < b->nnodes; i++)
+        if (b->nodes[i] == b->sub_node)
+            start = i + 1;
+    for (size_t k = 0; k < b->nnodes; k++) {
+        struct cnode *cn = b->nodes[(start + k) % b->nnodes];
+        if (redis_node_ready(cn->node))
+            return cn;
+    }
+    return b->nodes[start % b->nnodes];
+}
+
+static void on_sub_down(void *arg, struct redis_conn *c, const char *why)
+{
+    struct backend_cluster *b = arg;
+    if (b->freeing)
+        return;
+    log_event(b->log, LOG_LVL_WARN, "redis reset listener lost", "node", redis_conn_target(c),
+              "reason", why, NULL);
+    /* Elsewhere next time: this node may be gone for good. */
+    b->sub_node = sub_pick(b);
+    struct redis_endpoint ep;
+    endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
+    redis_conn_set_endpoint(c, &ep);
+}
+
+static void sub_start(struct backend_cluster *b)
+{
+    if (!b->channel || !b->started || b->sub)
+        return;
+    b->sub_node = sub_pick(b);
+    struct redis_endpoint ep;
+    endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
+    struct redis_conn_events ev = {
+        .up = on_sub_up, .down = on_sub_down, .push = on_sub_push, .arg = b};
+    b->sub = redis_conn_new(b->base, b->log, "resets", &ep, &ev);
+    redis_conn_connect(b->sub);
+}
+
+static void cluster_watch_resets(struct backend *iface, const struct config *cfg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    size_t plen = strlen(cfg->key_prefix);
+    char *channel = xmalloc(plen + sizeof "reset");
+    memcpy(channel, cfg->key_prefix, plen);
+    memcpy(channel + plen, "reset", sizeof "reset");
+    if (b->channel && strcmp(b->channel, channel) == 0) {
+        free(channel);
+        return;
+    }
+    redis_conn_free(b->sub);
+    b->sub = NULL;
+    free(b->channel);
+    b->channel = channel;
+    sub_start(b);
+}
+
+/* ---- the rest of the interface ---- */
+
+static void cluster_start(struct backend *iface)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    b->started = 1;
+    for (size_t i = 0; i < b->nnodes; i++)
+        redis_node_start(b->nodes[i]->node);
+    sub_start(b);
+    /* The first map comes from the first seed that connects (on_node_state),
+     * or the timer's next try. */
+    arm_refresh(b);
+}
+
+static int cluster_ready(const struct backend *iface)
+{
+    return ((const struct backend_cluster *)iface)->ready;
+}
+
+/* Tells the stall rule of each node whose calls have waited past the
+ * timeout with no reply: check.c does not say which call timed out. */
+static void cluster_note_timeout(struct backend *iface)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    int64_t now = util_monotonic_us();
+    for (size_t i = 0; i < b->nnodes; i++) {
+        struct cnode *cn = b->nodes[i];
+        if (cn->inflight > 0 && now - cn->last_progress_us >= b->timeout_us)
+            redis_node_note_timeout(cn->node);
+    }
+}
+
+static const char *cluster_target(const struct backend *iface)
+{
+    return ((const struct backend_cluster *)iface)->target;
+}
+
+static void cluster_free(struct backend *iface)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    b->freeing = 1;
+    redis_conn_free(b->sub);
+    /* Freeing a node completes its calls (NULL): their groups fail, and
+     * calls complete once every group has. Calls waiting on a retry timer
+     * fail here. */
+    for (size_t i = 0; i < b->nnodes; i++)
+        redis_node_free(b->nodes[i]->node);
+    while (b->calls) {
+        struct ccall *c = b->calls;
+        for (size_t i = 0; i < c->ngroups; i++) {
+            struct cgroup *g = &c->groups[i];
+            if (g->retry_armed) {
+                event_del(&g->retry_ev);
+                g->retry_armed = 0;
+                group_fail(g, BACKEND_UNAVAILABLE, "shutting down");
+                if (b->calls != c)
+                    break; /* c finished and was freed */
+            }
+        }
+        if (b->calls == c) {
+            /* Only groups neither in flight nor waiting: cannot happen, as
+             * each group is always one or the other until done; finish it
+             * rather than loop. */
+            call_fail(c, BACKEND_UNAVAILABLE, "shutting down");
+            call_finish(c);
+        }
+    }
+    for (size_t i = 0; i < b->nnodes; i++) {
+        free(b->nodes[i]->host);
+        free(b->nodes[i]);
+    }
+    free(b->nodes);
+    if (b->refresh_ev)
+        event_free(b->refresh_ev);
+    redis_cluster_map_free(&b->map);
+    redis_tls_free(b->tls);
+    free(b->user);
+    free(b->password);
+    free(b->channel);
+    free(b);
+}
+
+static const struct backend_ops cluster_ops = {
+    .name = "redis-cluster",
+    .decide = cluster_decide,
+    .reset = cluster_reset,
+    .watch_resets = cluster_watch_resets,
+    .note_timeout = cluster_note_timeout,
+    .start = cluster_start,
+    .ready = cluster_ready,
+    .target = cluster_target,
+    .free = cluster_free,
+};
+
+struct backend *backend_cluster_new(struct event_base *base, const struct config *cfg,
+                                    const struct logger *lg, struct metrics *m, char *err,
+                                    size_t errlen)
+{
+    struct backend_cluster *b = xcalloc(1, sizeof *b);
+    b->base_iface.ops = &cluster_ops;
+    b->base = base;
+    b->log = lg;
+    b->metrics = m;
+    b->refresh_ev = evtimer_new(base, on_refresh_timer, b);
+    if (!b->refresh_ev) {
+        snprintf(err, errlen, "cannot create a timer");
+        cluster_free(&b->base_iface);
+        return NULL;
+    }
+    if (cfg->redis_tls_on && !(b->tls = redis_tls_new(&cfg->redis_tls, err, errlen))) {
+        cluster_free(&b->base_iface);
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->redis_ncluster; i++) {
+        struct redis_url u;
+        if (redis_url_parse(cfg->redis_cluster[i], &u, err, errlen) < 0) {
+            cluster_free(&b->base_iface);
+            return NULL;
+        }
+        if (!u.host) {
+            snprintf(err, errlen, "redis.cluster: seed %zu is a unix socket", i + 1);
+            redis_url_free(&u);
+            cluster_free(&b->base_iface);
+            return NULL;
+        }
+        /* The first seed's credentials serve every node (config.c checks
+         * that the seeds agree on the scheme and that db is 0). */
+        if (i == 0) {
+            b->user = u.user ? xstrdup(u.user) : NULL;
+            /* The password from the environment wins over the URLs', so
+             * that it need not be written in the policy file. */
+            const char *env = getenv(BACKEND_PASSWORD_ENV);
+            const char *pw = env && *env ? env : u.password;
+            b->password = pw ? xstrdup(pw) : NULL;
+            snprintf(b->target, sizeof b->target, "cluster:%s:%d", u.host, u.port);
+        }
+        node_get(b, u.host, u.port);
+        redis_url_free(&u);
+    }
+    if (b->nnodes == 0) {
+        snprintf(err, errlen, "redis.cluster: no seed");
+        cluster_free(&b->base_iface);
+        return NULL;
+    }
+    return &b->base_iface;
+}

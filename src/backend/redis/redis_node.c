@@ -1,0 +1,452 @@
+/*
+ * redis_node.c: one Redis server the decision code runs on (see
+ * redis_node.h). Owns its redis_conn, the ready timer, the RESP buffer the
+ * calls are formatted into, and each call's retry state (struct node_call,
+ * back on a spare list once the call's callback has run, freed with the
+ * node); borrows the calls' arguments.
+ *
+ * Commands are pipelined on one connection and replies come in order, so
+ * the ROLE check and the code load queued by the up callback always run
+ * before any call, and a load sent after a NOSCRIPT always runs before the
+ * retried call.
+ */
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend/redis/redis_node.h"
+#include "core/metrics.h"
+#include "lib/buf.h"
+#include "lib/util.h"
+
+/* From connect to the code loaded: a Redis that accepts the connection but
+ * never answers (paused, overloaded) is dropped after this. */
+#define READY_TIMEOUT_US 1000000
+/* Calls in a row that reached their deadline with no reply in time in
+ * between: the connection is then taken as hung, and dropped. */
+#define STALL_TIMEOUTS 3
+/* Reloads of the code (and retries) one call may need: a flush can land
+ * between a reload and the retry that follows it. */
+#define CODE_RELOAD_RETRIES 3
+
+struct redis_node {
+    struct event_base *base;
+    const struct logger *log;
+    struct metrics *metrics;
+    struct redis_conn *conn;
+    int require_master;
+    redis_node_state_fn on_state;
+    void *on_state_arg;
+    char sha[41];
+
+    int was_up;         /* this connection came up (its loss is a reconnect) */
+    int role_ok;        /* ROLE said master (or no check required) */
+    int loaded;         /* the code is loaded on this connection */
+    int use_eval;       /* the server has no Functions (Redis 6, KeyDB): EVALSHA */
+    int load_in_flight; /* a load is queued: retries can follow it */
+    int reported;       /* what on_state was last told */
+    int freeing;
+    int stalled_timeouts; /* deadlines passed since the last reply in time */
+    int64_t timeout_us;   /* the calls' deadline; 0: every reply is in time */
+    struct event ready_timer;
+    struct buf cmd; /* the RESP of the call being sent, reused */
+    /* Finished calls kept for reuse: no allocation per call once warm. */
+    struct node_call *spare;
+    size_t nspare;
+};
+
+/* One call in flight, kept for a NOSCRIPT retry. */
+struct node_call {
+    struct redis_node *n;
+    const struct script_call *call; /* borrowed: valid until fn is called */
+    redis_reply_fn fn;
+    void *arg;
+    int asking;
+    int retries;
+    int64_t sent_us; /* monotonic, for the round-trip histogram */
+    struct node_call *next_spare;
+};
+
+/* Spares kept at most: the calls in flight at a busy moment. */
+#define MAX_SPARE_CALLS 256
+
+static int node_is_ready(const struct redis_node *n)
+{
+    return redis_conn_is_up(n->conn) && n->role_ok && n->loaded;
+}
+
+/* Tells the owner and the metrics when readiness changed. */
+static void update_state(struct redis_node *n)
+{
+    int ready = node_is_ready(n);
+    if (ready == n->reported || n->freeing)
+        return;
+    n->reported = ready;
+    metrics_node_up(n->metrics, redis_conn_target(n->conn), ready);
+    if (n->on_state)
+        n->on_state(n->on_state_arg, n, ready);
+}
+
+/* ---- the code ---- */
+
+static void send_load(struct redis_node *n);
+
+static void log_node(const struct redis_node *n, enum log_level lvl, const char *msg, const char *k,
+                     const char *v)
+{
+    log_event(n->log, lvl, msg, "target", redis_conn_target(n->conn), k, v, NULL);
+}
+
+static void loaded(struct redis_node *n, const char *how)
+{
+    if (!n->loaded)
+        log_event(n->log, LOG_LVL_INFO, "redis code loaded", "target", redis_conn_target(n->conn),
+                  "as", how, "sha1", n->sha, NULL);
+    n->loaded = 1;
+    n->stalled_timeouts = 0;
+    event_del(&n->ready_timer);
+    redis_conn_healthy(n->conn);
+    update_state(n);
+}
+
+static void on_load_reply(void *arg, redisReply *r)
+{
+    struct redis_node *n = arg;
+    if (!r)
+        return; /* connection gone; the next connect loads again */
+    n->load_in_flight = 0;
+    if (!n->use_eval && r->type == REDIS_REPLY_STRING &&
+        strcmp(r->str, scripts_function_name()) == 0) {
+        loaded(n, "function");
+        return;
+    }
+    if (n->use_eval && r->type == REDIS_REPLY_STRING && strcmp(r->str, n->sha) == 0) {
+        loaded(n, "script");
+        return;
+    }
+    /* No FUNCTION command here (before Redis 7, KeyDB, or renamed away):
+     * the same code by EVALSHA, decided once per connection. */
+    if (!n->use_eval && r->type == REDIS_REPLY_ERROR &&
+        (strncasecmp(r->str, "ERR unknown command", 19) == 0 ||
+         strncasecmp(r->str, "ERR unknown subcommand", 22) == 0)) {
+        n->use_eval = 1;
+        log_node(n, LOG_LVL_INFO, "redis has no Functions, using EVALSHA", NULL, NULL);
+        send_load(n);
+        return;
+    }
+    metrics_count(n->metrics, METRICS_REDIS_ERRORS);
+    metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_ERRORS);
+    log_node(n, LOG_LVL_ERROR, "redis code load failed", "error",
+             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+}
+
+/* FUNCTION LOAD REPLACE (Redis 7+) or SCRIPT LOAD. REPLACE because a
+ * library of this name holds exactly this code (the name is its hash). */
+static void send_load(struct redis_node *n)
+{
+    if (n->load_in_flight)
+        return;
+    const char *fn_argv[] = {"FUNCTION", "LOAD", "REPLACE", scripts_library_code()};
+    size_t fn_lens[] = {8, 4, 7, strlen(scripts_library_code())};
+    const char *sc_argv[] = {"SCRIPT", "LOAD", scripts_lua_source};
+    size_t sc_lens[] = {6, 4, strlen(scripts_lua_source)};
+    int rc = n->use_eval ? redis_conn_command(n->conn, on_load_reply, n, 3, sc_argv, sc_lens)
+                         : redis_conn_command(n->conn, on_load_reply, n, 4, fn_argv, fn_lens);
+    if (rc == 0)
+        n->load_in_flight = 1;
+}
+
+/* ROLE's reply: its first element names the role. A replica (or a
+ * sentinel) must never run the code: its writes would fail, or be lost. */
+static void on_role_reply(void *arg, redisReply *r)
+{
+    struct redis_node *n = arg;
+    if (!r)
+        return;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0) {
+        n->role_ok = 1;
+        update_state(n);
+        return;
+    }
+    const char *role =
+        r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING
+            ? r->element[0]->str
+        : r->type == REDIS_REPLY_ERROR ? r->str
+                                       : "unexpected reply";
+    log_node(n, LOG_LVL_WARN, "redis node is not a master", "role", role);
+    redis_conn_drop(n->conn, "not a master");
+}
+
+/* ---- connection events ---- */
+
+static void on_up(void *arg, struct redis_conn *c)
+{
+    struct redis_node *n = arg;
+    n->was_up = 1;
+    n->loaded = 0;
+    n->use_eval = 0; /* a new connection may be to another server */
+    n->load_in_flight = 0;
+    n->stalled_timeouts = 0;
+    n->role_ok = !n->require_master;
+    struct timeval tv = {.tv_sec = READY_TIMEOUT_US / 1000000,
+                         .tv_usec = READY_TIMEOUT_US % 1000000};
+    evtimer_add(&n->ready_timer, &tv);
+    if (n->require_master)
+        redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4});
+    send_load(n);
+}
+
+static void on_down(void *arg, struct redis_conn *c, const char *why)
+{
+    struct redis_node *n = arg;
+    event_del(&n->ready_timer);
+    n->loaded = 0;
+    n->role_ok = 0;
+    n->load_in_flight = 0;
+    if (n->was_up) {
+        n->was_up = 0;
+        metrics_count(n->metrics, METRICS_REDIS_RECONNECTS);
+        metrics_node_count(n->metrics, redis_conn_target(c), METRICS_NODE_RECONNECTS);
+    }
+    update_state(n);
+}
+
+static void on_ready_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_node *n = arg;
+    if (!node_is_ready(n))
+        redis_conn_drop(n->conn, "no answer to connect and code load in time");
+}
+
+/* ---- calls ---- */
+
+static void resp_bulk(struct buf *out, const char *s, size_t len)
+{
+    buf_append_char(out, '$');
+    buf_append_int(out, (long long)len);
+    buf_append(out, "\r\n", 2);
+    buf_append(out, s, len);
+    buf_append(out, "\r\n", 2);
+}
+
+/* The call as RESP, into out (emptied first): FCALL (or EVALSHA on a server
+ * without Functions), the function's name (or the SHA1), the number of
+ * keys, then the call's arguments. Written here rather than by hiredis's
+ * formatter, which builds each argument's header with sdscatfmt and a new
+ * string per call: a tenth of the daemon's time per check. */
+static void resp_format_call(const struct redis_node *n, const struct script_call *call,
+                             struct buf *out)
+{
+    char nkeys[UTIL_INT_CHARS];
+    const char *cmd = n->use_eval ? "EVALSHA" : "FCALL";
+    const char *name = n->use_eval ? n->sha : scripts_function_name();
+    out->len = 0;
+    buf_append_char(out, '*');
+    buf_append_int(out, (long long)(3 + call->nargs));
+    buf_append(out, "\r\n", 2);
+    resp_bulk(out, cmd, strlen(cmd));
+    resp_bulk(out, name, strlen(name));
+    resp_bulk(out, nkeys, util_format_int(nkeys, (long long)call->nkeys));
+    for (size_t i = 0; i < call->nargs; i++)
+        resp_bulk(out, call->args[i], call->lens[i]);
+}
+
+static void ignore_reply(void *arg, redisReply *r)
+{
+}
+
+static void on_call_reply(void *arg, redisReply *r);
+
+static struct node_call *call_new(struct redis_node *n)
+{
+    struct node_call *nc = n->spare;
+    if (!nc)
+        return xcalloc(1, sizeof *nc);
+    n->spare = nc->next_spare;
+    n->nspare--;
+    return nc;
+}
+
+/* During redis_node_free the calls complete after the spares went: freed. */
+static void call_done(struct redis_node *n, struct node_call *nc)
+{
+    if (n->freeing || n->nspare >= MAX_SPARE_CALLS) {
+        free(nc);
+        return;
+    }
+    nc->next_spare = n->spare;
+    n->spare = nc;
+    n->nspare++;
+}
+
+static int send_call(struct node_call *nc)
+{
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    struct redis_node *n = nc->n;
+    /* ASKING's reply is OK (or an error the call's own reply repeats):
+     * nothing to do with it. */
+    if (nc->asking && redis_conn_send(n->conn, asking, sizeof asking - 1, ignore_reply, NULL) < 0)
+        return -1;
+    nc->sent_us = util_monotonic_us();
+    resp_format_call(n, nc->call, &n->cmd);
+    return redis_conn_send(n->conn, n->cmd.data, n->cmd.len, on_call_reply, nc);
+}
+
+/* The error of a call whose code Redis no longer holds (SCRIPT FLUSH,
+ * FUNCTION FLUSH, a restarted Redis): reload and retry. */
+static int code_missing(const char *err)
+{
+    return strncmp(err, "NOSCRIPT", 8) == 0 || strncmp(err, "ERR Function not found", 22) == 0;
+}
+
+/* Redirections are the cluster owner's to count (moved, ask), not errors
+ * of the node. */
+static int is_redirect(const char *err)
+{
+    return strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0;
+}
+
+static void on_call_reply(void *arg, redisReply *r)
+{
+    struct node_call *nc = arg;
+    struct redis_node *n = nc->n;
+    if (r) {
+        int64_t now = util_monotonic_us();
+        /* Only a reply in time shows the connection healthy: a Redis that
+         * answers every call after its deadline keeps the count growing,
+         * and the node is dropped as one that does not answer. */
+        if (!n->timeout_us || now - nc->sent_us <= n->timeout_us)
+            n->stalled_timeouts = 0;
+        metrics_redis_latency(n->metrics, now - nc->sent_us);
+    }
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        /* After SCRIPT FLUSH or a restart of Redis, reload and retry: the
+         * caller never sees NOSCRIPT. */
+        if (code_missing(r->str) && nc->retries < CODE_RELOAD_RETRIES) {
+            nc->retries++;
+            metrics_count(n->metrics, METRICS_REDIS_NOSCRIPT_RELOADS);
+            log_node(n, LOG_LVL_INFO, "redis script missing, reloading", NULL, NULL);
+            send_load(n);
+            if (send_call(nc) == 0)
+                return;
+            nc->fn(nc->arg, NULL);
+            call_done(n, nc);
+            return;
+        }
+        if (!is_redirect(r->str)) {
+            metrics_count(n->metrics, METRICS_REDIS_ERRORS);
+            metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_ERRORS);
+        }
+    }
+    nc->fn(nc->arg, r);
+    call_done(n, nc);
+}
+
+int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
+                    redis_reply_fn fn, void *arg)
+{
+    if (!node_is_ready(n))
+        return -1;
+    struct node_call *nc = call_new(n);
+    *nc = (struct node_call){.n = n, .call = call, .fn = fn, .arg = arg, .asking = asking};
+    if (send_call(nc) < 0) {
+        call_done(n, nc);
+        return -1;
+    }
+    metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_CALLS);
+    return 0;
+}
+
+int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
+                       const char **argv, const size_t *lens)
+{
+    return redis_conn_command(n->conn, fn, arg, argc, argv, lens);
+}
+
+void redis_node_set_timeout(struct redis_node *n, int64_t timeout_us)
+{
+    n->timeout_us = timeout_us;
+}
+
+void redis_node_note_timeout(struct redis_node *n)
+{
+    if (redis_conn_is_up(n->conn) && ++n->stalled_timeouts >= STALL_TIMEOUTS)
+        redis_conn_drop(n->conn, "no reply in time to several checks in a row");
+}
+
+/* ---- life ---- */
+
+struct redis_node *redis_node_new(struct event_base *base, const struct logger *lg,
+                                  struct metrics *m, const struct redis_endpoint *ep,
+                                  int require_master, redis_node_state_fn fn, void *arg)
+{
+    struct redis_node *n = xcalloc(1, sizeof *n);
+    *n = (struct redis_node){.base = base,
+                             .log = lg,
+                             .metrics = m,
+                             .require_master = require_master,
+                             .on_state = fn,
+                             .on_state_arg = arg};
+    scripts_sha1(n->sha);
+    evtimer_assign(&n->ready_timer, base, on_ready_timeout, n);
+    struct redis_conn_events ev = {.up = on_up, .down = on_down, .arg = n};
+    n->conn = redis_conn_new(base, lg, "data", ep, &ev);
+    metrics_node_up(m, redis_conn_target(n->conn), 0);
+    return n;
+}
+
+void redis_node_start(struct redis_node *n)
+{
+    redis_conn_connect(n->conn);
+}
+
+int redis_node_ready(const struct redis_node *n)
+{
+    return node_is_ready(n);
+}
+
+void redis_node_set_endpoint(struct redis_node *n, const struct redis_endpoint *ep)
+{
+    /* Dropped first, so that the loss (and up=0) is reported under the old
+     * target's name. */
+    redis_conn_drop(n->conn, "the server moved");
+    redis_conn_set_endpoint(n->conn, ep);
+    metrics_node_up(n->metrics, redis_conn_target(n->conn), 0);
+    redis_conn_connect(n->conn);
+}
+
+void redis_node_drop(struct redis_node *n, const char *why)
+{
+    redis_conn_drop(n->conn, why);
+}
+
+void redis_node_stop(struct redis_node *n, const char *why)
+{
+    redis_conn_stop(n->conn, why);
+}
+
+const char *redis_node_target(const struct redis_node *n)
+{
+    return redis_conn_target(n->conn);
+}
+
+void redis_node_free(struct redis_node *n)
+{
+    if (!n)
+        return;
+    n->freeing = 1;
+    /* The calls still waiting complete with NULL here, n still valid. */
+    redis_conn_free(n->conn);
+    event_del(&n->ready_timer);
+    while (n->spare) {
+        struct node_call *nc = n->spare;
+        n->spare = nc->next_spare;
+        free(nc);
+    }
+    buf_free(&n->cmd);
+    free(n);
+}

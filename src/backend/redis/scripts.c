@@ -1,0 +1,190 @@
+/*
+ * scripts.c: the decision code's two forms (EVAL script, Function library)
+ * and the calling convention they share (see the header comment of
+ * lua/check.lua for the same contract from the Lua side):
+ *
+ *   ARGV: now_us or "" (Redis TIME), dry_run, then per check: cost and
+ *         the policy's settings as one string, "shadow" then per tier
+ *         "algorithm limit window_us burst precision_us", space-separated
+ *         (the same string on every call: the Lua side parses it once).
+ *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
+ *   Reply: now_us, request_allowed, then per tier: allowed, limit,
+ *          remaining, reset_us, retry_us (-1: none), delay_us, reason.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/redis/scripts.h"
+#include "lib/sha1.h"
+
+/* Generated with scripts_lua_source (src/backend/redis/scripts_lua.c). */
+extern const char scripts_library_text[];
+extern const char scripts_function_name_text[];
+
+const char *scripts_library_code(void)
+{
+    return scripts_library_text;
+}
+
+const char *scripts_function_name(void)
+{
+    return scripts_function_name_text;
+}
+
+void scripts_sha1(char out[41])
+{
+    sha1_hex(scripts_lua_source, strlen(scripts_lua_source), out);
+}
+
+/* Appends one argument to the call; mem was sized by scripts_build_call,
+ * and a bound gone wrong is a bug, never an overflow. */
+static void push(struct script_call *c, size_t *used, const char *s, size_t len)
+{
+    if (*used + len + 1 > c->mem_size)
+        abort();
+    char *dst = c->mem + *used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    c->args[c->nargs] = dst;
+    c->lens[c->nargs] = len;
+    c->nargs++;
+    *used += len + 1;
+}
+
+static void push_int(struct script_call *c, size_t *used, int64_t v)
+{
+    char buf[UTIL_INT_CHARS];
+    push(c, used, buf, util_format_int(buf, v));
+}
+
+/* A bound on the bytes one number takes in the call, with its NUL. */
+#define NUM_BYTES 24
+
+/* A bound on the bytes of one tier in a policy's settings string. */
+#define TIER_BYTES (32 + 4 * NUM_BYTES)
+
+/* Appends " " and v to the string at dst, which has room. */
+static size_t put_num(char *dst, size_t len, int64_t v)
+{
+    dst[len++] = ' ';
+    return len + util_format_int(dst + len, v);
+}
+
+/* Appends policy p's settings string (see the top of this file). Written
+ * without snprintf, which was most of what building a call cost. */
+static void push_policy(struct script_call *c, size_t *used, const struct policy *p)
+{
+    /* mem was sized by scripts_build_call (TIER_BYTES per tier): a bound
+     * gone wrong is a bug, never an overflow. */
+    if (*used + 2 + p->ntiers * TIER_BYTES > c->mem_size)
+        abort();
+    char *dst = c->mem + *used;
+    size_t len = 0;
+    dst[len++] = p->shadow ? '1' : '0';
+    for (size_t j = 0; j < p->ntiers; j++) {
+        const struct tier *t = &p->tiers[j];
+        const char *alg = policy_algorithm_name(t->algorithm);
+        size_t alen = strlen(alg);
+        dst[len++] = ' ';
+        memcpy(dst + len, alg, alen);
+        len += alen;
+        len = put_num(dst, len, t->limit);
+        len = put_num(dst, len, t->window_us);
+        len = put_num(dst, len, t->burst);
+        len = put_num(dst, len, t->precision_us);
+    }
+    dst[len] = '\0';
+    c->args[c->nargs] = dst;
+    c->lens[c->nargs] = len;
+    c->nargs++;
+    *used += len + 1;
+}
+
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out)
+{
+    size_t nkeys = 0, ntiers = 0, bytes = 2 * NUM_BYTES;
+    size_t prefix = strlen(cfg->key_prefix);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        const struct policy *p = c->policy;
+        bytes += 2 * NUM_BYTES;
+        for (size_t j = 0; j < p->ntiers; j++) {
+            size_t k = (size_t)policy_algorithm_nkeys(p->tiers[j].algorithm);
+            /* A key: prefix, {policy:key} with each key byte at most %XX,
+             * :tier, :seq, NUL. */
+            size_t key_bytes =
+                prefix + strlen(p->name) + 3 * c->keylen + strlen(p->tiers[j].name) + 16;
+            nkeys += k;
+            bytes += TIER_BYTES + k * key_bytes;
+        }
+        ntiers += p->ntiers;
+    }
+    size_t nargs = nkeys + 2 + 2 * req->nchecks;
+    memset(out, 0, sizeof *out);
+    out->args = xcalloc(nargs, sizeof *out->args);
+    out->lens = xcalloc(nargs, sizeof *out->lens);
+    out->mem = xmalloc(bytes);
+    out->mem_size = bytes;
+    out->ntiers = ntiers;
+    out->nkeys = nkeys;
+    size_t used = 0;
+
+    char key[POLICY_KEY_BUF];
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++) {
+            const struct tier *t = &c->policy->tiers[j];
+            for (int k = 0; k < policy_algorithm_nkeys(t->algorithm); k++) {
+                int n = policy_tier_key(cfg->key_prefix, c->policy->name, c->key, c->keylen, t, k,
+                                        key, sizeof key);
+                /* POLICY_KEY_BUF bounds every key that config and request
+                 * validation let through. */
+                if (n < 0)
+                    abort();
+                push(out, &used, key, (size_t)n);
+            }
+        }
+    }
+    if (now_us >= 0)
+        push_int(out, &used, now_us);
+    else
+        push(out, &used, "", 0);
+    push_int(out, &used, req->dry_run);
+    for (size_t i = 0; i < req->nchecks; i++) {
+        push_int(out, &used, req->checks[i].cost);
+        push_policy(out, &used, req->checks[i].policy);
+    }
+}
+
+void scripts_call_free(struct script_call *call)
+{
+    free(call->args);
+    free(call->lens);
+    free(call->mem);
+    memset(call, 0, sizeof *call);
+}
+
+int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct tier_result *out,
+                          char *err, size_t errlen)
+{
+    if (n != SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers) {
+        snprintf(err, errlen, "script returned %zu integers, expected %zu", n,
+                 SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * ntiers);
+        return -1;
+    }
+    for (size_t i = 0; i < ntiers; i++) {
+        const long long *v = ints + SCRIPTS_RESULT_HEAD + SCRIPTS_RESULT_PER_TIER * i;
+        out[i] = (struct tier_result){
+            .allowed = v[0] != 0,
+            .limit = v[1],
+            .remaining = v[2],
+            .reset_us = v[3],
+            .retry_us = v[4],
+            .delay_us = v[5],
+            .cost_exceeds_limit = v[6] == 1,
+        };
+    }
+    return 0;
+}

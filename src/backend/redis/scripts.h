@@ -1,0 +1,76 @@
+/*
+ * scripts.h: the decision code built into the binary (the files under lua/,
+ * concatenated at build time by lua/embed.sh) in its two forms, the EVAL
+ * script and the Redis Function library, their names, and the calling
+ * convention they share: how a request becomes KEYS/ARGV and how the
+ * integers they return become tier results. No I/O: backend_redis.c sends
+ * what this module builds.
+ *
+ * The two forms run the same code on the same KEYS and ARGV and return the
+ * same reply: `FCALL <scripts_function_name()> numkeys KEYS... ARGV...`
+ * after `FUNCTION LOAD REPLACE <scripts_library_code()>` (Redis >= 7.0,
+ * where the code is loaded once and a call runs only the decision), or
+ * `EVALSHA <scripts_sha1> numkeys KEYS... ARGV...` (any Redis, KeyDB; the
+ * whole chunk runs on every call).
+ */
+#ifndef RATELIMITD_SCRIPTS_H
+#define RATELIMITD_SCRIPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "front/http/request.h"
+#include "front/http/response.h"
+
+extern const char scripts_lua_source[]; /* generated: src/backend/redis/scripts_lua.c */
+
+/*
+ * The Redis Function library: "#!lua name=<name>", the code, and the
+ * registration of the one function <name>, which takes KEYS and ARGV as the
+ * EVAL script does and may write (no flags). <name> is "ratelimitd_" and
+ * the first 16 hex digits of the SHA1 of the library text with "@NAME@" in
+ * place of the name: daemons of different code sharing one Redis load
+ * libraries of different names and never replace each other's. Both are
+ * built at build time (lua/embed.sh), static and NUL-terminated; any thread
+ * may call these at any time.
+ */
+const char *scripts_library_code(void);
+const char *scripts_function_name(void);
+
+/* Integers the script returns per tier, after {now_us, request_allowed}. */
+#define SCRIPTS_RESULT_HEAD 2
+#define SCRIPTS_RESULT_PER_TIER 7
+
+/* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
+void scripts_sha1(char out[41]);
+
+/*
+ * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
+ * Free it with scripts_call_free.
+ */
+struct script_call {
+    size_t nkeys;
+    size_t nargs; /* keys included */
+    size_t ntiers;
+    const char **args;
+    size_t *lens;
+    char *mem;
+    size_t mem_size;
+};
+
+/* Builds the call deciding every tier of every check of req. now_us < 0
+ * means "the script reads Redis TIME" (clock: redis). */
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out);
+void scripts_call_free(struct script_call *call);
+
+/*
+ * Decodes the script's integers into one tier_result per tier (out has
+ * call->ntiers entries). Returns 0, or -1 with a message if the reply does
+ * not have the expected shape (a script and daemon out of step).
+ */
+int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct tier_result *out,
+                          char *err, size_t errlen) RL_WUR;
+
+#endif

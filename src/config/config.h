@@ -1,0 +1,152 @@
+/*
+ * config.h: the policy file. config_load() turns a YAML file into an
+ * immutable, reference-counted snapshot; nothing else reads the file.
+ *
+ * Ownership: config_load returns a snapshot with one reference, owned by the
+ * caller. Every holder (the server, each check in flight) takes its own
+ * reference with config_ref and drops it with config_unref; the last unref
+ * frees it. A snapshot is never modified after config_load returns, so a
+ * reload can swap the server's pointer while older checks finish under the
+ * snapshot they started with.
+ */
+#ifndef RATELIMITD_CONFIG_H
+#define RATELIMITD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/domains.h"
+#include "config/policy.h"
+#include "lib/client_ip.h"
+#include "lib/log.h"
+#include "lib/util.h"
+
+#define CONFIG_PREFIX_MAX 128
+#define CONFIG_TOKEN_MIN 16
+#define CONFIG_TOKEN_MAX 4096
+
+enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
+
+/* What a check gets when max_inflight checks are already waiting for Redis:
+ * its policies' failure_mode answer at once, or 503 overloaded. */
+enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
+
+/* Where decisions are made: Redis (shared by every daemon) or this process's
+ * memory (backend_memory.c). */
+enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
+
+/* redis.tls: used by every connection when the URLs are rediss://. */
+struct redis_tls_config {
+    char *ca_file;     /* NULL: the system's CA store */
+    char *cert_file;   /* client certificate; NULL: none */
+    char *key_file;    /* its key; set iff cert_file is */
+    char *server_name; /* the name verified and sent (SNI); NULL: the host */
+    int verify;        /* default 1 */
+};
+
+/* redis.sentinel: the master is found through these sentinels. */
+struct redis_sentinel_config {
+    size_t naddresses; /* 0: no sentinel */
+    char **addresses;  /* "host:port", "[v6]:port" */
+    char *master_name;
+    char *password; /* the sentinels' own; NULL: none */
+};
+
+#define CONFIG_WORKERS_MAX 64
+
+struct config {
+    int refcount;
+    char *path;          /* the file it was loaded from */
+    char *listen;        /* "host:port", "[v6]:port" or "unix:/path" */
+    int64_t listen_mode; /* unix socket files' mode; -1: bind's 0777 & ~umask */
+    char *listen_group;  /* their group as written; NULL: the daemon's own */
+    int64_t listen_gid;  /* listen_group resolved at load; -1: none */
+    enum backend_kind backend;
+    int64_t workers; /* event loops; 0: one per CPU (auto) */
+    char *redis_url; /* single and sentinel modes: scheme, credentials, db */
+    int64_t redis_timeout_us;
+    int redis_tls_on; /* the URLs are rediss:// */
+    struct redis_tls_config redis_tls;
+    struct redis_sentinel_config redis_sentinel;
+    size_t redis_ncluster; /* 0: not a cluster */
+    char **redis_cluster;  /* seed URLs */
+    char *key_prefix;
+    enum clock_source clock;
+    int64_t max_body;
+    enum log_level log_level;
+    int access_log;       /* one log line per check */
+    char *admin_listen;   /* NULL: /metrics, /healthz, /readyz on `listen` */
+    int watch;            /* reload when the file (or its directory) changes */
+    int64_t max_inflight; /* checks waiting for Redis at once */
+    enum overload_action overload;
+    int64_t max_connections;
+    int64_t idle_timeout_us;             /* a connection silent this long is closed */
+    int64_t request_timeout_us;          /* head and body of one request arrive within it */
+    int64_t local_max_keys;              /* keys held in memory for failure_mode local */
+    int64_t deny_cache_max_keys;         /* entries in each worker's deny cache; 0: no cache */
+    enum header_mode headers;            /* for policies that do not set their own */
+    char *auth_token_file;               /* NULL: /check needs no token */
+    char *auth_token;                    /* its content, read at load */
+    struct client_trust trusted_proxies; /* whose X-Forwarded-For ${ip} believes */
+    int64_t deny_status;                 /* forward-auth's status for a denial, by default */
+    size_t npolicies;
+    struct policy *policies; /* sorted by name for policy lookup */
+
+    /* The gRPC front (grpc.h). */
+    char *grpc_listen;        /* NULL: none */
+    int64_t grpc_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
+
+    char *envoy_config; /* envoyproxy/ratelimit's YAML directory; NULL: none */
+    size_t ndomains;
+    struct domain *domains; /* Envoy domains (domains.h), sorted by name */
+};
+
+/* Defaults, also written in the README and conf/ratelimitd.yaml. */
+#define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
+#define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
+#define CONFIG_DEFAULT_TIMEOUT_US 50000
+/* redis.timeout's largest value; a drain can last this plus
+ * HTTP_DRAIN_MAX_S (http.h). */
+#define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
+#define CONFIG_DEFAULT_PREFIX "rl:"
+#define CONFIG_DEFAULT_MAX_BODY 16384
+#define CONFIG_DEFAULT_MAX_INFLIGHT 10000
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 4096
+#define CONFIG_DEFAULT_GRPC_MAX_STREAMS 100
+#define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
+#define CONFIG_DEFAULT_REQUEST_TIMEOUT_US 10000000
+#define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
+#define CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS 100000
+#define CONFIG_DEFAULT_DENY_STATUS 429
+
+/*
+ * Loads and validates a policy file. On error returns NULL and writes
+ * "<file>:<line>:<column>: <what is wrong>" (line and column 1-based) into
+ * err. Unknown keys, wrong types, missing required fields and every invalid
+ * value are errors; nothing falls back to a default silently.
+ */
+struct config *config_load(const char *path, char *err, size_t errlen) RL_WUR;
+
+/* Same, with the envoyproxy/ratelimit directory of --envoy-config, which
+ * wins over the file's envoy_config: (NULL: the file's, if any). The
+ * directory's files are loaded with the policy file, so a reload re-reads
+ * them and -t validates them. */
+struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err,
+                                 size_t errlen) RL_WUR;
+
+/* Same, from a buffer; `name` stands for the file in messages (for tests). */
+struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,
+                                  size_t errlen) RL_WUR;
+
+struct config *config_ref(struct config *c);
+void config_unref(struct config *c); /* NULL is a no-op */
+
+/* The policy of that name, or NULL. */
+const struct policy *config_find_policy(const struct config *c, const char *name);
+
+/* Calls fn with the path of every field the policy file accepts, e.g.
+ * "redis.url", "policies.NAME.shadow", "policies.NAME.tiers[].limit": the
+ * docs test walks it so that no field goes undocumented. */
+void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg);
+
+#endif

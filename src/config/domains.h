@@ -1,0 +1,145 @@
+/*
+ * domains.h: Envoy rate limit descriptors mapped to limits. Two sources
+ * load into the same tree, held by the config snapshot:
+ *   - the policy file's top-level `domains:` section, whose descriptors
+ *     name one of ratelimitd's policies (`policy:`) or give
+ *     envoyproxy/ratelimit's own `rate_limit: {unit, requests_per_unit}`;
+ *   - envoyproxy/ratelimit's YAML files, unchanged, one domain per file,
+ *     from the directory of `envoy_config:` (or --envoy-config DIR).
+ * Also owns the lookup of one request descriptor in that tree, with
+ * envoyproxy/ratelimit's matching rules. No I/O past loading; no front type.
+ */
+#ifndef RATELIMITD_DOMAINS_H
+#define RATELIMITD_DOMAINS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/policy.h"
+
+/* Envoy's RateLimitResponse.RateLimit.Unit, with its numbering. */
+enum rls_unit {
+    RLS_UNIT_UNKNOWN = 0,
+    RLS_UNIT_SECOND = 1,
+    RLS_UNIT_MINUTE = 2,
+    RLS_UNIT_HOUR = 3,
+    RLS_UNIT_DAY = 4,
+    RLS_UNIT_MONTH = 5,
+    RLS_UNIT_YEAR = 6,
+    RLS_UNIT_WEEK = 7,
+};
+
+/* One entry of a request's descriptor, as a front decoded it (any bytes). */
+struct descriptor_entry {
+    const char *key;
+    size_t keylen;
+    const char *value;
+    size_t valuelen;
+};
+
+/* What a matched descriptor applies. */
+struct domain_limit {
+    /* The policy that decides it: one of the snapshot's policies, a copy of
+     * one with shadow set (shadow_mode), or the limit's own fixed-window
+     * policy (rate_limit:). NULL when unlimited. Owned by the snapshot. */
+    const struct policy *policy;
+    /* The policy made for this node (rate_limit:, or a shadow_mode copy of a
+     * named policy), freed with the tree; NULL when policy is one of the
+     * snapshot's own policies (or NULL). */
+    struct policy *owned;
+    int unlimited;       /* rate_limit.unlimited: always OK, nothing counted */
+    int detailed_metric; /* metrics name the request's values, not the config's */
+    char *name;          /* rate_limit.name (NULL: none), what `replaces` names */
+    size_t nreplaces;
+    char **replaces; /* names of limits this one replaces when both match */
+    /* rate_limit: as configured; policy: RLS_UNIT_UNKNOWN and 0 (the answer
+     * derives them from the binding tier) */
+    enum rls_unit unit;
+    int64_t requests_per_unit;
+    char *path; /* "key_value.key..." as envoyproxy/ratelimit's stats name it */
+};
+
+/* A node of a domain's descriptor tree. */
+struct domain_node {
+    char *key;
+    char *value;      /* NULL: any value */
+    int value_prefix; /* value was written "prefix*": matches values starting with it */
+    int has_limit;
+    struct domain_limit limit;
+    size_t nchildren;
+    struct domain_node *children;
+};
+
+struct domain {
+    char *name;
+    char *file; /* "file:line:col" of its `domain:`, for messages */
+    size_t nchildren;
+    struct domain_node *children;
+};
+
+struct config;
+
+/*
+ * The limit descriptor `entries` (n >= 1) of `domain` matches in c, with
+ * envoyproxy/ratelimit's rules: entry by entry, a child with that key and
+ * exactly that value wins, then one whose value prefix matches, then one
+ * with that key and no value; the limit is that of the node reached by the
+ * last entry (a limit on a node reached earlier does not apply to a longer
+ * descriptor). NULL when nothing matches (unknown domain, no path, or no
+ * limit at the end of it).
+ */
+const struct domain_limit *domains_match(const struct config *c, const char *domain,
+                                         size_t domainlen, const struct descriptor_entry *entries,
+                                         size_t n);
+
+/* The domain of that name (len bytes) in c, or NULL: tells an unknown
+ * domain from a known one where a descriptor matched nothing (metrics). */
+const struct domain *domains_find(const struct config *c, const char *name, size_t len);
+
+/* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
+ * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
+int64_t rls_unit_seconds(enum rls_unit u);
+
+/* The unit's name as Envoy spells it ("SECOND"...), and its lower-case form
+ * from envoyproxy/ratelimit's YAML files ("second"...; any case is accepted, as
+ * envoyproxy/ratelimit upper-cases it), -1 if unknown or UNKNOWN. */
+const char *rls_unit_name(enum rls_unit u);
+int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
+
+/* The name of the policies made from envoyproxy/ratelimit's limits: not a
+ * valid policy name, so never one of `policies:`. */
+#define DOMAINS_ENVOY_POLICY "@envoy"
+
+/*
+ * Fills *p with the policy of an envoyproxy/ratelimit limit of
+ * requests_per_unit per unit, as that project counts it: one fixed_window
+ * tier named for the unit ("minute"), failure_mode open, the config's
+ * top-level headers and deny_status. Used for the files' `rate_limit:` and
+ * for Envoy's per-request limit override. Returns 0, or -1 with a message
+ * (an unknown unit, a limit policy.c refuses).
+ */
+int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
+                         int shadow, const struct config *c, char *err, size_t errlen) RL_WUR;
+
+/* Frees a domain's tree (not the struct itself); called by config_free. */
+void domain_free(struct domain *d);
+
+/* Frees one node's tree and limit (not the struct itself). */
+void domain_node_free(struct domain_node *n);
+
+/*
+ * Makes a level of the tree ready for domains_match: sorts the n nodes by
+ * key, then exact values (by value), then prefix values (in the order they
+ * were written, which is the order envoyproxy/ratelimit tries them), then
+ * the value-less node. Two nodes with the same key and value are
+ * ambiguous: returns -1 with *first and *second set to their positions
+ * before the sort (*second the later one). Returns 0 otherwise.
+ */
+int domains_sort_level(struct domain_node *nodes, size_t n, size_t *first, size_t *second) RL_WUR;
+
+/* Sorts c's domains by name for domains_match. Two of the same name:
+ * returns -1 with *first and *second their positions before the sort
+ * (*second the later one); 0 otherwise. */
+int domains_sort(struct domain *domains, size_t n, size_t *first, size_t *second) RL_WUR;
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * redis_url.h: the one parser of `redis.url`, used both to validate the
+ * policy file and to connect, so the two can never disagree.
+ *
+ *   redis://[[user]:password@]host[:port][/db]   host may be [IPv6]
+ *   rediss://...                                 the same, over TLS
+ *   unix:/path/redis.sock                        never TLS
+ *
+ * Credentials are percent-decoded ("p%40ss" is "p@ss").
+ */
+#ifndef RATELIMITD_REDIS_URL_H
+#define RATELIMITD_REDIS_URL_H
+
+#include <stddef.h>
+
+#include "lib/util.h"
+
+#define REDIS_URL_MAX_DB 1048576
+
+struct redis_url {
+    char *host; /* NULL for a unix socket */
+    int port;
+    char *unix_path;
+    char *user;     /* NULL: none (AUTH with the password alone) */
+    char *password; /* NULL: no AUTH */
+    int db;
+    int tls; /* rediss:// */
+};
+
+/* Fills *out (free with redis_url_free) or returns -1 with a message that
+ * never repeats the credentials. */
+int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t errlen) RL_WUR;
+
+/* Frees the strings; safe on a zeroed or freed struct. */
+void redis_url_free(struct redis_url *u);
+
+#endif

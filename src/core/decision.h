@@ -1,0 +1,130 @@
+/*
+ * decision.h: the neutral types that travel between a front (HTTP/1.1,
+ * forward-auth, gRPC), the decision core (check.c) and a backend (Redis,
+ * memory). No front type and no backend type appears here.
+ *
+ *   front:   bytes -> struct check_request        (request.c decodes /check)
+ *   core:    check_start(worker, request) -> one struct verdict
+ *   backend: decide(request, now) -> one struct tier_result per tier
+ *   front:   struct verdict -> bytes               (response.c renders HTTP)
+ *
+ * Also owns the one pure rule every front shares: which tier "binds" (sets
+ * the top-level figures and the X-RateLimit-* headers), decision_summarize.
+ */
+#ifndef RATELIMITD_DECISION_H
+#define RATELIMITD_DECISION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+#define REQUEST_MAX_CHECKS 64
+#define REQUEST_MAX_COST 1000000000LL
+
+/* One (policy, key, cost) of a request. */
+struct check_item {
+    const struct policy *policy; /* points into the config snapshot */
+    char *key;                   /* owned; may not contain NUL */
+    size_t keylen;
+    int64_t cost; /* costs of duplicate (policy, key) pairs are added */
+    /* A policy made for this check alone (Envoy's per-request limit
+     * override), which `policy` then points to; freed with the request.
+     * NULL for every policy of the config snapshot. */
+    struct policy *owned;
+};
+
+/* What a caller asks: every check is decided together, atomically. */
+struct check_request {
+    int dry_run;
+    int use_deny_status; /* forward-auth: a denial answers the binding check's
+                          * policy's deny_status, not 429 (verdict_status) */
+    int inspect;         /* the admin API looking (a dry run): not counted as checks */
+    size_t nchecks;
+    struct check_item *checks; /* owned */
+};
+
+/* Frees what a request owns; safe on a zeroed or freed struct. */
+void request_free(struct check_request *r);
+
+/* How many tiers the request's checks have in all (the number of results). */
+size_t request_tiers(const struct check_request *r);
+
+/* The failure mode for the whole request when the backend cannot decide:
+ * the strictest of its policies' (closed, then local, then open). */
+enum failure_mode request_failure_mode(const struct check_request *r);
+
+/* One tier's outcome, as a backend reports it (times in microseconds). */
+struct tier_result {
+    int allowed;
+    int64_t limit;
+    int64_t remaining;
+    int64_t reset_us;
+    int64_t retry_us; /* -1: no finite wait */
+    int64_t delay_us; /* leaky_bucket only */
+    int cost_exceeds_limit;
+};
+
+/*
+ * The request-level figures of a decision. The binding tier: when denied,
+ * the denying tier with the longest wait (no finite wait counts as
+ * longest); when allowed, the tier with the fewest remaining, ties broken by
+ * the longest reset. Tiers of shadow checks never bind unless the request
+ * has nothing else, since a shadow policy must not change what callers see.
+ */
+struct decision_summary {
+    int allowed;                       /* every tier of every non-shadow check allowed */
+    int shadow_denied;                 /* allowed, but a shadow check would have denied */
+    const struct tier_result *binding; /* points into the results; never NULL */
+    int64_t retry_us;                  /* 0 when allowed; the binding tier's wait (-1: never) */
+    int any_leaky;                     /* a leaky_bucket tier is involved: report delay */
+    int64_t delay_us;                  /* longest delay of an allowed leaky_bucket tier */
+};
+
+/* Pure: fills *out from results (one per tier, check order then tier
+ * order). The request has at least one check with at least one tier. */
+void decision_summarize(const struct check_request *req, const struct tier_result *results,
+                        struct decision_summary *out);
+
+/* The check that tier result r (one of results) belongs to: the policy whose
+ * per-policy answer settings (headers, deny_status) an answer follows. */
+const struct check_item *decision_check_of(const struct check_request *req,
+                                           const struct tier_result *results,
+                                           const struct tier_result *r);
+
+/* The tier that binds when the backend could not decide and nothing is
+ * known of any key's state (a failure_mode answer): of the tiers of the
+ * non-shadow checks (of every check if all are shadow), the one with the
+ * smallest limit per window, the first of equals in request order. Its
+ * configured figures are what such an answer can still tell a client.
+ * Sets *tier and returns the check it belongs to. Pure. */
+const struct check_item *decision_unknown_binding(const struct check_request *req,
+                                                  const struct tier **tier);
+
+enum verdict_kind {
+    VERDICT_DECIDED,     /* the backend decided (or the deny cache, as it would) */
+    VERDICT_LOCAL,       /* the backend could not; decided in this process's
+                          * memory per failure_mode local (degraded) */
+    VERDICT_UNAVAILABLE, /* not decided: failure_mode open (allowed, degraded)
+                          * or closed (denied) per request_failure_mode */
+    VERDICT_OVERLOADED,  /* max_inflight reached with overload: reject */
+};
+
+/* The one answer to a check. Everything it points to is valid only during
+ * the reply callback. */
+struct verdict {
+    enum verdict_kind kind;
+    const struct check_request *req;
+    const struct tier_result *results; /* DECIDED, LOCAL: one per tier */
+    struct decision_summary sum;       /* DECIDED, LOCAL */
+    const char *why;                   /* UNAVAILABLE: a short reason */
+    int cached;                        /* DECIDED by the local deny cache */
+};
+
+/* The status the outcome maps to, in HTTP's numbering (every front and the
+ * access log use it): 200 allowed (or degraded open), 429 denied (or, with
+ * use_deny_status, the binding check's policy's deny_status), 503 closed or
+ * overloaded. */
+int verdict_status(const struct verdict *v);
+
+#endif

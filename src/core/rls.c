@@ -1,0 +1,508 @@
+/*
+ * rls.c: one ShouldRateLimit, front-neutral (rls.h). The life of a call:
+ *
+ *   rls_start: validate the request; match every descriptor in the
+ *     config's domains (domains_match); drop the limits another matched
+ *     limit `replaces`; build each remaining limited descriptor's key and
+ *     cost; put them all in ONE check_request (duplicates add up, as on
+ *     /check) so the backend decides them atomically; check_start.
+ *   on_verdict: map the core's verdict to Envoy's answer (overall code, one
+ *     status per descriptor, the /check headers), count the metrics, reply.
+ *
+ * The struct rls_call owns what the answer needs past rls_start (one entry
+ * per descriptor, the derived limit names, the header list) and is freed
+ * once, by call_free: after the reply (in reply_and_free, or in rls_start
+ * when the reply came before rls_start returned), or by rls_cancel. The
+ * limits it points to live in the config snapshot the check holds a
+ * reference to, so a reload cannot free them while the call waits. A
+ * request with nothing to decide never reaches the core and is answered
+ * within rls_start.
+ *
+ * Does not own decoding (the fronts), matching (domains.c), the backend or
+ * the failure modes (check.c) nor the header rules (rate_headers.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/metrics.h"
+#include "core/rls.h"
+#include "front/rate_headers.h"
+#include "worker.h"
+
+#define RLS_REMAINING_UNLIMITED 4294967295LL /* UINT32_MAX, as envoyproxy/ratelimit */
+#define RLS_UINT32_MAX 4294967295LL
+
+enum entry_kind { ENTRY_UNMATCHED, ENTRY_REPLACED, ENTRY_UNLIMITED, ENTRY_LIMITED };
+
+/* What became of one request descriptor. */
+struct entry {
+    enum entry_kind kind;
+    const struct domain_limit *limit; /* NULL when unmatched */
+    size_t check;                     /* ENTRY_LIMITED: its check in the request */
+    char *metric;                     /* detailed_metric: the request's own "key_value..." path */
+    size_t metriclen;
+    char name[2 * POLICY_NAME_MAX + 2]; /* "<policy>/<tier>" of a policy: limit */
+    struct domain_limit override;       /* Envoy's per-request limit: limit points here */
+};
+
+struct rls_call {
+    struct worker *w;
+    enum rls_front front;
+    const struct domain *domain; /* the config's, or NULL: unknown */
+    rls_reply_fn reply;
+    void *ctx;
+    struct check *check; /* while the core decides */
+    int starting;        /* inside rls_start: the caller gets the handle */
+    int answered;
+    size_t n;
+    struct entry *entries;     /* n */
+    struct rls_status *status; /* n */
+    struct rls_header headers[RATE_HEADERS_MAX];
+};
+
+static void call_free(struct rls_call *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->entries[i].metric);
+    free(c->entries);
+    free(c->status);
+    free(c);
+}
+
+/* ---- pure parts ---- */
+
+/* Appends s escaped at out + *n; -1 past outlen. */
+static int put_escaped(char *out, size_t outlen, size_t *n, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char *rep = NULL;
+        switch (s[i]) {
+        case '%':
+            rep = "%25";
+            break;
+        case '|':
+            rep = "%7C";
+            break;
+        case '=':
+            rep = "%3D";
+            break;
+        case '\0':
+            rep = "%00"; /* a check's key may not hold NUL (decision.h) */
+            break;
+        }
+        size_t k = rep ? 3 : 1;
+        if (outlen - *n < k)
+            return -1;
+        memcpy(out + *n, rep ? rep : &s[i], k);
+        *n += k;
+    }
+    return 0;
+}
+
+static int put_raw(char *out, size_t outlen, size_t *n, char ch)
+{
+    if (outlen == *n)
+        return -1;
+    out[(*n)++] = ch;
+    return 0;
+}
+
+long rls_key(const char *domain, size_t domainlen, const struct descriptor_entry *entries, size_t n,
+             char *out, size_t outlen)
+{
+    size_t len = 0;
+    if (put_escaped(out, outlen, &len, domain, domainlen) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const struct descriptor_entry *e = &entries[i];
+        if (put_raw(out, outlen, &len, '|') < 0 ||
+            put_escaped(out, outlen, &len, e->key, e->keylen) < 0 ||
+            put_raw(out, outlen, &len, '=') < 0 ||
+            put_escaped(out, outlen, &len, e->value, e->valuelen) < 0)
+            return -1;
+    }
+    return (long)len;
+}
+
+void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_per_unit)
+{
+    /* By length; Envoy's numbering is not in that order. */
+    static const enum rls_unit by_length[] = {RLS_UNIT_SECOND, RLS_UNIT_MINUTE, RLS_UNIT_HOUR,
+                                              RLS_UNIT_DAY,    RLS_UNIT_WEEK,   RLS_UNIT_MONTH,
+                                              RLS_UNIT_YEAR};
+    size_t i = 0;
+    while (i + 1 < sizeof by_length / sizeof by_length[0] &&
+           rls_unit_seconds(by_length[i]) * 1000000 < t->window_us)
+        i++;
+    int64_t unit_us = rls_unit_seconds(by_length[i]) * 1000000;
+    /* limit * unit_us may pass 2^63 (a big limit per year): long double
+     * holds 64 bits of mantissa, exact for the small products that matter,
+     * and the result is held to UINT32_MAX anyway. */
+    long double v = (long double)t->limit * (long double)unit_us / (long double)t->window_us;
+    int64_t r = v >= (long double)RLS_UINT32_MAX ? RLS_UINT32_MAX : (int64_t)v;
+    if ((long double)r < v && r < RLS_UINT32_MAX)
+        r++;
+    *unit = by_length[i];
+    *requests_per_unit = r < 1 ? 1 : r;
+}
+
+/* ---- matching and the request ---- */
+
+static int validate(const struct rls_request *req, struct request_error *err)
+{
+    if (req->domainlen == 0)
+        return request_fail(err, "invalid_request", "the domain is empty");
+    if (req->ndescriptors == 0)
+        return request_fail(err, "invalid_request", "there are no descriptors");
+    if (req->ndescriptors > REQUEST_MAX_CHECKS)
+        return request_fail(err, "invalid_request", "too many descriptors (at most 64)");
+    if (req->hits_addend < 0 || req->hits_addend > REQUEST_MAX_COST)
+        return request_fail(err, "invalid_cost", "hits_addend must be between 0 and 1000000000");
+    for (size_t i = 0; i < req->ndescriptors; i++) {
+        const struct rls_descriptor *d = &req->descriptors[i];
+        if (d->nentries == 0)
+            return request_fail(err, "invalid_request", "a descriptor has no entries");
+        if (d->hits_addend < -1 || d->hits_addend > REQUEST_MAX_COST)
+            return request_fail(err, "invalid_cost",
+                                "a descriptor's hits_addend must be between 0 and 1000000000");
+        for (size_t j = 0; j < d->nentries; j++)
+            if (d->entries[j].keylen == 0)
+                return request_fail(err, "invalid_key", "a descriptor entry has an empty key");
+        if (d->has_limit &&
+            (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 1 ||
+             d->limit_requests_per_unit > RLS_UINT32_MAX))
+            return request_fail(err, "invalid_limit",
+                                "a descriptor's limit override needs a known unit and "
+                                "requests_per_unit of at least 1");
+    }
+    return 0;
+}
+
+/* True if name is in the replaces of a matched limit other than entry i's. */
+static int is_replaced(const struct rls_call *c, size_t i)
+{
+    const char *name = c->entries[i].limit->name;
+    if (!name)
+        return 0;
+    for (size_t j = 0; j < c->n; j++) {
+        const struct domain_limit *l = c->entries[j].limit;
+        if (j == i || !l || c->entries[j].limit == c->entries[i].limit)
+            continue;
+        for (size_t k = 0; k < l->nreplaces; k++)
+            if (strcmp(l->replaces[k], name) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+/* The request's own "key_value.key_value" path of a descriptor, for a
+ * detailed_metric limit (metrics.c bounds and cleans it). */
+static void detailed_path(struct entry *e, const struct rls_descriptor *d)
+{
+    size_t len = 0;
+    for (size_t j = 0; j < d->nentries; j++)
+        len += d->entries[j].keylen + 1 + d->entries[j].valuelen + 1;
+    e->metric = xmalloc(len);
+    size_t n = 0;
+    for (size_t j = 0; j < d->nentries; j++) {
+        if (j)
+            e->metric[n++] = '.';
+        memcpy(e->metric + n, d->entries[j].key, d->entries[j].keylen);
+        n += d->entries[j].keylen;
+        e->metric[n++] = '_';
+        memcpy(e->metric + n, d->entries[j].value, d->entries[j].valuelen);
+        n += d->entries[j].valuelen;
+    }
+    e->metriclen = n;
+}
+
+/* Matches every descriptor and applies `replaces`. */
+static void match_all(struct rls_call *c, const struct config *cfg, const struct rls_request *req)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rls_descriptor *d = &req->descriptors[i];
+        struct entry *e = &c->entries[i];
+        e->limit = c->domain
+                       ? domains_match(cfg, req->domain, req->domainlen, d->entries, d->nentries)
+                       : NULL;
+        if (c->domain && d->has_limit) {
+            /* Envoy's override replaces whatever the config says for this
+             * descriptor, in a known domain, as envoyproxy/ratelimit does:
+             * a fixed window, never shadow, never unlimited. */
+            e->override = (struct domain_limit){
+                .unit = d->limit_unit,
+                .requests_per_unit = d->limit_requests_per_unit,
+                .path = e->limit ? e->limit->path : NULL,
+                .detailed_metric = e->limit && e->limit->detailed_metric,
+            };
+            e->limit = &e->override;
+        }
+        e->kind = !e->limit             ? ENTRY_UNMATCHED
+                  : e->limit->unlimited ? ENTRY_UNLIMITED
+                                        : ENTRY_LIMITED;
+        if (e->limit && e->limit->detailed_metric)
+            detailed_path(e, d);
+    }
+    for (size_t i = 0; i < c->n; i++)
+        if (c->entries[i].limit && is_replaced(c, i))
+            c->entries[i].kind = ENTRY_REPLACED;
+}
+
+/* The same policy, or two per-request overrides with the same limit: one
+ * state, so one check (the backend must never see one key twice). */
+static int same_policy(const struct policy *a, const struct policy *b)
+{
+    return a == b || (strcmp(a->name, DOMAINS_ENVOY_POLICY) == 0 &&
+                      strcmp(b->name, DOMAINS_ENVOY_POLICY) == 0 && a->shadow == b->shadow &&
+                      a->tiers[0].limit == b->tiers[0].limit &&
+                      a->tiers[0].window_us == b->tiers[0].window_us);
+}
+
+/* Adds descriptor i's check to creq (merging a duplicate (policy, key), as
+ * /check does) and remembers which check it is. */
+static int add_check(struct rls_call *c, struct check_request *creq, const struct rls_request *req,
+                     size_t i, struct request_error *err)
+{
+    const struct rls_descriptor *d = &req->descriptors[i];
+    char key[POLICY_KEY_MAX];
+    long len = rls_key(req->domain, req->domainlen, d->entries, d->nentries, key, sizeof key);
+    if (len < 0)
+        return request_fail(err, "invalid_key", "a descriptor's key is over 1024 bytes");
+    int64_t cost = d->hits_addend >= 0    ? d->hits_addend
+                   : req->hits_addend > 0 ? req->hits_addend
+                                          : 1;
+    /* The key may have tiers of its own (per-key overrides), as on /check:
+     * the same (policy, key) must be decided by the same tiers whichever
+     * front asks, since they share the state. A shadow_mode copy has
+     * variants of its own, shadow too (config.c). */
+    struct policy *owned = NULL;
+    const struct policy *p;
+    if (c->entries[i].limit == &c->entries[i].override) {
+        char msg[RL_ERRLEN];
+        owned = xmalloc(sizeof *owned);
+        if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, c->w->config,
+                                 msg, sizeof msg) < 0) {
+            free(owned);
+            return request_fail(err, "invalid_limit", "%s", msg);
+        }
+        /* Its limit is this request's: a denial cached under it could
+         * answer a later request that brings another. */
+        owned->deny_cache = 0;
+        p = owned;
+    } else {
+        p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
+    }
+    for (size_t k = 0; k < creq->nchecks; k++) {
+        struct check_item *it = &creq->checks[k];
+        if (same_policy(it->policy, p) && it->keylen == (size_t)len &&
+            memcmp(it->key, key, it->keylen) == 0) {
+            free(owned);
+            if (it->cost + cost > REQUEST_MAX_COST)
+                return request_fail(err, "invalid_cost",
+                                    "the hits of one descriptor add up to too many");
+            it->cost += cost;
+            c->entries[i].check = k;
+            return 0;
+        }
+    }
+    struct check_item *it = &creq->checks[creq->nchecks];
+    *it = (struct check_item){.policy = p,
+                              .key = xstrndup(key, (size_t)len),
+                              .keylen = (size_t)len,
+                              .cost = cost,
+                              .owned = owned};
+    c->entries[i].check = creq->nchecks++;
+    return 0;
+}
+
+/* ---- the answer ---- */
+
+/* Counts descriptor i (after its status is set); shadow_over: a shadow
+ * limit would have denied it. */
+static void count_descriptors_one(struct rls_call *c, size_t i, int shadow_over)
+{
+    const struct entry *e = &c->entries[i];
+    enum metrics_rls_result r = METRICS_RLS_DESC_UNMATCHED; /* replaced ones too */
+    if (e->kind == ENTRY_UNLIMITED)
+        r = METRICS_RLS_DESC_UNLIMITED;
+    else if (e->kind == ENTRY_LIMITED && c->status[i].code == RLS_CODE_OVER_LIMIT)
+        r = METRICS_RLS_DESC_OVER_LIMIT;
+    else if (e->kind == ENTRY_LIMITED && shadow_over)
+        r = METRICS_RLS_DESC_SHADOW_OVER_LIMIT;
+    else if (e->kind == ENTRY_LIMITED)
+        r = METRICS_RLS_DESC_OK;
+    const char *domain = c->domain ? c->domain->name : "";
+    const char *path = e->limit && e->limit->path ? e->limit->path : "";
+    if (e->metric)
+        metrics_rls_descriptor(c->w->metrics, domain, e->metric, e->metriclen, 1, r);
+    else
+        metrics_rls_descriptor(c->w->metrics, domain, path, strlen(path), 0, r);
+}
+
+static void reply_and_free(struct rls_call *c, const struct rls_answer *a)
+{
+    enum metrics_rls_code code = a->outcome == RLS_UNAVAILABLE       ? METRICS_RLS_UNAVAILABLE
+                                 : a->overall == RLS_CODE_OVER_LIMIT ? METRICS_RLS_OVER_LIMIT
+                                                                     : METRICS_RLS_OK;
+    metrics_rls_request(c->w->metrics, (enum metrics_rls_front)c->front, code);
+    c->answered = 1;
+    c->reply(c->ctx, a);
+    if (!c->starting)
+        call_free(c);
+}
+
+/* Every status OK: what answers without a decision (nothing to decide, or
+ * failure_mode open). */
+static void statuses_ok(struct rls_call *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        c->status[i] = (struct rls_status){
+            .code = RLS_CODE_OK,
+            .limit_remaining = c->entries[i].kind == ENTRY_UNLIMITED ? RLS_REMAINING_UNLIMITED : 0};
+}
+
+/* Descriptor i's status from its check's tiers (results of that check
+ * alone): the same binding rule as the whole request's. */
+static void status_decided(struct rls_call *c, size_t i, const struct verdict *v,
+                           const struct tier_result *results, int *shadow_over)
+{
+    const struct check_item *it = &v->req->checks[c->entries[i].check];
+    const struct policy *p = it->policy;
+    struct check_request one = {.nchecks = 1, .checks = (struct check_item *)it};
+    struct decision_summary sum;
+    decision_summarize(&one, results, &sum);
+    const struct tier_result *b = sum.binding;
+    int denied = 0;
+    for (size_t t = 0; t < p->ntiers; t++)
+        denied |= !results[t].allowed;
+    const struct domain_limit *l = c->entries[i].limit;
+    struct rls_status *s = &c->status[i];
+    *s = (struct rls_status){
+        .code = denied && !p->shadow ? RLS_CODE_OVER_LIMIT : RLS_CODE_OK,
+        .has_limit = 1,
+        .requests_per_unit = l->requests_per_unit,
+        .unit = l->unit,
+        .limit_name = l->name,
+        .limit_remaining = b->remaining < 0                ? 0
+                           : b->remaining > RLS_UINT32_MAX ? RLS_UINT32_MAX
+                                                           : b->remaining,
+        .until_reset_us = b->reset_us < 0 ? 0 : b->reset_us,
+    };
+    *shadow_over = denied && p->shadow;
+    if (l->unit == RLS_UNIT_UNKNOWN) {
+        const struct tier *t = &p->tiers[b - results];
+        rls_tier_unit(t, &s->unit, &s->requests_per_unit);
+        snprintf(c->entries[i].name, sizeof c->entries[i].name, "%s/%s", p->name, t->name);
+        s->limit_name = c->entries[i].name;
+    }
+}
+
+static void on_verdict(void *ctx, const struct verdict *v)
+{
+    struct rls_call *c = ctx;
+    c->check = NULL;
+    struct rls_answer a = {
+        .outcome = RLS_DECIDED, .overall = RLS_CODE_OK, .statuses = c->status, .nstatuses = c->n};
+    int closed = v->kind == VERDICT_UNAVAILABLE && request_failure_mode(v->req) == FAILURE_CLOSED;
+    if (v->kind == VERDICT_OVERLOADED || closed) {
+        a.outcome = RLS_UNAVAILABLE;
+        a.message = v->kind == VERDICT_OVERLOADED ? "too many checks in flight"
+                    : v->why                      ? v->why
+                                                  : "the backend could not decide";
+        reply_and_free(c, &a);
+        return;
+    }
+    statuses_ok(c);
+    uint64_t shadow_over = 0; /* descriptors (< 64) a shadow limit would have denied */
+    if (v->kind == VERDICT_UNAVAILABLE) {
+        a.degraded = 1; /* failure_mode open */
+    } else {
+        a.degraded = v->kind == VERDICT_LOCAL;
+        a.overall = v->sum.allowed ? RLS_CODE_OK : RLS_CODE_OVER_LIMIT;
+        for (size_t i = 0; i < c->n; i++) {
+            if (c->entries[i].kind != ENTRY_LIMITED)
+                continue;
+            const struct tier_result *r = v->results;
+            for (size_t k = 0; k < c->entries[i].check; k++)
+                r += v->req->checks[k].policy->ntiers;
+            int so;
+            status_decided(c, i, v, r, &so);
+            shadow_over |= (uint64_t)so << i;
+        }
+    }
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    rate_headers_verdict(&hs, v);
+    for (size_t i = 0; i < hs.n; i++)
+        c->headers[i] = (struct rls_header){hs.h[i].name, hs.h[i].value, hs.h[i].len};
+    a.headers = c->headers;
+    a.nheaders = hs.n;
+    for (size_t i = 0; i < c->n; i++)
+        count_descriptors_one(c, i, (shadow_over >> i) & 1);
+    reply_and_free(c, &a);
+}
+
+int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn reply, void *ctx,
+              struct rls_call **handle, struct request_error *err)
+{
+    *handle = NULL;
+    if (validate(req, err) < 0) {
+        metrics_rls_request(w->metrics, (enum metrics_rls_front)req->front, METRICS_RLS_INVALID);
+        return -1;
+    }
+    const struct config *cfg = w->config;
+    struct rls_call *c = xcalloc(1, sizeof *c);
+    *c = (struct rls_call){.w = w,
+                           .front = req->front,
+                           .domain = domains_find(cfg, req->domain, req->domainlen),
+                           .reply = reply,
+                           .ctx = ctx,
+                           .starting = 1,
+                           .n = req->ndescriptors};
+    c->entries = xcalloc(c->n, sizeof *c->entries);
+    c->status = xcalloc(c->n, sizeof *c->status);
+    match_all(c, cfg, req);
+
+    struct check_request creq = {0};
+    creq.checks = xcalloc(c->n, sizeof *creq.checks);
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->entries[i].kind == ENTRY_LIMITED && add_check(c, &creq, req, i, err) < 0) {
+            request_free(&creq);
+            call_free(c);
+            metrics_rls_request(w->metrics, (enum metrics_rls_front)req->front,
+                                METRICS_RLS_INVALID);
+            return -1;
+        }
+    }
+    if (creq.nchecks == 0) {
+        /* Nothing to decide: OK at once, without the backend. */
+        request_free(&creq);
+        statuses_ok(c);
+        for (size_t i = 0; i < c->n; i++)
+            count_descriptors_one(c, i, 0);
+        struct rls_answer a = {.outcome = RLS_DECIDED,
+                               .overall = RLS_CODE_OK,
+                               .statuses = c->status,
+                               .nstatuses = c->n};
+        reply_and_free(c, &a);
+    } else {
+        c->check = check_start(w, &creq, on_verdict, c);
+    }
+    c->starting = 0;
+    if (c->answered) {
+        call_free(c);
+        return 0;
+    }
+    *handle = c;
+    return 0;
+}
+
+void rls_cancel(struct rls_call *c)
+{
+    if (!c)
+        return;
+    check_cancel(c->check);
+    call_free(c);
+}

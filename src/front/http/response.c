@@ -1,0 +1,455 @@
+/*
+ * response.c: every HTTP answer, rendered into a struct buf (response.h).
+ *
+ * The body is written first, where the response starts in the buffer; then
+ * the head (which needs the body's length) is measured, the body moved up
+ * by that much and the head written in front of it. Bodies are a few
+ * hundred bytes, so the move costs less than a second buffer would.
+ *
+ * The rate-limit headers of a verdict come from rate_headers.c, shared with
+ * Envoy's answers (rls.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rls.h"
+#include "front/http/response.h"
+#include "front/rate_headers.h"
+#include "lib/json_out.h"
+#include "lib/util.h"
+
+/* The head is assembled with plain copies: snprintf's format parsing cost
+ * more than the rest of the answer. With dst NULL, only counts. */
+struct head {
+    char *dst;
+    size_t n;
+};
+
+static void put(struct head *h, const char *s, size_t len)
+{
+    if (h->dst)
+        memcpy(h->dst + h->n, s, len);
+    h->n += len;
+}
+
+static void put_str(struct head *h, const char *s)
+{
+    put(h, s, strlen(s));
+}
+
+static void put_int(struct head *h, long long v)
+{
+    char s[UTIL_INT_CHARS];
+    put(h, s, util_format_int(s, v));
+}
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+/* Writes (or, with dst NULL, measures) the head of a response. */
+static size_t write_head(char *dst, int status, const char *content_type,
+                         const struct rate_headers *hs, unsigned flags, size_t body_len)
+{
+    struct head h = {dst, 0};
+    put_str(&h, "HTTP/1.1 ");
+    put_int(&h, status);
+    put(&h, " ", 1);
+    put_str(&h, reason_phrase(status));
+    put_str(&h, "\r\nContent-Type: ");
+    put_str(&h, content_type ? content_type : "application/json");
+    put_str(&h, "\r\nCache-Control: no-store\r\n");
+    for (size_t i = 0; hs && i < hs->n; i++) {
+        put_str(&h, hs->h[i].name);
+        put(&h, ": ", 2);
+        put(&h, hs->h[i].value, hs->h[i].len);
+        put(&h, "\r\n", 2);
+    }
+    if (flags & RESPONSE_CLOSE)
+        put_str(&h, "Connection: close\r\n");
+    else if (flags & RESPONSE_KEEP_ALIVE)
+        put_str(&h, "Connection: keep-alive\r\n");
+    put_str(&h, "Content-Length: ");
+    put_int(&h, (long long)body_len);
+    put(&h, "\r\n\r\n", 4);
+    return h.n;
+}
+
+/* Ends the response whose body starts at out->data + start: appends the
+ * final newline, then puts the head in front of the body. The head is
+ * measured first, so it is written straight into place whatever its size. */
+static void finish(struct buf *out, size_t start, int status, const char *content_type,
+                   const struct rate_headers *hs, unsigned flags)
+{
+    buf_append_char(out, '\n');
+    size_t body_len = out->len - start;
+    size_t n = write_head(NULL, status, content_type, hs, flags, body_len);
+    buf_reserve(out, n);
+    memmove(out->data + start + n, out->data + start, body_len);
+    write_head(out->data + start, status, content_type, hs, flags, body_len);
+    out->len = start + n + ((flags & RESPONSE_HEAD) ? 0 : body_len);
+}
+
+static void ms_or_null(struct json_out *j, int64_t us)
+{
+    if (us < 0)
+        json_out_null(j);
+    else
+        json_out_int(j, rate_headers_ms(us));
+}
+
+static void tier_json(struct json_out *j, const struct tier *t, const struct tier_result *r)
+{
+    json_out_begin(j, '{');
+    json_out_key(j, "name");
+    json_out_cstr(j, t->name);
+    json_out_key(j, "algorithm");
+    json_out_cstr(j, policy_algorithm_name(t->algorithm));
+    json_out_key(j, "allowed");
+    json_out_bool(j, r->allowed);
+    json_out_key(j, "limit");
+    json_out_int(j, r->limit);
+    json_out_key(j, "remaining");
+    json_out_int(j, r->remaining);
+    json_out_key(j, "reset_ms");
+    json_out_int(j, rate_headers_ms(r->reset_us));
+    json_out_key(j, "retry_after_ms");
+    ms_or_null(j, r->allowed ? 0 : r->retry_us);
+    if (policy_algorithm_has_delay(t->algorithm)) {
+        json_out_key(j, "delay_ms");
+        json_out_int(j, rate_headers_ms(r->delay_us));
+    }
+    if (r->cost_exceeds_limit) {
+        json_out_key(j, "reason");
+        json_out_cstr(j, "cost_exceeds_limit");
+    }
+    json_out_end(j, '}');
+}
+
+/* "policy", "key" of one check. */
+static void check_names(struct json_out *j, const struct check_item *c)
+{
+    json_out_key(j, "policy");
+    json_out_cstr(j, c->policy->name);
+    json_out_key(j, "key");
+    json_out_str(j, c->key, c->keylen);
+}
+
+static void checks_json(struct json_out *j, const struct check_request *req,
+                        const struct tier_result *results)
+{
+    const struct tier_result *r = results;
+    json_out_key(j, "checks");
+    json_out_begin(j, '[');
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        const struct policy *p = c->policy;
+        int check_allowed = 1;
+        for (size_t t = 0; t < p->ntiers; t++)
+            check_allowed &= r[t].allowed;
+        json_out_begin(j, '{');
+        check_names(j, c);
+        json_out_key(j, "allowed");
+        json_out_bool(j, check_allowed || p->shadow);
+        if (p->shadow && !check_allowed) {
+            json_out_key(j, "shadow_denied");
+            json_out_bool(j, 1);
+        }
+        json_out_key(j, "tiers");
+        json_out_begin(j, '[');
+        for (size_t t = 0; t < p->ntiers; t++, r++)
+            tier_json(j, &p->tiers[t], r);
+        json_out_end(j, ']');
+        json_out_end(j, '}');
+    }
+    json_out_end(j, ']');
+}
+
+static int decision(struct buf *out, const struct verdict *v, int local, unsigned flags)
+{
+    const struct decision_summary *sum = &v->sum;
+    const struct tier_result *bind = sum->binding;
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, sum->allowed);
+    json_out_key(&j, "limit");
+    json_out_int(&j, bind->limit);
+    json_out_key(&j, "remaining");
+    json_out_int(&j, bind->remaining);
+    json_out_key(&j, "reset_ms");
+    json_out_int(&j, rate_headers_ms(bind->reset_us));
+    json_out_key(&j, "retry_after_ms");
+    ms_or_null(&j, sum->retry_us);
+    if (sum->any_leaky) {
+        json_out_key(&j, "delay_ms");
+        json_out_int(&j, rate_headers_ms(sum->delay_us));
+    }
+    if (sum->shadow_denied) {
+        json_out_key(&j, "shadow_denied");
+        json_out_bool(&j, 1);
+    }
+    if (v->req->dry_run) {
+        json_out_key(&j, "dry_run");
+        json_out_bool(&j, 1);
+    }
+    if (local) {
+        json_out_key(&j, "degraded");
+        json_out_bool(&j, 1);
+        json_out_key(&j, "local");
+        json_out_bool(&j, 1);
+    }
+    checks_json(&j, v->req, v->results);
+    json_out_end(&j, '}');
+
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    rate_headers_verdict(&hs, v);
+    int status = verdict_status(v);
+    finish(out, start, status, NULL, &hs, flags);
+    return status;
+}
+
+static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
+{
+    static const char *const mode_names[] = {
+        [FAILURE_OPEN] = "open", [FAILURE_CLOSED] = "closed", [FAILURE_LOCAL] = "local"};
+    const struct check_request *req = v->req;
+    int closed = request_failure_mode(req) == FAILURE_CLOSED;
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, !closed);
+    if (closed) {
+        json_out_key(&j, "error");
+        json_out_cstr(&j, "backend_unavailable");
+    } else {
+        json_out_key(&j, "degraded");
+        json_out_bool(&j, 1);
+    }
+    json_out_key(&j, "message");
+    json_out_cstr(&j, v->why ? v->why : "the backend could not decide");
+    json_out_key(&j, "checks");
+    json_out_begin(&j, '[');
+    for (size_t i = 0; i < req->nchecks; i++) {
+        json_out_begin(&j, '{');
+        check_names(&j, &req->checks[i]);
+        json_out_key(&j, "failure_mode");
+        json_out_cstr(&j, mode_names[req->checks[i].policy->failure_mode]);
+        json_out_end(&j, '}');
+    }
+    json_out_end(&j, ']');
+    json_out_end(&j, '}');
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    rate_headers_verdict(&hs, v);
+    finish(out, start, closed ? 503 : 200, NULL, &hs, flags);
+    return closed ? 503 : 200;
+}
+
+/* {"error": code, "message": message} with the headers in hs. */
+static void error_answer(struct buf *out, int status, const char *code, const char *message,
+                         const struct rate_headers *hs, unsigned flags)
+{
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "error");
+    json_out_cstr(&j, code);
+    json_out_key(&j, "message");
+    json_out_cstr(&j, message);
+    json_out_end(&j, '}');
+    finish(out, start, status, NULL, hs, flags);
+}
+
+int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
+{
+    struct rate_headers hs;
+    switch (v->kind) {
+    case VERDICT_DECIDED:
+        return decision(out, v, 0, flags);
+    case VERDICT_LOCAL:
+        return decision(out, v, 1, flags);
+    case VERDICT_UNAVAILABLE:
+        return unavailable(out, v, flags);
+    case VERDICT_OVERLOADED:
+        break;
+    }
+    rate_headers_init(&hs);
+    rate_headers_verdict(&hs, v);
+    error_answer(out, 503, "overloaded", "too many checks in flight", &hs, flags);
+    return 503;
+}
+
+/* A protobuf Duration as protojson writes it: seconds with 0, 3, 6 or 9
+ * decimals ("42s", "1.500s"). */
+static void json_duration(struct json_out *j, int64_t us)
+{
+    char text[UTIL_INT_CHARS + 16];
+    size_t n = util_format_int(text, us / 1000000);
+    int64_t frac = us % 1000000;
+    if (frac) {
+        int digits = frac % 1000 ? 6 : 3;
+        int64_t v = digits == 6 ? frac : frac / 1000;
+        text[n++] = '.';
+        for (int d = digits - 1; d >= 0; d--, v /= 10)
+            text[n + (size_t)d] = (char)('0' + v % 10);
+        n += (size_t)digits;
+    }
+    text[n++] = 's';
+    json_out_str(j, text, n);
+}
+
+static const char *rls_code_name(enum rls_code c)
+{
+    return c == RLS_CODE_OK ? "OK" : c == RLS_CODE_OVER_LIMIT ? "OVER_LIMIT" : "UNKNOWN";
+}
+
+static void rls_status_json(struct json_out *j, const struct rls_status *st)
+{
+    json_out_begin(j, '{');
+    if (st->code != RLS_CODE_UNKNOWN) {
+        json_out_key(j, "code");
+        json_out_cstr(j, rls_code_name(st->code));
+    }
+    if (st->has_limit) {
+        json_out_key(j, "currentLimit");
+        json_out_begin(j, '{');
+        if (st->requests_per_unit) {
+            json_out_key(j, "requestsPerUnit");
+            json_out_int(j, st->requests_per_unit);
+        }
+        if (st->unit != RLS_UNIT_UNKNOWN) {
+            json_out_key(j, "unit");
+            json_out_cstr(j, rls_unit_name(st->unit));
+        }
+        if (st->limit_name && *st->limit_name) {
+            json_out_key(j, "name");
+            json_out_cstr(j, st->limit_name);
+        }
+        json_out_end(j, '}');
+    }
+    if (st->limit_remaining) {
+        json_out_key(j, "limitRemaining");
+        json_out_int(j, st->limit_remaining);
+    }
+    if (st->has_limit) {
+        json_out_key(j, "durationUntilReset");
+        json_duration(j, st->until_reset_us);
+    }
+    json_out_end(j, '}');
+}
+
+int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags)
+{
+    if (a->outcome == RLS_UNAVAILABLE) {
+        response_error(out, 503, "backend_unavailable", a->message, "Retry-After", "1", flags);
+        return 503;
+    }
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    if (a->overall != RLS_CODE_UNKNOWN) {
+        json_out_key(&j, "overallCode");
+        json_out_cstr(&j, rls_code_name(a->overall));
+    }
+    if (a->nstatuses) {
+        json_out_key(&j, "statuses");
+        json_out_begin(&j, '[');
+        for (size_t i = 0; i < a->nstatuses; i++)
+            rls_status_json(&j, &a->statuses[i]);
+        json_out_end(&j, ']');
+    }
+    if (a->nheaders) {
+        json_out_key(&j, "responseHeadersToAdd");
+        json_out_begin(&j, '[');
+        for (size_t i = 0; i < a->nheaders; i++) {
+            json_out_begin(&j, '{');
+            json_out_key(&j, "key");
+            json_out_cstr(&j, a->headers[i].name);
+            json_out_key(&j, "value");
+            json_out_str(&j, a->headers[i].value, a->headers[i].len);
+            json_out_end(&j, '}');
+        }
+        json_out_end(&j, ']');
+    }
+    json_out_end(&j, '}');
+    int status = a->overall == RLS_CODE_OVER_LIMIT ? 429 : 200;
+    finish(out, start, status, NULL, NULL, flags);
+    return status;
+}
+
+void response_auth_skipped(struct buf *out, const char *policy, const char *missing, unsigned flags)
+{
+    size_t start = out->len;
+    struct json_out j = json_out_start(out);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "allowed");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "skipped");
+    json_out_bool(&j, 1);
+    json_out_key(&j, "policy");
+    json_out_cstr(&j, policy);
+    json_out_key(&j, "missing");
+    json_out_cstr(&j, missing);
+    json_out_end(&j, '}');
+    finish(out, start, 200, NULL, NULL, flags);
+}
+
+void response_error(struct buf *out, int status, const char *code, const char *message,
+                    const char *hname, const char *hvalue, unsigned flags)
+{
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    if (hname)
+        rate_headers_add_ref(&hs, hname, hvalue);
+    error_answer(out, status, code, message, &hs, flags);
+}
+
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags)
+{
+    size_t start = out->len;
+    buf_append(out, body, len);
+    /* finish adds the one final newline: drop the body's own. */
+    if (len && body[len - 1] == '\n')
+        out->len--;
+    finish(out, start, status, content_type, NULL, flags);
+}
+
+void response_continue(struct buf *out)
+{
+    buf_append_str(out, "HTTP/1.1 100 Continue\r\n\r\n");
+}

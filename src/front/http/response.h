@@ -1,0 +1,68 @@
+/*
+ * response.h: every answer the HTTP front gives, rendered straight into the
+ * connection's output buffer as a complete HTTP/1.1 response: status line,
+ * Content-Type, Cache-Control: no-store, the answer's own headers
+ * (X-RateLimit-* or RateLimit / RateLimit-Policy per the policy's
+ * `headers:` mode, Retry-After, Allow, WWW-Authenticate), Connection when
+ * asked, Content-Length, and the body, which always ends with one "\n".
+ *
+ * Owns the JSON shapes (json_out.c writes them; no tree, no allocation past
+ * the buffer's own growth). Does not own the X-RateLimit-* / Retry-After
+ * rules (rate_headers.c, shared with Envoy's answers), which tier binds (decision_summarize) nor
+ * when a connection closes (http.c says so with RESPONSE_CLOSE).
+ */
+#ifndef RATELIMITD_RESPONSE_H
+#define RATELIMITD_RESPONSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/decision.h"
+#include "lib/buf.h"
+
+/* How one response is written (flags, or-ed). */
+#define RESPONSE_HEAD 1u       /* the request was HEAD: headers only */
+#define RESPONSE_CLOSE 2u      /* Connection: close (the front then closes) */
+#define RESPONSE_KEEP_ALIVE 4u /* Connection: keep-alive (an HTTP/1.0 client asked) */
+
+/* A verdict's answer: DECIDED and LOCAL 200/429 with the figures of
+ * v->sum.binding (LOCAL adds "degraded":true,"local":true); UNAVAILABLE 503
+ * backend_unavailable with Retry-After: 1 if the request fails closed, else
+ * 200 allowed and degraded; OVERLOADED 503 overloaded with Retry-After: 1.
+ * Without a decision the headers are what the config tells of the tier
+ * decision_unknown_binding picks (X-RateLimit-Limit, RateLimit-Policy).
+ * Appends to out; returns the status. */
+int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
+
+struct rls_answer;
+
+/* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
+ * protojson of RateLimitResponse (enum names as strings, zero fields left
+ * out, durations as "<seconds>s"), 200 for OK and 429 for OVER_LIMIT;
+ * RLS_UNAVAILABLE 503 backend_unavailable with Retry-After: 1. Appends to
+ * out; returns the status. */
+int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags);
+
+/* A forward-auth request allowed without counting (missing_key: skip):
+ * 200 {"allowed":true,"skipped":true,"policy":policy,"missing":missing},
+ * where missing is "ip" or the name of the absent header. No X-RateLimit-*
+ * headers: nothing was counted. */
+void response_auth_skipped(struct buf *out, const char *policy, const char *missing,
+                           unsigned flags);
+
+/* {"error": code, "message": message} with the given status, and one extra
+ * header when hname is not NULL (hvalue is not copied: it must stay valid
+ * until the call returns). message may hold any bytes: invalid UTF-8
+ * becomes '?'. */
+void response_error(struct buf *out, int status, const char *code, const char *message,
+                    const char *hname, const char *hvalue, unsigned flags);
+
+/* A body given whole (NUL-terminated JSON such as {"status":"ok"}, or the
+ * metrics text with its content type; NULL: application/json). */
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags);
+
+/* "HTTP/1.1 100 Continue" and its blank line. */
+void response_continue(struct buf *out);
+
+#endif

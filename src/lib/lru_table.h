@@ -1,0 +1,66 @@
+/*
+ * lru_table.h: the index shared by the in-memory tables whose keys callers
+ * choose (limiter_local.c's store, deny_cache.c): a chained hash table keyed
+ * with SipHash-2-4 under a secret seed, and a doubly linked list from the
+ * most to the least recently used node.
+ *
+ * Intrusive: the caller's entry embeds a struct lru_node as its FIRST
+ * member (so a node pointer converts back to the entry) and keeps its own
+ * key; the table never allocates, compares or frees entries. Lookup is the
+ * caller's loop over lru_table_chain(t, h) comparing hash then key, which
+ * keeps key layout and comparison with the entry's owner.
+ *
+ * Not thread-safe; one table per owner. Pure: no I/O, no clock.
+ */
+#ifndef RATELIMITD_LRU_TABLE_H
+#define RATELIMITD_LRU_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/siphash.h"
+
+struct lru_node {
+    struct lru_node *chain;         /* next in the hash slot */
+    struct lru_node *newer, *older; /* the LRU list */
+    uint64_t hash;
+};
+
+struct lru_table {
+    struct lru_node **slots;
+    size_t nslots;    /* a power of two */
+    size_t max_slots; /* the power of two >= the most entries: no point growing past */
+    size_t count;
+    struct lru_node *newest, *oldest;
+    struct siphash_key key;
+};
+
+/* An empty table sized for at most max_entries entries (the caller keeps
+ * the bound: it evicts t->oldest before inserting into a full table). seed
+ * keys the hash: a random value, or a constant in tests. */
+void lru_table_init(struct lru_table *t, size_t max_entries, uint64_t seed);
+
+/* Frees the slot array. The entries are the caller's to free, before or
+ * after (walk t->newest through ->older). */
+void lru_table_destroy(struct lru_table *t);
+
+/* Forgets every node (the caller frees the entries); the table stays usable. */
+void lru_table_reset(struct lru_table *t);
+
+/* The hash of len bytes (any bytes) under the table's secret key. */
+uint64_t lru_table_hash(const struct lru_table *t, const void *key, size_t len);
+
+/* The first node of the chain that holds hash h: follow ->chain. */
+struct lru_node *lru_table_chain(const struct lru_table *t, uint64_t h);
+
+/* Adds n (not in the table) under hash h as the most recently used;
+ * doubles the slot array when the chains grow long (amortised O(1)). */
+void lru_table_insert(struct lru_table *t, struct lru_node *n, uint64_t h);
+
+/* Takes n out of the table; the caller then frees its entry. */
+void lru_table_remove(struct lru_table *t, struct lru_node *n);
+
+/* Makes n (in the table) the most recently used. */
+void lru_table_touch(struct lru_table *t, struct lru_node *n);
+
+#endif

@@ -1,0 +1,269 @@
+/*
+ * util.c: range-checked number and duration parsing, clocks, and allocation
+ * that never returns NULL.
+ *
+ * Owns no state. Parsers are strict on purpose: a policy file that says
+ * "limit: 1O0" or "window: 1.5s" is a mistake to report, not a value to
+ * guess, so everything that is not exactly the documented form is an error.
+ * Messages never echo the input (the caller knows it and where it came from).
+ */
+#include "lib/util.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define UNIT_HINT "ms, s, m, h or d"
+
+/* The duration units, largest first so that formatting picks the largest
+ * unit that divides a value exactly. */
+static const struct {
+    const char *name;
+    int64_t us;
+} units[] = {
+    {"d", 86400LL * 1000000},
+    {"h", 3600LL * 1000000},
+    {"m", 60LL * 1000000},
+    {"s", 1000000},
+    {"ms", 1000},
+};
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/*
+ * Reads the run of decimal digits at *p into *out, advancing *p past them.
+ * Fails on no digits, on a leading zero (YAML 1.1 would read "010" as octal,
+ * so it is ambiguous to a reader) and on anything above limit.
+ */
+static int read_digits(const char **p, uint64_t limit, uint64_t *out, char *err, size_t errlen,
+                       const char *toobig)
+{
+    const char *s = *p;
+    uint64_t v = 0;
+
+    if (!is_digit(*s)) {
+        snprintf(err, errlen, "not a decimal integer");
+        return -1;
+    }
+    if (s[0] == '0' && is_digit(s[1])) {
+        snprintf(err, errlen, "leading zeros are not allowed");
+        return -1;
+    }
+    for (; is_digit(*s); s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (limit - d) / 10) {
+            snprintf(err, errlen, "%s", toobig);
+            return -1;
+        }
+        v = v * 10 + d;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int util_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out, char *err,
+                     size_t errlen)
+{
+    char range[96];
+    const char *p = s;
+    int negative = 0;
+    uint64_t mag;
+    int64_t v;
+
+    if (min == INT64_MIN && max == INT64_MAX)
+        snprintf(range, sizeof range, "does not fit in 64 bits");
+    else
+        snprintf(range, sizeof range, "must be between %" PRId64 " and %" PRId64, min, max);
+    if (s == NULL || *s == '\0') {
+        snprintf(err, errlen, "empty; expected an integer");
+        return -1;
+    }
+    if (*p == '-') {
+        negative = 1;
+        p++;
+    }
+    /* The magnitude of INT64_MIN is one more than INT64_MAX. */
+    if (read_digits(&p, negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, &mag, err, errlen,
+                    range) < 0)
+        return -1;
+    if (*p != '\0') {
+        snprintf(err, errlen, "not a decimal integer");
+        return -1;
+    }
+    if (negative)
+        v = mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag;
+    else
+        v = (int64_t)mag;
+    /* "no sign unless min < 0": a minus sign is refused even on "-0". */
+    if (v < min || v > max || (negative && min >= 0)) {
+        snprintf(err, errlen, "%s", range);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int util_parse_duration(const char *s, int64_t max_us, int64_t *out_us, char *err, size_t errlen)
+{
+    char maxbuf[UTIL_DURATION_BUF], toolong[64];
+    const char *p = s;
+    uint64_t n;
+    size_t i;
+
+    util_format_duration(max_us, maxbuf, sizeof maxbuf);
+    snprintf(toolong, sizeof toolong, "too long (at most %s)", maxbuf);
+    if (s == NULL || *s == '\0') {
+        snprintf(err, errlen, "empty; expected a duration such as 50ms or 1s");
+        return -1;
+    }
+    if (*s == '-') {
+        snprintf(err, errlen, "must be greater than zero");
+        return -1;
+    }
+    if (!is_digit(*s)) {
+        snprintf(err, errlen, "expected <integer><unit> with unit " UNIT_HINT);
+        return -1;
+    }
+    if (read_digits(&p, INT64_MAX, &n, err, errlen, toolong) < 0)
+        return -1;
+    if (*p == '.') {
+        snprintf(err, errlen, "fractions are not allowed; use a smaller unit (1500ms, not 1.5s)");
+        return -1;
+    }
+    if (*p == '\0') {
+        snprintf(err, errlen, "missing unit (" UNIT_HINT ")");
+        return -1;
+    }
+    for (i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(p, units[i].name) == 0)
+            break;
+    if (i == sizeof units / sizeof units[0]) {
+        snprintf(err, errlen, "unknown unit (use " UNIT_HINT ")");
+        return -1;
+    }
+    if (n == 0) {
+        snprintf(err, errlen, "must be greater than zero");
+        return -1;
+    }
+    if (max_us <= 0 || n > (uint64_t)max_us / (uint64_t)units[i].us) {
+        snprintf(err, errlen, "%s", toolong);
+        return -1;
+    }
+    *out_us = (int64_t)n * units[i].us;
+    return 0;
+}
+
+const char *util_format_duration(int64_t us, char *buf, size_t buflen)
+{
+    size_t i;
+
+    for (i = 0; us != 0 && i < sizeof units / sizeof units[0]; i++) {
+        if (us % units[i].us == 0) {
+            snprintf(buf, buflen, "%" PRId64 "%s", us / units[i].us, units[i].name);
+            return buf;
+        }
+    }
+    snprintf(buf, buflen, "%" PRId64 "us", us);
+    return buf;
+}
+
+/* Reading a clock the kernel supports cannot fail; if it does, the host is
+ * broken, and carrying on with a made-up time would be worse than stopping. */
+static int64_t clock_us(clockid_t id)
+{
+    struct timespec ts;
+
+    if (clock_gettime(id, &ts) != 0) {
+        perror("clock_gettime");
+        abort();
+    }
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t util_monotonic_us(void)
+{
+    return clock_us(CLOCK_MONOTONIC);
+}
+
+int64_t util_realtime_us(void)
+{
+    return clock_us(CLOCK_REALTIME);
+}
+
+size_t util_format_int(char *out, long long v)
+{
+    /* The magnitude as unsigned, so LLONG_MIN needs no special case. */
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char tmp[UTIL_INT_CHARS];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
+int64_t util_ceil_div(int64_t a, int64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+static void *oom(size_t n)
+{
+    fprintf(stderr, "ratelimitd: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    return p ? p : oom(n);
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    return p ? p : oom(n * size);
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    return q ? q : oom(n);
+}
+
+char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *p = xmalloc(len + 1);
+
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
+
+int util_consttime_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    /* Every byte of a is compared against some byte of b, so the time
+     * depends on alen only; the length difference is folded in at the end. */
+    unsigned char diff = alen != blen;
+    for (size_t i = 0; i < alen; i++)
+        diff |= (unsigned char)(a[i] ^ (blen ? b[i % blen] : 0));
+    return diff == 0;
+}

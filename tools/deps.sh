@@ -7,7 +7,7 @@
 set -eu
 PACKAGES="build-essential autoconf automake pkg-config libevent-dev libhiredis-dev \
 libjansson-dev libyaml-dev libhttp-parser-dev libssl-dev openssl libsystemd-dev redis-server redis-tools redis-sentinel python3 curl \
-groff-base man-db clang libclang-rt-14-dev valgrind nginx caddy \
+groff-base man-db clang clang-format libclang-rt-14-dev valgrind nginx caddy \
 libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler python3-grpcio python3-grpc-tools \
 python3-protobuf nghttp2-client python3-yaml"
 missing=""

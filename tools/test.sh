@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
-# `make check`; then the same suite built with AddressSanitizer and
+# the layer rules of src/ (tools/layers.py) and clang-format over every C
+# file; `make check`; then the same suite built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
 # missing from the distribution fails too); then the daemon's integration
 # tests under valgrind; then a short run of each fuzzer.
@@ -20,6 +21,20 @@ stage() { # stage NAME DIR: make check in DIR, logs on failure
         cat "$2/test-suite.log" || true
     fi
 }
+
+# The include graph keeps the layers and has no module cycle.
+echo "== layers"
+python3 tools/layers.py || rc=1
+
+# Every C file as .clang-format has it: the files git tracks, or (a copy
+# without .git) every C file under src/ and tests/.
+echo "== clang-format"
+if [ -e .git ]; then
+    git ls-files -z '*.c' '*.h' | xargs -0r clang-format --dry-run -Werror || rc=1
+else
+    find src tests -name '*.[ch]' ! -name '*_lua.c' ! -name '*.pb-c.*' -print0 |
+        xargs -0r clang-format --dry-run -Werror || rc=1
+fi
 
 stage "make check" "$top"
 

@@ -9,9 +9,9 @@
  * one lock (it is the same store that failure_mode local uses with the
  * Redis backend). One lock rather than keys sharded to workers: a request
  * may name several keys and must be decided atomically, and the lock is
- * held for the decision only: with 2 workers under wrk, 0.6 to 3.6 % of
- * the daemon's samples are in the lock (futex waits included) against
- * about 9 % in the decision (bench/memory_workers.sh, README "Workers").
+ * held for the decision only: with 2 workers, the daemon's share of time
+ * in the lock (futex waits included) stays a fraction of its time in the
+ * decision, as measured by bench/memory_workers.sh (README "Workers").
  */
 #include <pthread.h>
 #include <stdlib.h>

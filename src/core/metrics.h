@@ -28,12 +28,12 @@
 
 /* The outcome of one check, the `decision` label of ratelimitd_checks_total. */
 enum metrics_decision {
-    METRICS_ALLOWED,       /* allowed by Redis */
-    METRICS_DENIED,        /* denied by Redis */
+    METRICS_ALLOWED,       /* allowed by the backend (Redis, or memory) */
+    METRICS_DENIED,        /* denied by the backend (or the deny cache) */
     METRICS_SHADOW_DENIED, /* a shadow policy would have denied */
-    METRICS_DEGRADED,      /* Redis could not decide; failure_mode open allowed */
-    METRICS_UNAVAILABLE,   /* Redis could not decide; failure_mode closed: 503 */
-    METRICS_LOCAL,         /* decided in memory (failure_mode local) */
+    METRICS_DEGRADED,      /* the backend could not decide; failure_mode open allowed */
+    METRICS_UNAVAILABLE,   /* the backend could not decide; failure_mode closed: 503 */
+    METRICS_LOCAL,         /* Redis could not decide; decided in memory (failure_mode local) */
     METRICS_NDECISIONS
 };
 

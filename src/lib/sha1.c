@@ -1,6 +1,7 @@
 /*
  * sha1.c: SHA-1 written from FIPS 180-4 (sections 4.1.1, 5.1.1, 6.1): a
- * one-shot digest of a buffer, which is all the script loader needs.
+ * one-shot digest of a buffer, which is all its callers (the script's name,
+ * the watched files' content) need.
  *
  * Owns no state: the working variables live on the caller's stack.
  */

@@ -1,6 +1,8 @@
 /*
- * sha1.h: SHA-1 (FIPS 180-4), only to name the Lua scripts the way Redis
- * does for EVALSHA. Not for anything that needs collision resistance.
+ * sha1.h: SHA-1 (FIPS 180-4), for two names: the Lua script's, the way
+ * Redis names it for EVALSHA (scripts.c), and the content of the watched
+ * files, so that watch.c reloads only when a file really changed. Not for
+ * anything that needs collision resistance.
  */
 #ifndef RATELIMITD_SHA1_H
 #define RATELIMITD_SHA1_H

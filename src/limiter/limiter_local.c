@@ -1,12 +1,13 @@
 /*
  * limiter_local.c: the seven algorithms in memory, a line-for-line mirror of
  * the Lua script (lua/check.lua drives, lua/<algorithm>.lua decide), for
- * `failure_mode: local`. See limiter_local.h for the contract.
+ * `backend: memory` and `failure_mode: local`. See limiter_local.h for the
+ * contract.
  *
  * Owns: the store (its entries, indexed by an lru_table: a chained hash
  * table keyed with SipHash and an LRU list; lazy and incremental expiry)
  * and the in-memory form of each algorithm's Redis state. Does not own: key
- * encoding (policy.c), the request (request.c), clocks.
+ * encoding (policy.c), the request (decision.h), clocks.
  *
  * Each algorithm has the script's steps, with the same names, in one row of
  * ops_table (the script's ALGORITHMS table): load (reads only, into a

@@ -1,13 +1,15 @@
 /*
- * limiter_local.h: the seven algorithms in memory, for `failure_mode: local`
- * while Redis cannot decide. Same decisions and the same figures as the Lua
+ * limiter_local.h: the seven algorithms in memory: the engine of
+ * `backend: memory` (backend_memory.c) and of `failure_mode: local` while
+ * Redis cannot decide. Same decisions and the same figures as the Lua
  * script (lua/check.lua and the algorithm files) for the same requests at the
  * same times: the in-memory store plays the part of Redis, key for key.
  *
  * Owns: a bounded map from Redis key strings (policy_redis_key, so keys are
  * isolated exactly as in Redis) to algorithm state, with the scripts'
  * expiries and an LRU bound; the two-pass decision of a whole request.
- * Does not own: clocks, I/O, locking, or when to use it (check.c decides).
+ * Does not own: clocks, I/O, locking, or when to use it (the config's
+ * `backend` and `failure_mode` decide, through the backend that holds it).
  * Pure: time is a parameter; no globals. A store is not thread-safe: one per
  * worker thread, or the caller serialises.
  *

@@ -237,7 +237,8 @@ static void resp_bulk(struct buf *out, const char *s, size_t len)
  * without Functions), the function's name (or the SHA1), the number of
  * keys, then the call's arguments. Written here rather than by hiredis's
  * formatter, which builds each argument's header with sdscatfmt and a new
- * string per call: a tenth of the daemon's time per check. */
+ * string per call, a share of the daemon's time per check that
+ * bench/instructions.py measures. */
 static void resp_format_call(const struct redis_node *n, const struct script_call *call,
                              struct buf *out)
 {

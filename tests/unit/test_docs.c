@@ -4,8 +4,11 @@
  * "name:"). A new field without docs fails here. And the stop timeouts that
  * ship (the systemd unit, ratelimitd(8), docker/compose.yaml, the
  * Dockerfile's advice) agree and exceed the longest drain the code allows,
- * which the README and ratelimitd(8) state.
+ * which the README and ratelimitd(8) state. Every test file is named in
+ * docs/testing.md, and every source file of src/ has a row in
+ * docs/architecture.md's table.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +99,121 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
        "ratelimitd(8): the drain lasts at most redis.timeout plus %d seconds", HTTP_DRAIN_MAX_S);
 }
 
+static int has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Calls fn(path, arg) for every file under dir/sub (sub itself a path
+ * relative to dir, e.g. "src"), and under its folders too when recurse,
+ * with path relative to dir ("src/lib/util.c"). Returns the number of
+ * files seen, or -1 when dir/sub cannot be read. */
+static long walk_files(const char *dir, const char *sub, int recurse,
+                       void (*fn)(const char *path, void *arg), void *arg)
+{
+    char full[2048];
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, sub) >= sizeof full)
+        return -1;
+    DIR *d = opendir(full);
+    if (!d)
+        return -1;
+    long n = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char path[1024];
+        if (e->d_name[0] == '.' ||
+            (size_t)snprintf(path, sizeof path, "%s/%s", sub, e->d_name) >= sizeof path ||
+            (size_t)snprintf(full, sizeof full, "%s/%s", dir, path) >= sizeof full)
+            continue;
+        DIR *child = opendir(full);
+        if (child) {
+            closedir(child);
+            long m = recurse ? walk_files(dir, path, recurse, fn, arg) : 0;
+            n += m > 0 ? m : 0;
+        } else {
+            fn(path, arg);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* What a doc must name: every file under some folders that `wanted`
+ * picks, found in the doc as before + the file's path + after. */
+struct doc_check {
+    const char *doc;            /* the document's text */
+    const char *name;           /* for messages: "docs/testing.md" */
+    const char *before, *after; /* around a path where the doc names it */
+    int (*wanted)(const char *path);
+    long checked; /* files looked for */
+};
+
+static void check_named(const char *path, void *arg)
+{
+    struct doc_check *c = arg;
+    if (!c->wanted(path))
+        return;
+    char needle[1100];
+    snprintf(needle, sizeof needle, "%s%s%s", c->before, path, c->after);
+    ok(c->doc && strstr(c->doc, needle) != NULL, "%s names %s", c->name, path);
+    c->checked++;
+}
+
+/* Checks that the doc c->name names every wanted file of the folders (a
+ * NULL-terminated list), at least `least` of them, so that an unreadable
+ * tree cannot pass. */
+static void test_doc_names(const char *dir, struct doc_check *c, const char *const *folders,
+                           int recurse, long least)
+{
+    char *doc = slurp(dir, c->name);
+    c->doc = doc;
+    ok(doc != NULL, "%s is readable", c->name);
+    for (; *folders; folders++)
+        ok(walk_files(dir, *folders, recurse, check_named, c) > 0, "%s is readable", *folders);
+    ok(c->checked >= least, "%s: %ld files looked for", c->name, c->checked);
+    free(doc);
+}
+
+/* A test file: tests/unit/test_*.c, tests/integration/test_*.py|sh,
+ * tests/fuzz/fuzz_*.c. */
+static int is_test_file(const char *path)
+{
+    const char *base = strrchr(path, '/') + 1;
+    if (has_prefix(path, "tests/unit/"))
+        return has_prefix(base, "test_") && has_suffix(base, ".c");
+    if (has_prefix(path, "tests/integration/"))
+        return has_prefix(base, "test_") && (has_suffix(base, ".py") || has_suffix(base, ".sh"));
+    return has_prefix(base, "fuzz_") && has_suffix(base, ".c");
+}
+
+/* A source file of src/, not a generated one (scripts_lua.c, protoc-c's). */
+static int is_source_file(const char *path)
+{
+    return (has_suffix(path, ".c") || has_suffix(path, ".h")) && !has_suffix(path, "_lua.c") &&
+           strstr(path, ".pb-c.") == NULL;
+}
+
+/* Every test file is named in docs/testing.md, which says what each one
+ * proves; every source file has a row of docs/architecture.md's table
+ * (a line starting "| `path` |"), which says what each one owns. */
+static void test_file_docs(const char *dir)
+{
+    static const char *const test_folders[] = {"tests/unit", "tests/integration", "tests/fuzz",
+                                               NULL};
+    static const char *const source_folders[] = {"src", NULL};
+    struct doc_check tests = {NULL, "docs/testing.md", "`", "`", is_test_file, 0};
+    struct doc_check sources = {NULL, "docs/architecture.md", "\n| `", "` |", is_source_file, 0};
+    test_doc_names(dir, &tests, test_folders, 0, 40);
+    test_doc_names(dir, &sources, source_folders, 1, 60);
+}
+
 int main(void)
 {
     const char *dir = getenv("RL_SRCDIR") ? getenv("RL_SRCDIR") : ".";
@@ -103,6 +221,7 @@ int main(void)
     if (ok(d.readme && d.example, "README.md and conf/ratelimitd.yaml are readable"))
         config_foreach_field(check_field, &d);
     test_stop_timeouts(dir, &d);
+    test_file_docs(dir);
     free(d.readme);
     free(d.example);
     return tap_done();

@@ -45,7 +45,7 @@ int reload_config(struct server *srv, const char *trigger)
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;
     /* envoy_config may now name another directory. */
-    watch_follow(srv->watch);
+    watch_follow(srv->watch, c->envoy_config);
     char n[24], nd[24];
     snprintf(n, sizeof n, "%zu", c->npolicies);
     snprintf(nd, sizeof nd, "%zu", c->ndomains);

@@ -1691,8 +1691,8 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
     snprintf(where, sizeof where, "%s.rate_limit", path);
     /* requests_per_unit's bounds and the units' lengths keep this true;
      * policy.c stays the judge all the same. */
-    if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c, msg, sizeof msg) <
-        0) {
+    if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c->headers,
+                             ld->c->deny_status, msg, sizeof msg) < 0) {
         fail(ld, field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;

@@ -38,7 +38,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "Usage: ratelimitd [OPTIONS]\n"
-            "A rate-limit decision daemon: POST /check answers from limits kept in Redis.\n"
+            "A rate-limit decision daemon: POST /check answers from limits counted in Redis,\n"
+            "or in this process's memory with backend: memory.\n"
             "\n"
             "  -c, --config FILE     policy file (default " DEFAULT_CONFIG ")\n"
             "  -t, --check-config    validate the policy file (and the envoy directory)\n"
@@ -182,7 +183,16 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
     reload_config(arg, "SIGHUP");
 }
 
-int main(int argc, char **argv)
+/* What the options ask for besides the server's own fields. */
+struct options {
+    int check_only;
+    int strict_perms;
+};
+
+/* Reads the options into srv and o. Returns -1 to go on, or the exit code
+ * when they say to stop here (--help, --version, --print-script, a bad
+ * option). */
+static int parse_options(int argc, char **argv, struct server *srv, struct options *o)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -195,30 +205,27 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct server srv = {
-        .log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG, .state_pipe = {-1, -1}};
-    int check_only = 0, strict_perms = 0, opt;
-    log_detect_journal(&srv.log);
+    int opt;
     while ((opt = getopt_long(argc, argv, "c:tl:hV", opts, NULL)) != -1) {
         switch (opt) {
         case 'c':
-            srv.config_path = optarg;
+            srv->config_path = optarg;
             break;
         case 't':
-            check_only = 1;
+            o->check_only = 1;
             break;
         case 'E':
-            srv.envoy_config_cli = optarg;
+            srv->envoy_config_cli = optarg;
             break;
         case 'l':
-            if (log_level_from_name(optarg, &srv.log.level) < 0) {
+            if (log_level_from_name(optarg, &srv->log.level) < 0) {
                 fprintf(stderr, "ratelimitd: unknown log level \"%s\"\n", optarg);
                 return EX_USAGE;
             }
-            srv.log_level_from_cli = 1;
+            srv->log_level_from_cli = 1;
             break;
         case 'S':
-            strict_perms = 1;
+            o->strict_perms = 1;
             break;
         case 'P':
             fputs(scripts_lua_source, stdout);
@@ -239,127 +246,183 @@ int main(int argc, char **argv)
         usage(stderr);
         return EX_USAGE;
     }
+    return -1;
+}
 
+/* Loads the policy file into srv->config (its permissions first). Returns
+ * -1 to go on and start, or the exit code: 1 for a file refused, 0 after
+ * --check-config's report. */
+static int load(struct server *srv, const struct options *o)
+{
     char err[RL_ERRLEN * 2];
-    if (check_permissions(&srv, NULL, strict_perms) < 0)
+    if (check_permissions(srv, NULL, o->strict_perms) < 0)
         return 1;
-    srv.config = config_load_envoy(srv.config_path, srv.envoy_config_cli, err, sizeof err);
-    if (!srv.config) {
+    srv->config = config_load_envoy(srv->config_path, srv->envoy_config_cli, err, sizeof err);
+    if (!srv->config) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
     }
-    if (check_permissions(&srv, srv.config, strict_perms) < 0) {
-        config_unref(srv.config);
+    if (check_permissions(srv, srv->config, o->strict_perms) < 0)
         return 1;
-    }
-    if (!srv.log_level_from_cli)
-        srv.log.level = srv.config->log_level;
-    if (check_only) {
-        if (srv.config->envoy_config)
-            printf("%s: ok, %zu policies, %zu domains (envoy_config %s)\n", srv.config_path,
-                   srv.config->npolicies, srv.config->ndomains, srv.config->envoy_config);
-        else
-            printf("%s: ok, %zu policies, %zu domains\n", srv.config_path, srv.config->npolicies,
-                   srv.config->ndomains);
-        config_unref(srv.config);
-        return 0;
-    }
+    if (!srv->log_level_from_cli)
+        srv->log.level = srv->config->log_level;
+    if (!o->check_only)
+        return -1;
+    if (srv->config->envoy_config)
+        printf("%s: ok, %zu policies, %zu domains (envoy_config %s)\n", srv->config_path,
+               srv->config->npolicies, srv->config->ndomains, srv->config->envoy_config);
+    else
+        printf("%s: ok, %zu policies, %zu domains\n", srv->config_path, srv->config->npolicies,
+               srv->config->ndomains);
+    return 0;
+}
 
+/* The main loop's own events: the signals. */
+struct main_events {
+    struct event *sigterm, *sigint, *sighup;
+};
+
+static void on_watch_change(void *arg)
+{
+    reload_config(arg, "watch");
+}
+
+/* The process-wide parts, before any worker: the hash seed, the main loop,
+ * systemd's notifier, the failure_mode local store, the state pipe. */
+static int start_process(struct server *srv)
+{
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(&srv);
+    raise_fd_limit(srv);
     /* A secret hash seed: callers choose the keys of the in-memory tables. */
-    srv.hash_seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
-    if (getrandom(&srv.hash_seed, sizeof srv.hash_seed, GRND_NONBLOCK) !=
-        (ssize_t)sizeof srv.hash_seed)
-        log_event(&srv.log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock", NULL);
-    srv.config_loaded_us = util_realtime_us();
-
-    int rc = 1;
-    struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
-    srv.base = event_base_new();
-    if (!srv.base) {
+    srv->hash_seed = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 40);
+    if (getrandom(&srv->hash_seed, sizeof srv->hash_seed, GRND_NONBLOCK) !=
+        (ssize_t)sizeof srv->hash_seed)
+        log_event(&srv->log, LOG_LVL_WARN, "getrandom failed; tables seeded from the clock", NULL);
+    srv->config_loaded_us = util_realtime_us();
+    srv->base = event_base_new();
+    if (!srv->base) {
         fprintf(stderr, "ratelimitd: cannot create the event loop\n");
-        goto out;
+        return -1;
     }
-    srv.notify = notify_new(srv.base);
-    srv.local = local_store_new((size_t)srv.config->local_max_keys, srv.hash_seed);
-    pthread_mutex_init(&srv.local_lock, NULL);
+    srv->notify = notify_new(srv->base);
+    srv->local = local_store_new((size_t)srv->config->local_max_keys, srv->hash_seed);
+    pthread_mutex_init(&srv->local_lock, NULL);
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
-    if (pipe2(srv.state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
-        !(srv.state_ev = event_new(srv.base, srv.state_pipe[0], EV_READ | EV_PERSIST,
-                                   on_backend_state, &srv)) ||
-        event_add(srv.state_ev, NULL) < 0) {
+    if (pipe2(srv->state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
+        !(srv->state_ev = event_new(srv->base, srv->state_pipe[0], EV_READ | EV_PERSIST,
+                                    on_backend_state, srv)) ||
+        event_add(srv->state_ev, NULL) < 0) {
         fprintf(stderr, "ratelimitd: cannot create a pipe\n");
-        goto out;
+        return -1;
     }
-    if (make_workers(&srv, err, sizeof err) < 0) {
+    return 0;
+}
+
+/* The workers, the signals and the watch, then the workers' threads. */
+static int start(struct server *srv, struct main_events *ev)
+{
+    char err[RL_ERRLEN * 2];
+    if (start_process(srv) < 0)
+        return -1;
+    if (make_workers(srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
-        goto out;
+        return -1;
     }
-    sigterm = evsignal_new(srv.base, SIGTERM, on_shutdown_signal, &srv);
-    sigint = evsignal_new(srv.base, SIGINT, on_shutdown_signal, &srv);
-    sighup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
-    if (!sigterm || !sigint || !sighup || evsignal_add(sigterm, NULL) < 0 ||
-        evsignal_add(sigint, NULL) < 0 || evsignal_add(sighup, NULL) < 0) {
+    ev->sigterm = evsignal_new(srv->base, SIGTERM, on_shutdown_signal, srv);
+    ev->sigint = evsignal_new(srv->base, SIGINT, on_shutdown_signal, srv);
+    ev->sighup = evsignal_new(srv->base, SIGHUP, on_reload_signal, srv);
+    if (!ev->sigterm || !ev->sigint || !ev->sighup || evsignal_add(ev->sigterm, NULL) < 0 ||
+        evsignal_add(ev->sigint, NULL) < 0 || evsignal_add(ev->sighup, NULL) < 0) {
         fprintf(stderr, "ratelimitd: cannot install signal handlers\n");
-        goto out;
+        return -1;
     }
-    if (srv.config->watch && !(srv.watch = watch_new(&srv, err, sizeof err))) {
+    struct watch_target wt = {srv->base, srv->config_path, srv->config->envoy_config,
+                              &srv->log, on_watch_change,  srv};
+    if (srv->config->watch && !(srv->watch = watch_new(&wt, err, sizeof err))) {
         fprintf(stderr, "ratelimitd: %s\n", err);
-        goto out;
+        return -1;
     }
-    for (size_t i = 0; i < srv.nworkers; i++) {
-        if (worker_start(&srv.workers[i], err, sizeof err) < 0) {
+    for (size_t i = 0; i < srv->nworkers; i++) {
+        if (worker_start(&srv->workers[i], err, sizeof err) < 0) {
             fprintf(stderr, "ratelimitd: %s\n", err);
-            goto out;
+            return -1;
         }
     }
-    notify_state(srv.notify, &srv); /* READY=1 now with backend: memory */
+    return 0;
+}
+
+/* Says the daemon is up, and runs the main loop until the drain ends it. */
+static int run(struct server *srv)
+{
+    notify_state(srv->notify, srv); /* READY=1 now with backend: memory */
     char npol[24], nw[24];
-    snprintf(npol, sizeof npol, "%zu", srv.config->npolicies);
-    snprintf(nw, sizeof nw, "%zu", srv.nworkers);
-    log_event(&srv.log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
-              npol, "workers", nw, "listen", srv.config->listen,
-              srv.config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
-              srv.workers[0].backend->ops->target(srv.workers[0].backend), "clock",
-              srv.config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
-    if (event_base_dispatch(srv.base) < 0) {
+    snprintf(npol, sizeof npol, "%zu", srv->config->npolicies);
+    snprintf(nw, sizeof nw, "%zu", srv->nworkers);
+    log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
+              npol, "workers", nw, "listen", srv->config->listen,
+              srv->config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
+              srv->workers[0].backend->ops->target(srv->workers[0].backend), "clock",
+              srv->config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
+    if (event_base_dispatch(srv->base) < 0) {
         fprintf(stderr, "ratelimitd: event loop failed\n");
-        goto out;
+        return -1;
     }
-    rc = 0;
-    log_event(&srv.log, LOG_LVL_INFO, "stopped", NULL);
-out:
+    log_event(&srv->log, LOG_LVL_INFO, "stopped", NULL);
+    return 0;
+}
+
+/* Undoes start, however far it went: joins the workers, frees everything. */
+static void stop(struct server *srv, struct main_events *ev)
+{
     block_stop_signals();
-    watch_free(srv.watch);
+    watch_free(srv->watch);
     /* The other workers end when drained (or at their drain's backstop). */
-    for (size_t i = 1; i < srv.nworkers && !srv.draining; i++)
-        if (srv.workers[i].has_thread)
-            worker_post_drain(&srv.workers[i]);
-    for (size_t i = 0; i < srv.nworkers; i++)
-        worker_join(&srv.workers[i]);
-    for (size_t i = 0; i < srv.nworkers; i++) {
-        struct event_base *base = srv.workers[i].base;
-        worker_fini(&srv.workers[i]);
+    for (size_t i = 1; i < srv->nworkers && !srv->draining; i++)
+        if (srv->workers[i].has_thread)
+            worker_post_drain(&srv->workers[i]);
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_join(&srv->workers[i]);
+    for (size_t i = 0; i < srv->nworkers; i++) {
+        struct event_base *base = srv->workers[i].base;
+        worker_fini(&srv->workers[i]);
         if (i > 0)
             event_base_free(base);
     }
-    free(srv.workers);
-    if (srv.state_ev)
-        event_free(srv.state_ev);
+    free(srv->workers);
+    if (srv->state_ev)
+        event_free(srv->state_ev);
     for (int i = 0; i < 2; i++)
-        if (srv.state_pipe[i] >= 0)
-            close(srv.state_pipe[i]);
-    local_store_free(srv.local);
-    notify_free(srv.notify);
-    if (sigterm)
-        event_free(sigterm);
-    if (sigint)
-        event_free(sigint);
-    if (sighup)
-        event_free(sighup);
-    if (srv.base)
-        event_base_free(srv.base);
+        if (srv->state_pipe[i] >= 0)
+            close(srv->state_pipe[i]);
+    local_store_free(srv->local);
+    notify_free(srv->notify);
+    if (ev->sigterm)
+        event_free(ev->sigterm);
+    if (ev->sigint)
+        event_free(ev->sigint);
+    if (ev->sighup)
+        event_free(ev->sighup);
+    if (srv->base)
+        event_base_free(srv->base);
+}
+
+int main(int argc, char **argv)
+{
+    struct server srv = {
+        .log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG, .state_pipe = {-1, -1}};
+    struct options o = {0, 0};
+    struct main_events ev = {NULL, NULL, NULL};
+    int rc;
+
+    log_detect_journal(&srv.log);
+    if ((rc = parse_options(argc, argv, &srv, &o)) >= 0)
+        return rc;
+    if ((rc = load(&srv, &o)) >= 0) {
+        config_unref(srv.config);
+        return rc;
+    }
+    rc = start(&srv, &ev) == 0 && run(&srv) == 0 ? 0 : 1;
+    stop(&srv, &ev);
     config_unref(srv.config);
     return rc;
 }

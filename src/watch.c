@@ -7,6 +7,10 @@
  * content and each domain file's name and content are hashed, and the
  * policies are reloaded only if the hash differs from the last one seen,
  * so unrelated files in the directories cause no reload.
+ *
+ * Does not own the reload: it tells its owner through the changed callback
+ * (the server reloads), so that the watch knows no server and reload.c
+ * alone knows both.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -20,14 +24,17 @@
 #include "config/envoy_config.h"
 #include "lib/log.h"
 #include "lib/sha1.h"
-#include "reload.h"
 #include "watch.h"
 
 #define WATCH_SETTLE_US 100000
 #define WATCH_MAX_FILE (16 << 20)
 
 struct watch {
-    struct server *srv;
+    struct event_base *base;
+    char *config_path;
+    struct logger *log;
+    void (*changed)(void *arg);
+    void *arg;
     int fd;
     struct event *readable;
     struct event *settle;
@@ -82,10 +89,10 @@ static void hash_inputs(const struct watch *w, char out[41])
     struct listing l = {NULL, 0};
     char err[256];
 
-    hash_file(w->srv->config_path, out);
+    hash_file(w->config_path, out);
     if (!out[0] || !w->envoy_dir)
         return;
-    add_to_listing(w->srv->config_path, out, strlen(out), &l);
+    add_to_listing(w->config_path, out, strlen(out), &l);
     if (envoy_config_each(w->envoy_dir, add_to_listing, &l, err, sizeof err) < 0)
         add_to_listing(err, "", 0, &l);
     sha1_hex(l.buf, l.len, out);
@@ -100,7 +107,7 @@ static void on_settled(evutil_socket_t fd, short what, void *arg)
     if (!sha[0] || strcmp(sha, w->sha) == 0)
         return; /* gone for a moment (a rename in progress) or unchanged */
     memcpy(w->sha, sha, sizeof sha);
-    reload_config(w->srv, "watch");
+    w->changed(w->arg);
 }
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -115,12 +122,16 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     evtimer_add(w->settle, &tv);
 }
 
-struct watch *watch_new(struct server *srv, char *err, size_t errlen)
+struct watch *watch_new(const struct watch_target *t, char *err, size_t errlen)
 {
     struct watch *w = xcalloc(1, sizeof *w);
-    w->srv = srv;
+    w->base = t->base;
+    w->config_path = xstrdup(t->config_path);
+    w->log = t->log;
+    w->changed = t->changed;
+    w->arg = t->arg;
     w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    char *copy = xstrdup(srv->config_path);
+    char *copy = xstrdup(t->config_path);
     const char *dir = dirname(copy);
     w->envoy_wd = -1;
     if (w->fd < 0 || (w->file_wd = inotify_add_watch(w->fd, dir, WATCH_MASK)) < 0) {
@@ -130,11 +141,11 @@ struct watch *watch_new(struct server *srv, char *err, size_t errlen)
         return NULL;
     }
     free(copy);
-    watch_follow(w);
+    watch_follow(w, t->envoy_dir);
     /* No hash yet: the first change seen reloads even if the file changed
      * between config_load and now. */
-    w->readable = event_new(srv->base, w->fd, EV_READ | EV_PERSIST, on_readable, w);
-    w->settle = evtimer_new(srv->base, on_settled, w);
+    w->readable = event_new(w->base, w->fd, EV_READ | EV_PERSIST, on_readable, w);
+    w->settle = evtimer_new(w->base, on_settled, w);
     if (!w->readable || !w->settle || event_add(w->readable, NULL) < 0) {
         snprintf(err, errlen, "watch: cannot register with the event loop");
         watch_free(w);
@@ -143,9 +154,8 @@ struct watch *watch_new(struct server *srv, char *err, size_t errlen)
     return w;
 }
 
-void watch_follow(struct watch *w)
+void watch_follow(struct watch *w, const char *want)
 {
-    const char *want = w ? w->srv->config->envoy_config : NULL;
 
     if (w == NULL || (want && w->envoy_dir && strcmp(want, w->envoy_dir) == 0) ||
         (!want && !w->envoy_dir))
@@ -157,7 +167,7 @@ void watch_follow(struct watch *w)
     free(w->envoy_dir);
     w->envoy_dir = want ? xstrdup(want) : NULL;
     if (want && (w->envoy_wd = inotify_add_watch(w->fd, want, WATCH_MASK)) < 0)
-        log_event(&w->srv->log, LOG_LVL_WARN,
+        log_event(w->log, LOG_LVL_WARN,
                   "watch: cannot watch the envoy_config directory; SIGHUP still reloads it",
                   "directory", want, "error", strerror(errno), NULL);
 }
@@ -173,5 +183,6 @@ void watch_free(struct watch *w)
     if (w->fd >= 0)
         close(w->fd);
     free(w->envoy_dir);
+    free(w->config_path);
     free(w);
 }

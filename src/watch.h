@@ -9,19 +9,30 @@
 
 #include <stddef.h>
 
+#include "lib/log.h"
 #include "lib/util.h"
-#include "server.h"
 
+struct event_base;
 struct watch;
 
-/* Starts watching srv->config_path's directory. NULL with a message if
- * inotify cannot be set up. */
-struct watch *watch_new(struct server *srv, char *err, size_t errlen) RL_WUR;
+/* What a watch needs from its owner. */
+struct watch_target {
+    struct event_base *base;    /* the loop whose thread calls changed */
+    const char *config_path;    /* the policy file (copied) */
+    const char *envoy_dir;      /* its envoy_config directory; NULL: none */
+    struct logger *log;         /* outlives the watch */
+    void (*changed)(void *arg); /* the content changed: reload */
+    void *arg;
+};
 
-/* Watches the envoy_config directory of srv's current snapshot (and stops
- * watching the previous one): called at start and after every reload.
- * NULL is a no-op. */
-void watch_follow(struct watch *w);
+/* Starts watching the policy file's directory and the envoy directory.
+ * NULL with a message if inotify cannot be set up. */
+struct watch *watch_new(const struct watch_target *t, char *err, size_t errlen) RL_WUR;
+
+/* Watches envoy_dir (NULL: none) instead of the previous envoy_config
+ * directory: called after every reload, since it may name another. NULL
+ * is a no-op. */
+void watch_follow(struct watch *w, const char *envoy_dir);
 
 /* NULL is a no-op. */
 void watch_free(struct watch *w);

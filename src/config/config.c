@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -369,6 +370,31 @@ enum field_type {
     F_CUSTOM,   /* parse() gets the node and the address of the field */
 };
 
+/* Whether a reload may change a field: RELOAD_APPLIES, or RELOAD_RESTART
+ * when its value is used only at start (to make the sockets, the backend,
+ * the stores or the watch), so that a reload changing it is refused
+ * (reload.c). */
+enum reload_rule { RELOAD_APPLIES, RELOAD_RESTART };
+
+/* How a field's value is stored in its target, for its default and for the
+ * comparison of two snapshots. */
+enum store_kind { S_NONE, S_STRING, S_INT, S_INT64, S_LIST };
+
+struct field_store {
+    enum store_kind kind;
+    size_t offset;       /* of the value in the target */
+    size_t count_offset; /* S_LIST: of its size_t count (the value is a char **) */
+};
+
+#define STORE(kind, type, member)                                                                  \
+    {                                                                                              \
+        kind, offsetof(type, member), 0                                                            \
+    }
+#define STORE_LIST(type, member, count)                                                            \
+    {                                                                                              \
+        S_LIST, offsetof(type, member), offsetof(type, count)                                      \
+    }
+
 struct field {
     const char *name;
     enum field_type type;
@@ -380,6 +406,15 @@ struct field {
     const struct field *section; /* F_SECTION; for F_CUSTOM, the fields of each
                                     item it parses (read by config_foreach_field) */
     int (*parse)(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+    /* The default, set before the file is read: def for F_INT, F_DURATION,
+     * F_BOOL, F_CHOICE (and an F_CUSTOM's V_INT64 store), def_str for
+     * F_STRING (NULL: none). */
+    int64_t def;
+    const char *def_str;
+    /* Where an F_CUSTOM row keeps its value, when a default or reload's
+     * comparison needs it; other types store at offset, by their type. */
+    struct field_store store;
+    enum reload_rule reload;
 };
 
 static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path,
@@ -491,8 +526,10 @@ static const struct field policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
-    {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache)},
-    {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = header_names},
+    {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache), .def = 1},
+    /* HEADERS_INHERIT: the top-level headers, set at the end of the load. */
+    {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = header_names,
+     .def = HEADERS_INHERIT},
     {"key", F_CUSTOM, .offset = offsetof(struct policy, key), .parse = parse_key_template},
     {"missing_key", F_CHOICE, .offset = offsetof(struct policy, missing_key),
      .choices = missing_key_names},
@@ -604,77 +641,94 @@ static int check_absolute(const char *s, char *err, size_t errlen)
 /* redis.tls, redis.sentinel: sections of struct config itself. */
 static const struct field redis_tls_fields[] = {
     {"ca_file", F_STRING, .offset = offsetof(struct config, redis_tls.ca_file),
-     .check = check_readable},
+     .check = check_readable, .reload = RELOAD_RESTART},
     {"cert_file", F_STRING, .offset = offsetof(struct config, redis_tls.cert_file),
-     .check = check_readable},
+     .check = check_readable, .reload = RELOAD_RESTART},
     {"key_file", F_STRING, .offset = offsetof(struct config, redis_tls.key_file),
-     .check = check_readable},
+     .check = check_readable, .reload = RELOAD_RESTART},
     {"server_name", F_STRING, .offset = offsetof(struct config, redis_tls.server_name),
-     .check = check_server_name},
-    {"verify", F_BOOL, .offset = offsetof(struct config, redis_tls.verify)},
+     .check = check_server_name, .reload = RELOAD_RESTART},
+    {"verify", F_BOOL, .offset = offsetof(struct config, redis_tls.verify), .def = 1,
+     .reload = RELOAD_RESTART},
     {.name = NULL},
 };
 
 static const struct field redis_sentinel_fields[] = {
     {"addresses", F_CUSTOM, .required = 1, .offset = offsetof(struct config, redis_sentinel),
-     .parse = parse_sentinel_addresses},
+     .parse = parse_sentinel_addresses,
+     .store = STORE_LIST(struct config, redis_sentinel.addresses, redis_sentinel.naddresses),
+     .reload = RELOAD_RESTART},
     {"master_name", F_STRING, .required = 1,
-     .offset = offsetof(struct config, redis_sentinel.master_name), .check = check_master_name},
+     .offset = offsetof(struct config, redis_sentinel.master_name), .check = check_master_name,
+     .reload = RELOAD_RESTART},
     {"password", F_CUSTOM, .offset = offsetof(struct config, redis_sentinel.password),
-     .parse = parse_sentinel_password},
+     .parse = parse_sentinel_password,
+     .store = STORE(S_STRING, struct config, redis_sentinel.password), .reload = RELOAD_RESTART},
     {.name = NULL},
 };
 
 static const struct field redis_fields[] = {
-    {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url},
+    {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url,
+     .def_str = CONFIG_DEFAULT_REDIS_URL, .reload = RELOAD_RESTART},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
-     .max = CONFIG_REDIS_TIMEOUT_MAX_US},
-    {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix},
-    {"tls", F_SECTION, .section = redis_tls_fields},
-    {"sentinel", F_SECTION, .section = redis_sentinel_fields},
-    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_cluster},
+     .max = CONFIG_REDIS_TIMEOUT_MAX_US, .def = CONFIG_DEFAULT_TIMEOUT_US},
+    {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix,
+     .def_str = CONFIG_DEFAULT_PREFIX},
+    {"tls", F_SECTION, .section = redis_tls_fields, .reload = RELOAD_RESTART},
+    {"sentinel", F_SECTION, .section = redis_sentinel_fields, .reload = RELOAD_RESTART},
+    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_cluster,
+     .store = STORE_LIST(struct config, redis_cluster, redis_ncluster), .reload = RELOAD_RESTART},
     {.name = NULL},
 };
 
 static const struct field top_fields[] = {
-    {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen},
+    {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen,
+     .def_str = CONFIG_DEFAULT_LISTEN, .reload = RELOAD_RESTART},
     {"listen_mode", F_CUSTOM, .offset = offsetof(struct config, listen_mode),
-     .parse = parse_listen_mode},
-    {"listen_group", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_listen_group},
-    {"backend", F_CHOICE, .offset = offsetof(struct config, backend), .choices = backend_names},
-    {"workers", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_workers},
+     .parse = parse_listen_mode, .def = -1, .store = STORE(S_INT64, struct config, listen_mode),
+     .reload = RELOAD_RESTART},
+    {"listen_group", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_listen_group,
+     .def = -1, .store = STORE(S_INT64, struct config, listen_gid), .reload = RELOAD_RESTART},
+    {"backend", F_CHOICE, .offset = offsetof(struct config, backend), .choices = backend_names,
+     .def = BACKEND_KIND_REDIS, .reload = RELOAD_RESTART},
+    {"workers", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_workers, .def = 1,
+     .store = STORE(S_INT64, struct config, workers), .reload = RELOAD_RESTART},
     {"redis", F_SECTION, .section = redis_fields},
-    {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names},
+    {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names,
+     .def = CLOCK_SOURCE_REDIS},
     {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
-     .max = MAX_BODY_MAX},
+     .max = MAX_BODY_MAX, .def = CONFIG_DEFAULT_MAX_BODY},
     {"log_level", F_CHOICE, .offset = offsetof(struct config, log_level),
-     .choices = log_level_names},
+     .choices = log_level_names, .def = LOG_LVL_INFO},
     {"access_log", F_BOOL, .offset = offsetof(struct config, access_log)},
     {"admin_listen", F_STRING, .offset = offsetof(struct config, admin_listen),
-     .check = check_listen},
-    {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen),
-     .check = check_listen},
+     .check = check_listen, .reload = RELOAD_RESTART},
+    {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen), .check = check_listen,
+     .reload = RELOAD_RESTART},
     {"grpc_max_streams", F_INT, .offset = offsetof(struct config, grpc_max_streams), .min = 1,
-     .max = 10000},
-    {"watch", F_BOOL, .offset = offsetof(struct config, watch)},
+     .max = 10000, .def = CONFIG_DEFAULT_GRPC_MAX_STREAMS},
+    {"watch", F_BOOL, .offset = offsetof(struct config, watch), .def = 0, .reload = RELOAD_RESTART},
     {"max_inflight", F_INT, .offset = offsetof(struct config, max_inflight), .min = 1,
-     .max = 1000000},
-    {"overload", F_CHOICE, .offset = offsetof(struct config, overload), .choices = overload_names},
+     .max = 1000000, .def = CONFIG_DEFAULT_MAX_INFLIGHT},
+    {"overload", F_CHOICE, .offset = offsetof(struct config, overload), .choices = overload_names,
+     .def = OVERLOAD_FAILURE_MODE},
     {"max_connections", F_INT, .offset = offsetof(struct config, max_connections), .min = 16,
-     .max = 1000000},
+     .max = 1000000, .def = CONFIG_DEFAULT_MAX_CONNECTIONS},
     {"idle_timeout", F_DURATION, .offset = offsetof(struct config, idle_timeout_us),
-     .max = 3600LL * 1000000},
+     .max = 3600LL * 1000000, .def = CONFIG_DEFAULT_IDLE_TIMEOUT_US},
     {"request_timeout", F_DURATION, .offset = offsetof(struct config, request_timeout_us),
-     .max = 3600LL * 1000000},
+     .max = 3600LL * 1000000, .def = CONFIG_DEFAULT_REQUEST_TIMEOUT_US},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
-     .max = 100000000},
+     .max = 100000000, .def = CONFIG_DEFAULT_LOCAL_MAX_KEYS, .reload = RELOAD_RESTART},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,
-     .max = 100000000},
-    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = header_names},
+     .max = 100000000, .def = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS},
+    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = header_names,
+     .def = HEADERS_X_RATELIMIT},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_token_file},
     {"trusted_proxies", F_CUSTOM, .offset = offsetof(struct config, trusted_proxies),
      .parse = parse_trusted_proxies},
-    {"deny_status", F_INT, .offset = offsetof(struct config, deny_status), .min = 400, .max = 499},
+    {"deny_status", F_INT, .offset = offsetof(struct config, deny_status), .min = 400, .max = 499,
+     .def = CONFIG_DEFAULT_DENY_STATUS},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
      .parse = parse_policies, .section = policy_fields},
     {"domains", F_CUSTOM, .offset = 0 /* read after the policies */, .parse = parse_domains_later,
@@ -691,6 +745,99 @@ _Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_F
                    NROWS(redis_tls_fields) <= MAX_FIELDS &&
                    NROWS(redis_sentinel_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
+
+/* ---- defaults and reload rules ----------------------------------------------------- */
+
+/* Where f keeps its value: at offset by its type, or as its row says. */
+static struct field_store store_of(const struct field *f)
+{
+    switch (f->type) {
+    case F_STRING:
+        return (struct field_store){S_STRING, f->offset, 0};
+    case F_INT:
+    case F_DURATION:
+        return (struct field_store){S_INT64, f->offset, 0};
+    case F_BOOL:
+    case F_CHOICE:
+        return (struct field_store){S_INT, f->offset, 0};
+    case F_NAME:
+    case F_SECTION:
+    case F_CUSTOM:
+        break;
+    }
+    return f->store;
+}
+
+/* Gives target every default of the table (sections included). Strings
+ * are copies, owned by target. */
+static void set_defaults(const struct field *fields, void *target)
+{
+    for (const struct field *f = fields; f->name != NULL; f++) {
+        struct field_store st = store_of(f);
+        void *slot = (char *)target + st.offset;
+
+        if (f->type == F_SECTION)
+            set_defaults(f->section, target);
+        else if (st.kind == S_STRING && f->def_str != NULL)
+            *(char **)slot = xstrdup(f->def_str);
+        else if (st.kind == S_INT64)
+            *(int64_t *)slot = f->def;
+        else if (st.kind == S_INT)
+            *(int *)slot = (int)f->def;
+    }
+}
+
+static int same_string(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Whether a and b hold the same value of f. */
+static int same_value(const struct field *f, const void *a, const void *b)
+{
+    struct field_store st = store_of(f);
+    const char *x = (const char *)a + st.offset, *y = (const char *)b + st.offset;
+    size_t n;
+
+    switch (st.kind) {
+    case S_STRING:
+        return same_string(*(char *const *)x, *(char *const *)y);
+    case S_INT:
+        return *(const int *)x == *(const int *)y;
+    case S_INT64:
+        return *(const int64_t *)x == *(const int64_t *)y;
+    case S_LIST:
+        n = *(const size_t *)((const char *)a + st.count_offset);
+        if (n != *(const size_t *)((const char *)b + st.count_offset))
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if (strcmp((*(char *const *const *)x)[i], (*(char *const *const *)y)[i]) != 0)
+                return 0;
+        return 1;
+    case S_NONE:
+        break;
+    }
+    return 1;
+}
+
+/* The first restart-only field (in table order) whose value differs
+ * between a and b, its dotted path in path; 0 if none. */
+static int find_restart_field(const struct field *fields, const char *prefix, const void *a,
+                              const void *b, char *path, size_t size)
+{
+    for (const struct field *f = fields; f->name != NULL; f++) {
+        snprintf(path, size, "%s%s", prefix, f->name);
+        if (f->type == F_SECTION) {
+            char section[PATH_LEN];
+            snprintf(section, sizeof section, "%s.", path);
+            if (find_restart_field(f->section, section, a, b, path, size))
+                return 1;
+        } else if (f->reload == RELOAD_RESTART && !same_value(f, a, b)) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* ---- the walker ---------------------------------------------------------------- */
 
@@ -841,11 +988,8 @@ static int check_tier(struct loader *ld, const yaml_node_t *map, const char *pat
         at = msg[n] == ':' ? field_node(ld, map, field) : NULL;
         return fail(ld, at ? at : map, "", "%s.%s", path, msg);
     }
-    /* struct tier cannot tell "burst: 0" from no burst, 0 being the default.
-     * Only for leaky_bucket is 0 a value of its own (no queue); elsewhere a
-     * written 0 would silently mean something else, so it is refused. */
     burst = field_node(ld, map, "burst");
-    if (burst != NULL && t->burst == 0 && t->algorithm != ALG_LEAKY_BUCKET)
+    if (burst != NULL && t->burst == 0 && !policy_burst_zero_meaningful(t->algorithm))
         return fail(ld, burst, "", "%s.burst: 0 is not allowed for %s; leave burst out instead",
                     path, policy_algorithm_name(t->algorithm));
     return 0;
@@ -1068,8 +1212,7 @@ static int parse_policies(struct loader *ld, const yaml_node_t *node, const char
         }
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
-        parsed[i].deny_cache = 1; /* the default; the fields may say otherwise */
-        parsed[i].headers = HEADERS_INHERIT;
+        set_defaults(policy_fields, &parsed[i]);
         if (default_key(ld, key, child, &parsed[i]) < 0) {
             rc = -1;
             break;
@@ -1548,8 +1691,8 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
     snprintf(where, sizeof where, "%s.rate_limit", path);
     /* requests_per_unit's bounds and the units' lengths keep this true;
      * policy.c stays the judge all the same. */
-    if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c, msg, sizeof msg) <
-        0) {
+    if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c->headers,
+                             ld->c->deny_status, msg, sizeof msg) < 0) {
         fail(ld, field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;
@@ -1821,34 +1964,14 @@ static int load_all_domains(struct loader *ld, const char *envoy_dir)
 
 /* ---- loading ---------------------------------------------------------------------- */
 
+/* A snapshot holding the defaults of the field tables, nothing else. */
 static struct config *config_new(const char *name)
 {
     struct config *c = xcalloc(1, sizeof *c);
 
     c->refcount = 1;
     c->path = xstrdup(name);
-    c->listen = xstrdup(CONFIG_DEFAULT_LISTEN);
-    c->listen_mode = -1;
-    c->listen_gid = -1;
-    c->redis_url = xstrdup(CONFIG_DEFAULT_REDIS_URL);
-    c->redis_timeout_us = CONFIG_DEFAULT_TIMEOUT_US;
-    c->redis_tls.verify = 1;
-    c->key_prefix = xstrdup(CONFIG_DEFAULT_PREFIX);
-    c->clock = CLOCK_SOURCE_REDIS;
-    c->max_body = CONFIG_DEFAULT_MAX_BODY;
-    c->log_level = LOG_LVL_INFO;
-    c->max_inflight = CONFIG_DEFAULT_MAX_INFLIGHT;
-    c->overload = OVERLOAD_FAILURE_MODE;
-    c->max_connections = CONFIG_DEFAULT_MAX_CONNECTIONS;
-    c->grpc_max_streams = CONFIG_DEFAULT_GRPC_MAX_STREAMS;
-    c->idle_timeout_us = CONFIG_DEFAULT_IDLE_TIMEOUT_US;
-    c->request_timeout_us = CONFIG_DEFAULT_REQUEST_TIMEOUT_US;
-    c->local_max_keys = CONFIG_DEFAULT_LOCAL_MAX_KEYS;
-    c->backend = BACKEND_KIND_REDIS;
-    c->workers = 1;
-    c->deny_cache_max_keys = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS;
-    c->headers = HEADERS_X_RATELIMIT;
-    c->deny_status = CONFIG_DEFAULT_DENY_STATUS;
+    set_defaults(top_fields, c);
     return c;
 }
 
@@ -2064,15 +2187,20 @@ const struct policy *config_find_policy(const struct config *c, const char *name
     return bsearch(name, c->policies, c->npolicies, sizeof *c->policies, policy_cmp);
 }
 
-/* Dotted paths: a section's fields follow a '.', each policy's follow
- * ".NAME.", each tier's and each override's follow "[].". */
-static void walk_fields(const struct field *fields, const char *prefix,
-                        void (*fn)(const char *path, void *arg), void *arg)
+/* Calls fn with every row's dotted path: a section's fields follow a '.',
+ * each policy's follow ".NAME.", each tier's and each override's follow
+ * "[].". in_config: the row's value lives in struct config itself (the top
+ * level and its sections). fn returns nonzero to stop the walk. */
+typedef int walk_fn(const char *path, const struct field *f, int in_config, void *arg);
+
+static int walk_rows(const struct field *fields, const char *prefix, int in_config, walk_fn *fn,
+                     void *arg)
 {
     for (const struct field *f = fields; f->name; f++) {
         char path[128], child[sizeof path + 8];
         snprintf(path, sizeof path, "%s%s", prefix, f->name);
-        fn(path, arg);
+        if (fn(path, f, in_config, arg))
+            return 1;
         /* descriptors nest in descriptors: their fields are listed once. */
         if (!f->section || f->section == fields)
             continue;
@@ -2080,11 +2208,108 @@ static void walk_fields(const struct field *fields, const char *prefix,
                  f->type == F_SECTION || f->parse == parse_rate_limit ? "."
                  : f->parse == parse_policies                         ? ".NAME."
                                                                       : "[].");
-        walk_fields(f->section, child, fn, arg);
+        if (walk_rows(f->section, child, in_config && f->type == F_SECTION, fn, arg))
+            return 1;
     }
+    return 0;
+}
+
+struct foreach_arg {
+    void (*fn)(const char *path, void *arg);
+    void *arg;
+};
+
+static int foreach_row(const char *path, const struct field *f, int in_config, void *arg)
+{
+    struct foreach_arg *a = arg;
+    (void)f, (void)in_config;
+    a->fn(path, a->arg);
+    return 0;
 }
 
 void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg)
 {
-    walk_fields(top_fields, "", fn, arg);
+    struct foreach_arg a = {fn, arg};
+    walk_rows(top_fields, "", 1, foreach_row, &a);
+}
+
+/* The row of a dotted path, found by walk_rows. */
+struct find_arg {
+    const char *path;
+    const struct field *f;
+    int in_config;
+};
+
+static int find_row(const char *path, const struct field *f, int in_config, void *arg)
+{
+    struct find_arg *a = arg;
+    if (strcmp(path, a->path) != 0)
+        return 0;
+    a->f = f;
+    a->in_config = in_config;
+    return 1;
+}
+
+static const struct field *row_of(const char *path, int *in_config)
+{
+    struct find_arg a = {path, NULL, 0};
+    walk_rows(top_fields, "", 1, find_row, &a);
+    if (in_config != NULL)
+        *in_config = a.in_config;
+    return a.f;
+}
+
+int config_field_restart(const char *path)
+{
+    const struct field *f = row_of(path, NULL);
+    return f == NULL ? -1 : f->reload == RELOAD_RESTART;
+}
+
+/* A stored value as text: strings as they are, numbers in decimal. */
+static int value_text(struct field_store st, const void *slot, char *buf, size_t size)
+{
+    if (st.kind == S_STRING && *(char *const *)slot != NULL)
+        return snprintf(buf, size, "%s", *(char *const *)slot), 1;
+    if (st.kind == S_INT64)
+        return snprintf(buf, size, "%" PRId64, *(const int64_t *)slot), 1;
+    if (st.kind == S_INT)
+        return snprintf(buf, size, "%d", *(const int *)slot), 1;
+    return 0;
+}
+
+int config_field_default(const char *path, char *buf, size_t size)
+{
+    const struct field *f = row_of(path, NULL);
+    struct field_store st;
+    int as_int = 0;
+    const char *as_string = NULL;
+
+    if (f == NULL)
+        return -1;
+    st = store_of(f);
+    if (st.kind == S_STRING && f->def_str == NULL)
+        return 0;
+    as_string = f->def_str;
+    as_int = (int)f->def;
+    return value_text(st,
+                      st.kind == S_STRING  ? (const void *)&as_string
+                      : st.kind == S_INT64 ? (const void *)&f->def
+                                           : (const void *)&as_int,
+                      buf, size);
+}
+
+int config_field_value(const struct config *c, const char *path, char *buf, size_t size)
+{
+    int in_config;
+    const struct field *f = row_of(path, &in_config);
+
+    if (f == NULL || !in_config)
+        return -1;
+    return value_text(store_of(f), (const char *)c + store_of(f).offset, buf, size);
+}
+
+int config_restart_field(const struct config *old, const struct config *new, char *path,
+                         size_t size)
+{
+    return find_restart_field(top_fields, "", old, new, path, size);
 }

@@ -101,7 +101,8 @@ struct config {
     struct domain *domains; /* Envoy domains (domains.h), sorted by name */
 };
 
-/* Defaults, also written in the README and conf/ratelimitd.yaml. */
+/* Defaults, also written in the README and conf/ratelimitd.yaml; the field
+ * tables (config.c) give them to each field. */
 #define CONFIG_DEFAULT_LISTEN "127.0.0.1:8080"
 #define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
 #define CONFIG_DEFAULT_TIMEOUT_US 50000
@@ -148,5 +149,27 @@ const struct policy *config_find_policy(const struct config *c, const char *name
  * "redis.url", "policies.NAME.shadow", "policies.NAME.tiers[].limit": the
  * docs test walks it so that no field goes undocumented. */
 void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg);
+
+/*
+ * The field table's reload rule: the first field (in the table's order)
+ * that only a restart applies and whose value differs between old and new,
+ * its dotted path ("listen", "redis.tls.ca_file") written into path.
+ * Returns 1 if there is one, 0 if a reload may apply new as a whole.
+ */
+int config_restart_field(const struct config *old, const struct config *new, char *path,
+                         size_t size) RL_WUR;
+
+/* For the docs test and the table's own tests, by dotted path (as
+ * config_foreach_field gives it): config_field_restart is 1 for a field
+ * that changes only with a restart, 0 for one a reload applies, -1 for an
+ * unknown path. config_field_default writes the table's default as text
+ * (strings as written, numbers, booleans and choices as integers) and
+ * returns 1, or 0 when it has none (-1: unknown path). config_field_value
+ * writes c's value of a top-level or redis.* field the same way: 1, 0 for a
+ * NULL string or a value with no text form, -1 for a path not stored in
+ * struct config. */
+int config_field_restart(const char *path);
+int config_field_default(const char *path, char *buf, size_t size);
+int config_field_value(const struct config *c, const char *path, char *buf, size_t size);
 
 #endif

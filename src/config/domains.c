@@ -4,7 +4,8 @@
  * is config.c's job (one parser for the policy file's `domains:` and for
  * envoyproxy/ratelimit's files); this file owns how a level is ordered, so
  * that a lookup is a binary search per descriptor entry, and how a tree is
- * freed.
+ * freed. It knows no config snapshot (config.h includes this file's header,
+ * not the other way): it is given the domains and the top-level defaults.
  *
  * A level's children are sorted by (key, kind, ...), kind being exact
  * value, prefix value ("beta*"), then no value. Exact values sort by
@@ -13,7 +14,6 @@
  * that matches wins.
  */
 #include "config/domains.h"
-#include "config/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +58,8 @@ int rls_unit_from_name(const char *name, enum rls_unit *out)
 }
 
 int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
-                         int shadow, const struct config *c, char *err, size_t errlen)
+                         int shadow, enum header_mode headers, int64_t deny_status, char *err,
+                         size_t errlen)
 {
     struct tier *t = &p->tiers[0];
     memset(p, 0, sizeof *p);
@@ -66,8 +67,8 @@ int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_
     p->failure_mode = FAILURE_OPEN;
     p->shadow = shadow;
     p->deny_cache = 1;
-    p->headers = c->headers;
-    p->deny_status = c->deny_status;
+    p->headers = headers;
+    p->deny_status = deny_status;
     p->ntiers = 1;
     if ((size_t)unit >= NUNITS || unit == RLS_UNIT_UNKNOWN)
         return snprintf(err, errlen, "unknown unit %d", (int)unit), -1;
@@ -241,15 +242,16 @@ static const struct domain_node *match_level(const struct domain_node *nodes, si
     return NULL;
 }
 
-const struct domain *domains_find(const struct config *c, const char *name, size_t len)
+const struct domain *domains_find(const struct domain *domains, size_t ndomains, const char *name,
+                                  size_t len)
 {
-    size_t lo = 0, hi = c != NULL ? c->ndomains : 0;
+    size_t lo = 0, hi = domains != NULL ? ndomains : 0;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int cmp = cmp_bytes(name, len, c->domains[mid].name);
+        int cmp = cmp_bytes(name, len, domains[mid].name);
         if (cmp == 0)
-            return &c->domains[mid];
+            return &domains[mid];
         if (cmp < 0)
             hi = mid;
         else
@@ -258,11 +260,11 @@ const struct domain *domains_find(const struct config *c, const char *name, size
     return NULL;
 }
 
-const struct domain_limit *domains_match(const struct config *c, const char *domain,
-                                         size_t domainlen, const struct descriptor_entry *entries,
-                                         size_t n)
+const struct domain_limit *domains_match(const struct domain *domains, size_t ndomains,
+                                         const char *domain, size_t domainlen,
+                                         const struct descriptor_entry *entries, size_t n)
 {
-    const struct domain *d = domains_find(c, domain, domainlen);
+    const struct domain *d = domains_find(domains, ndomains, domain, domainlen);
     const struct domain_node *nodes, *node = NULL;
     size_t nnodes;
 

@@ -77,8 +77,6 @@ struct domain {
     struct domain_node *children;
 };
 
-struct config;
-
 /*
  * The limit descriptor `entries` (n >= 1) of `domain` matches in c, with
  * envoyproxy/ratelimit's rules: entry by entry, a child with that key and
@@ -88,13 +86,14 @@ struct config;
  * descriptor). NULL when nothing matches (unknown domain, no path, or no
  * limit at the end of it).
  */
-const struct domain_limit *domains_match(const struct config *c, const char *domain,
-                                         size_t domainlen, const struct descriptor_entry *entries,
-                                         size_t n);
+const struct domain_limit *domains_match(const struct domain *domains, size_t ndomains,
+                                         const char *domain, size_t domainlen,
+                                         const struct descriptor_entry *entries, size_t n);
 
 /* The domain of that name (len bytes) in c, or NULL: tells an unknown
  * domain from a known one where a descriptor matched nothing (metrics). */
-const struct domain *domains_find(const struct config *c, const char *name, size_t len);
+const struct domain *domains_find(const struct domain *domains, size_t ndomains, const char *name,
+                                  size_t len);
 
 /* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
  * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
@@ -119,7 +118,8 @@ int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
  * (an unknown unit, a limit policy.c refuses).
  */
 int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
-                         int shadow, const struct config *c, char *err, size_t errlen) RL_WUR;
+                         int shadow, enum header_mode headers, int64_t deny_status, char *err,
+                         size_t errlen) RL_WUR;
 
 /* Frees a domain's tree (not the struct itself); called by config_free. */
 void domain_free(struct domain *d);

@@ -64,6 +64,13 @@ static const struct algorithm_info *info(enum algorithm a)
     return (unsigned)a < ALG__COUNT ? &algorithms[a] : NULL;
 }
 
+/* Only a queue length has a 0 of its own (no queue): for the other burst
+ * rules 0 is what "no burst" is stored as. */
+int policy_burst_zero_meaningful(enum algorithm a)
+{
+    return info(a) != NULL && info(a)->burst == BURST_QUEUE;
+}
+
 const char *policy_algorithm_name(enum algorithm a)
 {
     return info(a) ? info(a)->name : "unknown";

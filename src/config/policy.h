@@ -93,6 +93,12 @@ int policy_name_valid(const char *s);
  * algorithms, burst + 1 for leaky_bucket, limit otherwise. */
 int64_t policy_tier_capacity(const struct tier *t);
 
+/* Whether a written `burst: 0` means something of its own for algorithm a
+ * (leaky_bucket: no queue), by its row of the algorithm table. struct tier
+ * cannot tell it from no burst (0 is the default), so the config refuses a
+ * written 0 for the algorithms where it would silently mean no burst. */
+int policy_burst_zero_meaningful(enum algorithm a);
+
 /* Checks a tier's numbers against the algorithm's rules (burst only where it
  * means something, precision divides window, products small enough for exact
  * arithmetic in Lua's doubles...). Returns 0 or -1 with a message naming the

@@ -224,9 +224,9 @@ static void match_all(struct rls_call *c, const struct config *cfg, const struct
     for (size_t i = 0; i < c->n; i++) {
         const struct rls_descriptor *d = &req->descriptors[i];
         struct entry *e = &c->entries[i];
-        e->limit = c->domain
-                       ? domains_match(cfg, req->domain, req->domainlen, d->entries, d->nentries)
-                       : NULL;
+        e->limit = c->domain ? domains_match(cfg->domains, cfg->ndomains, req->domain,
+                                             req->domainlen, d->entries, d->nentries)
+                             : NULL;
         if (c->domain && d->has_limit) {
             /* Envoy's override replaces whatever the config says for this
              * descriptor, in a known domain, as envoyproxy/ratelimit does:
@@ -282,8 +282,9 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     if (c->entries[i].limit == &c->entries[i].override) {
         char msg[RL_ERRLEN];
         owned = xmalloc(sizeof *owned);
-        if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, c->w->config,
-                                 msg, sizeof msg) < 0) {
+        if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0,
+                                 c->w->config->headers, c->w->config->deny_status, msg,
+                                 sizeof msg) < 0) {
             free(owned);
             return request_fail(err, "invalid_limit", "%s", msg);
         }
@@ -454,13 +455,14 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
     }
     const struct config *cfg = w->config;
     struct rls_call *c = xcalloc(1, sizeof *c);
-    *c = (struct rls_call){.w = w,
-                           .front = req->front,
-                           .domain = domains_find(cfg, req->domain, req->domainlen),
-                           .reply = reply,
-                           .ctx = ctx,
-                           .starting = 1,
-                           .n = req->ndescriptors};
+    *c = (struct rls_call){
+        .w = w,
+        .front = req->front,
+        .domain = domains_find(cfg->domains, cfg->ndomains, req->domain, req->domainlen),
+        .reply = reply,
+        .ctx = ctx,
+        .starting = 1,
+        .n = req->ndescriptors};
     c->entries = xcalloc(c->n, sizeof *c->entries);
     c->status = xcalloc(c->n, sizeof *c->status);
     match_all(c, cfg, req);

@@ -1238,6 +1238,184 @@ static void test_overrides_loaded(void)
     config_unref(c);
 }
 
+/* ---- the field table: defaults and reload rules ---------------------------------- */
+
+#define MINIMAL                                                                                    \
+    "policies: {p: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1s}]}}\n"
+
+/* Every default of a top-level or redis.* field, as config_field_default
+ * writes it: losing one from the table fails here. */
+static const struct {
+    const char *path, *text;
+} want_defaults[] = {
+    {"listen", "127.0.0.1:8080"},
+    {"listen_mode", "-1"},
+    {"listen_group", "-1"},
+    {"backend", "0"},
+    {"workers", "1"},
+    {"redis.url", "redis://127.0.0.1:6379/0"},
+    {"redis.timeout", "50000"},
+    {"redis.key_prefix", "rl:"},
+    {"redis.tls.verify", "1"},
+    {"clock", "0"},
+    {"max_body", "16384"},
+    {"log_level", "1"},
+    {"access_log", "0"},
+    {"grpc_max_streams", "100"},
+    {"watch", "0"},
+    {"max_inflight", "10000"},
+    {"overload", "0"},
+    {"max_connections", "4096"},
+    {"idle_timeout", "30000000"},
+    {"request_timeout", "10000000"},
+    {"local_max_keys", "100000"},
+    {"deny_cache_max_keys", "100000"},
+    {"headers", "0"},
+    {"deny_status", "429"},
+};
+
+/* The fields only a restart applies; every other field a reload applies. */
+static const char *const want_restart[] = {
+    "listen",
+    "listen_mode",
+    "listen_group",
+    "backend",
+    "workers",
+    "redis.url",
+    "redis.tls",
+    "redis.tls.ca_file",
+    "redis.tls.cert_file",
+    "redis.tls.key_file",
+    "redis.tls.server_name",
+    "redis.tls.verify",
+    "redis.sentinel",
+    "redis.sentinel.addresses",
+    "redis.sentinel.master_name",
+    "redis.sentinel.password",
+    "redis.cluster",
+    "admin_listen",
+    "grpc_listen",
+    "watch",
+    "local_max_keys",
+};
+
+struct table_walk {
+    const struct config *c;
+    int checked;
+};
+
+static const char *wanted_default(const char *path)
+{
+    for (size_t i = 0; i < sizeof want_defaults / sizeof want_defaults[0]; i++)
+        if (strcmp(want_defaults[i].path, path) == 0)
+            return want_defaults[i].text;
+    return NULL;
+}
+
+static int wanted_restart(const char *path)
+{
+    for (size_t i = 0; i < sizeof want_restart / sizeof want_restart[0]; i++)
+        if (strcmp(want_restart[i], path) == 0)
+            return 1;
+    return 0;
+}
+
+/* For every field: the table's default is the one wanted, a file that
+ * leaves the field out gets it (config_new), and the reload rule is the one
+ * wanted. */
+static void check_row(const char *path, void *arg)
+{
+    struct table_walk *w = arg;
+    char def[256] = "", got[256] = "";
+    int has_def = config_field_default(path, def, sizeof def);
+    int has_value = config_field_value(w->c, path, got, sizeof got);
+    const char *want = wanted_default(path);
+
+    w->checked++;
+    if (has_value >= 0) { /* a field of struct config itself */
+        if (want != NULL)
+            ok(has_def == 1 && strcmp(def, want) == 0, "%s: the table's default is %s (%s)", path,
+               want, def);
+        else
+            ok(has_def == 0 || (strcmp(def, "0") == 0), "%s: no default in the table (%s)", path,
+               def);
+        ok(has_def == has_value && strcmp(def, got) == 0,
+           "%s: a file without it gets the table's default (%s, got %s)", path, def, got);
+    }
+    is_int(config_field_restart(path), wanted_restart(path), "%s: %s", path,
+           wanted_restart(path) ? "changes only with a restart" : "a reload applies it");
+}
+
+static void test_table_defaults(void)
+{
+    char err[1024] = "";
+    struct config *c = config_load_string("t.yaml", MINIMAL, strlen(MINIMAL), err, sizeof err);
+    struct table_walk w = {c, 0};
+    char buf[64];
+
+    if (!ok(c != NULL, "a minimal file loads (%s)", err))
+        return;
+    config_foreach_field(check_row, &w);
+    ok(w.checked > 70, "every field walked (%d)", w.checked);
+    for (size_t i = 0; i < sizeof want_defaults / sizeof want_defaults[0]; i++)
+        ok(config_field_value(c, want_defaults[i].path, buf, sizeof buf) == 1,
+           "%s is a field of the table", want_defaults[i].path);
+    for (size_t i = 0; i < sizeof want_restart / sizeof want_restart[0]; i++)
+        is_int(config_field_restart(want_restart[i]), 1, "%s is a restart field of the table",
+               want_restart[i]);
+    is_int(config_field_restart("no_such_field"), -1, "an unknown path has no rule");
+    config_unref(c);
+}
+
+/* config_restart_field names the field a reload may not change, and lets
+ * one through that changes only reloadable fields. */
+static void test_reload_rule(void)
+{
+    static const struct {
+        const char *yaml, *field;
+    } cases[] = {
+        {"listen: 127.0.0.1:9999\n", "listen"},
+        {"admin_listen: 127.0.0.1:9998\n", "admin_listen"},
+        {"grpc_listen: 127.0.0.1:9997\n", "grpc_listen"},
+        {"listen: unix:/tmp/x.sock\nlisten_mode: \"0600\"\n", "listen"},
+        {"backend: memory\n", "backend"},
+        {"workers: 2\n", "workers"},
+        {"redis: {url: \"redis://127.0.0.1:6380/0\"}\n", "redis.url"},
+        {"redis: {url: \"rediss://127.0.0.1:6379/0\", tls: {verify: false}}\n", "redis.url"},
+        {"redis: {sentinel: {addresses: [\"a:1\"], master_name: m}}\n", "redis.sentinel.addresses"},
+        {"redis: {cluster: [\"redis://a:1\"]}\n", "redis.cluster"},
+        {"watch: true\n", "watch"},
+        {"local_max_keys: 5\n", "local_max_keys"},
+        /* A reload applies these. */
+        {"max_body: 1024\n", NULL},
+        {"deny_cache_max_keys: 0\n", NULL},
+        {"headers: ietf\n", NULL},
+        {"deny_status: 403\n", NULL},
+        {"trusted_proxies: [\"10.0.0.0/8\"]\n", NULL},
+        {"redis: {timeout: 1s, key_prefix: \"x:\"}\nclock: local\nlog_level: debug\n", NULL},
+        {"", NULL},
+    };
+    char err[1024] = "", text[2048], field[128];
+    struct config *old = config_load_string("t.yaml", MINIMAL, strlen(MINIMAL), err, sizeof err);
+
+    for (size_t i = 0; old != NULL && i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", cases[i].yaml, MINIMAL);
+        struct config *new = config_load_string("t.yaml", text, strlen(text), err, sizeof err);
+        if (!ok(new != NULL, "reload case %zu loads (%s)", i, err))
+            continue;
+        int found = config_restart_field(old, new, field, sizeof field);
+        if (cases[i].field != NULL)
+            ok(found == 1 && strcmp(field, cases[i].field) == 0, "%s needs a restart (%s)",
+               cases[i].field, found ? field : "none");
+        else
+            ok(found == 0, "case %zu: a reload applies it (%s)", i, found ? field : "none");
+        ok(config_restart_field(new, new, field, sizeof field) == 0,
+           "a snapshot against itself: nothing differs");
+        config_unref(new);
+    }
+    config_unref(old);
+}
+
 int main(void)
 {
     test_errors();
@@ -1256,5 +1434,7 @@ int main(void)
     test_token_file();
     test_redis_tls();
     test_redis_modes();
+    test_table_defaults();
+    test_reload_rule();
     return tap_done();
 }

@@ -4,7 +4,9 @@
  * "name:"). A new field without docs fails here. And the stop timeouts that
  * ship (the systemd unit, ratelimitd(8), docker/compose.yaml, the
  * Dockerfile's advice) agree and exceed the longest drain the code allows,
- * which the README and ratelimitd(8) state. Every test file is named in
+ * which the README and ratelimitd(8) state. The README's reference and
+ * ratelimitd.yaml(5) say "changes only with a restart" of exactly the
+ * fields whose row in the field table says so. Every test file is named in
  * docs/testing.md, and every source file of src/ has a row in
  * docs/architecture.md's table.
  */
@@ -214,6 +216,108 @@ static void test_file_docs(const char *dir)
     test_doc_names(dir, &sources, source_folders, 1, 60);
 }
 
+/* ---- restart-only marks: the docs say it of exactly the table's fields ---------- */
+
+struct marks {
+    const char *readme;
+    const char *man;
+};
+
+static int says_restart(const char *from, const char *to)
+{
+    static const char *const phrases[] = {"hanges only with a restart", "needs a restart"};
+    for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++) {
+        const char *at = strstr(from, phrases[i]);
+        if (at != NULL && at < to)
+            return 1;
+    }
+    return 0;
+}
+
+/* The README's reference row of path ("| `path` |"), or NULL. Its mark, or
+ * that of the section's row ("Every `redis.tls` field changes only with a
+ * restart"). */
+static int readme_marks(const char *readme, const char *path, int *found)
+{
+    char row[192], section[192], every[192];
+    const char *at, *end, *dot = strrchr(path, '.');
+
+    snprintf(row, sizeof row, "\n| `%s` |", path);
+    if ((at = strstr(readme, row)) == NULL)
+        return *found = 0, 0;
+    *found = 1;
+    end = strchr(at + 1, '\n');
+    if (says_restart(at, end ? end : at + strlen(at)))
+        return 1;
+    if (dot == NULL)
+        return 0;
+    snprintf(section, sizeof section, "\n| `%.*s` |", (int)(dot - path), path);
+    snprintf(every, sizeof every, "very `%.*s` field changes only with a restart",
+             (int)(dot - path), path);
+    at = strstr(readme, section);
+    end = at ? strchr(at + 1, '\n') : NULL;
+    return at && end && (at = strstr(at, every)) != NULL && at < end;
+}
+
+/* ratelimitd.yaml(5)'s entry ".TP\n.B path" up to the next .TP or .SS, or
+ * that of its section ("Every field below changes only with a restart"). */
+static const char *man_entry(const char *man, const char *path, const char **end)
+{
+    char head[192];
+    const char *at, *tp, *ss;
+
+    snprintf(head, sizeof head, ".TP\n.B %s\n", path);
+    if ((at = strstr(man, head)) == NULL)
+        return NULL;
+    tp = strstr(at + strlen(head), ".TP\n");
+    ss = strstr(at + strlen(head), ".SS");
+    *end = tp && (!ss || tp < ss) ? tp : ss ? ss : at + strlen(at);
+    return at;
+}
+
+static int man_marks(const char *man, const char *path, int *found)
+{
+    const char *end, *at = man_entry(man, path, &end), *dot = strrchr(path, '.');
+    char section[192];
+
+    if ((*found = at != NULL) == 0)
+        return 0;
+    if (says_restart(at, end))
+        return 1;
+    if (dot == NULL)
+        return 0;
+    snprintf(section, sizeof section, "%.*s", (int)(dot - path), path);
+    at = man_entry(man, section, &end);
+    return at != NULL && strstr(at, "Every field below changes only with a restart") != NULL &&
+           strstr(at, "Every field below changes only with a restart") < end;
+}
+
+static void check_restart_mark(const char *path, void *arg)
+{
+    const struct marks *m = arg;
+    int restart = config_field_restart(path), found;
+    int marked = readme_marks(m->readme, path, &found);
+
+    if (found)
+        ok(marked == restart, "README %s `%s` as changing only with a restart",
+           restart ? "marks" : "does not mark", path);
+    marked = man_marks(m->man, path, &found);
+    if (found)
+        ok(marked == restart, "ratelimitd.yaml(5) %s %s as changing only with a restart",
+           restart ? "marks" : "does not mark", path);
+    if (restart)
+        ok(found, "ratelimitd.yaml(5) has an entry for %s", path);
+}
+
+static void test_restart_marks(const char *dir, const struct docs *d)
+{
+    struct marks m = {d->readme, slurp(dir, "man/ratelimitd.yaml.5")};
+
+    if (ok(m.readme && m.man, "README.md and man/ratelimitd.yaml.5 are readable"))
+        config_foreach_field(check_restart_mark, &m);
+    free((char *)m.man);
+}
+
 int main(void)
 {
     const char *dir = getenv("RL_SRCDIR") ? getenv("RL_SRCDIR") : ".";
@@ -222,6 +326,7 @@ int main(void)
         config_foreach_field(check_field, &d);
     test_stop_timeouts(dir, &d);
     test_file_docs(dir);
+    test_restart_marks(dir, &d);
     free(d.readme);
     free(d.example);
     return tap_done();

@@ -27,6 +27,18 @@
     "[{prefix: x, tiers: [{name: b, algorithm: gcra, limit: 1, window: 1s}]}]}\n"                  \
     "domains:\n"
 
+/* domains_match and domains_find over a snapshot's domains (none for NULL). */
+static const struct domain_limit *snap_match(const struct config *c, const char *domain, size_t len,
+                                             const struct descriptor_entry *e, size_t n)
+{
+    return domains_match(c ? c->domains : NULL, c ? c->ndomains : 0, domain, len, e, n);
+}
+
+static const struct domain *snap_find(const struct config *c, const char *name, size_t len)
+{
+    return domains_find(c ? c->domains : NULL, c ? c->ndomains : 0, name, len);
+}
+
 static struct config *load(const char *yaml, char *err, size_t errlen)
 {
     return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
@@ -142,7 +154,7 @@ static void test_depth(void)
     struct descriptor_entry e[16];
     for (int i = 0; i < 16; i++)
         e[i] = (struct descriptor_entry){"a", 1, "v", 1};
-    ok(c && domains_match(c, "d", 1, e, 16) == NULL, "no limit at the end: none");
+    ok(c && snap_match(c, "d", 1, e, 16) == NULL, "no limit at the end: none");
     config_unref(c);
 }
 
@@ -182,7 +194,7 @@ static const char *match(const struct config *c, const char *d, const char *desc
     struct descriptor_entry e[8];
     snprintf(text, sizeof text, "%s", desc);
     size_t n = entries_of(text, e, 8);
-    const struct domain_limit *l = domains_match(c, d, strlen(d), e, n);
+    const struct domain_limit *l = snap_match(c, d, strlen(d), e, n);
     return l ? l->path : "-";
 }
 
@@ -244,16 +256,16 @@ static void test_matching(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         is_str(match(c, cases[i].domain, cases[i].desc), cases[i].want, "%s %s", cases[i].domain,
                cases[i].desc);
-    ok(domains_match(c, "edge", 4, NULL, 0) == NULL, "no entries: no limit");
-    ok(domains_find(c, "edge", 4) == &c->domains[0] && domains_find(c, "other", 5) != NULL,
+    ok(snap_match(c, "edge", 4, NULL, 0) == NULL, "no entries: no limit");
+    ok(snap_find(c, "edge", 4) == &c->domains[0] && snap_find(c, "other", 5) != NULL,
        "domains_find: known domains");
-    ok(domains_find(c, "edg", 3) == NULL && domains_find(c, "edgee", 5) == NULL &&
-           domains_find(NULL, "edge", 4) == NULL,
+    ok(snap_find(c, "edg", 3) == NULL && snap_find(c, "edgee", 5) == NULL &&
+           snap_find(NULL, "edge", 4) == NULL,
        "domains_find: unknown ones");
     /* Bytes, not C strings: a NUL in a value is just a byte. */
     struct descriptor_entry nul = {"k", 1, "exact\0x", 7};
-    is_str(domains_match(c, "edge", 4, &nul, 1)->path, "k_ex*", "a NUL inside a value");
-    ok(domains_match(NULL, "edge", 4, &nul, 1) == NULL, "no config: no limit");
+    is_str(snap_match(c, "edge", 4, &nul, 1)->path, "k_ex*", "a NUL inside a value");
+    ok(snap_match(NULL, "edge", 4, &nul, 1) == NULL, "no config: no limit");
     config_unref(c);
 }
 
@@ -280,7 +292,7 @@ static void test_limits(void)
     if (!c)
         return;
     struct descriptor_entry e = {"a", 1, "1", 1};
-    const struct domain_limit *l = domains_match(c, "d", 1, &e, 1);
+    const struct domain_limit *l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->policy == l->owned && l->policy != NULL, "rate_limit: owns its policy");
     is_str(l->policy->name, "@envoy", "the policy is @envoy");
     is_int(l->policy->ntiers, 1, "one tier");
@@ -301,7 +313,7 @@ static void test_limits(void)
     ok(!l->unlimited && !l->detailed_metric, "not unlimited, no detailed_metric");
 
     e.key = "b";
-    l = domains_match(c, "d", 1, &e, 1);
+    l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->policy->shadow, "shadow_mode: the @envoy policy is shadow");
     ok(l && l->detailed_metric, "detailed_metric");
     is_int(l->unit, RLS_UNIT_MONTH, "unit in upper case accepted");
@@ -309,19 +321,19 @@ static void test_limits(void)
     ok(l->name == NULL, "no name");
 
     e.key = "c";
-    l = domains_match(c, "d", 1, &e, 1);
+    l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->policy == config_find_policy(c, "p") && l->owned == NULL,
        "policy: the snapshot's own policy");
     is_int(l->unit, RLS_UNIT_UNKNOWN, "policy: no unit");
 
     e.key = "e";
-    l = domains_match(c, "d", 1, &e, 1);
+    l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->owned && l->policy == l->owned, "policy + shadow_mode: a copy");
     ok(l && l->policy->shadow && strcmp(l->policy->name, "p") == 0, "the copy: shadow, same name");
     ok(!config_find_policy(c, "p")->shadow, "the original stays non-shadow");
 
     e.key = "f";
-    l = domains_match(c, "d", 1, &e, 1);
+    l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->policy->shadow && l->policy->overrides != NULL &&
            l->policy->overrides != config_find_policy(c, "o")->overrides,
        "a shadow copy with overrides has its own");
@@ -332,12 +344,12 @@ static void test_limits(void)
     ok(!v->shadow && strcmp(v->tiers[0].name, "b") == 0, "the original's variant is not");
 
     e.key = "g";
-    l = domains_match(c, "d", 1, &e, 1);
+    l = snap_match(c, "d", 1, &e, 1);
     ok(l && l->unlimited && l->policy == NULL, "unlimited: no policy");
     is_str(l ? l->name : NULL, "free", "an unlimited limit keeps its name");
 
     e.key = "h";
-    ok(domains_match(c, "d", 1, &e, 1) == NULL, "shadow_mode with no limit: nothing to apply");
+    ok(snap_match(c, "d", 1, &e, 1) == NULL, "shadow_mode with no limit: nothing to apply");
     config_unref(c);
 }
 
@@ -461,7 +473,7 @@ static void test_envoy_dir(void)
     c = config_load(policy_file(extra), err, sizeof err);
     ok(c && c->ndomains == 2, "a load sees the directory as it is now (%s)", c ? "" : err);
     is_str(match_in(c, "alpha", "k=v"), "-", "the removed file's domain is gone");
-    ok(c && domains_match(c, "gamma", 5, NULL, 0) == NULL && c->ndomains == 2 &&
+    ok(c && snap_match(c, "gamma", 5, NULL, 0) == NULL && c->ndomains == 2 &&
            strcmp(c->domains[1].name, "gamma") == 0,
        "the new file's domain is there");
     config_unref(c);
@@ -551,21 +563,21 @@ static void test_shipped(const char *srcdir)
            "source_cluster_frontend.destination_cluster", "db_ops: nested key only");
     const struct domain_limit *l;
     struct descriptor_entry e[2] = {{"channel", 7, "promo", 5}, {"recipient", 9, "+1", 2}};
-    l = domains_match(c, "notifications", 13, e, 2);
+    l = snap_match(c, "notifications", 13, e, 2);
     ok(l && l->policy && l->policy->shadow && l->requests_per_unit == 3 && l->unit == RLS_UNIT_DAY,
        "notifications: promo per recipient, 3/day, shadow");
-    l = domains_match(c, "notifications", 13, e + 1, 1);
+    l = snap_match(c, "notifications", 13, e + 1, 1);
     ok(l && !l->policy->shadow && l->detailed_metric, "notifications: recipient, detailed");
     struct descriptor_entry k[2] = {{"client", 6, "internal-build", 14}, {"plan", 4, "premium", 7}};
-    l = domains_match(c, "public_api", 10, k, 1);
+    l = snap_match(c, "public_api", 10, k, 1);
     ok(l && l->requests_per_unit == 1000 && l->unit == RLS_UNIT_MINUTE, "public_api: wildcard");
     k[0].value = "monitoring", k[0].valuelen = 10;
-    l = domains_match(c, "public_api", 10, k, 1);
+    l = snap_match(c, "public_api", 10, k, 1);
     ok(l && l->unlimited, "public_api: unlimited");
     k[0].value = "acme", k[0].valuelen = 4;
-    l = domains_match(c, "public_api", 10, k, 1);
+    l = snap_match(c, "public_api", 10, k, 1);
     ok(l && l->name && strcmp(l->name, "per_client") == 0, "public_api: per client");
-    l = domains_match(c, "public_api", 10, k, 2);
+    l = snap_match(c, "public_api", 10, k, 2);
     ok(l && l->nreplaces == 1 && strcmp(l->replaces[0], "per_client") == 0,
        "public_api: premium replaces per_client");
     config_unref(c);

@@ -6,7 +6,7 @@
  * Owns: the store (its entries, indexed by an lru_table: a chained hash
  * table keyed with SipHash and an LRU list; lazy and incremental expiry)
  * and the in-memory form of each algorithm's Redis state. Does not own: key
- * encoding (policy.c), the request (request.c), clocks.
+ * encoding (policy.c), the request (check_json.c), clocks.
  *
  * Each algorithm has the script's steps, with the same names, in one row of
  * ops_table (the script's ALGORITHMS table): load (reads only, into a

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "front/http/request.h"
+#include "front/http/check_json.h"
 #include "front/http/response.h"
 #include "lib/buf.h"
 #include "tap.h"
@@ -61,7 +61,7 @@ static struct config *cfg;
 static void parse(const char *body, struct check_request *req)
 {
     struct request_error e;
-    if (request_parse(cfg, body, strlen(body), req, &e) < 0) {
+    if (check_json_parse(cfg, body, strlen(body), req, &e) < 0) {
         printf("# bad test input %s: %s\n", body, e.message);
         exit(1);
     }

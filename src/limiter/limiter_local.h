@@ -57,7 +57,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/config.h"
+#include "config/policy.h"
 #include "core/decision.h"
 
 struct local_store;

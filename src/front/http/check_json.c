@@ -25,6 +25,19 @@
 
 #include "front/http/check_json.h"
 
+json_t *check_json_load(const char *body, size_t len, struct request_error *err)
+{
+    json_error_t jerr;
+    json_t *root =
+        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+        request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    else if (!root)
+        request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
+                     jerr.column, jerr.text);
+    return root;
+}
+
 int check_json_only_fields(json_t *obj, const char *const *allowed, const char *where,
                            struct request_error *err)
 {
@@ -271,14 +284,9 @@ int check_json_parse_full(const struct config *cfg, const char *body, size_t len
                           struct check_request *out, struct request_error *err)
 {
     memset(out, 0, sizeof *out);
-    json_error_t jerr;
-    json_t *root =
-        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    json_t *root = check_json_load(body, len, err);
     if (!root)
-        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
-                            jerr.line, jerr.column, jerr.text);
+        return -1;
     int rc = -1;
     if (!json_is_object(root)) {
         request_fail(err, "invalid_request", "the body must be a JSON object");

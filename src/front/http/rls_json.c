@@ -182,14 +182,9 @@ int rls_json_parse(const char *body, size_t len, struct rls_json *out, struct re
 {
     memset(out, 0, sizeof *out);
     out->req.front = RLS_FRONT_JSON;
-    json_error_t jerr;
-    json_t *root =
-        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    json_t *root = check_json_load(body, len, err);
     if (!root)
-        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
-                            jerr.line, jerr.column, jerr.text);
+        return -1;
     out->root = root;
     if (parse_root(root, out, err) < 0) {
         rls_json_free(out);

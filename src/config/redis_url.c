@@ -1,6 +1,7 @@
 /*
  * redis_url.c: parsing of redis://, rediss:// and unix: URLs (see redis_url.h).
- * Owns the syntax only; whether a server answers there is the backend's
+ * Owns the syntax, and where the password comes from (the environment or
+ * the config); whether a server answers there is the backend's
  * business.
  */
 #include <ctype.h>
@@ -136,4 +137,14 @@ void redis_url_free(struct redis_url *u)
     free(u->user);
     free(u->password);
     memset(u, 0, sizeof *u);
+}
+
+char *redis_url_password(const char *env, const char *configured)
+{
+    /* The environment wins, so that the password need not be written in
+     * the policy file; an empty value is taken as unset. */
+    const char *value = getenv(env);
+    if (!value || !*value)
+        value = configured;
+    return value ? xstrdup(value) : NULL;
 }

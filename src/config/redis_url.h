@@ -34,4 +34,16 @@ int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t er
 /* Frees the strings; safe on a zeroed or freed struct. */
 void redis_url_free(struct redis_url *u);
 
+/* The environment variables whose value, when set and not empty, is the
+ * password of the Redis servers (overriding redis.url's or
+ * redis.cluster's) or of the sentinels (overriding redis.sentinel's), so
+ * that it need not be written in the policy file. Never logged. */
+#define REDIS_URL_PASSWORD_ENV "RATELIMITD_REDIS_PASSWORD"
+#define REDIS_URL_SENTINEL_PASSWORD_ENV "RATELIMITD_SENTINEL_PASSWORD"
+
+/* The password to AUTH with: the value of the environment variable env
+ * when set and not empty, else configured (may be NULL). Returns a new
+ * string (the caller frees it), or NULL: no password. */
+char *redis_url_password(const char *env, const char *configured);
+
 #endif

@@ -3,7 +3,7 @@
  * forward-auth, gRPC), the decision core (check.c) and a backend (Redis,
  * memory). No front type and no backend type appears here.
  *
- *   front:   bytes -> struct check_request        (request.c decodes /check)
+ *   front:   bytes -> struct check_request        (check_json.c decodes /check)
  *   core:    check_start(worker, request) -> one struct verdict
  *   backend: decide(request, now) -> one struct tier_result per tier
  *   front:   struct verdict -> bytes               (response.c renders HTTP)

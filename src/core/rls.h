@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "config/domains.h"
-#include "front/http/request.h"
+#include "core/request_error.h"
 
 struct worker;
 struct rls_call;

@@ -59,8 +59,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "front/http/request.h"
-#include "front/http/response.h"
+#include "config/policy.h"
+#include "core/decision.h"
 
 struct local_store;
 
@@ -96,7 +96,7 @@ void local_store_free(struct local_store *s);
  *
  * Preconditions (as the daemon guarantees for the script): every tier passed
  * policy_tier_validate; 0 <= now_us <= 2^53; 0 <= cost <= 10^9; key_prefix
- * and every key fit POLICY_KEY_BUF (request.c bounds them).
+ * and every key fit POLICY_KEY_BUF (check_json.c bounds them).
  */
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now_us, struct tier_result *out);

@@ -24,7 +24,6 @@
 #include "backend/redis/scripts.h"
 #include "config/config.h"
 #include "config/policy.h"
-#include "front/http/request.h"
 #include "front/http/response.h"
 #include "lib/buf.h"
 

@@ -19,8 +19,8 @@
  * names, 16 sliding_window_log tiers of two keys each).
  *
  * Beyond what ASan/UBSan/LSan catch, the harness aborts when a documented
- * contract breaks: request_parse's rules about an accepted request (and
- * its fast path's answer being request_parse_full's, always), the
+ * contract breaks: check_json_parse's rules about an accepted request (and
+ * its fast path's answer being check_json_parse_full's, always), the
  * script call's shape, key encoding (each Redis key must decode back to
  * exactly the caller's key, inside one hash tag), and every answer being a
  * complete HTTP response whose Content-Length is its body's, and whose body
@@ -43,7 +43,7 @@
 #include "backend/redis/scripts.h"
 #include "config/config.h"
 #include "config/policy.h"
-#include "front/http/request.h"
+#include "front/http/check_json.h"
 #include "front/http/response.h"
 #include "limiter/limiter_local.h"
 
@@ -492,15 +492,15 @@ static void decide(const struct check_request *req, size_t ntiers, uint64_t seed
     free(ints);
 }
 
-/* request_parse (with its fast path for plain bodies) answers exactly what
+/* check_json_parse (with its fast path for plain bodies) answers exactly what
  * jansson's path alone answers. */
 static void check_same_as_full(const uint8_t *data, size_t size, int rc,
                                const struct check_request *req, const struct request_error *err)
 {
     struct check_request full;
     struct request_error ferr;
-    int frc = request_parse_full(cfg, (const char *)data, size, &full, &ferr);
-    REQUIRE(frc == rc, "request_parse says %d, request_parse_full %d", rc, frc);
+    int frc = check_json_parse_full(cfg, (const char *)data, size, &full, &ferr);
+    REQUIRE(frc == rc, "check_json_parse says %d, check_json_parse_full %d", rc, frc);
     if (rc < 0) {
         REQUIRE(strcmp(err->code, ferr.code) == 0 && strcmp(err->message, ferr.message) == 0,
                 "the paths refuse differently: %s / %s", err->message, ferr.message);
@@ -524,7 +524,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct script_call call;
     struct answer ans;
 
-    int rc = request_parse(cfg, (const char *)data, size, &req, &err);
+    int rc = check_json_parse(cfg, (const char *)data, size, &req, &err);
     check_same_as_full(data, size, rc, &req, &err);
     if (rc < 0) {
         REQUIRE(req.nchecks == 0 && req.checks == NULL, "a refused request left checks behind");

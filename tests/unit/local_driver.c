@@ -29,8 +29,6 @@
 #include "backend/redis/scripts.h"
 #include "config/config.h"
 #include "config/policy.h"
-#include "front/http/request.h"
-#include "front/http/response.h"
 #include "limiter/limiter_local.h"
 
 static void die(const char *msg, const char *detail)

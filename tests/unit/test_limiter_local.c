@@ -11,8 +11,6 @@
 #include <string.h>
 
 #include "config/policy.h"
-#include "front/http/request.h"
-#include "front/http/response.h"
 #include "limiter/limiter_local.h"
 #include "tap.h"
 

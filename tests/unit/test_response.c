@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "front/http/request.h"
+#include "front/http/check_json.h"
 #include "front/http/response.h"
 #include "lib/buf.h"
+#include "lib/json_out.h"
 #include "tap.h"
 
 static const char yaml[] =
@@ -61,7 +62,7 @@ static struct config *cfg;
 static void parse(const char *body, struct check_request *req)
 {
     struct request_error e;
-    if (request_parse(cfg, body, strlen(body), req, &e) < 0) {
+    if (check_json_parse(cfg, body, strlen(body), req, &e) < 0) {
         printf("# bad test input %s: %s\n", body, e.message);
         exit(1);
     }
@@ -411,6 +412,50 @@ static void test_exact_bytes(void)
     request_free(&req);
 }
 
+/* One tier's figures, written for a check and for an inspection: the
+ * exact bytes of both forms (their field orders are public). */
+static void tier_bytes(const struct tier_result *now, const struct tier_result *next,
+                       enum response_tier_form form, const char *want, const char *what)
+{
+    const struct policy *p = config_find_policy(cfg, "shaped");
+    struct buf b = {0};
+    struct json_out j = json_out_start(&b);
+    response_tier_json(&j, &p->tiers[0], now, next, form);
+    buf_append_char(&b, '\0');
+    is_str(b.data, want, "%s", what);
+    buf_free(&b);
+}
+
+static void test_tier_json(void)
+{
+    struct tier_result over = {
+        .limit = 10, .reset_us = 1500, .retry_us = -1, .cost_exceeds_limit = 1};
+    tier_bytes(
+        &over, &over, RESPONSE_TIER_CHECK,
+        "{\"name\":\"q\",\"algorithm\":\"leaky_bucket\",\"allowed\":false,\"limit\":10,"
+        "\"remaining\":0,\"reset_ms\":2,\"retry_after_ms\":null,\"delay_ms\":0,"
+        "\"reason\":\"cost_exceeds_limit\"}",
+        "a check's tier: allowed after algorithm, a retry never possible is null, the reason");
+    struct tier_result now = {.allowed = 1, .limit = 10, .remaining = 3, .reset_us = 999};
+    struct tier_result next = {.allowed = 1,
+                               .limit = 10,
+                               .remaining = 2,
+                               .retry_us = 5000,
+                               .delay_us = 2001,
+                               .cost_exceeds_limit = 1};
+    tier_bytes(
+        &now, &next, RESPONSE_TIER_INSPECT,
+        "{\"name\":\"q\",\"algorithm\":\"leaky_bucket\",\"limit\":10,\"remaining\":3,"
+        "\"reset_ms\":1,\"allowed\":true,\"retry_after_ms\":0,\"delay_ms\":3}",
+        "an inspection's tier: figures from now, allowed after reset_ms from next, no reason");
+    next.allowed = 0;
+    next.retry_us = 2500;
+    tier_bytes(&now, &next, RESPONSE_TIER_INSPECT,
+               "{\"name\":\"q\",\"algorithm\":\"leaky_bucket\",\"limit\":10,\"remaining\":3,"
+               "\"reset_ms\":1,\"allowed\":false,\"retry_after_ms\":3,\"delay_ms\":3}",
+               "an inspection's denied tier: the retry in ms, rounded up");
+}
+
 static void test_local_and_overloaded(void)
 {
     struct check_request req;
@@ -708,6 +753,7 @@ int main(void)
     test_unavailable();
     test_error();
     test_exact_bytes();
+    test_tier_json();
     test_local_and_overloaded();
     test_bodies();
     test_check_of();

@@ -8,8 +8,8 @@
  * for the map), the slot map
  * (redis_cluster.h) and which node serves each slot, the map refresh (one
  * CLUSTER SLOTS in flight at a time), the calls in flight and their
- * retries, the reset listener (a redis_conn of its own). Speaks RESP only
- * through redis_node and redis_conn.
+ * retries, which node the reset listener (resets.h) is on. Speaks RESP
+ * only through redis_node, redis_conn and resets.
  *
  * A request's checks are grouped by slot (every key of one check shares
  * its hash tag, policy.h). One group: one call, atomic and two-pass on its
@@ -44,11 +44,11 @@
 #include <string.h>
 
 #include "backend/redis/backend_cluster.h"
-#include "backend/redis/backend_redis.h"
 #include "backend/redis/redis_cluster.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_node.h"
 #include "backend/redis/redis_tls.h"
+#include "backend/redis/resets.h"
 #include "backend/redis/scripts.h"
 #include "config/config.h"
 #include "config/redis_url.h"
@@ -144,7 +144,7 @@ struct backend_cluster {
     int started, freeing;
 
     /* The reset listener. */
-    struct redis_conn *sub;
+    struct resets_listener *sub;
     struct cnode *sub_node;
     char *channel;
 };
@@ -695,53 +695,7 @@ static int cluster_decide(struct backend *iface, const struct config *cfg,
     return 0;
 }
 
-/* ---- resets ---- */
-
-/* One reset in flight: DEL then PUBLISH, pipelined on the slot's master. */
-struct creset {
-    backend_reset_done_fn done;
-    void *arg;
-    int outstanding;
-    struct backend_reset_reply reply;
-    char err[RL_ERRLEN];
-};
-
-static void reset_reply(struct creset *r, redisReply *rr, long long *into)
-{
-    const char *msg = NULL;
-    enum backend_status st = BACKEND_ERROR;
-    if (!rr) {
-        st = BACKEND_UNAVAILABLE;
-        msg = "connection to a redis cluster node lost";
-    } else if (rr->type == REDIS_REPLY_ERROR) {
-        msg = rr->str;
-    } else if (rr->type == REDIS_REPLY_INTEGER) {
-        *into = rr->integer;
-    } else {
-        msg = "unexpected reply to a reset";
-    }
-    if (msg && r->reply.status == BACKEND_OK) {
-        r->reply.status = st;
-        snprintf(r->err, sizeof r->err, "%s", msg);
-        r->reply.errmsg = r->err;
-    }
-    if (--r->outstanding > 0)
-        return;
-    r->done(r->arg, &r->reply);
-    free(r);
-}
-
-static void on_del_reply(void *arg, redisReply *rr)
-{
-    struct creset *r = arg;
-    reset_reply(r, rr, &r->reply.deleted);
-}
-
-static void on_publish_reply(void *arg, redisReply *rr)
-{
-    struct creset *r = arg;
-    reset_reply(r, rr, &r->reply.notified);
-}
+/* ---- resets (resets.h) ---- */
 
 static int cluster_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
                          const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
@@ -749,113 +703,16 @@ static int cluster_reset(struct backend *iface, const struct config *cfg, const 
     struct backend_cluster *b = (struct backend_cluster *)iface;
     if (!b->have_map || !b->channel || p->ntiers == 0)
         return -1;
-    size_t maxkeys = 2 * p->ntiers + 1;
-    const char **argv = xcalloc(maxkeys, sizeof *argv);
-    size_t *lens = xcalloc(maxkeys, sizeof *lens);
-    char *mem = xmalloc(maxkeys * POLICY_KEY_BUF);
-    size_t argc = 0;
-    argv[argc] = "DEL";
-    lens[argc++] = 3;
-    char *at = mem;
-    for (size_t j = 0; j < p->ntiers; j++) {
-        for (int k = 0; k < policy_algorithm_nkeys(p->tiers[j].algorithm); k++) {
-            int n = policy_tier_key(cfg->key_prefix, p->name, key, keylen, &p->tiers[j], k, at,
-                                    POLICY_KEY_BUF);
-            if (n < 0)
-                abort(); /* POLICY_KEY_BUF bounds every valid key (policy.h) */
-            argv[argc] = at;
-            lens[argc++] = (size_t)n;
-            at += POLICY_KEY_BUF;
-        }
-    }
-    struct cnode *cn = b->slot_node[redis_cluster_keyslot(argv[1], lens[1])];
-    size_t plen = strlen(p->name);
-    char *msg = xmalloc(plen + 1 + keylen);
-    memcpy(msg, p->name, plen);
-    msg[plen] = ':';
-    memcpy(msg + plen + 1, key, keylen);
-    const char *pub[] = {"PUBLISH", b->channel, msg};
-    size_t publens[] = {7, strlen(b->channel), plen + 1 + keylen};
-    struct creset *r = xcalloc(1, sizeof *r);
-    r->done = done;
-    r->arg = arg;
-    r->reply.status = BACKEND_OK;
-    int rc = -1;
-    /* PUBLISH after the DEL on the same node: no daemon hears of the reset
-     * before the state is gone; the cluster bus carries it to every node. */
-    if (cn && redis_node_command(cn->node, on_del_reply, r, (int)argc, argv, lens) == 0) {
-        rc = 0;
-        r->outstanding = 1;
-        if (redis_node_command(cn->node, on_publish_reply, r, 3, pub, publens) == 0)
-            r->outstanding++;
-        else if (!r->reply.errmsg) {
-            r->reply.status = BACKEND_UNAVAILABLE;
-            r->reply.errmsg = "cannot send PUBLISH";
-        }
-    } else {
-        free(r);
-    }
-    free(argv);
-    free(lens);
-    free(mem);
-    free(msg);
+    struct resets_cmds c;
+    resets_cmds_build(&c, cfg, p, key, keylen, b->channel);
+    /* On the slot's master (every key shares one hash tag): the PUBLISH
+     * after the DEL on the same node, and the cluster bus carries it to
+     * every node. */
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(c.del_argv[1], c.del_lens[1])];
+    int rc =
+        cn ? resets_send(cn->node, &c, "connection to a redis cluster node lost", done, arg) : -1;
+    resets_cmds_free(&c);
     return rc;
-}
-
-/* ---- the reset listener ---- */
-
-static void sub_message(struct backend_cluster *b, const redisReply *r)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING)
-        return;
-    const char *kind = r->element[0]->str;
-    if (strcmp(kind, "subscribe") == 0) {
-        log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel,
-                  "node", redis_conn_target(b->sub), NULL);
-        /* Healthy: the next loss reconnects after the shortest backoff,
-         * not after one doubled by every loss the listener ever had. */
-        redis_conn_healthy(b->sub);
-        /* Resets announced while no subscription stood were not heard. */
-        if (b->base_iface.on_reset)
-            b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);
-        return;
-    }
-    if (strcmp(kind, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
-        return;
-    /* "<policy>:<key>" as cluster_reset publishes it; anything else (another
-     * program on the channel) is ignored. */
-    const char *msg = r->element[2]->str;
-    size_t len = r->element[2]->len;
-    const char *colon = memchr(msg, ':', len);
-    if (!colon || colon == msg || (size_t)(colon - msg) > POLICY_NAME_MAX)
-        return;
-    char policy[POLICY_NAME_MAX + 1];
-    memcpy(policy, msg, (size_t)(colon - msg));
-    policy[colon - msg] = '\0';
-    if (!policy_name_valid(policy) || !b->base_iface.on_reset)
-        return;
-    b->base_iface.on_reset(b->base_iface.on_reset_arg, policy, colon + 1,
-                           len - (size_t)(colon - msg) - 1);
-}
-
-static void on_sub_reply(void *arg, redisReply *r)
-{
-    sub_message(arg, r);
-}
-
-static void on_sub_push(void *arg, redisReply *r)
-{
-    sub_message(arg, r);
-}
-
-static void on_sub_up(void *arg, struct redis_conn *c)
-{
-    struct backend_cluster *b = arg;
-    const char *argv[] = {"SUBSCRIBE", b->channel};
-    size_t lens[] = {9, strlen(b->channel)};
-    if (redis_conn_command(c, on_sub_reply, b, 2, argv, lens) < 0)
-        redis_conn_drop(c, "cannot send SUBSCRIBE");
 }
 
 /* The node the listener should use: a master of the map, the one after
@@ -874,18 +731,18 @@ static struct cnode *sub_pick(struct backend_cluster *b)
     return b->nodes[start % b->nnodes];
 }
 
-static void on_sub_down(void *arg, struct redis_conn *c, const char *why)
+static void on_sub_down(void *arg, struct resets_listener *l, const char *why)
 {
     struct backend_cluster *b = arg;
     if (b->freeing)
         return;
-    log_event(b->log, LOG_LVL_WARN, "redis reset listener lost", "node", redis_conn_target(c),
+    log_event(b->log, LOG_LVL_WARN, "redis reset listener lost", "node", resets_listener_target(l),
               "reason", why, NULL);
     /* Elsewhere next time: this node may be gone for good. */
     b->sub_node = sub_pick(b);
     struct redis_endpoint ep;
     endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
-    redis_conn_set_endpoint(c, &ep);
+    resets_listener_set_endpoint(l, &ep);
 }
 
 static void sub_start(struct backend_cluster *b)
@@ -895,27 +752,17 @@ static void sub_start(struct backend_cluster *b)
     b->sub_node = sub_pick(b);
     struct redis_endpoint ep;
     endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
-    struct redis_conn_events ev = {
-        .up = on_sub_up, .down = on_sub_down, .push = on_sub_push, .arg = b};
-    b->sub = redis_conn_new(b->base, b->log, "resets", &ep, &ev);
-    redis_conn_connect(b->sub);
+    b->sub =
+        resets_listener_new(b->base, b->log, &b->base_iface, b->channel, &ep, NULL, on_sub_down, b);
 }
 
 static void cluster_watch_resets(struct backend *iface, const struct config *cfg)
 {
     struct backend_cluster *b = (struct backend_cluster *)iface;
-    size_t plen = strlen(cfg->key_prefix);
-    char *channel = xmalloc(plen + sizeof "reset");
-    memcpy(channel, cfg->key_prefix, plen);
-    memcpy(channel + plen, "reset", sizeof "reset");
-    if (b->channel && strcmp(b->channel, channel) == 0) {
-        free(channel);
+    if (!resets_channel_update(&b->channel, cfg->key_prefix))
         return;
-    }
-    redis_conn_free(b->sub);
+    resets_listener_free(b->sub);
     b->sub = NULL;
-    free(b->channel);
-    b->channel = channel;
     sub_start(b);
 }
 
@@ -960,7 +807,7 @@ static void cluster_free(struct backend *iface)
 {
     struct backend_cluster *b = (struct backend_cluster *)iface;
     b->freeing = 1;
-    redis_conn_free(b->sub);
+    resets_listener_free(b->sub);
     /* Freeing a node completes its calls (NULL): their groups fail, and
      * calls complete once every group has. Calls waiting on a retry timer
      * fail here. */
@@ -1048,11 +895,7 @@ struct backend *backend_cluster_new(struct event_base *base, const struct config
          * that the seeds agree on the scheme and that db is 0). */
         if (i == 0) {
             b->user = u.user ? xstrdup(u.user) : NULL;
-            /* The password from the environment wins over the URLs', so
-             * that it need not be written in the policy file. */
-            const char *env = getenv(BACKEND_PASSWORD_ENV);
-            const char *pw = env && *env ? env : u.password;
-            b->password = pw ? xstrdup(pw) : NULL;
+            b->password = redis_url_password(REDIS_URL_PASSWORD_ENV, u.password);
             snprintf(b->target, sizeof b->target, "cluster:%s:%d", u.host, u.port);
         }
         node_get(b, u.host, u.port);

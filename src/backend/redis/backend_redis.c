@@ -1,19 +1,13 @@
 /*
  * backend_redis.c: the Redis backend (backend.h) on one server: a
- * redis_node (redis_node.h) that runs the code, and the reset listener, a
- * redis_conn of its own subscribed to "<key_prefix>reset". See
+ * redis_node (redis_node.h) that runs the code, and the reset listener
+ * (resets.h) subscribed to "<key_prefix>reset". See
  * backend_redis.h. Owns the node, the listener, the TLS context (when the
  * URL is rediss://), the URL's credentials and every in-flight call's copy
  * of its arguments.
  *
- * Resets (the admin API's DELETE) go on the node's connection: one DEL of
- * every Redis key of the key's tiers (they share one hash tag, so the DEL is
- * Cluster-safe), then one PUBLISH on "<key_prefix>reset" of
- * "<policy>:<key bytes>" (policy names never hold ':', so the first ':'
- * ends the name, and the key is sent as it is, any bytes). Every backend
- * listens on its second connection and reports each announcement to
- * on_reset; after each (re)subscription it reports a NULL policy, since
- * announcements made while it was down were lost.
+ * Resets (the admin API's DELETE) go on the node's connection, and the
+ * listener is its own connection to the same server: both are resets.h's.
  *
  * Sentinel mode: the server is the master the sentinels name. That lookup
  * (redis_sentinel.c) plugs into two functions here: set_master, which
@@ -31,6 +25,7 @@
 #include "backend/redis/redis_node.h"
 #include "backend/redis/redis_sentinel.h"
 #include "backend/redis/redis_tls.h"
+#include "backend/redis/resets.h"
 #include "backend/redis/scripts.h"
 #include "config/config.h"
 #include "config/redis_url.h"
@@ -56,18 +51,9 @@ struct backend_redis {
     int moving; /* inside set_master: the node's loss is ours, not news */
 
     /* The reset listener: a second connection, subscribed to channel. */
-    struct redis_conn *sub;
+    struct resets_listener *sub;
     char *channel; /* owned; NULL until watch_resets */
     int started;   /* ops->start was called: the listener may connect */
-};
-
-/* One reset in flight: its DEL and its PUBLISH, pipelined. */
-struct pending_reset {
-    backend_reset_done_fn done;
-    void *arg;
-    int outstanding; /* replies still due */
-    struct backend_reset_reply reply;
-    char err[RL_ERRLEN];
 };
 
 /* One call in flight; owns its arguments (the node borrows them, and may
@@ -131,9 +117,7 @@ static void set_master(struct backend_redis *b, const char *host, int port)
     if (!b->sub) {
         sub_start(b); /* the first address: the listener may now connect */
     } else {
-        redis_conn_set_endpoint(b->sub, &ep);
-        redis_conn_drop(b->sub, "the master moved");
-        redis_conn_connect(b->sub);
+        resets_listener_move(b->sub, &ep, "the master moved");
     }
 }
 
@@ -258,72 +242,7 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     return 0;
 }
 
-/* ---- resets ---- */
-
-static void reset_reply_done(struct pending_reset *r)
-{
-    if (--r->outstanding > 0)
-        return;
-    r->done(r->arg, &r->reply);
-    free(r);
-}
-
-/* A reply that failed: the first failure is the one reported. */
-static void reset_failed(struct pending_reset *r, enum backend_status st, const char *msg)
-{
-    if (r->reply.status != BACKEND_OK)
-        return;
-    r->reply.status = st;
-    snprintf(r->err, sizeof r->err, "%s", msg);
-    r->reply.errmsg = r->err;
-}
-
-static void on_reset_reply(struct pending_reset *r, const redisReply *rr, long long *into)
-{
-    if (!rr)
-        reset_failed(r, BACKEND_UNAVAILABLE, "connection to redis lost");
-    else if (rr->type == REDIS_REPLY_ERROR)
-        reset_failed(r, BACKEND_ERROR, rr->str);
-    else if (rr->type == REDIS_REPLY_INTEGER)
-        *into = rr->integer;
-    else
-        reset_failed(r, BACKEND_ERROR, "unexpected reply to a reset");
-    reset_reply_done(r);
-}
-
-static void on_del_reply(void *arg, redisReply *rr)
-{
-    struct pending_reset *r = arg;
-    on_reset_reply(r, rr, &r->reply.deleted);
-}
-
-static void on_publish_reply(void *arg, redisReply *rr)
-{
-    struct pending_reset *r = arg;
-    on_reset_reply(r, rr, &r->reply.notified);
-}
-
-/* "DEL" and every Redis key of every tier of (p, key), as argv into mem
- * (sized by the caller: POLICY_KEY_BUF per key). Returns argc. */
-static size_t del_argv(const struct config *cfg, const struct policy *p, const char *key,
-                       size_t keylen, const char **argv, size_t *lens, char *mem)
-{
-    size_t argc = 0;
-    argv[argc] = "DEL";
-    lens[argc++] = 3;
-    for (size_t j = 0; j < p->ntiers; j++) {
-        for (int k = 0; k < policy_algorithm_nkeys(p->tiers[j].algorithm); k++) {
-            int n = policy_tier_key(cfg->key_prefix, p->name, key, keylen, &p->tiers[j], k, mem,
-                                    POLICY_KEY_BUF);
-            if (n < 0)
-                abort(); /* POLICY_KEY_BUF bounds every valid key (as in scripts.c) */
-            argv[argc] = mem;
-            lens[argc++] = (size_t)n;
-            mem += POLICY_KEY_BUF;
-        }
-    }
-    return argc;
-}
+/* ---- resets (resets.h) ---- */
 
 static int redis_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
                        const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
@@ -331,99 +250,11 @@ static int redis_reset(struct backend *iface, const struct config *cfg, const st
     struct backend_redis *b = (struct backend_redis *)iface;
     if (!redis_node_ready(b->node) || !b->channel)
         return -1;
-    /* At most two keys per tier. */
-    size_t maxkeys = 2 * p->ntiers + 1;
-    const char **argv = xcalloc(maxkeys, sizeof *argv);
-    size_t *lens = xcalloc(maxkeys, sizeof *lens);
-    char *mem = xmalloc(maxkeys * POLICY_KEY_BUF);
-    size_t argc = del_argv(cfg, p, key, keylen, argv, lens, mem);
-    size_t plen = strlen(p->name);
-    char *msg = xmalloc(plen + 1 + keylen);
-    memcpy(msg, p->name, plen);
-    msg[plen] = ':';
-    memcpy(msg + plen + 1, key, keylen);
-    const char *pub[] = {"PUBLISH", b->channel, msg};
-    size_t publens[] = {7, strlen(b->channel), plen + 1 + keylen};
-
-    struct pending_reset *r = xcalloc(1, sizeof *r);
-    r->done = done;
-    r->arg = arg;
-    r->reply.status = BACKEND_OK;
-    int rc = -1;
-    /* Queued together: the PUBLISH runs right after the DEL, so no daemon
-     * hears of the reset before the state is gone. */
-    if (redis_node_command(b->node, on_del_reply, r, (int)argc, argv, lens) == 0) {
-        rc = 0;
-        r->outstanding = 1;
-        if (redis_node_command(b->node, on_publish_reply, r, 3, pub, publens) == 0)
-            r->outstanding++;
-        else
-            reset_failed(r, BACKEND_UNAVAILABLE, "cannot send PUBLISH");
-    } else {
-        free(r);
-    }
-    free(argv);
-    free(lens);
-    free(mem);
-    free(msg);
+    struct resets_cmds c;
+    resets_cmds_build(&c, cfg, p, key, keylen, b->channel);
+    int rc = resets_send(b->node, &c, "connection to redis lost", done, arg);
+    resets_cmds_free(&c);
     return rc;
-}
-
-/* ---- the reset listener ---- */
-
-/* "<policy>:<key>" as published by redis_reset; anything else (another
- * program on the channel) is ignored. */
-static void sub_message(struct backend_redis *b, const char *msg, size_t len)
-{
-    const char *colon = memchr(msg, ':', len);
-    if (!colon || colon == msg || (size_t)(colon - msg) > POLICY_NAME_MAX)
-        return;
-    char policy[POLICY_NAME_MAX + 1];
-    memcpy(policy, msg, (size_t)(colon - msg));
-    policy[colon - msg] = '\0';
-    if (!policy_name_valid(policy) || !b->base_iface.on_reset)
-        return;
-    size_t keylen = len - (size_t)(colon - msg) - 1;
-    b->base_iface.on_reset(b->base_iface.on_reset_arg, policy, colon + 1, keylen);
-}
-
-/* The reply to SUBSCRIBE: the subscription stands from here. */
-static void on_subscribed(void *arg, redisReply *r)
-{
-    struct backend_redis *b = arg;
-    if (!r)
-        return; /* connection gone: it resubscribes on reconnect */
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "subscribe") != 0) {
-        log_event(b->log, LOG_LVL_ERROR, "redis reset listener setup failed", "target", b->target,
-                  "error", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply", NULL);
-        redis_conn_drop(b->sub, "SUBSCRIBE refused");
-        return;
-    }
-    redis_conn_healthy(b->sub);
-    log_event(b->log, LOG_LVL_INFO, "redis reset listener subscribed", "channel", b->channel, NULL);
-    /* Resets announced while no subscription stood were not heard. */
-    if (b->base_iface.on_reset)
-        b->base_iface.on_reset(b->base_iface.on_reset_arg, NULL, NULL, 0);
-}
-
-static void on_sub_up(void *arg, struct redis_conn *c)
-{
-    struct backend_redis *b = arg;
-    const char *argv[] = {"SUBSCRIBE", b->channel};
-    size_t lens[] = {9, strlen(b->channel)};
-    redis_conn_command(c, on_subscribed, b, 2, argv, lens);
-}
-
-/* Every message on the subscribed connection (the SUBSCRIBE call took its
- * confirmation). */
-static void on_sub_push(void *arg, redisReply *r)
-{
-    struct backend_redis *b = arg;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-        r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
-        r->element[2]->type == REDIS_REPLY_STRING)
-        sub_message(b, r->element[2]->str, r->element[2]->len);
 }
 
 static void sub_start(struct backend_redis *b)
@@ -433,30 +264,18 @@ static void sub_start(struct backend_redis *b)
     struct redis_endpoint ep;
     /* The node's current server, whatever set it (URL or sentinel). */
     make_endpoint(b, b->master_host, b->master_port, &ep);
-    struct redis_conn_events ev = {.push = on_sub_push, .up = on_sub_up, .arg = b};
-    b->sub = redis_conn_new(b->base, b->log, "resets", &ep, &ev);
-    redis_conn_connect(b->sub);
+    b->sub = resets_listener_new(b->base, b->log, &b->base_iface, b->channel, &ep, b->target, NULL,
+                                 NULL);
 }
 
 static void redis_watch_resets(struct backend *iface, const struct config *cfg)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
-    size_t plen = strlen(cfg->key_prefix);
-    char *channel = xmalloc(plen + sizeof "reset");
-    memcpy(channel, cfg->key_prefix, plen);
-    memcpy(channel + plen, "reset", sizeof "reset");
-    if (b->channel && strcmp(b->channel, channel) == 0) {
-        free(channel);
+    if (!resets_channel_update(&b->channel, cfg->key_prefix))
         return;
-    }
-    /* A new connection for the new channel: unsubscribing in place would
-     * mix the old channel's messages with the new confirmation. */
-    redis_conn_free(b->sub);
+    resets_listener_free(b->sub);
     b->sub = NULL;
-    free(b->channel);
-    b->channel = channel;
-    if (b->started)
-        sub_start(b);
+    sub_start(b);
 }
 
 static void redis_start(struct backend *iface)
@@ -488,7 +307,7 @@ static void redis_free(struct backend *iface)
     b->freeing = 1;
     redis_sentinel_free(b->sentinel);
     redis_node_free(b->node);
-    redis_conn_free(b->sub);
+    resets_listener_free(b->sub);
     free(b->channel);
     free(b->master_host);
     redis_tls_free(b->tls);
@@ -521,13 +340,9 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
         redis_free(&b->base_iface);
         return NULL;
     }
-    /* The password from the environment wins over the URL's, so that it
-     * need not be written in the policy file. */
-    const char *env = getenv(BACKEND_PASSWORD_ENV);
-    if (env && *env) {
-        free(b->url.password);
-        b->url.password = xstrdup(env);
-    }
+    char *password = redis_url_password(REDIS_URL_PASSWORD_ENV, b->url.password);
+    free(b->url.password);
+    b->url.password = password;
     if (cfg->redis_tls_on && !(b->tls = redis_tls_new(&cfg->redis_tls, err, errlen))) {
         redis_free(&b->base_iface);
         return NULL;

@@ -28,10 +28,6 @@
 struct event_base;
 struct metrics;
 
-/* The environment variable whose value, when set, is the Redis password
- * (overriding the URL's). The password is never logged. */
-#define BACKEND_PASSWORD_ENV "RATELIMITD_REDIS_PASSWORD"
-
 struct config;
 
 /* Parses cfg's redis.url (redis://[[user]:password@]host[:port][/db] or

@@ -35,7 +35,6 @@
 #include "core/metrics.h"
 #include "lib/util.h"
 
-#define SENTINEL_PASSWORD_ENV "RATELIMITD_SENTINEL_PASSWORD"
 #define SWITCH_CHANNEL "+switch-master"
 
 /* A sentinel on loopback or a LAN answers in well under a millisecond; one
@@ -453,11 +452,7 @@ struct redis_sentinel *redis_sentinel_new(struct event_base *base, const struct 
     s->unreachable_limit.interval_us = 10 * POLL_UNKNOWN_US;
     s->rediscover_limit.interval_us = 1000000;
     s->master_name = xstrdup(cfg->master_name);
-    const char *env = getenv(SENTINEL_PASSWORD_ENV);
-    if (env && *env)
-        s->password = xstrdup(env);
-    else if (cfg->password)
-        s->password = xstrdup(cfg->password);
+    s->password = redis_url_password(REDIS_URL_SENTINEL_PASSWORD_ENV, cfg->password);
     s->addrs = xcalloc(cfg->naddresses, sizeof *s->addrs);
     for (size_t i = 0; i < cfg->naddresses; i++) {
         /* The config was validated at load: an address that does not parse

@@ -20,8 +20,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
-#include "front/http/request.h"
-#include "front/http/response.h"
+#include "core/decision.h"
 
 extern const char scripts_lua_source[]; /* generated: src/backend/redis/scripts_lua.c */
 

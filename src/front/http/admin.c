@@ -133,41 +133,6 @@ void admin_inspect_request(struct admin_target *t, struct check_request *out)
     t->key = NULL;
 }
 
-static int64_t us_to_ms(int64_t us)
-{
-    return us <= 0 ? 0 : util_ceil_div(us, 1000);
-}
-
-/* One tier: its state from now (cost 0) and what a request of cost 1 would
- * get (next). */
-static void tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
-                      const struct tier_result *next)
-{
-    json_out_begin(j, '{');
-    json_out_key(j, "name");
-    json_out_cstr(j, t->name);
-    json_out_key(j, "algorithm");
-    json_out_cstr(j, policy_algorithm_name(t->algorithm));
-    json_out_key(j, "limit");
-    json_out_int(j, now->limit);
-    json_out_key(j, "remaining");
-    json_out_int(j, now->remaining);
-    json_out_key(j, "reset_ms");
-    json_out_int(j, us_to_ms(now->reset_us));
-    json_out_key(j, "allowed");
-    json_out_bool(j, next->allowed);
-    json_out_key(j, "retry_after_ms");
-    if (!next->allowed && next->retry_us < 0)
-        json_out_null(j);
-    else
-        json_out_int(j, next->allowed ? 0 : us_to_ms(next->retry_us));
-    if (policy_algorithm_has_delay(t->algorithm)) {
-        json_out_key(j, "delay_ms");
-        json_out_int(j, us_to_ms(next->delay_us));
-    }
-    json_out_end(j, '}');
-}
-
 static void names_json(struct json_out *j, const char *policy, const char *key, size_t keylen)
 {
     json_out_key(j, "policy");
@@ -209,7 +174,7 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
     json_out_key(&j, "tiers");
     json_out_begin(&j, '[');
     for (size_t i = 0; i < p->ntiers; i++)
-        tier_json(&j, &p->tiers[i], &now[i], &next[i]);
+        response_tier_json(&j, &p->tiers[i], &now[i], &next[i], RESPONSE_TIER_INSPECT);
     json_out_end(&j, ']');
     json_out_end(&j, '}');
     response_body(out, 200, NULL, body.data, body.len, flags);

@@ -19,7 +19,7 @@
 #include <stddef.h>
 
 #include "core/decision.h"
-#include "front/http/request.h"
+#include "core/request_error.h"
 #include "lib/buf.h"
 
 #define ADMIN_KEYS_PREFIX "/v1/keys/"

@@ -11,8 +11,8 @@
 
 #include "config/config.h"
 #include "core/decision.h"
+#include "core/request_error.h"
 #include "front/http/http_parse.h"
-#include "front/http/request.h"
 #include "lib/client_ip.h"
 
 #define AUTH_PATH_PREFIX "/auth/"

@@ -49,9 +49,9 @@
 #include "core/rls.h"
 #include "front/http/admin.h"
 #include "front/http/auth.h"
+#include "front/http/check_json.h"
 #include "front/http/http.h"
 #include "front/http/http_parse.h"
-#include "front/http/request.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
 #include "lib/client_ip.h"
@@ -257,7 +257,7 @@ static void start_check(struct slot *s, const struct http_request *req)
     struct worker *w = s->c->h->w;
     struct check_request creq;
     struct request_error rerr;
-    if (request_parse(w->config, req->body, req->body_len, &creq, &rerr) < 0) {
+    if (check_json_parse(w->config, req->body, req->body_len, &creq, &rerr) < 0) {
         answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }

@@ -128,28 +128,35 @@ static void ms_or_null(struct json_out *j, int64_t us)
         json_out_int(j, rate_headers_ms(us));
 }
 
-static void tier_json(struct json_out *j, const struct tier *t, const struct tier_result *r)
+void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
+                        const struct tier_result *next, enum response_tier_form form)
 {
     json_out_begin(j, '{');
     json_out_key(j, "name");
     json_out_cstr(j, t->name);
     json_out_key(j, "algorithm");
     json_out_cstr(j, policy_algorithm_name(t->algorithm));
-    json_out_key(j, "allowed");
-    json_out_bool(j, r->allowed);
+    if (form == RESPONSE_TIER_CHECK) {
+        json_out_key(j, "allowed");
+        json_out_bool(j, next->allowed);
+    }
     json_out_key(j, "limit");
-    json_out_int(j, r->limit);
+    json_out_int(j, now->limit);
     json_out_key(j, "remaining");
-    json_out_int(j, r->remaining);
+    json_out_int(j, now->remaining);
     json_out_key(j, "reset_ms");
-    json_out_int(j, rate_headers_ms(r->reset_us));
+    json_out_int(j, rate_headers_ms(now->reset_us));
+    if (form == RESPONSE_TIER_INSPECT) {
+        json_out_key(j, "allowed");
+        json_out_bool(j, next->allowed);
+    }
     json_out_key(j, "retry_after_ms");
-    ms_or_null(j, r->allowed ? 0 : r->retry_us);
+    ms_or_null(j, next->allowed ? 0 : next->retry_us);
     if (policy_algorithm_has_delay(t->algorithm)) {
         json_out_key(j, "delay_ms");
-        json_out_int(j, rate_headers_ms(r->delay_us));
+        json_out_int(j, rate_headers_ms(next->delay_us));
     }
-    if (r->cost_exceeds_limit) {
+    if (form == RESPONSE_TIER_CHECK && next->cost_exceeds_limit) {
         json_out_key(j, "reason");
         json_out_cstr(j, "cost_exceeds_limit");
     }
@@ -188,7 +195,7 @@ static void checks_json(struct json_out *j, const struct check_request *req,
         json_out_key(j, "tiers");
         json_out_begin(j, '[');
         for (size_t t = 0; t < p->ntiers; t++, r++)
-            tier_json(j, &p->tiers[t], r);
+            response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK);
         json_out_end(j, ']');
         json_out_end(j, '}');
     }

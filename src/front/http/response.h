@@ -34,7 +34,26 @@
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
+struct json_out;
 struct rls_answer;
+
+/* Which answer a tier's figures are written for (response_tier_json):
+ * their field orders differ, and both are public as they are. */
+enum response_tier_form {
+    /* A check's: "allowed" after "algorithm", and "reason" when the cost
+     * is over the limit. */
+    RESPONSE_TIER_CHECK,
+    /* The admin API's inspection: "allowed" after "reset_ms". */
+    RESPONSE_TIER_INSPECT,
+};
+
+/* One tier's figures as a JSON object into j: the one writer of a tier for
+ * every answer. now gives limit, remaining and reset_ms; next gives
+ * allowed, retry_after_ms and delay_ms (leaky_bucket only). A check passes
+ * its result as both; an inspection its state at cost 0 (now) and what a
+ * request of cost 1 would get (next). */
+void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
+                        const struct tier_result *next, enum response_tier_form form);
 
 /* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
  * protojson of RateLimitResponse (enum names as strings, zero fields left

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "front/http/check_json.h"
 #include "front/http/rls_json.h"
 
 /* The member spelt snake (or camel, protojson's name), or NULL; both at
@@ -78,7 +79,7 @@ static int parse_limit(json_t *l, struct rls_descriptor *rd, const char *where,
         return 0;
     if (!json_is_object(l))
         return request_fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
-    if (request_only_fields(l, fields, where, err) < 0 ||
+    if (check_json_only_fields(l, fields, where, err) < 0 ||
         member(l, "requests_per_unit", "requestsPerUnit", &n, where, err) < 0)
         return -1;
     u = json_object_get(l, "unit");
@@ -106,7 +107,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
     if (!json_is_object(d))
         return request_fail(err, "invalid_type", "%s must be an object", where);
     json_t *entries, *h;
-    if (request_only_fields(d, fields, where, err) < 0 ||
+    if (check_json_only_fields(d, fields, where, err) < 0 ||
         member(d, "hits_addend", "hitsAddend", &h, where, err) < 0)
         return -1;
     struct rls_descriptor *rd = &out->descriptors[i];
@@ -125,7 +126,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         snprintf(where, sizeof where, "descriptors[%zu].entries[%zu]", i, j);
         if (!json_is_object(e))
             return request_fail(err, "invalid_type", "%s must be an object", where);
-        if (request_only_fields(e, entry_fields, where, err) < 0 ||
+        if (check_json_only_fields(e, entry_fields, where, err) < 0 ||
             string_field(e, "key", where, 1, &de->key, &de->keylen, err) < 0 ||
             string_field(e, "value", where, 0, &de->value, &de->valuelen, err) < 0)
             return -1;
@@ -152,7 +153,7 @@ static int parse_root(json_t *root, struct rls_json *out, struct request_error *
     if (!json_is_object(root))
         return request_fail(err, "invalid_request", "the body must be a JSON object");
     json_t *h, *descriptors = json_object_get(root, "descriptors");
-    if (request_only_fields(root, fields, "the request", err) < 0 ||
+    if (check_json_only_fields(root, fields, "the request", err) < 0 ||
         string_field(root, "domain", "the request", 1, &out->req.domain, &out->req.domainlen, err) <
             0 ||
         member(root, "hits_addend", "hitsAddend", &h, "the request", err) < 0 ||
@@ -181,14 +182,9 @@ int rls_json_parse(const char *body, size_t len, struct rls_json *out, struct re
 {
     memset(out, 0, sizeof *out);
     out->req.front = RLS_FRONT_JSON;
-    json_error_t jerr;
-    json_t *root =
-        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    json_t *root = check_json_load(body, len, err);
     if (!root)
-        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
-                            jerr.line, jerr.column, jerr.text);
+        return -1;
     out->root = root;
     if (parse_root(root, out, err) < 0) {
         rls_json_free(out);

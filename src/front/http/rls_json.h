@@ -1,7 +1,7 @@
 /*
  * rls_json.h: the body of POST /json, envoyproxy/ratelimit's JSON form of
  * RateLimitRequest, decoded into struct rls_request (rls.h). A pure function
- * of the bytes, like request.c for /check: no I/O, no config.
+ * of the bytes, like check_json.c for /check: no I/O, no config.
  *
  *   {"domain": "d",
  *    "descriptors": [{"entries": [{"key": "k", "value": "v"}],
@@ -17,8 +17,8 @@
 
 #include <stddef.h>
 
+#include "core/request_error.h"
 #include "core/rls.h"
-#include "front/http/request.h"
 
 /* A decoded body: req points into the rest, all owned here. */
 struct rls_json {

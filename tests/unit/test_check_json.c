@@ -1,11 +1,11 @@
 /*
- * test_request.c: decoding of POST /check bodies, one table row per rule.
+ * test_check_json.c: decoding of POST /check bodies, one table row per rule.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
-#include "front/http/request.h"
+#include "front/http/check_json.h"
 #include "tap.h"
 
 static const char yaml[] = "policies:\n"
@@ -72,7 +72,7 @@ static void test_bad(const struct config *cfg)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct check_request r;
         struct request_error e = {0};
-        int rc = request_parse(cfg, bad[i].body, strlen(bad[i].body), &r, &e);
+        int rc = check_json_parse(cfg, bad[i].body, strlen(bad[i].body), &r, &e);
         ok(rc == -1 && e.status == 400 && e.code && strcmp(e.code, bad[i].code) == 0 &&
                strstr(e.message, bad[i].needle) != NULL,
            "rejects %s as %s", bad[i].body, bad[i].code);
@@ -92,7 +92,7 @@ static void test_key_lengths(const struct config *cfg)
         strcpy(body + n + len, "\"}");
         struct check_request r;
         struct request_error e;
-        int rc = request_parse(cfg, body, strlen(body), &r, &e);
+        int rc = check_json_parse(cfg, body, strlen(body), &r, &e);
         if (len == POLICY_KEY_MAX) {
             ok(rc == 0 && r.checks[0].keylen == POLICY_KEY_MAX, "a key of %d bytes is accepted",
                len);
@@ -108,7 +108,7 @@ static void test_good(const struct config *cfg)
     struct check_request r;
     struct request_error e;
     const char *one = "{\"policy\":\"login\",\"key\":\"ip:203.0.113.7\"}";
-    ok(request_parse(cfg, one, strlen(one), &r, &e) == 0, "one check parses");
+    ok(check_json_parse(cfg, one, strlen(one), &r, &e) == 0, "one check parses");
     is_int(r.nchecks, 1, "one check");
     is_str(r.checks[0].policy->name, "login", "its policy");
     is_str(r.checks[0].key, "ip:203.0.113.7", "its key");
@@ -120,7 +120,7 @@ static void test_good(const struct config *cfg)
                         "{\"policy\":\"user\",\"key\":\"u42\",\"cost\":2},"
                         "{\"policy\":\"login\",\"key\":\"all\",\"cost\":3},"
                         "{\"policy\":\"user\",\"key\":\"all\",\"cost\":0}],\"dry_run\":true}";
-    ok(request_parse(cfg, multi, strlen(multi), &r, &e) == 0, "several checks parse");
+    ok(check_json_parse(cfg, multi, strlen(multi), &r, &e) == 0, "several checks parse");
     is_int(r.nchecks, 3, "the same policy and key twice count as one check");
     is_int(r.checks[0].cost, 4, "whose costs are added");
     is_int(r.checks[1].cost, 2, "cost per check");
@@ -131,12 +131,12 @@ static void test_good(const struct config *cfg)
     request_free(&r); /* twice is harmless */
 
     const char *cost = "{\"policy\":\"login\",\"key\":\"k\",\"cost\":1000000000,\"dry_run\":false}";
-    ok(request_parse(cfg, cost, strlen(cost), &r, &e) == 0 && r.checks[0].cost == 1000000000,
+    ok(check_json_parse(cfg, cost, strlen(cost), &r, &e) == 0 && r.checks[0].cost == 1000000000,
        "cost 1000000000 is the largest accepted");
     request_free(&r);
 
     const char *utf = "{\"policy\":\"login\",\"key\":\"\xc3\xa9t\xc3\xa9 {x} * \\r\\n\"}";
-    ok(request_parse(cfg, utf, strlen(utf), &r, &e) == 0 &&
+    ok(check_json_parse(cfg, utf, strlen(utf), &r, &e) == 0 &&
            strcmp(r.checks[0].key, "\xc3\xa9t\xc3\xa9 {x} * \r\n") == 0,
        "any bytes but NUL in a key are kept as they are");
     request_free(&r);
@@ -149,7 +149,7 @@ static int64_t limit_of(const struct config *cfg, const char *body)
     struct check_request r;
     struct request_error e;
     int64_t limit = -1;
-    if (request_parse(cfg, body, strlen(body), &r, &e) == 0)
+    if (check_json_parse(cfg, body, strlen(body), &r, &e) == 0)
         limit = r.checks[0].policy->tiers[0].limit;
     request_free(&r);
     return limit;
@@ -174,7 +174,7 @@ static void test_overrides(const struct config *cfg)
                         "{\"policy\":\"user\",\"key\":\"vip:2\"},"
                         "{\"policy\":\"user\",\"key\":\"vip:1\",\"cost\":4},"
                         "{\"policy\":\"user\",\"key\":\"u\"}]}";
-    if (ok(request_parse(cfg, multi, strlen(multi), &r, &e) == 0,
+    if (ok(check_json_parse(cfg, multi, strlen(multi), &r, &e) == 0,
            "several checks with overrides")) {
         is_int(r.nchecks, 3, "the same key twice is still one check");
         is_int(r.checks[0].cost, 5, "whose costs are added");
@@ -189,7 +189,7 @@ static void test_overrides(const struct config *cfg)
 }
 
 /* Bodies at the edges of the fast path for plain bodies: each must get
- * exactly jansson's answer (request_parse_full). */
+ * exactly jansson's answer (check_json_parse_full). */
 static const char *const edges[] = {
     "{\"policy\":\"login\",\"key\":\"a\"}",
     " \t\r\n{ \"policy\" : \"login\" , \"key\" : \"a\" , \"cost\" : 7 } \n",
@@ -251,8 +251,8 @@ static int paths_agree(const struct config *cfg, const char *body, size_t len)
 {
     struct check_request a, b;
     struct request_error ea = {0}, eb = {0};
-    int ra = request_parse(cfg, body, len, &a, &ea);
-    int rb = request_parse_full(cfg, body, len, &b, &eb);
+    int ra = check_json_parse(cfg, body, len, &a, &ea);
+    int rb = check_json_parse_full(cfg, body, len, &b, &eb);
     int same = ra == rb;
     if (same && ra == 0) {
         same = a.dry_run == b.dry_run && a.nchecks == b.nchecks;

@@ -1,5 +1,5 @@
 /*
- * request.c: decoding and validating a POST /check body (JSON, jansson).
+ * check_json.c: decoding and validating a POST /check body (JSON, jansson).
  *
  * Owns: the accepted shapes (one check, or "checks": [...]), the field
  * types, the key and cost rules and the merging of duplicate checks.
@@ -8,7 +8,7 @@
  * {"policy":"api","key":"user:1","cost":1}: plain_parse reads exactly that
  * shape (ASCII strings without escapes, a small non-negative integer, true
  * or false) straight from the bytes, and gives up on anything else, valid
- * or not. What it gives up on goes through jansson (request_parse_full),
+ * or not. What it gives up on goes through jansson (check_json_parse_full),
  * which alone writes errors. So plain_parse only has to be right about
  * what it accepts: the unit tests and fuzz_request compare the two paths on
  * every input. Building a jansson tree was most of the cost of a check's
@@ -19,26 +19,27 @@
  * next (check.c).
  */
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "front/http/request.h"
+#include "front/http/check_json.h"
 
-int request_fail(struct request_error *err, const char *code, const char *fmt, ...)
+json_t *check_json_load(const char *body, size_t len, struct request_error *err)
 {
-    va_list ap;
-    err->status = 400;
-    err->code = code;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return -1;
+    json_error_t jerr;
+    json_t *root =
+        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+        request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    else if (!root)
+        request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
+                     jerr.column, jerr.text);
+    return root;
 }
 
-int request_only_fields(json_t *obj, const char *const *allowed, const char *where,
-                        struct request_error *err)
+int check_json_only_fields(json_t *obj, const char *const *allowed, const char *where,
+                           struct request_error *err)
 {
     const char *name;
     json_t *v;
@@ -62,7 +63,7 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
     *item = (struct check_item){.cost = 0};
     if (!json_is_object(obj))
         return request_fail(err, "invalid_request", "%s must be an object", where);
-    if (request_only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)
+    if (check_json_only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)
         return -1;
 
     json_t *policy = json_object_get(obj, "policy");
@@ -270,27 +271,22 @@ static int plain_parse(const struct config *cfg, const char *body, size_t len,
     return 0;
 }
 
-int request_parse(const struct config *cfg, const char *body, size_t len, struct check_request *out,
-                  struct request_error *err)
+int check_json_parse(const struct config *cfg, const char *body, size_t len,
+                     struct check_request *out, struct request_error *err)
 {
     memset(out, 0, sizeof *out);
     if (plain_parse(cfg, body, len, out) == 0)
         return 0;
-    return request_parse_full(cfg, body, len, out, err);
+    return check_json_parse_full(cfg, body, len, out, err);
 }
 
-int request_parse_full(const struct config *cfg, const char *body, size_t len,
-                       struct check_request *out, struct request_error *err)
+int check_json_parse_full(const struct config *cfg, const char *body, size_t len,
+                          struct check_request *out, struct request_error *err)
 {
     memset(out, 0, sizeof *out);
-    json_error_t jerr;
-    json_t *root =
-        json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
-    if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        return request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+    json_t *root = check_json_load(body, len, err);
     if (!root)
-        return request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s",
-                            jerr.line, jerr.column, jerr.text);
+        return -1;
     int rc = -1;
     if (!json_is_object(root)) {
         request_fail(err, "invalid_request", "the body must be a JSON object");
@@ -323,7 +319,7 @@ int request_parse_full(const struct config *cfg, const char *body, size_t len,
                      "\"cost\": put each check inside \"checks\"");
         goto done;
     }
-    if (request_only_fields(root, multi_fields, "the request", err) < 0)
+    if (check_json_only_fields(root, multi_fields, "the request", err) < 0)
         goto done;
     if (!json_is_array(checks)) {
         request_fail(err, "invalid_type", "\"checks\" must be an array");

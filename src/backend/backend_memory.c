@@ -11,9 +11,10 @@
  * the fallback), so the rule lives with the only code that can break it.
  * The server owns the store (backend_memory_store_new), shared by every
  * worker's memory backends: `backend: memory`, and the fallback that
- * answers failure_mode local with the Redis backend. One lock rather than
- * keys sharded to workers: a request
- * may name several keys and must be decided atomically, and the lock is
+ * answers failure_mode local with the Redis backend.
+ *
+ * One lock rather than keys sharded to workers: a request may name several
+ * keys and must be decided atomically, and the lock is
  * held for the decision only: with 2 workers under wrk, 0.6 to 3.6 % of
  * the daemon's samples are in the lock (futex waits included) against
  * about 9 % in the decision (bench/memory_workers.sh, README "Workers").

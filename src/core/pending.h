@@ -3,9 +3,9 @@
  * check, a key reset), written once. Such a call has two reasons to live:
  * the answer the front waits for, and the backend calls not yet completed
  * (whose callbacks still point to it). It is freed in one place when both
- * are over, and never while the function that started it still runs (the
- * `starting` rule: a backend may complete within the call, and the starter
- * still reads the struct afterwards).
+ * are over, and never while a frame that uses it still runs (the starter,
+ * or a frame calling a backend that may complete within the call: such a
+ * frame holds it, pending_hold, since it still reads the struct after).
  *
  * A struct pending is embedded first in the call's own struct; the owner
  * supplies what to do at the deadline (answer per its failure rule) and how

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/backend_memory.h"
 #include "backend/redis/scripts.h"
 #include "config/config.h"
-#include "limiter/limiter_local.h"
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
@@ -305,8 +305,7 @@ static int start_process(struct server *srv)
         return -1;
     }
     srv->notify = notify_new(srv->base);
-    srv->local = local_store_new((size_t)srv->config->local_max_keys, srv->hash_seed);
-    pthread_mutex_init(&srv->local_lock, NULL);
+    srv->local = backend_memory_store_new((size_t)srv->config->local_max_keys, srv->hash_seed);
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
     if (pipe2(srv->state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
         !(srv->state_ev = event_new(srv->base, srv->state_pipe[0], EV_READ | EV_PERSIST,
@@ -361,7 +360,7 @@ static int run(struct server *srv)
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
               npol, "workers", nw, "listen", srv->config->listen,
               srv->config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
-              srv->workers[0].backend->ops->target(srv->workers[0].backend), "clock",
+              srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend), "clock",
               srv->config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
     if (event_base_dispatch(srv->base) < 0) {
         fprintf(stderr, "ratelimitd: event loop failed\n");
@@ -383,7 +382,7 @@ static void stop(struct server *srv, struct main_events *ev)
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_join(&srv->workers[i]);
     for (size_t i = 0; i < srv->nworkers; i++) {
-        struct event_base *base = srv->workers[i].base;
+        struct event_base *base = srv->workers[i].core.base;
         worker_fini(&srv->workers[i]);
         if (i > 0)
             event_base_free(base);
@@ -394,7 +393,7 @@ static void stop(struct server *srv, struct main_events *ev)
     for (int i = 0; i < 2; i++)
         if (srv->state_pipe[i] >= 0)
             close(srv->state_pipe[i]);
-    local_store_free(srv->local);
+    backend_memory_store_free(srv->local);
     notify_free(srv->notify);
     if (ev->sigterm)
         event_free(ev->sigterm);

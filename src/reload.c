@@ -22,7 +22,7 @@ int reload_config(struct server *srv, const char *trigger)
         log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
                   trigger, "error", err, NULL);
         notify_state(srv->notify, srv);
-        metrics_reload(srv->workers[0].metrics, 0);
+        metrics_reload(srv->workers[0].core.metrics, 0);
         return -1;
     }
     char field[128];
@@ -33,13 +33,13 @@ int reload_config(struct server *srv, const char *trigger)
                   "trigger", trigger, "field", field, NULL);
         config_unref(c);
         notify_state(srv->notify, srv);
-        metrics_reload(srv->workers[0].metrics, 0);
+        metrics_reload(srv->workers[0].core.metrics, 0);
         return -1;
     }
     config_unref(srv->config);
     srv->config = c; /* checks in flight keep their own reference */
     srv->config_loaded_us = util_realtime_us();
-    metrics_reload(srv->workers[0].metrics, 1);
+    metrics_reload(srv->workers[0].core.metrics, 1);
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)

@@ -1,6 +1,7 @@
 /*
- * worker.c: one event loop's state (worker.h): its backend, metrics shard,
- * HTTP front and gRPC front, made from the config snapshot it is given; its thread
+ * worker.c: one event loop's state (worker.h): its core (backend, fallback,
+ * deny cache, metrics shard), HTTP front and gRPC front, made from the
+ * config snapshot it is given; its thread
  * (every worker but 0, which runs on the main loop), the mailbox through
  * which the main thread hands it a reload or a drain; readiness, the
  * metrics text and the end of a drain.
@@ -20,7 +21,7 @@
 #include "core/metrics.h"
 #include "front/grpc/grpc.h"
 #include "front/http/http.h"
-#include "limiter/limiter_local.h"
+#include "front/http/response.h"
 #include "listen.h"
 #include "notify.h"
 #include "server.h"
@@ -40,51 +41,39 @@ static void on_backend_state(void *arg, int ready)
     }
 }
 
-void worker_forget_key(struct worker *w, const char *policy, const char *key, size_t keylen)
-{
-    w->reset_seen_us = util_monotonic_us();
-    if (!policy) {
-        if (w->deny)
-            deny_cache_clear(w->deny);
-        return;
-    }
-    if (w->deny)
-        deny_cache_del(w->deny, policy, key, keylen);
-    const struct policy *p = config_find_policy(w->config, policy);
-    if (!p || keylen > POLICY_KEY_MAX)
-        return;
-    p = policy_for_key(p, key, keylen);
-    pthread_mutex_lock(&w->srv->local_lock);
-    local_store_forget(w->srv->local, w->config->key_prefix, p, key, keylen, util_realtime_us());
-    pthread_mutex_unlock(&w->srv->local_lock);
-}
-
 static void on_reset_seen(void *arg, const char *policy, const char *key, size_t keylen)
 {
-    worker_forget_key(arg, policy, key, keylen);
+    core_forget_key(arg, policy, key, keylen);
+}
+
+/* The core may have become idle. */
+static void on_core_idle(void *arg)
+{
+    worker_maybe_idle(arg);
 }
 
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
  * change limits, and a denial under the old ones proves nothing. */
 static void reset_deny_cache(struct worker *w, const struct config *cfg)
 {
-    deny_cache_free(w->deny);
-    w->deny = cfg->deny_cache_max_keys > 0
-                  ? deny_cache_new((size_t)cfg->deny_cache_max_keys, w->srv->hash_seed ^ w->id)
-                  : NULL;
+    deny_cache_free(w->core.deny);
+    w->core.deny = cfg->deny_cache_max_keys > 0
+                       ? deny_cache_new((size_t)cfg->deny_cache_max_keys, w->srv->hash_seed ^ w->id)
+                       : NULL;
 }
 
 static void set_config(struct worker *w, struct config *cfg)
 {
-    if (w->deny && cfg->deny_cache_max_keys == w->config->deny_cache_max_keys)
-        deny_cache_clear(w->deny);
+    struct core *core = &w->core;
+    if (core->deny && cfg->deny_cache_max_keys == core->config->deny_cache_max_keys)
+        deny_cache_clear(core->deny);
     else
         reset_deny_cache(w, cfg);
-    config_unref(w->config);
-    w->config = cfg; /* checks in flight keep their own reference */
-    w->backend->ops->watch_resets(w->backend, cfg);
+    config_unref(core->config);
+    core->config = cfg; /* checks in flight keep their own reference */
+    core->backend->ops->watch_resets(core->backend, cfg);
     for (size_t i = 0; i < cfg->npolicies; i++)
-        metrics_policy_seen(w->metrics, cfg->policies[i].name);
+        metrics_policy_seen(core->metrics, cfg->policies[i].name);
     http_apply_config(w->http, cfg);
     if (w->grpc)
         grpc_apply_config(w->grpc, cfg);
@@ -145,7 +134,7 @@ static int open_listener(const struct config *cfg, const char *addr, int reusepo
 
 static int open_listeners(struct worker *w, char *err, size_t errlen)
 {
-    const struct config *cfg = w->config;
+    const struct config *cfg = w->core.config;
     const struct worker *first = w->id ? &w->srv->workers[0] : NULL;
     int reuseport = cfg->workers != 1;
     w->listen_fd =
@@ -173,38 +162,46 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     const struct config *cfg = srv->config;
     *w = (struct worker){.srv = srv,
                          .id = id,
-                         .base = base,
-                         .log = &srv->log,
+                         .core = {.base = base,
+                                  .log = &srv->log,
+                                  .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+                                  .error_log = {.interval_us = WORKER_LOG_INTERVAL_US},
+                                  .backend_pending = &srv->backend_pending,
+                                  .status_of = response_status,
+                                  .idle = on_core_idle,
+                                  .idle_arg = w},
                          .wake = {-1, -1},
                          .listen_fd = -1,
                          .admin_fd = -1,
-                         .grpc_fd = -1,
-                         .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
-                         .error_log = {.interval_us = WORKER_LOG_INTERVAL_US}};
+                         .grpc_fd = -1};
+    struct core *core = &w->core;
     pthread_mutex_init(&w->mail_lock, NULL);
-    w->config = config_ref(srv->config);
+    core->config = config_ref(srv->config);
     reset_deny_cache(w, cfg);
-    w->metrics = metrics_new();
+    core->metrics = metrics_new();
     for (size_t i = 0; i < cfg->npolicies; i++)
-        metrics_policy_seen(w->metrics, cfg->policies[i].name);
+        metrics_policy_seen(core->metrics, cfg->policies[i].name);
     if (pipe2(w->wake, O_NONBLOCK | O_CLOEXEC) < 0 ||
         !(w->wake_ev = event_new(base, w->wake[0], EV_READ | EV_PERSIST, on_wake, w)) ||
         event_add(w->wake_ev, NULL) < 0) {
         snprintf(err, errlen, "cannot create a worker's mailbox: %s", strerror(errno));
         return -1;
     }
+    /* failure_mode local: the same algorithms in the process's shared
+     * store, through the backend interface. */
+    core->fallback = backend_memory_new(srv->local);
     if (cfg->backend == BACKEND_KIND_MEMORY)
-        w->backend = backend_memory_new(srv->local, &srv->local_lock);
+        core->backend = backend_memory_new(srv->local);
     else if (cfg->redis_ncluster)
-        w->backend = backend_cluster_new(base, cfg, w->log, w->metrics, err, errlen);
+        core->backend = backend_cluster_new(base, cfg, core->log, core->metrics, err, errlen);
     else
-        w->backend = backend_redis_new(base, cfg, w->log, w->metrics, err, errlen);
-    if (!w->backend)
+        core->backend = backend_redis_new(base, cfg, core->log, core->metrics, err, errlen);
+    if (!core->backend)
         return -1;
-    backend_on_state(w->backend, on_backend_state, w);
-    backend_on_reset(w->backend, on_reset_seen, w);
-    w->backend->ops->watch_resets(w->backend, cfg);
-    w->backend_up = backend_ready(w->backend);
+    backend_on_state(core->backend, on_backend_state, w);
+    backend_on_reset(core->backend, on_reset_seen, core);
+    core->backend->ops->watch_resets(core->backend, cfg);
+    w->backend_up = backend_ready(core->backend);
     if (open_listeners(w, err, errlen) < 0)
         return -1;
     w->http = http_new(w, w->listen_fd, !cfg->admin_listen, w->admin_fd, err, errlen);
@@ -218,14 +215,14 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    if (event_base_dispatch(w->base) < 0)
-        log_event(w->log, LOG_LVL_ERROR, "a worker's event loop failed", NULL);
+    if (event_base_dispatch(w->core.base) < 0)
+        log_event(w->core.log, LOG_LVL_ERROR, "a worker's event loop failed", NULL);
     return NULL;
 }
 
 int worker_start(struct worker *w, char *err, size_t errlen)
 {
-    w->backend->ops->start(w->backend);
+    w->core.backend->ops->start(w->core.backend);
     if (w->id == 0)
         return 0;
     int rc = pthread_create(&w->thread, NULL, worker_main, w);
@@ -274,8 +271,8 @@ void worker_fini(struct worker *w)
     /* The backend first: checks still waiting (after the drain's backstop)
      * complete as unavailable and are answered while their requests are
      * alive; http_free then closes the connections. */
-    backend_free(w->backend);
-    w->backend = NULL;
+    backend_free(w->core.backend);
+    w->core.backend = NULL;
     /* The gRPC front first: closing its connections asks whether a drain
      * is over, which looks at the HTTP front (http_free's own closing
      * looks at the gRPC front, NULL by then). */
@@ -284,10 +281,11 @@ void worker_fini(struct worker *w)
     http_free(w->http);
     w->http = NULL;
     /* The first worker's socket file goes with it; the others share it. */
-    if (w->config) {
-        listen_close(w->listen_fd, w->id == 0 ? w->config->listen : NULL);
-        listen_close(w->admin_fd, w->id == 0 ? w->config->admin_listen : NULL);
-        listen_close(w->grpc_fd, w->id == 0 ? w->config->grpc_listen : NULL);
+    const struct config *cfg = w->core.config;
+    if (cfg) {
+        listen_close(w->listen_fd, w->id == 0 ? cfg->listen : NULL);
+        listen_close(w->admin_fd, w->id == 0 ? cfg->admin_listen : NULL);
+        listen_close(w->grpc_fd, w->id == 0 ? cfg->grpc_listen : NULL);
     }
     w->listen_fd = w->admin_fd = w->grpc_fd = -1;
     if (w->wake_ev)
@@ -299,12 +297,14 @@ void worker_fini(struct worker *w)
     config_unref(w->mail_config);
     w->mail_config = NULL;
     pthread_mutex_destroy(&w->mail_lock);
-    deny_cache_free(w->deny);
-    w->deny = NULL;
-    metrics_free(w->metrics);
-    w->metrics = NULL;
-    config_unref(w->config);
-    w->config = NULL;
+    backend_free(w->core.fallback);
+    w->core.fallback = NULL;
+    deny_cache_free(w->core.deny);
+    w->core.deny = NULL;
+    metrics_free(w->core.metrics);
+    w->core.metrics = NULL;
+    config_unref(w->core.config);
+    w->core.config = NULL;
 }
 
 const char *worker_unready_reason(const struct worker *w)
@@ -322,15 +322,15 @@ char *worker_metrics_text(struct worker *w)
     struct metrics *sum = metrics_new();
     size_t inflight = 0;
     for (size_t i = 0; i < srv->nworkers; i++) {
-        metrics_add(sum, srv->workers[i].metrics);
-        inflight += __atomic_load_n(&srv->workers[i].inflight, __ATOMIC_RELAXED);
+        metrics_add(sum, srv->workers[i].core.metrics);
+        inflight += __atomic_load_n(&srv->workers[i].core.inflight, __ATOMIC_RELAXED);
     }
     struct metrics_gauges g = {
         .version = PACKAGE_VERSION,
         .checks_in_flight = inflight,
         .redis_up = server_ready(srv),
         .config_loaded_us = srv->config_loaded_us,
-        .policies = w->config->npolicies,
+        .policies = w->core.config->npolicies,
     };
     char *text = metrics_render(sum, &g);
     metrics_free(sum);
@@ -348,8 +348,8 @@ void worker_event_want(struct event *ev, int *added, int want)
 
 void worker_maybe_idle(struct worker *w)
 {
-    if (w->draining && w->inflight == 0 && http_idle(w->http) && grpc_idle(w->grpc))
-        event_base_loopexit(w->base, NULL);
+    if (w->draining && w->core.inflight == 0 && http_idle(w->http) && grpc_idle(w->grpc))
+        event_base_loopexit(w->core.base, NULL);
 }
 
 int server_ready(const struct server *srv)
@@ -358,30 +358,4 @@ int server_ready(const struct server *srv)
         if (!__atomic_load_n(&srv->workers[i].backend_up, __ATOMIC_ACQUIRE))
             return 0;
     return srv->nworkers > 0;
-}
-
-int server_count_take(size_t *count, size_t max)
-{
-    size_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
-    /* A compare-and-swap rather than add-then-undo: a take that fails
-     * never shows, even for a moment, as a taken unit to another worker
-     * (which could then be refused below the limit). */
-    do {
-        if (n >= max)
-            return 0;
-    } while (!__atomic_compare_exchange_n(count, &n, n + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    return 1;
-}
-
-void server_count_release(size_t *count)
-{
-    __atomic_sub_fetch(count, 1, __ATOMIC_RELAXED);
-}
-
-void server_local_decide(struct server *srv, const char *key_prefix,
-                         const struct check_request *req, int64_t now_us, struct tier_result *out)
-{
-    pthread_mutex_lock(&srv->local_lock);
-    local_decide(srv->local, key_prefix, req, now_us, out);
-    pthread_mutex_unlock(&srv->local_lock);
 }

@@ -1,9 +1,12 @@
 /*
  * worker.h: one event loop and everything that lives on it: the fronts'
- * connections, a backend connection, the failure_mode local store, the deny
- * cache and a metrics shard. Nothing here is shared with another worker, so
- * the hot path takes no lock; what is process-wide lives in struct server
- * (the in-memory store under its lock, the counts behind max_connections
+ * connections and the core's state (struct core: a backend connection, the
+ * fallback of failure_mode local, the deny cache, a metrics shard). None of
+ * it is another worker's; the locks the hot path still takes are the
+ * metrics shard's mutex (uncontended but for /metrics summing the shards,
+ * metrics.c) and, with the memory backend or failure_mode local, the
+ * in-memory store's (backend_memory.c). What is process-wide lives in
+ * struct server (the in-memory store, the counts behind max_connections
  * and max_inflight).
  */
 #ifndef RATELIMITD_WORKER_H
@@ -14,13 +17,10 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "core/core.h"
 #include "lib/log.h"
 
 struct event_base;
-struct backend;
-struct local_store;
-struct deny_cache;
-struct metrics;
 struct http;
 struct grpc;
 struct server;
@@ -28,22 +28,16 @@ struct server;
 struct worker {
     struct server *srv;
     unsigned id; /* 0 runs on the main thread's loop */
-    struct event_base *base;
-    const struct logger *log;
-    struct config *config; /* this worker's current snapshot (one reference) */
-    struct backend *backend;
-    int backend_up;          /* backend_ready, kept for other threads (atomic access) */
-    struct deny_cache *deny; /* NULL: no deny cache */
-    struct metrics *metrics; /* this worker's shard */
+    /* What the core needs of this loop: the loop itself, the logger, the
+     * current config snapshot (one reference), the backend and the
+     * fallback, the deny cache, the metrics shard, the checks in flight. */
+    struct core core;
+    int backend_up; /* backend_ready, kept for other threads (atomic access) */
     struct http *http;
-    struct grpc *grpc;          /* NULL: no grpc_listen */
-    int listen_fd, admin_fd;    /* listening sockets (listen.h); -1: none */
-    int grpc_fd;                /* grpc_listen's; -1: none */
-    size_t inflight;            /* checks started and not yet answered */
-    int draining;               /* no new checks; stop once idle */
-    int64_t reset_seen_us;      /* monotonic: the last reset announcement heard */
-    struct log_limit late_log;  /* "redis deadline passed" */
-    struct log_limit error_log; /* "redis error" */
+    struct grpc *grpc;       /* NULL: no grpc_listen */
+    int listen_fd, admin_fd; /* listening sockets (listen.h); -1: none */
+    int grpc_fd;             /* grpc_listen's; -1: none */
+    int draining;            /* no new checks; stop once idle */
 
     /* From the main thread to a worker with a thread of its own: a new
      * config snapshot or a drain, under the lock, then a byte on the pipe
@@ -57,9 +51,10 @@ struct worker {
     int mail_drain;
 };
 
-/* Makes worker id on base from srv->config: its backend (not started), its
- * metrics shard, its HTTP front and, with grpc_listen, its gRPC front (the
- * local store is the server's). On error returns -1 with a message;
+/* Makes worker id on base from srv->config: its core (backend, not
+ * started; the fallback on the server's in-memory store; deny cache;
+ * metrics shard), its HTTP front and, with grpc_listen, its gRPC front. On
+ * error returns -1 with a message;
  * worker_fini then frees what was made. */
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;
@@ -91,13 +86,6 @@ const char *worker_unready_reason(const struct worker *w);
 /* The whole process's metrics as Prometheus text (every worker's shard
  * summed); the caller frees it. */
 char *worker_metrics_text(struct worker *w);
-
-/* A reset of (policy, key) was announced or made here: drops the key from
- * this worker's deny cache and from the process's failure_mode local store,
- * and remembers when (a denial of a check sent before is not cached).
- * policy NULL: announcements may have been missed: empties the deny cache.
- * On the worker's own thread. */
-void worker_forget_key(struct worker *w, const char *policy, const char *key, size_t keylen);
 
 /* Adds (want) or removes an event of a front's connection on the worker's
  * loop, tracking it in *added so that an unchanged wish costs no

@@ -68,7 +68,10 @@ typedef void (*backend_reset_seen_fn)(void *arg, const char *policy, const char 
 struct backend;
 
 struct backend_ops {
-    const char *name; /* "redis", "memory" */
+    /* How messages and logs name it: "redis" (single, sentinel or
+     * cluster), "memory". The core's words about its backend are built on
+     * it ("redis did not answer in time"). */
+    const char *name;
     int (*decide)(struct backend *b, const struct config *cfg, const struct check_request *req,
                   int64_t now_us, backend_done_fn done, void *arg);
     int (*reset)(struct backend *b, const struct config *cfg, const struct policy *p,
@@ -76,6 +79,10 @@ struct backend_ops {
     /* Listens for resets announced under cfg's key_prefix (again after a
      * reload that changes it), reporting them to on_reset. */
     void (*watch_resets)(struct backend *b, const struct config *cfg);
+    /* How long the core waits for a call under cfg before answering per
+     * failure_mode (its deadline); 0: no deadline (an in-process backend
+     * completes within the call). NULL is 0. */
+    int64_t (*call_timeout_us)(const struct backend *b, const struct config *cfg);
     /* A call's deadline passed with no reply (see backend_redis.h). */
     void (*note_timeout)(struct backend *b);
     void (*start)(struct backend *b);
@@ -102,6 +109,11 @@ static inline int backend_decide(struct backend *b, const struct config *cfg,
                                  backend_done_fn done, void *arg)
 {
     return b->ops->decide(b, cfg, req, now_us, done, arg);
+}
+
+static inline int64_t backend_call_timeout_us(const struct backend *b, const struct config *cfg)
+{
+    return b->ops->call_timeout_us ? b->ops->call_timeout_us(b, cfg) : 0;
 }
 
 static inline int backend_ready(const struct backend *b)

@@ -5,10 +5,16 @@
  * daemon (a sidecar, the quick start). Limits: one process's truth (two
  * daemons count apart), and counters are lost on restart.
  *
- * Does not own the store: the server does, shared by every worker under
- * one lock (it is the same store that failure_mode local uses with the
- * Redis backend). One lock rather than keys sharded to workers: a request
- * may name several keys and must be decided atomically, and the lock is
+ * Owns the store's locking rule, the one place the lock is taken: the store
+ * (limiter_local.c) is pure and not thread-safe, and this file is the only
+ * way into it from the daemon (decisions, resets, a reset key forgotten by
+ * the fallback), so the rule lives with the only code that can break it.
+ * The server owns the store (backend_memory_store_new), shared by every
+ * worker's memory backends: `backend: memory`, and the fallback that
+ * answers failure_mode local with the Redis backend.
+ *
+ * One lock rather than keys sharded to workers: a request may name several
+ * keys and must be decided atomically, and the lock is
  * held for the decision only: with 2 workers, the daemon's share of time
  * in the lock (futex waits included) stays a fraction of its time in the
  * decision, as measured by bench/memory_workers.sh (README "Workers").
@@ -19,11 +25,32 @@
 #include "backend/backend_memory.h"
 #include "limiter/limiter_local.h"
 
+struct backend_memory_store {
+    struct local_store *store;
+    pthread_mutex_t lock; /* serialises whole decisions (every tier at once) */
+};
+
 struct backend_memory {
     struct backend base; /* first */
-    struct local_store *store;
-    pthread_mutex_t *lock;
+    struct backend_memory_store *shared;
 };
+
+struct backend_memory_store *backend_memory_store_new(size_t max_keys, uint64_t hash_seed)
+{
+    struct backend_memory_store *s = xcalloc(1, sizeof *s);
+    s->store = local_store_new(max_keys, hash_seed);
+    pthread_mutex_init(&s->lock, NULL);
+    return s;
+}
+
+void backend_memory_store_free(struct backend_memory_store *s)
+{
+    if (!s)
+        return;
+    local_store_free(s->store);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
 
 static int memory_decide(struct backend *iface, const struct config *cfg,
                          const struct check_request *req, int64_t now_us, backend_done_fn done,
@@ -33,9 +60,10 @@ static int memory_decide(struct backend *iface, const struct config *cfg,
     size_t n = request_tiers(req);
     struct tier_result buf[16];
     struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
-    pthread_mutex_lock(b->lock);
-    local_decide(b->store, cfg->key_prefix, req, now_us >= 0 ? now_us : util_realtime_us(), res);
-    pthread_mutex_unlock(b->lock);
+    pthread_mutex_lock(&b->shared->lock);
+    local_decide(b->shared->store, cfg->key_prefix, req, now_us >= 0 ? now_us : util_realtime_us(),
+                 res);
+    pthread_mutex_unlock(&b->shared->lock);
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
     done(arg, &reply);
     if (res != buf)
@@ -49,9 +77,10 @@ static int memory_reset(struct backend *iface, const struct config *cfg, const s
                         const char *key, size_t keylen, backend_reset_done_fn done, void *arg)
 {
     struct backend_memory *b = (struct backend_memory *)iface;
-    pthread_mutex_lock(b->lock);
-    size_t n = local_store_forget(b->store, cfg->key_prefix, p, key, keylen, util_realtime_us());
-    pthread_mutex_unlock(b->lock);
+    pthread_mutex_lock(&b->shared->lock);
+    size_t n =
+        local_store_forget(b->shared->store, cfg->key_prefix, p, key, keylen, util_realtime_us());
+    pthread_mutex_unlock(&b->shared->lock);
     struct backend_reset_reply reply = {
         .status = BACKEND_OK, .deleted = (long long)n, .notified = -1};
     done(arg, &reply);
@@ -99,11 +128,10 @@ static const struct backend_ops memory_ops = {
     .in_process = 1,
 };
 
-struct backend *backend_memory_new(struct local_store *store, pthread_mutex_t *lock)
+struct backend *backend_memory_new(struct backend_memory_store *store)
 {
     struct backend_memory *b = xcalloc(1, sizeof *b);
     b->base.ops = &memory_ops;
-    b->store = store;
-    b->lock = lock;
+    b->shared = store;
     return &b->base;
 }

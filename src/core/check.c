@@ -1,14 +1,16 @@
 /*
  * check.c: one check from a decoded request to its verdict, for any front
  * and any backend. The struct check is the single owner of everything the
- * check holds (the request, a config reference, the deadline timer, embedded
- * so that a check costs one allocation); it has two reasons to live, the
- * answer to the front and the backend's completion, and is freed in one
- * place when both are over. The deadline answers per failure_mode when the
- * backend is late; the late completion then only releases the check.
+ * check holds (the request, a config reference, the deadline timer in its
+ * struct pending, embedded so that a check costs one allocation); its life
+ * (two reasons to live, the answer to the front and the backend's
+ * completion, one place to free) is pending.c's. The deadline, which the
+ * backend sets, answers per failure_mode when the backend is late; the late
+ * completion then only releases the check.
+ *
+ * Does not own the backend, the fallback, the deny cache or the metrics
+ * (the core's embedder does), nor any front's numbering of the outcome.
  */
-#include <event2/event.h>
-#include <event2/event_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,42 +19,30 @@
 #include "core/check.h"
 #include "core/deny_cache.h"
 #include "core/metrics.h"
-#include "server.h"
-#include "worker.h"
+#include "core/pending.h"
 
 struct check {
-    struct worker *w;
+    struct pending p; /* first: the life of the call */
+    struct core *core;
     struct config *cfg; /* reference: a reload must not free it under us */
     struct check_request req;
-    check_reply_fn reply; /* NULL once answered or cancelled */
+    check_reply_fn reply;
     void *ctx;
-    struct event deadline;
-    int deadline_armed;
     int64_t started_us; /* monotonic, for the access log */
     int64_t sent_us;    /* monotonic, when the backend was asked */
-    int backend_pending;
-    int counted;  /* the call holds one of srv->backend_pending (max_inflight) */
-    int starting; /* inside check_start: the caller still holds c */
+    int counted;        /* the call holds one of core->backend_pending (max_inflight) */
 };
 
-static void check_free(struct check *c)
+static void check_free(struct pending *p)
 {
-    if (c->deadline_armed)
-        event_del(&c->deadline);
+    struct check *c = (struct check *)p;
     request_free(&c->req);
     config_unref(c->cfg);
     free(c);
 }
 
-/* Frees c once nothing can reach it any more. */
-static void maybe_free(struct check *c)
-{
-    if (!c->reply && !c->backend_pending && !c->starting)
-        check_free(c);
-}
-
 /* One line per check: who asked what, the outcome and how long it took. */
-static void access_log(const struct check *c, int status)
+static void access_log(const struct check *c, const struct verdict *v)
 {
     char checks[512] = "", st[8], ms[24];
     size_t used = 0;
@@ -62,71 +52,92 @@ static void access_log(const struct check *c, int status)
                          it->policy->name, (int)(it->keylen > 64 ? 64 : it->keylen), it->key);
         used += n > 0 ? (size_t)n : 0;
     }
-    snprintf(st, sizeof st, "%d", status);
+    snprintf(st, sizeof st, "%d", c->core->status_of(v));
     snprintf(ms, sizeof ms, "%.3f", (double)(util_monotonic_us() - c->started_us) / 1000.0);
-    log_event(c->w->log, LOG_LVL_INFO, "check", "status", st, "checks", checks, "dry_run",
+    log_event(c->core->log, LOG_LVL_INFO, "check", "status", st, "checks", checks, "dry_run",
               c->req.dry_run ? "true" : "false", "ms", ms, NULL);
 }
 
 /* Counts each check of the request under its policy. */
 static void count_checks(struct check *c, const struct verdict *v)
 {
-    const struct tier_result *r = v->results;
+    int decided = v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL;
+    enum metrics_decision undecided =
+        verdict_outcome(v) == OUTCOME_UNAVAILABLE ? METRICS_UNAVAILABLE : METRICS_DEGRADED;
     for (size_t i = 0; i < c->req.nchecks; i++) {
         const struct policy *p = c->req.checks[i].policy;
-        enum metrics_decision d = verdict_status(v) == 503 ? METRICS_UNAVAILABLE : METRICS_DEGRADED;
-        if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL) {
-            int allowed = 1;
-            for (size_t j = 0; j < p->ntiers; j++, r++)
-                allowed &= r->allowed;
-            d = v->kind == VERDICT_LOCAL ? METRICS_LOCAL
-                : allowed                ? METRICS_ALLOWED
-                : p->shadow              ? METRICS_SHADOW_DENIED
-                                         : METRICS_DENIED;
-        }
-        metrics_check(c->w->metrics, p->name, d);
+        enum metrics_decision d = undecided;
+        if (decided)
+            d = v->kind == VERDICT_LOCAL             ? METRICS_LOCAL
+                : decision_check_allowed(&v->sum, i) ? METRICS_ALLOWED
+                : p->shadow                          ? METRICS_SHADOW_DENIED
+                                                     : METRICS_DENIED;
+        metrics_check(c->core->metrics, p->name, d);
     }
 }
 
 /* The one place a check answers. */
 static void finish(struct check *c, struct verdict *v)
 {
+    if (!pending_answer(&c->p))
+        return;
     v->req = &c->req;
     if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL)
         decision_summarize(&c->req, v->results, &v->sum);
     if (v->kind != VERDICT_OVERLOADED && !c->req.inspect)
         count_checks(c, v);
     if (c->cfg->access_log)
-        access_log(c, verdict_status(v));
-    check_reply_fn reply = c->reply;
-    c->reply = NULL;
-    if (c->deadline_armed) {
-        event_del(&c->deadline);
-        c->deadline_armed = 0;
+        access_log(c, v);
+    c->core->inflight--;
+    c->reply(c->ctx, v);
+    core_maybe_idle(c->core);
+    /* Not freed here: every caller is inside a frame (check_start, a
+     * backend's callback) that frees c on its way out. */
+}
+
+/* The fallback's decision (failure_mode local); when it comes within
+ * answer_unavailable (the memory backend), that frame's hold keeps c. */
+static void on_fallback_done(void *arg, const struct backend_reply *r)
+{
+    struct check *c = arg;
+    pending_completed(&c->p);
+    if (r->status == BACKEND_OK) {
+        struct verdict v = {.kind = VERDICT_LOCAL, .results = r->results};
+        finish(c, &v);
+    } else {
+        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = r->errmsg};
+        finish(c, &v);
     }
-    c->w->inflight--;
-    reply(c->ctx, v);
-    worker_maybe_idle(c->w);
-    maybe_free(c);
+    pending_maybe_free(&c->p);
 }
 
 /* The backend could not decide: the request's failure mode answers (local:
- * a decision from this process's memory, with the same algorithms). */
+ * a decision by the fallback backend, this process's memory with the same
+ * algorithms; without one, or if it cannot take the call, as open). Works
+ * from inside a backend's callback and within check_start alike, whose
+ * frames free c on their way out (never this one). */
 static void answer_unavailable(struct check *c, const char *why)
 {
-    if (request_failure_mode(&c->req) != FAILURE_LOCAL) {
-        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = why};
-        finish(c, &v);
-        return;
+    struct backend *fb = c->core->fallback;
+    if (request_failure_mode(&c->req) == FAILURE_LOCAL && fb) {
+        pending_hold(&c->p);
+        pending_call(&c->p);
+        int rc = backend_decide(fb, c->cfg, &c->req, util_realtime_us(), on_fallback_done, c);
+        if (rc < 0)
+            pending_completed(&c->p);
+        pending_unhold(&c->p);
+        if (rc == 0)
+            return;
     }
-    size_t n = request_tiers(&c->req);
-    struct tier_result buf[16];
-    struct tier_result *res = n <= 16 ? buf : xcalloc(n, sizeof *res);
-    server_local_decide(c->w->srv, c->cfg->key_prefix, &c->req, util_realtime_us(), res);
-    struct verdict v = {.kind = VERDICT_LOCAL, .results = res};
+    struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = why};
     finish(c, &v);
-    if (res != buf)
-        free(res);
+}
+
+/* answer_unavailable with "<backend> <what>". */
+static void backend_failed(struct check *c, const char *what)
+{
+    char why[64];
+    answer_unavailable(c, core_backend_said(c->core, why, sizeof why, what));
 }
 
 /*
@@ -139,7 +150,7 @@ static void answer_unavailable(struct check *c, const char *why)
 static int cacheable(const struct check *c)
 {
     const struct check_item *it = &c->req.checks[0];
-    return c->w->deny && !c->w->backend->ops->in_process && c->req.nchecks == 1 &&
+    return c->core->deny && !c->core->backend->ops->in_process && c->req.nchecks == 1 &&
            !c->req.dry_run && !it->policy->shadow && it->policy->deny_cache && it->cost > 0;
 }
 
@@ -148,35 +159,35 @@ static int answer_from_cache(struct check *c)
     const struct check_item *it = &c->req.checks[0];
     size_t n = it->policy->ntiers;
     struct tier_result res[POLICY_MAX_TIERS];
-    if (!cacheable(c) || !deny_cache_get(c->w->deny, it->policy->name, it->key, it->keylen,
+    if (!cacheable(c) || !deny_cache_get(c->core->deny, it->policy->name, it->key, it->keylen,
                                          it->cost, n, util_monotonic_us(), res))
         return 0;
-    metrics_count(c->w->metrics, METRICS_DENY_CACHE_HITS);
+    metrics_count(c->core->metrics, METRICS_DENY_CACHE_HITS);
     struct verdict v = {.kind = VERDICT_DECIDED, .results = res, .cached = 1};
     finish(c, &v);
     return 1;
 }
 
 /* A denial is not cached when a reset was announced after the check was
- * sent: the reset may have come between Redis's decision and its reply
- * (the announcement comes on another connection, in no set order with this
- * reply), and the key must not stay denied once reset. */
+ * sent: the reset may have come between the backend's decision and its
+ * reply (the announcement comes on another connection, in no set order
+ * with this reply), and the key must not stay denied once reset. */
 static void remember_denial(struct check *c, const struct verdict *v)
 {
     const struct check_item *it = &c->req.checks[0];
     if (v->sum.allowed || v->sum.retry_us <= 0 || !cacheable(c) ||
-        c->sent_us <= c->w->reset_seen_us)
+        c->sent_us <= c->core->reset_seen_us)
         return;
-    deny_cache_put(c->w->deny, it->policy->name, it->key, it->keylen, it->cost, v->results,
+    deny_cache_put(c->core->deny, it->policy->name, it->key, it->keylen, it->cost, v->results,
                    it->policy->ntiers, v->sum.retry_us, c->sent_us);
 }
 
-/* max_inflight counts backend calls not yet completed, across every worker:
- * a call answered at its deadline still waits in Redis's queue. */
+/* max_inflight counts backend calls not yet completed, across every loop:
+ * a call answered at its deadline still waits in the backend's queue. */
 static void release_inflight(struct check *c)
 {
     if (c->counted)
-        server_count_release(&c->w->srv->backend_pending);
+        core_count_release(c->core->backend_pending);
     c->counted = 0;
 }
 
@@ -185,20 +196,19 @@ static void release_inflight(struct check *c)
  * another takes one of the process's max_inflight. */
 static int take_inflight(struct check *c)
 {
-    struct worker *w = c->w;
-    if (w->backend->ops->in_process)
+    if (c->core->backend->ops->in_process)
         return 1;
-    c->counted = server_count_take(&w->srv->backend_pending, (size_t)c->cfg->max_inflight);
+    c->counted = core_count_take(c->core->backend_pending, (size_t)c->cfg->max_inflight);
     return c->counted;
 }
 
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
-    c->backend_pending = 0;
+    pending_completed(&c->p);
     release_inflight(c);
-    if (!c->reply) {
-        maybe_free(c); /* answered at the deadline, or cancelled */
+    if (!c->p.waiting) {
+        pending_maybe_free(&c->p); /* answered at the deadline, or cancelled */
         return;
     }
     switch (r->status) {
@@ -207,71 +217,70 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);
-        return;
+        break;
     }
-    case BACKEND_ERROR:
-        log_limited(c->w->log, &c->w->error_log, util_monotonic_us(), LOG_LVL_ERROR, "redis error",
-                    "error", r->errmsg, NULL);
-        answer_unavailable(c, "redis returned an error");
-        return;
+    case BACKEND_ERROR: {
+        char event[64];
+        log_limited(c->core->log, &c->core->error_log, util_monotonic_us(), LOG_LVL_ERROR,
+                    core_backend_said(c->core, event, sizeof event, "error"), "error", r->errmsg,
+                    NULL);
+        backend_failed(c, "returned an error");
+        break;
+    }
     case BACKEND_UNAVAILABLE:
         answer_unavailable(c, r->errmsg);
-        return;
+        break;
     }
+    pending_maybe_free(&c->p);
 }
 
-static void on_deadline(evutil_socket_t fd, short what, void *arg)
+static void on_deadline(struct pending *p)
 {
-    struct check *c = arg;
-    struct worker *w = c->w;
-    c->deadline_armed = 0;
-    log_limited(w->log, &w->late_log, util_monotonic_us(), LOG_LVL_WARN, "redis deadline passed",
-                NULL);
-    metrics_count(w->metrics, METRICS_REDIS_TIMEOUTS);
-    answer_unavailable(c, "redis did not answer in time");
+    struct check *c = (struct check *)p;
+    struct core *core = c->core;
+    char event[64];
+    log_limited(core->log, &core->late_log, util_monotonic_us(), LOG_LVL_WARN,
+                core_backend_said(core, event, sizeof event, "deadline passed"), NULL);
+    metrics_count(core->metrics, METRICS_REDIS_TIMEOUTS);
+    /* The backend call is still pending: c outlives the answer. */
+    backend_failed(c, "did not answer in time");
     /* Last: this may drop the connection, which completes (and frees) c. */
-    w->backend->ops->note_timeout(w->backend);
+    core->backend->ops->note_timeout(core->backend);
 }
 
 /* Asks the backend; answers at once when it cannot take the call. */
 static void ask_backend(struct check *c)
 {
-    struct worker *w = c->w;
+    struct core *core = c->core;
     const struct config *cfg = c->cfg;
-    /* First: whichever clock decides (ours below, or Redis TIME) reads the
-     * time after this, so a retry time measured from here is never late. */
+    /* First: whichever clock decides (ours below, or the backend's) reads
+     * the time after this, so a retry time measured from here is never
+     * late. */
     c->sent_us = util_monotonic_us();
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
-    c->backend_pending = 1;
-    if (backend_decide(w->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
-        c->backend_pending = 0;
+    pending_call(&c->p);
+    if (backend_decide(core->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
+        pending_completed(&c->p);
         release_inflight(c);
-        answer_unavailable(c, "redis is unavailable");
+        backend_failed(c, "is unavailable");
         return;
     }
-    if (!c->backend_pending || w->backend->ops->in_process)
-        return;
-    struct timeval tv = {.tv_sec = cfg->redis_timeout_us / 1000000,
-                         .tv_usec = cfg->redis_timeout_us % 1000000};
-    if (evtimer_assign(&c->deadline, w->base, on_deadline, c) < 0 ||
-        evtimer_add(&c->deadline, &tv) < 0)
-        abort(); /* only on a broken event base */
-    c->deadline_armed = 1;
+    pending_arm(&c->p, core->base, backend_call_timeout_us(core->backend, cfg));
 }
 
-struct check *check_start(struct worker *w, struct check_request *req, check_reply_fn reply,
+struct check *check_start(struct core *core, struct check_request *req, check_reply_fn reply,
                           void *ctx)
 {
     struct check *c = xcalloc(1, sizeof *c);
-    c->w = w;
-    c->cfg = config_ref(w->config);
+    pending_begin(&c->p, on_deadline, check_free);
+    c->core = core;
+    c->cfg = config_ref(core->config);
     c->req = *req;
     memset(req, 0, sizeof *req);
     c->reply = reply;
     c->ctx = ctx;
     c->started_us = util_monotonic_us();
-    c->starting = 1;
-    w->inflight++;
+    core->inflight++;
 
     /* Past max_inflight calls waiting for the backend (answered at their
      * deadline or not) in the whole process, answer at once rather than
@@ -287,23 +296,13 @@ struct check *check_start(struct worker *w, struct check_request *req, check_rep
     } else {
         ask_backend(c);
     }
-    c->starting = 0;
-    if (!c->reply) {
-        maybe_free(c);
-        return NULL;
-    }
-    return c;
+    return pending_started(&c->p) ? c : NULL;
 }
 
 void check_cancel(struct check *c)
 {
-    if (!c || !c->reply)
+    if (!c || !c->p.waiting)
         return;
-    c->reply = NULL;
-    if (c->deadline_armed) {
-        event_del(&c->deadline);
-        c->deadline_armed = 0;
-    }
-    c->w->inflight--;
-    maybe_free(c);
+    c->core->inflight--;
+    pending_cancel(&c->p);
 }

@@ -61,14 +61,16 @@ void decision_summarize(const struct check_request *req, const struct tier_resul
     /* First pass: the request's decision (shadow checks never deny it). */
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct policy *p = req->checks[i].policy;
-        for (size_t j = 0; j < p->ntiers; j++, r++) {
-            if (r->allowed)
-                continue;
-            if (p->shadow)
-                out->shadow_denied = 1;
-            else
-                out->allowed = 0;
-        }
+        int check_allowed = 1;
+        for (size_t j = 0; j < p->ntiers; j++, r++)
+            check_allowed &= r->allowed != 0;
+        out->check_allowed |= (uint64_t)check_allowed << i;
+        if (check_allowed)
+            continue;
+        if (p->shadow)
+            out->shadow_denied = 1;
+        else
+            out->allowed = 0;
     }
     if (!out->allowed)
         out->shadow_denied = 0;
@@ -138,20 +140,17 @@ const struct check_item *decision_unknown_binding(const struct check_request *re
     return best;
 }
 
-int verdict_status(const struct verdict *v)
+enum verdict_outcome verdict_outcome(const struct verdict *v)
 {
     switch (v->kind) {
     case VERDICT_DECIDED:
     case VERDICT_LOCAL:
-        if (v->sum.allowed)
-            return 200;
-        if (v->req->use_deny_status)
-            return (int)decision_check_of(v->req, v->results, v->sum.binding)->policy->deny_status;
-        return 429;
+        return v->sum.allowed ? OUTCOME_ALLOWED : OUTCOME_DENIED;
     case VERDICT_UNAVAILABLE:
-        return request_failure_mode(v->req) == FAILURE_CLOSED ? 503 : 200;
+        return request_failure_mode(v->req) == FAILURE_CLOSED ? OUTCOME_UNAVAILABLE
+                                                              : OUTCOME_ALLOWED;
     case VERDICT_OVERLOADED:
-        return 503;
+        break;
     }
-    return 500;
+    return OUTCOME_UNAVAILABLE;
 }

@@ -4,7 +4,7 @@
  * memory). No front type and no backend type appears here.
  *
  *   front:   bytes -> struct check_request        (check_json.c decodes /check)
- *   core:    check_start(worker, request) -> one struct verdict
+ *   core:    check_start(core, request) -> one struct verdict
  *   backend: decide(request, now) -> one struct tier_result per tier
  *   front:   struct verdict -> bytes               (response.c renders HTTP)
  *
@@ -38,7 +38,7 @@ struct check_item {
 struct check_request {
     int dry_run;
     int use_deny_status; /* forward-auth: a denial answers the binding check's
-                          * policy's deny_status, not 429 (verdict_status) */
+                          * policy's deny_status, not 429 (response_status) */
     int inspect;         /* the admin API looking (a dry run): not counted as checks */
     size_t nchecks;
     struct check_item *checks; /* owned */
@@ -74,6 +74,8 @@ struct tier_result {
  */
 struct decision_summary {
     int allowed;                       /* every tier of every non-shadow check allowed */
+    uint64_t check_allowed;            /* bit i: every tier of check i allowed (shadow or
+                                        * not); read with decision_check_allowed */
     int shadow_denied;                 /* allowed, but a shadow check would have denied */
     const struct tier_result *binding; /* points into the results; never NULL */
     int64_t retry_us;                  /* 0 when allowed; the binding tier's wait (-1: never) */
@@ -81,10 +83,19 @@ struct decision_summary {
     int64_t delay_us;                  /* longest delay of an allowed leaky_bucket tier */
 };
 
+/* A request has at most 64 checks: one bit each in check_allowed. */
+_Static_assert(REQUEST_MAX_CHECKS <= 64, "check_allowed has one bit per check");
+
 /* Pure: fills *out from results (one per tier, check order then tier
  * order). The request has at least one check with at least one tier. */
 void decision_summarize(const struct check_request *req, const struct tier_result *results,
                         struct decision_summary *out);
+
+/* 1 if every tier of check i (< req->nchecks) allowed, else 0. */
+static inline int decision_check_allowed(const struct decision_summary *sum, size_t i)
+{
+    return (int)((sum->check_allowed >> i) & 1);
+}
 
 /* The check that tier result r (one of results) belongs to: the policy whose
  * per-policy answer settings (headers, deny_status) an answer follows. */
@@ -121,10 +132,16 @@ struct verdict {
     int cached;                        /* DECIDED by the local deny cache */
 };
 
-/* The status the outcome maps to, in HTTP's numbering (every front and the
- * access log use it): 200 allowed (or degraded open), 429 denied (or, with
- * use_deny_status, the binding check's policy's deny_status), 503 closed or
- * overloaded. */
-int verdict_status(const struct verdict *v);
+/* What a verdict means for the caller, whatever the front: each front maps
+ * it to its own answer (front/http/response.c: 200, 429 or the policy's
+ * deny_status, 503). The metrics and the access log classify by it. */
+enum verdict_outcome {
+    OUTCOME_ALLOWED,     /* decided allowed, or failure_mode open (degraded) */
+    OUTCOME_DENIED,      /* decided denied (by the binding check's policy) */
+    OUTCOME_UNAVAILABLE, /* failure_mode closed, or overloaded */
+};
+
+/* Pure: the outcome of v. */
+enum verdict_outcome verdict_outcome(const struct verdict *v);
 
 #endif

@@ -29,7 +29,6 @@
 #include "core/metrics.h"
 #include "core/rls.h"
 #include "front/rate_headers.h"
-#include "worker.h"
 
 #define RLS_REMAINING_UNLIMITED 4294967295LL /* UINT32_MAX, as envoyproxy/ratelimit */
 #define RLS_UINT32_MAX 4294967295LL
@@ -48,7 +47,7 @@ struct entry {
 };
 
 struct rls_call {
-    struct worker *w;
+    struct core *core;
     enum rls_front front;
     const struct domain *domain; /* the config's, or NULL: unknown */
     rls_reply_fn reply;
@@ -283,7 +282,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
         char msg[RL_ERRLEN];
         owned = xmalloc(sizeof *owned);
         if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0,
-                                 c->w->config->headers, c->w->config->deny_status, msg,
+                                 c->core->config->headers, c->core->config->deny_status, msg,
                                  sizeof msg) < 0) {
             free(owned);
             return request_fail(err, "invalid_limit", "%s", msg);
@@ -337,9 +336,9 @@ static void count_descriptors_one(struct rls_call *c, size_t i, int shadow_over)
     const char *domain = c->domain ? c->domain->name : "";
     const char *path = e->limit && e->limit->path ? e->limit->path : "";
     if (e->metric)
-        metrics_rls_descriptor(c->w->metrics, domain, e->metric, e->metriclen, 1, r);
+        metrics_rls_descriptor(c->core->metrics, domain, e->metric, e->metriclen, 1, r);
     else
-        metrics_rls_descriptor(c->w->metrics, domain, path, strlen(path), 0, r);
+        metrics_rls_descriptor(c->core->metrics, domain, path, strlen(path), 0, r);
 }
 
 static void reply_and_free(struct rls_call *c, const struct rls_answer *a)
@@ -347,7 +346,7 @@ static void reply_and_free(struct rls_call *c, const struct rls_answer *a)
     enum metrics_rls_code code = a->outcome == RLS_UNAVAILABLE       ? METRICS_RLS_UNAVAILABLE
                                  : a->overall == RLS_CODE_OVER_LIMIT ? METRICS_RLS_OVER_LIMIT
                                                                      : METRICS_RLS_OK;
-    metrics_rls_request(c->w->metrics, (enum metrics_rls_front)c->front, code);
+    metrics_rls_request(c->core->metrics, (enum metrics_rls_front)c->front, code);
     c->answered = 1;
     c->reply(c->ctx, a);
     if (!c->starting)
@@ -375,9 +374,7 @@ static void status_decided(struct rls_call *c, size_t i, const struct verdict *v
     struct decision_summary sum;
     decision_summarize(&one, results, &sum);
     const struct tier_result *b = sum.binding;
-    int denied = 0;
-    for (size_t t = 0; t < p->ntiers; t++)
-        denied |= !results[t].allowed;
+    int denied = !decision_check_allowed(&v->sum, c->entries[i].check);
     const struct domain_limit *l = c->entries[i].limit;
     struct rls_status *s = &c->status[i];
     *s = (struct rls_status){
@@ -445,18 +442,18 @@ static void on_verdict(void *ctx, const struct verdict *v)
     reply_and_free(c, &a);
 }
 
-int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn reply, void *ctx,
+int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn reply, void *ctx,
               struct rls_call **handle, struct request_error *err)
 {
     *handle = NULL;
     if (validate(req, err) < 0) {
-        metrics_rls_request(w->metrics, (enum metrics_rls_front)req->front, METRICS_RLS_INVALID);
+        metrics_rls_request(core->metrics, (enum metrics_rls_front)req->front, METRICS_RLS_INVALID);
         return -1;
     }
-    const struct config *cfg = w->config;
+    const struct config *cfg = core->config;
     struct rls_call *c = xcalloc(1, sizeof *c);
     *c = (struct rls_call){
-        .w = w,
+        .core = core,
         .front = req->front,
         .domain = domains_find(cfg->domains, cfg->ndomains, req->domain, req->domainlen),
         .reply = reply,
@@ -473,7 +470,7 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
         if (c->entries[i].kind == ENTRY_LIMITED && add_check(c, &creq, req, i, err) < 0) {
             request_free(&creq);
             call_free(c);
-            metrics_rls_request(w->metrics, (enum metrics_rls_front)req->front,
+            metrics_rls_request(core->metrics, (enum metrics_rls_front)req->front,
                                 METRICS_RLS_INVALID);
             return -1;
         }
@@ -490,7 +487,7 @@ int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn repl
                                .nstatuses = c->n};
         reply_and_free(c, &a);
     } else {
-        c->check = check_start(w, &creq, on_verdict, c);
+        c->check = check_start(core, &creq, on_verdict, c);
     }
     c->starting = 0;
     if (c->answered) {

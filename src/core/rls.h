@@ -17,7 +17,7 @@
 #include "config/domains.h"
 #include "core/request_error.h"
 
-struct worker;
+struct core;
 struct rls_call;
 
 /* A decoded request. Everything is the front's and is read only during
@@ -88,7 +88,7 @@ struct rls_answer {
 typedef void (*rls_reply_fn)(void *ctx, const struct rls_answer *a);
 
 /*
- * Decides req on worker w against w->config. On a request that cannot be
+ * Decides req on core against core->config. On a request that cannot be
  * decided (no domain, no descriptors, an empty entry key, too many
  * descriptors, a key over POLICY_KEY_MAX...) returns -1 with err set
  * (status 400 and a code: the gRPC front answers INVALID_ARGUMENT) and
@@ -96,7 +96,7 @@ typedef void (*rls_reply_fn)(void *ctx, const struct rls_answer *a);
  * exactly once, possibly before returning; *handle is then set for
  * rls_cancel, or to NULL when reply was already called.
  */
-int rls_start(struct worker *w, const struct rls_request *req, rls_reply_fn reply, void *ctx,
+int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn reply, void *ctx,
               struct rls_call **handle, struct request_error *err) RL_WUR;
 
 /* Metrics: rls_start counts ratelimitd_rls_requests_total under req->front

@@ -848,11 +848,19 @@ static void cluster_free(struct backend *iface)
     free(b);
 }
 
+/* redis.timeout bounds every call. */
+static int64_t cluster_call_timeout_us(const struct backend *b, const struct config *cfg)
+{
+    (void)b;
+    return cfg->redis_timeout_us;
+}
+
 static const struct backend_ops cluster_ops = {
-    .name = "redis-cluster",
+    .name = "redis",
     .decide = cluster_decide,
     .reset = cluster_reset,
     .watch_resets = cluster_watch_resets,
+    .call_timeout_us = cluster_call_timeout_us,
     .note_timeout = cluster_note_timeout,
     .start = cluster_start,
     .ready = cluster_ready,

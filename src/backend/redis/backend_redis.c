@@ -315,11 +315,19 @@ static void redis_free(struct backend *iface)
     free(b);
 }
 
+/* redis.timeout bounds every call. */
+static int64_t redis_call_timeout_us(const struct backend *b, const struct config *cfg)
+{
+    (void)b;
+    return cfg->redis_timeout_us;
+}
+
 static const struct backend_ops redis_ops = {
     .name = "redis",
     .decide = redis_decide,
     .reset = redis_reset,
     .watch_resets = redis_watch_resets,
+    .call_timeout_us = redis_call_timeout_us,
     .note_timeout = redis_note_timeout,
     .start = redis_start,
     .ready = redis_ready,

@@ -331,7 +331,7 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
         /* Counted as POST /json counts a body it cannot decode (rls.h). */
-        metrics_rls_request(w->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
+        metrics_rls_request(w->core.metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
         return;
     }
@@ -372,7 +372,7 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
                               .hits_addend = m->hits_addend};
     struct request_error err;
     struct rls_call *call = NULL;
-    int rc = rls_start(w, &req, on_rls_reply, st, &call, &err);
+    int rc = rls_start(&w->core, &req, on_rls_reply, st, &call, &err);
     free(es);
     free(ds);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
@@ -472,7 +472,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     st->compressed_ok = 1;
     st->authorized = c->g->token == NULL;
     LIST_INSERT_HEAD(&c->streams, st, link);
-    metrics_count(c->g->w->metrics, METRICS_GRPC_STREAMS);
+    metrics_count(c->g->w->core.metrics, METRICS_GRPC_STREAMS);
     if (nghttp2_session_set_stream_user_data(s, st->id, st) != 0) {
         stream_free(st);
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -549,7 +549,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 static void count_proto_error(struct gconn *c)
 {
     if (!c->proto_error)
-        metrics_count(c->g->w->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
+        metrics_count(c->g->w->core.metrics, METRICS_GRPC_PROTOCOL_ERRORS);
     c->proto_error = 1;
 }
 
@@ -587,7 +587,7 @@ static void conn_free(struct gconn *c)
     close(c->fd);
     buf_free(&c->out);
     if (c->counted)
-        server_count_release(&g->w->srv->connections);
+        core_count_release(&g->w->srv->connections);
     LIST_REMOVE(c, link);
     free(c);
     worker_maybe_idle(g->w);
@@ -784,16 +784,16 @@ static void conn_new(struct grpc *g, int fd)
     struct gconn *c = xcalloc(1, sizeof *c);
     c->g = g;
     c->fd = fd;
-    struct event_base *base = g->w->base;
+    struct event_base *base = g->w->core.base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
         evtimer_assign(&c->timer, base, on_timer, c) < 0)
         abort(); /* only with bad arguments */
     LIST_INIT(&c->streams);
     LIST_INSERT_HEAD(&g->conns, c, link);
-    metrics_count(g->w->metrics, METRICS_GRPC_CONNECTIONS);
+    metrics_count(g->w->core.metrics, METRICS_GRPC_CONNECTIONS);
     /* One count with the HTTP front's connections (server.h). */
-    if (server_count_take(&g->w->srv->connections, g->max_conns))
+    if (core_count_take(&g->w->srv->connections, g->max_conns))
         c->counted = 1;
     else
         c->over_limit = 1;
@@ -845,9 +845,9 @@ struct grpc *grpc_new(struct worker *w, int fd, char *err, size_t errlen)
     LIST_INIT(&g->conns);
     g->w = w;
     g->fd = fd;
-    grpc_apply_config(g, w->config);
-    if (evtimer_assign(&g->resume, w->base, on_accept_resume, g) < 0 ||
-        event_assign(&g->ev, w->base, fd, EV_READ | EV_PERSIST, on_accept, g) < 0 ||
+    grpc_apply_config(g, w->core.config);
+    if (evtimer_assign(&g->resume, w->core.base, on_accept_resume, g) < 0 ||
+        event_assign(&g->ev, w->core.base, fd, EV_READ | EV_PERSIST, on_accept, g) < 0 ||
         event_add(&g->ev, NULL) < 0) {
         snprintf(err, errlen, "cannot watch the grpc_listen socket");
         free(g);

@@ -1,7 +1,7 @@
 /*
  * admin.c: the admin API on keys (admin.h): decoding /v1/keys/<policy>/<key>,
- * the inspection built on the core, the life of one reset and the JSON of
- * both answers.
+ * the inspection built on the core, a reset handed to the core (reset.c,
+ * which owns its life) and the JSON of both answers.
  *
  * An inspection is a dry run through check_start like any check, so it sees
  * exactly what a check would (Redis, the memory store, or per failure_mode)
@@ -9,26 +9,16 @@
  * of 0 write nothing. It asks twice in one atomic call: at cost 0 for the
  * state as it is (a cost-1 dry run would report remaining after a request),
  * and at cost 1 for whether a next request would pass and when it could.
- *
- * A struct admin_reset is the single owner of one reset: a config
- * reference (the policy points into it), the key, the deadline timer
- * (embedded). Like a check it has two reasons to live, the answer to the
- * front and the backend's completion, and is freed when both are over.
+
  */
-#include <event2/event.h>
-#include <event2/event_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "core/check.h"
-#include "core/metrics.h"
 #include "front/http/admin.h"
 #include "front/http/response.h"
 #include "lib/json_out.h"
-#include "lib/log.h"
-#include "worker.h"
 
 /* ---- the path ---- */
 
@@ -156,9 +146,7 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
     const struct check_item *c = &v->req->checks[0];
     const struct policy *p = c->policy;
     const struct tier_result *now = v->results, *next = v->results + p->ntiers;
-    int allowed = 1;
-    for (size_t i = 0; i < p->ntiers; i++)
-        allowed &= next[i].allowed;
+    int allowed = decision_check_allowed(&v->sum, 1); /* the cost-1 check */
     struct buf body = {0};
     struct json_out j = json_out_start(&body);
     json_out_begin(&j, '{');
@@ -184,132 +172,15 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
 
 /* ---- resets ---- */
 
-struct admin_reset {
-    struct worker *w;
-    struct config *cfg; /* reference: the policy points into it */
-    const struct policy *policy;
-    char *key;
-    size_t keylen;
-    char peer[64];
-    admin_reset_reply_fn reply; /* NULL once answered or cancelled */
-    void *ctx;
-    struct event deadline;
-    int deadline_armed;
-    int backend_pending;
-    int starting; /* inside admin_reset_start: the caller still holds r */
-};
-
-static void reset_maybe_free(struct admin_reset *r)
+struct reset *admin_reset_start(struct core *core, struct admin_target *t, const char *peer,
+                                reset_reply_fn reply, void *ctx)
 {
-    if (r->reply || r->backend_pending || r->starting)
-        return;
-    if (r->deadline_armed)
-        event_del(&r->deadline);
-    config_unref(r->cfg);
-    free(r->key);
-    free(r);
-}
-
-/* The one place a reset answers. */
-static void reset_answer(struct admin_reset *r, struct admin_reset_result *res)
-{
-    admin_reset_reply_fn reply = r->reply;
-    r->reply = NULL;
-    if (r->deadline_armed) {
-        event_del(&r->deadline);
-        r->deadline_armed = 0;
-    }
-    res->policy = r->policy->name;
-    res->key = r->key;
-    res->keylen = r->keylen;
-    reply(r->ctx, res);
-}
-
-static void on_reset_done(void *arg, const struct backend_reset_reply *br)
-{
-    struct admin_reset *r = arg;
-    struct worker *w = r->w;
-    r->backend_pending = 0;
-    if (br->status == BACKEND_OK) {
-        char deleted[24];
-        snprintf(deleted, sizeof deleted, "%lld", br->deleted);
-        log_event(w->log, LOG_LVL_INFO, "key reset", "policy", r->policy->name, "key", r->key,
-                  "deleted", deleted, "peer", r->peer, NULL);
-        metrics_count(w->metrics, METRICS_KEY_RESETS);
-        /* This worker hears its own announcement too, unless its listener
-         * is down: forget the key here now rather than rely on it. */
-        worker_forget_key(w, r->policy->name, r->key, r->keylen);
-    } else {
-        log_event(w->log, LOG_LVL_WARN, "key reset failed", "policy", r->policy->name, "key",
-                  r->key, "error", br->errmsg, "peer", r->peer, NULL);
-    }
-    if (r->reply) {
-        struct admin_reset_result res = {.ok = br->status == BACKEND_OK,
-                                         .deleted = br->deleted,
-                                         .notified = br->notified,
-                                         .why = br->errmsg};
-        reset_answer(r, &res);
-    }
-    reset_maybe_free(r);
-}
-
-static void on_reset_deadline(evutil_socket_t fd, short what, void *arg)
-{
-    struct admin_reset *r = arg;
-    r->deadline_armed = 0;
-    struct admin_reset_result res = {.why = "redis did not answer in time"};
-    reset_answer(r, &res);
-    reset_maybe_free(r);
-}
-
-struct admin_reset *admin_reset_start(struct worker *w, struct admin_target *t, const char *peer,
-                                      admin_reset_reply_fn reply, void *ctx)
-{
-    struct admin_reset *r = xcalloc(1, sizeof *r);
-    r->w = w;
-    r->cfg = config_ref(w->config);
-    r->policy = t->policy;
-    r->key = t->key;
-    r->keylen = t->keylen;
+    char *key = t->key;
     t->key = NULL;
-    snprintf(r->peer, sizeof r->peer, "%s", peer ? peer : "");
-    r->reply = reply;
-    r->ctx = ctx;
-    r->starting = 1;
-    r->backend_pending = 1;
-    if (backend_reset(w->backend, r->cfg, r->policy, r->key, r->keylen, on_reset_done, r) < 0) {
-        r->backend_pending = 0;
-        struct admin_reset_result res = {.why = "redis is unavailable"};
-        reset_answer(r, &res);
-    } else if (r->backend_pending && r->reply) {
-        struct timeval tv = {.tv_sec = r->cfg->redis_timeout_us / 1000000,
-                             .tv_usec = r->cfg->redis_timeout_us % 1000000};
-        if (evtimer_assign(&r->deadline, w->base, on_reset_deadline, r) < 0 ||
-            evtimer_add(&r->deadline, &tv) < 0)
-            abort(); /* only on a broken event base */
-        r->deadline_armed = 1;
-    }
-    r->starting = 0;
-    if (!r->reply) {
-        reset_maybe_free(r);
-        return NULL;
-    }
-    return r;
+    return reset_start(core, t->policy, key, t->keylen, peer, reply, ctx);
 }
 
-void admin_reset_cancel(struct admin_reset *r)
-{
-    if (!r || !r->reply)
-        return;
-    r->reply = NULL;
-    if (r->deadline_armed) {
-        event_del(&r->deadline);
-        r->deadline_armed = 0;
-    }
-    reset_maybe_free(r);
-}
-
-int admin_render_reset(struct buf *out, const struct admin_reset_result *res, unsigned flags)
+int admin_render_reset(struct buf *out, const struct reset_result *res, unsigned flags)
 {
     if (!res->ok) {
         response_error(out, 503, "backend_unavailable",

@@ -8,10 +8,9 @@
  *                                     backend and in the deny cache of every
  *                                     daemon sharing it
  *
- * Owns: the path's strict percent-decoding, the inspection request, the
- * life of one reset (its deadline, its log line, its metric) and the JSON
- * of both answers. Does not own the decision (check.c) nor how a reset is
- * done on a backend (backend.h).
+ * Owns: the path's strict percent-decoding, the inspection request and the
+ * JSON of both answers. Does not own the decision (check.c), the life of a
+ * reset (reset.c) nor how a reset is done on a backend (backend.h).
  */
 #ifndef RATELIMITD_ADMIN_H
 #define RATELIMITD_ADMIN_H
@@ -20,11 +19,10 @@
 
 #include "core/decision.h"
 #include "core/request_error.h"
+#include "core/reset.h"
 #include "lib/buf.h"
 
 #define ADMIN_KEYS_PREFIX "/v1/keys/"
-
-struct worker;
 
 /* A decoded /v1/keys/<policy>/<key>. */
 struct admin_target {
@@ -57,40 +55,14 @@ void admin_inspect_request(struct admin_target *t, struct check_request *out);
  * Appends to out; returns the status. */
 int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flags);
 
-/* The outcome of a reset, for the front. */
-struct admin_reset_result {
-    int ok;
-    long long deleted;  /* ok: state entries (Redis keys) removed */
-    long long notified; /* ok: reset listeners told; -1: none to tell (memory) */
-    const char *why;    /* !ok: a short reason */
-    const char *policy;
-    const char *key;
-    size_t keylen;
-};
-
-/* result and what it points to are valid only during the call. */
-typedef void (*admin_reset_reply_fn)(void *ctx, const struct admin_reset_result *result);
-
-struct admin_reset;
-
-/*
- * Resets t's (policy, key) on w's backend. Takes t->key (left NULL). peer
- * names the caller in the log line (copied). Calls reply(ctx, result)
- * exactly once: possibly before admin_reset_start returns (memory backend,
- * backend down), else later from w's loop, at the latest at the Redis
- * deadline. Returns a handle valid until reply is called, for
- * admin_reset_cancel, or NULL when reply was already called.
- */
-struct admin_reset *admin_reset_start(struct worker *w, struct admin_target *t, const char *peer,
-                                      admin_reset_reply_fn reply, void *ctx);
-
-/* The front no longer wants the answer: reply will not be called (the
- * reset itself goes on). */
-void admin_reset_cancel(struct admin_reset *r);
+/* Resets t's (policy, key) through the core (reset_start, which says when
+ * reply is called). Takes t->key (left NULL). Cancel with reset_cancel. */
+struct reset *admin_reset_start(struct core *core, struct admin_target *t, const char *peer,
+                                reset_reply_fn reply, void *ctx);
 
 /* The answer to a reset: 200 {"policy","key","reset":true,"deleted"[,
  * "notified"]}, or 503 backend_unavailable with Retry-After: 1. Appends to
  * out; returns the status. */
-int admin_render_reset(struct buf *out, const struct admin_reset_result *res, unsigned flags);
+int admin_render_reset(struct buf *out, const struct reset_result *res, unsigned flags);
 
 #endif

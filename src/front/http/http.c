@@ -84,10 +84,10 @@ enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
 /* One request read and not yet answered. */
 struct slot {
     struct conn *c;
-    struct check *check;       /* while the core decides; NULL otherwise */
-    struct admin_reset *reset; /* while a reset is under way; NULL otherwise */
-    struct rls_call *rls;      /* while a POST /json is decided; NULL otherwise */
-    struct buf out;            /* the rendered answer, until earlier ones are out */
+    struct check *check;  /* while the core decides; NULL otherwise */
+    struct reset *reset;  /* while a reset is under way; NULL otherwise */
+    struct rls_call *rls; /* while a POST /json is decided; NULL otherwise */
+    struct buf out;       /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
 };
@@ -140,7 +140,7 @@ static void conn_free(struct conn *c)
         if (c->slots[i].check)
             check_cancel(c->slots[i].check);
         if (c->slots[i].reset)
-            admin_reset_cancel(c->slots[i].reset);
+            reset_cancel(c->slots[i].reset);
         if (c->slots[i].rls)
             rls_cancel(c->slots[i].rls);
         buf_free(&c->slots[i].out);
@@ -155,7 +155,7 @@ static void conn_free(struct conn *c)
     buf_free(&c->in);
     buf_free(&c->out);
     if (c->counted)
-        server_count_release(&h->w->srv->connections);
+        core_count_release(&h->w->srv->connections);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -191,7 +191,7 @@ static struct slot *slot_new(struct conn *c)
 static void slot_ready(struct slot *s, int status)
 {
     s->state = SLOT_READY;
-    metrics_http_status(s->c->h->w->metrics, status);
+    metrics_http_status(s->c->h->w->core.metrics, status);
 }
 
 /* An error answer. 401 and 503 close the connection (a client refused or
@@ -257,11 +257,11 @@ static void start_check(struct slot *s, const struct http_request *req)
     struct worker *w = s->c->h->w;
     struct check_request creq;
     struct request_error rerr;
-    if (check_json_parse(w->config, req->body, req->body_len, &creq, &rerr) < 0) {
+    if (check_json_parse(w->core.config, req->body, req->body_len, &creq, &rerr) < 0) {
         answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }
-    struct check *ch = check_start(w, &creq, on_check_reply, s);
+    struct check *ch = check_start(&w->core, &creq, on_check_reply, s);
     if (s->state == SLOT_WAITING)
         s->check = ch;
 }
@@ -274,7 +274,7 @@ static void start_auth(struct slot *s, const struct http_request *req)
     struct auth_skip skip;
     struct request_error rerr;
     (void)req; /* auth_parse reads the parser itself: it needs every header */
-    switch (auth_parse(w->config, &c->parse, &c->peer, &creq, &skip, &rerr)) {
+    switch (auth_parse(w->core.config, &c->parse, &c->peer, &creq, &skip, &rerr)) {
     case AUTH_ERROR:
         answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
@@ -286,7 +286,7 @@ static void start_auth(struct slot *s, const struct http_request *req)
     case AUTH_CHECK:
         break;
     }
-    struct check *ch = check_start(w, &creq, on_check_reply, s);
+    struct check *ch = check_start(&w->core, &creq, on_check_reply, s);
     if (s->state == SLOT_WAITING)
         s->check = ch;
 }
@@ -310,11 +310,11 @@ static void start_json(struct slot *s, const struct http_request *req)
     struct request_error rerr;
     struct rls_call *call;
     if (rls_json_parse(req->body, req->body_len, &j, &rerr) < 0) {
-        metrics_rls_request(w->metrics, METRICS_RLS_JSON, METRICS_RLS_INVALID);
+        metrics_rls_request(w->core.metrics, METRICS_RLS_JSON, METRICS_RLS_INVALID);
         answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }
-    int rc = rls_start(w, &j.req, on_rls_reply, s, &call, &rerr);
+    int rc = rls_start(&w->core, &j.req, on_rls_reply, s, &call, &rerr);
     rls_json_free(&j); /* rls_start reads the request only while it runs */
     if (rc < 0)
         answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
@@ -357,7 +357,7 @@ static void on_inspect_reply(void *ctx, const struct verdict *v)
     slot_answered(s, admin_render_inspect(&s->out, v, s->flags));
 }
 
-static void on_reset_reply(void *ctx, const struct admin_reset_result *res)
+static void on_reset_reply(void *ctx, const struct reset_result *res)
 {
     struct slot *s = ctx;
     s->reset = NULL;
@@ -370,14 +370,14 @@ static void start_keys(struct slot *s, const struct http_request *req)
     struct worker *w = s->c->h->w;
     struct admin_target t;
     struct request_error err;
-    if (admin_parse_path(w->config, req->path, &t, &err) < 0) {
+    if (admin_parse_path(w->core.config, req->path, &t, &err) < 0) {
         answer_error(s, err.status, err.code, err.message, NULL, NULL);
         return;
     }
     if (req->method != HTTP_DELETE) {
         struct check_request creq;
         admin_inspect_request(&t, &creq);
-        struct check *ch = check_start(w, &creq, on_inspect_reply, s);
+        struct check *ch = check_start(&w->core, &creq, on_inspect_reply, s);
         if (s->state == SLOT_WAITING)
             s->check = ch;
         return;
@@ -388,7 +388,7 @@ static void start_keys(struct slot *s, const struct http_request *req)
         snprintf(peer, sizeof peer, "unix");
     else
         client_ip_format(&s->c->peer, peer);
-    struct admin_reset *r = admin_reset_start(w, &t, peer, on_reset_reply, s);
+    struct reset *r = admin_reset_start(&w->core, &t, peer, on_reset_reply, s);
     if (s->state == SLOT_WAITING)
         s->reset = r;
 }
@@ -658,7 +658,7 @@ static void conn_new(struct http *h, struct listener *l, int fd, const struct so
     c->l = l;
     c->fd = fd;
     client_ip_from_sockaddr(peer, &c->peer);
-    struct event_base *base = h->w->base;
+    struct event_base *base = h->w->core.base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
         evtimer_assign(&c->timer, base, on_timer, c) < 0)
@@ -670,7 +670,7 @@ static void conn_new(struct http *h, struct listener *l, int fd, const struct so
         /* One count for the whole process, whichever worker accepted:
          * SO_REUSEPORT does not spread connections evenly, so a share per
          * worker would refuse some below the configured value. */
-        if (server_count_take(&h->w->srv->connections, h->max_conns))
+        if (core_count_take(&h->w->srv->connections, h->max_conns))
             c->counted = 1;
         else
             c->over_limit = 1;
@@ -734,7 +734,7 @@ static int listener_init(struct http *h, struct listener *l, int fd, int checks,
     *l = (struct listener){.h = h, .fd = fd, .checks = checks, .admin = admin};
     if (fd < 0)
         return 0;
-    if (event_assign(&l->ev, h->w->base, fd, EV_READ | EV_PERSIST, on_accept, l) < 0 ||
+    if (event_assign(&l->ev, h->w->core.base, fd, EV_READ | EV_PERSIST, on_accept, l) < 0 ||
         event_add(&l->ev, NULL) < 0) {
         l->fd = -1;
         return -1;
@@ -750,8 +750,8 @@ struct http *http_new(struct worker *w, int main_fd, int main_serves_admin, int 
     struct http *h = xcalloc(1, sizeof *h);
     h->w = w;
     h->main.fd = h->admin.fd = -1;
-    http_apply_config(h, w->config);
-    if (evtimer_assign(&h->resume, w->base, on_accept_resume, h) < 0 ||
+    http_apply_config(h, w->core.config);
+    if (evtimer_assign(&h->resume, w->core.base, on_accept_resume, h) < 0 ||
         listener_init(h, &h->main, main_fd, 1, main_serves_admin) < 0 ||
         listener_init(h, &h->admin, admin_fd, 0, 1) < 0) {
         snprintf(err, errlen, "cannot watch the listening sockets");
@@ -789,9 +789,9 @@ void http_drain(struct http *h)
         if (!c->lingering && conn_quiet(c))
             conn_free(c);
     }
-    struct timeval backstop = {.tv_sec =
-                                   HTTP_DRAIN_MAX_S + h->w->config->redis_timeout_us / 1000000};
-    event_base_loopexit(h->w->base, &backstop);
+    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S +
+                                         h->w->core.config->redis_timeout_us / 1000000};
+    event_base_loopexit(h->w->core.base, &backstop);
 }
 
 int http_idle(const struct http *h)

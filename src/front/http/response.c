@@ -173,7 +173,7 @@ static void check_names(struct json_out *j, const struct check_item *c)
 }
 
 static void checks_json(struct json_out *j, const struct check_request *req,
-                        const struct tier_result *results)
+                        const struct tier_result *results, const struct decision_summary *sum)
 {
     const struct tier_result *r = results;
     json_out_key(j, "checks");
@@ -181,9 +181,7 @@ static void checks_json(struct json_out *j, const struct check_request *req,
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         const struct policy *p = c->policy;
-        int check_allowed = 1;
-        for (size_t t = 0; t < p->ntiers; t++)
-            check_allowed &= r[t].allowed;
+        int check_allowed = decision_check_allowed(sum, i);
         json_out_begin(j, '{');
         check_names(j, c);
         json_out_key(j, "allowed");
@@ -237,13 +235,13 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
         json_out_key(&j, "local");
         json_out_bool(&j, 1);
     }
-    checks_json(&j, v->req, v->results);
+    checks_json(&j, v->req, v->results, sum);
     json_out_end(&j, '}');
 
     struct rate_headers hs;
     rate_headers_init(&hs);
     rate_headers_verdict(&hs, v);
-    int status = verdict_status(v);
+    int status = response_status(v);
     finish(out, start, status, NULL, &hs, flags);
     return status;
 }
@@ -299,6 +297,21 @@ static void error_answer(struct buf *out, int status, const char *code, const ch
     json_out_cstr(&j, message);
     json_out_end(&j, '}');
     finish(out, start, status, NULL, hs, flags);
+}
+
+int response_status(const struct verdict *v)
+{
+    switch (verdict_outcome(v)) {
+    case OUTCOME_ALLOWED:
+        return 200;
+    case OUTCOME_DENIED:
+        if (v->req->use_deny_status)
+            return (int)decision_check_of(v->req, v->results, v->sum.binding)->policy->deny_status;
+        return 429;
+    case OUTCOME_UNAVAILABLE:
+        break;
+    }
+    return 503;
 }
 
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)

@@ -34,6 +34,12 @@
  * Appends to out; returns the status. */
 int response_verdict(struct buf *out, const struct verdict *v, unsigned flags);
 
+/* The HTTP status of a verdict's outcome (verdict_outcome): 200 allowed
+ * (or degraded open), 429 denied (or, with use_deny_status, the binding
+ * check's policy's deny_status), 503 failure_mode closed or overloaded.
+ * The access log prints it for every front. */
+int response_status(const struct verdict *v);
+
 struct json_out;
 struct rls_answer;
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "front/front.h"
 #include "lib/log.h"
 
 struct event_base;
@@ -21,8 +22,6 @@ struct backend;
 struct local_store;
 struct deny_cache;
 struct metrics;
-struct http;
-struct grpc;
 struct server;
 
 struct worker {
@@ -35,10 +34,9 @@ struct worker {
     int backend_up;          /* backend_ready, kept for other threads (atomic access) */
     struct deny_cache *deny; /* NULL: no deny cache */
     struct metrics *metrics; /* this worker's shard */
-    struct http *http;
-    struct grpc *grpc;          /* NULL: no grpc_listen */
-    int listen_fd, admin_fd;    /* listening sockets (listen.h); -1: none */
-    int grpc_fd;                /* grpc_listen's; -1: none */
+    /* An instance of front_all[i] (front.h), each with its listening
+     * sockets; NULL: not enabled by the config. */
+    struct front *fronts[FRONT_MAX];
     size_t inflight;            /* checks started and not yet answered */
     int draining;               /* no new checks; stop once idle */
     int64_t reset_seen_us;      /* monotonic: the last reset announcement heard */
@@ -58,8 +56,8 @@ struct worker {
 };
 
 /* Makes worker id on base from srv->config: its backend (not started), its
- * metrics shard, its HTTP front and, with grpc_listen, its gRPC front (the
- * local store is the server's). On error returns -1 with a message;
+ * metrics shard and every front the config enables, in front_all's order
+ * (the local store is the server's). On error returns -1 with a message;
  * worker_fini then frees what was made. */
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;

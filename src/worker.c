@@ -1,7 +1,7 @@
 /*
  * worker.c: one event loop's state (worker.h): its core (backend, fallback,
- * deny cache, metrics shard), HTTP front and gRPC front, made from the
- * config snapshot it is given; its thread
+ * deny cache, metrics shard) and fronts (front.h), made from the config
+ * snapshot it is given; its thread
  * (every worker but 0, which runs on the main loop), the mailbox through
  * which the main thread hands it a reload or a drain; readiness, the
  * metrics text and the end of a drain.
@@ -19,10 +19,7 @@
 #include "backend/redis/backend_redis.h"
 #include "core/deny_cache.h"
 #include "core/metrics.h"
-#include "front/grpc/grpc.h"
-#include "front/http/http.h"
-#include "front/http/response.h"
-#include "listen.h"
+#include "front/registry.h"
 #include "notify.h"
 #include "server.h"
 #include "worker.h"
@@ -46,11 +43,52 @@ static void on_reset_seen(void *arg, const char *policy, const char *key, size_t
     core_forget_key(arg, policy, key, keylen);
 }
 
-/* The core may have become idle. */
-static void on_core_idle(void *arg)
+/* A drain ends once no check is in flight and every front is idle. */
+static void maybe_idle(void *arg)
 {
-    worker_maybe_idle(arg);
+    struct worker *w = arg;
+    if (!w->draining || w->core.inflight != 0)
+        return;
+    for (size_t i = 0; front_all[i]; i++)
+        if (w->fronts[i] && !w->fronts[i]->ops->idle(w->fronts[i]))
+            return;
+    event_base_loopexit(w->core.base, NULL);
 }
+
+/* front_host: why no check is taken now, or NULL. */
+static const char *unready_reason(void *arg)
+{
+    const struct worker *w = arg;
+    if (w->draining)
+        return "shutting_down";
+    if (!server_ready(w->srv))
+        return "redis_unavailable";
+    return NULL;
+}
+
+/* front_host: the whole process's metrics (every worker's shard summed). */
+static char *metrics_text(void *arg)
+{
+    const struct worker *w = arg;
+    const struct server *srv = w->srv;
+    struct metrics *sum = metrics_new();
+    size_t inflight = 0;
+    for (size_t i = 0; i < srv->nworkers; i++) {
+        metrics_add(sum, srv->workers[i].core.metrics);
+        inflight += __atomic_load_n(&srv->workers[i].core.inflight, __ATOMIC_RELAXED);
+    }
+    struct metrics_gauges g = {
+        .version = PACKAGE_VERSION,
+        .checks_in_flight = inflight,
+        .redis_up = server_ready(srv),
+        .config_loaded_us = srv->config_loaded_us,
+        .policies = w->core.config->npolicies,
+    };
+    char *text = metrics_render(sum, &g);
+    metrics_free(sum);
+    return text;
+}
+
 
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
  * change limits, and a denial under the old ones proves nothing. */
@@ -74,18 +112,18 @@ static void set_config(struct worker *w, struct config *cfg)
     core->backend->ops->watch_resets(core->backend, cfg);
     for (size_t i = 0; i < cfg->npolicies; i++)
         metrics_policy_seen(core->metrics, cfg->policies[i].name);
-    http_apply_config(w->http, cfg);
-    if (w->grpc)
-        grpc_apply_config(w->grpc, cfg);
+    for (size_t i = 0; front_all[i]; i++)
+        if (w->fronts[i])
+            w->fronts[i]->ops->apply_config(w->fronts[i], cfg);
 }
 
 static void drain(struct worker *w)
 {
     w->draining = 1;
-    http_drain(w->http);
-    if (w->grpc)
-        grpc_drain(w->grpc);
-    worker_maybe_idle(w);
+    for (size_t i = 0; front_all[i]; i++)
+        if (w->fronts[i])
+            w->fronts[i]->ops->drain(w->fronts[i]);
+    maybe_idle(w);
 }
 
 /* The mailbox, on the worker's own loop. */
@@ -114,44 +152,21 @@ static void post(struct worker *w)
     }
 }
 
-/* A listening socket for addr. Every worker binds its own TCP socket
- * (SO_REUSEPORT when there are several: the kernel spreads connections
- * among them); a unix socket is one file, so workers after the first share
- * the first one's socket (shared: its descriptor, or -1). */
-static int open_listener(const struct config *cfg, const char *addr, int reuseport, int shared,
-                         char *err, size_t errlen)
+/* Makes every front cfg enables; worker 0's are made first, and the
+ * others share its unix sockets. The access log speaks the first front's
+ * numbering of statuses that has one (the HTTP front's). */
+static int make_fronts(struct worker *w, const struct config *cfg, char *err, size_t errlen)
 {
-    if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
-        int fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0)
-            snprintf(err, errlen, "listen: %s: %s", addr, strerror(errno));
-        return fd;
-    }
-    const struct listen_perm perm = {
-        .mode = cfg->listen_mode, .gid = cfg->listen_gid, .group = cfg->listen_group};
-    return listen_open(addr, reuseport, &perm, err, errlen);
-}
-
-static int open_listeners(struct worker *w, char *err, size_t errlen)
-{
-    const struct config *cfg = w->core.config;
     const struct worker *first = w->id ? &w->srv->workers[0] : NULL;
-    int reuseport = cfg->workers != 1;
-    w->listen_fd =
-        open_listener(cfg, cfg->listen, reuseport, first ? first->listen_fd : -1, err, errlen);
-    if (w->listen_fd < 0)
-        return -1;
-    if (cfg->admin_listen) {
-        w->admin_fd = open_listener(cfg, cfg->admin_listen, reuseport, first ? first->admin_fd : -1,
-                                    err, errlen);
-        if (w->admin_fd < 0)
+    for (size_t i = 0; front_all[i]; i++) {
+        const struct front_ops *ops = front_all[i];
+        if (!ops->enabled(cfg))
+            continue;
+        w->fronts[i] = ops->new (&w->host, first ? first->fronts[i] : NULL, err, errlen);
+        if (!w->fronts[i])
             return -1;
-    }
-    if (cfg->grpc_listen) {
-        w->grpc_fd = open_listener(cfg, cfg->grpc_listen, reuseport, first ? first->grpc_fd : -1,
-                                   err, errlen);
-        if (w->grpc_fd < 0)
-            return -1;
+        if (!w->core.status_of)
+            w->core.status_of = ops->log_status;
     }
     return 0;
 }
@@ -167,14 +182,18 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .error_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .backend_pending = &srv->backend_pending,
-                                  .status_of = response_status,
-                                  .idle = on_core_idle,
+                                  .idle = maybe_idle,
                                   .idle_arg = w},
-                         .wake = {-1, -1},
-                         .listen_fd = -1,
-                         .admin_fd = -1,
-                         .grpc_fd = -1};
+                         .wake = {-1, -1}};
     struct core *core = &w->core;
+    w->host = (struct front_host){.core = core,
+                                  .id = id,
+                                  .connections = &srv->connections,
+                                  .draining = &w->draining,
+                                  .unready_reason = unready_reason,
+                                  .metrics_text = metrics_text,
+                                  .maybe_idle = maybe_idle,
+                                  .arg = w};
     pthread_mutex_init(&w->mail_lock, NULL);
     core->config = config_ref(srv->config);
     reset_deny_cache(w, cfg);
@@ -202,14 +221,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     backend_on_reset(core->backend, on_reset_seen, core);
     core->backend->ops->watch_resets(core->backend, cfg);
     w->backend_up = backend_ready(core->backend);
-    if (open_listeners(w, err, errlen) < 0)
-        return -1;
-    w->http = http_new(w, w->listen_fd, !cfg->admin_listen, w->admin_fd, err, errlen);
-    if (!w->http)
-        return -1;
-    if (w->grpc_fd >= 0 && !(w->grpc = grpc_new(w, w->grpc_fd, err, errlen)))
-        return -1;
-    return 0;
+    return make_fronts(w, cfg, err, errlen);
 }
 
 static void *worker_main(void *arg)
@@ -270,24 +282,18 @@ void worker_fini(struct worker *w)
 {
     /* The backend first: checks still waiting (after the drain's backstop)
      * complete as unavailable and are answered while their requests are
-     * alive; http_free then closes the connections. */
+     * alive; the fronts then close the connections and their sockets. */
     backend_free(w->core.backend);
     w->core.backend = NULL;
-    /* The gRPC front first: closing its connections asks whether a drain
-     * is over, which looks at the HTTP front (http_free's own closing
-     * looks at the gRPC front, NULL by then). */
-    grpc_free(w->grpc);
-    w->grpc = NULL;
-    http_free(w->http);
-    w->http = NULL;
-    /* The first worker's socket file goes with it; the others share it. */
-    const struct config *cfg = w->core.config;
-    if (cfg) {
-        listen_close(w->listen_fd, w->id == 0 ? cfg->listen : NULL);
-        listen_close(w->admin_fd, w->id == 0 ? cfg->admin_listen : NULL);
-        listen_close(w->grpc_fd, w->id == 0 ? cfg->grpc_listen : NULL);
+    /* In the reverse order of making. Each is out of the array before it
+     * is freed: closing its connections asks whether a drain is over,
+     * which looks at the fronts still there. */
+    for (size_t i = FRONT_MAX; i-- > 0;) {
+        struct front *f = w->fronts[i];
+        w->fronts[i] = NULL;
+        if (f)
+            f->ops->free(f);
     }
-    w->listen_fd = w->admin_fd = w->grpc_fd = -1;
     if (w->wake_ev)
         event_free(w->wake_ev);
     w->wake_ev = NULL;
@@ -305,51 +311,6 @@ void worker_fini(struct worker *w)
     w->core.metrics = NULL;
     config_unref(w->core.config);
     w->core.config = NULL;
-}
-
-const char *worker_unready_reason(const struct worker *w)
-{
-    if (w->draining)
-        return "shutting_down";
-    if (!server_ready(w->srv))
-        return "redis_unavailable";
-    return NULL;
-}
-
-char *worker_metrics_text(struct worker *w)
-{
-    const struct server *srv = w->srv;
-    struct metrics *sum = metrics_new();
-    size_t inflight = 0;
-    for (size_t i = 0; i < srv->nworkers; i++) {
-        metrics_add(sum, srv->workers[i].core.metrics);
-        inflight += __atomic_load_n(&srv->workers[i].core.inflight, __ATOMIC_RELAXED);
-    }
-    struct metrics_gauges g = {
-        .version = PACKAGE_VERSION,
-        .checks_in_flight = inflight,
-        .redis_up = server_ready(srv),
-        .config_loaded_us = srv->config_loaded_us,
-        .policies = w->core.config->npolicies,
-    };
-    char *text = metrics_render(sum, &g);
-    metrics_free(sum);
-    return text;
-}
-
-void worker_event_want(struct event *ev, int *added, int want)
-{
-    if (want == *added)
-        return;
-    if ((want ? event_add(ev, NULL) : event_del(ev)) < 0)
-        abort();
-    *added = want;
-}
-
-void worker_maybe_idle(struct worker *w)
-{
-    if (w->draining && w->core.inflight == 0 && http_idle(w->http) && grpc_idle(w->grpc))
-        event_base_loopexit(w->core.base, NULL);
 }
 
 int server_ready(const struct server *srv)

@@ -18,11 +18,10 @@
 
 #include "config/config.h"
 #include "core/core.h"
+#include "front/registry.h"
 #include "lib/log.h"
 
 struct event_base;
-struct http;
-struct grpc;
 struct server;
 
 struct worker {
@@ -33,11 +32,11 @@ struct worker {
      * fallback, the deny cache, the metrics shard, the checks in flight. */
     struct core core;
     int backend_up; /* backend_ready, kept for other threads (atomic access) */
-    struct http *http;
-    struct grpc *grpc;       /* NULL: no grpc_listen */
-    int listen_fd, admin_fd; /* listening sockets (listen.h); -1: none */
-    int grpc_fd;             /* grpc_listen's; -1: none */
-    int draining;            /* no new checks; stop once idle */
+    /* An instance of front_all[i] (registry.h), each with its listening
+     * sockets; NULL: not enabled by the config. */
+    struct front *fronts[FRONT_MAX];
+    struct front_host host; /* what the fronts are lent: the core, the counts, callbacks */
+    int draining; /* no new checks; stop once idle */
 
     /* From the main thread to a worker with a thread of its own: a new
      * config snapshot or a drain, under the lock, then a byte on the pipe
@@ -53,8 +52,8 @@ struct worker {
 
 /* Makes worker id on base from srv->config: its core (backend, not
  * started; the fallback on the server's in-memory store; deny cache;
- * metrics shard), its HTTP front and, with grpc_listen, its gRPC front. On
- * error returns -1 with a message;
+ * metrics shard) and every front the config enables, in front_all's order.
+ * On error returns -1 with a message;
  * worker_fini then frees what was made. */
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;
@@ -78,25 +77,5 @@ void worker_join(struct worker *w);
 
 /* Frees everything the worker holds (not the struct). */
 void worker_fini(struct worker *w);
-
-/* Why the daemon take checks right now ("shutting_down",
- * "redis_unavailable"), or NULL when ready. */
-const char *worker_unready_reason(const struct worker *w);
-
-/* The whole process's metrics as Prometheus text (every worker's shard
- * summed); the caller frees it. */
-char *worker_metrics_text(struct worker *w);
-
-/* Adds (want) or removes an event of a front's connection on the worker's
- * loop, tracking it in *added so that an unchanged wish costs no
- * epoll_ctl. Failing means libevent is out of memory: the connection would
- * then only end at its timer, or never: aborts like any allocation. */
-struct event;
-void worker_event_want(struct event *ev, int *added, int want);
-
-/* The front tells the worker it may have become idle (an answer written, a
- * connection closed): a drain ends once no check is in flight and every
- * front is idle. */
-void worker_maybe_idle(struct worker *w);
 
 #endif

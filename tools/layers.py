@@ -7,16 +7,18 @@ folder first, then src/, which is on the include path) and keeps those that
 name a file under src/; "envoy/..." and "grpc/health/..." are protoc-c's
 headers in the build directory and are not ours to check. Then it fails on:
 
-- an include against the layer order, lib <- config <- limiter <- core <-
-  backend, front; the top-level files (main, worker, server, reload, watch,
-  notify, listen) glue the process together and may include anything:
+- an include against the layer order, lib <- config <- core <- limiter <-
+  backend, front (the limiter's algorithms answer the core's neutral
+  requests; only a backend runs them); the top-level files (main,
+  worker, server, reload, watch, notify) glue the process together and
+  may include anything:
 
     src/lib/        lib
     src/config/     lib, config
-    src/limiter/    lib, config, limiter
-    src/core/       lib, config, limiter, core, and backend/backend.h only
+    src/core/       lib, config, core, and backend/backend.h only
                     (the interface: never a backend, never front/)
-    src/backend/    lib, config, limiter, core, backend (never front/)
+    src/limiter/    lib, config, core, limiter
+    src/backend/    lib, config, core, limiter, backend (never front/)
     src/front/      lib, config, core, front (never backend/)
     src/*.[ch]      anything
 
@@ -44,8 +46,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 ALLOWED = {
     "lib": {"lib"},
     "config": {"lib", "config"},
-    "limiter": {"lib", "config", "limiter"},
-    "core": {"lib", "config", "limiter", "core"},
+    "core": {"lib", "config", "core"},
+    "limiter": {"lib", "config", "core", "limiter"},
     "backend": {"lib", "config", "limiter", "core", "backend"},
     "front": {"lib", "config", "core", "front"},
 }

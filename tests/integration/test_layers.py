@@ -24,10 +24,10 @@ CLEAN = {
     "lib/util.c": '#include "lib/util.h"\n',
     "config/config.h": '#include "lib/util.h"\n',
     "config/config.c": '#include "config/config.h"\n#include "lib/util.h"\n',
-    "limiter/limiter_local.h": '#include "config/config.h"\n',
+    "limiter/limiter_local.h": '#include "config/config.h"\n#include "core/decision.h"\n',
     "limiter/limiter_local.c": '#include "limiter/limiter_local.h"\n',
     "core/check.h": '#include "config/config.h"\n#include "backend/backend.h"\n',
-    "core/check.c": '#include "core/check.h"\n#include "limiter/limiter_local.h"\n',
+    "core/check.c": '#include "core/check.h"\n',
     "backend/backend.h": '#include "lib/util.h"\n',
     "backend/backend.c": '#include "backend/backend.h"\n#include "backend/redis/node.h"\n',
     "backend/redis/node.h": '#include "core/decision.h"\n',
@@ -101,6 +101,10 @@ def main():
                    {"core/check.c": '#include "core/check.h"\n#include "backend/redis/node.h"\n'},
                    ['src/core/check.c:2: #include "backend/redis/node.h"',
                     "core may include only", "backend/backend.h"])
+    expect_failure("the core including the limiter (only a backend runs it)",
+                   {"core/check.c": '#include "core/check.h"\n#include "limiter/limiter_local.h"\n'},
+                   ['src/core/check.c:2: #include "limiter/limiter_local.h"',
+                    "core may include only lib, config, core"])
     expect_failure("the core including the worker (top level)",
                    {"core/check.c": '#include "core/check.h"\n#include "worker.h"\n'},
                    ['src/core/check.c:2: #include "worker.h"', "process glue"])

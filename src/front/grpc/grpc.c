@@ -24,8 +24,9 @@
  * comes later is written at once, and may end the connection as the last
  * thing the reply does.
  *
- * Owns the HTTP/2 connections and the limits on them; not the listening
- * socket (listen.c, the worker's), not the decision (rls.c).
+ * Owns the HTTP/2 connections and the limits on them, and the front's
+ * instance (front.h); not the listening socket, the accepting and the
+ * counting (listener.c), not the decision (rls.c).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -40,20 +41,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "core/metrics.h"
 #include "core/rls.h"
+#include "front/front.h"
 #include "front/grpc/grpc.h"
-#include "front/rate_headers.h"
+#include "front/listener.h"
+#include "core/rate_headers.h"
 #include "lib/buf.h"
-#include "server.h"
-#include "worker.h"
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 
 #define GRPC_READ_CHUNK 16384
-#define GRPC_ACCEPT_BATCH 64
-#define GRPC_ACCEPT_RESUME_S 1
 /* nghttp2's RST_STREAM token bucket (CVE-2023-44487): a burst, then so
  * many a second; past it, GOAWAY and the connection ends. A client that
  * cancels calls now and then stays far below. */
@@ -133,16 +133,13 @@ struct gconn {
 };
 
 struct grpc {
-    struct worker *w;
-    int fd;
-    struct event ev, resume;
-    size_t max_msg, max_conns;
+    struct front base; /* first: the worker holds the front by it */
+    const struct front_host *host;
+    struct listener l; /* grpc_listen, counting, the token, draining */
+    size_t max_msg;
     uint32_t max_streams;
     int64_t idle_us;
-    char *token; /* NULL: no token needed */
-    size_t token_len;
     LIST_HEAD(, gconn) conns;
-    int draining;
 };
 
 static void settle(struct gconn *c);
@@ -326,12 +323,12 @@ static void on_rls_reply(void *ctx, const struct rls_answer *a)
 /* The request's descriptors as rls.h wants them, pointing into m. */
 static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
 {
-    struct worker *w = st->c->g->w;
+    struct core *core = st->c->g->host->core;
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
         envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
     if (!m) {
         /* Counted as POST /json counts a body it cannot decode (rls.h). */
-        metrics_rls_request(w->core.metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
+        metrics_rls_request(core->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
         answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
         return;
     }
@@ -372,7 +369,7 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
                               .hits_addend = m->hits_addend};
     struct request_error err;
     struct rls_call *call = NULL;
-    int rc = rls_start(&w->core, &req, on_rls_reply, st, &call, &err);
+    int rc = rls_start(core, &req, on_rls_reply, st, &call, &err);
     free(es);
     free(ds);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
@@ -401,7 +398,7 @@ static void answer_health(struct stream *st, const uint8_t *msg, size_t len)
         return;
     }
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = worker_unready_reason(st->c->g->w)
+    resp.status = st->c->g->host->unready_reason(st->c->g->host->arg)
                       ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     answer_message(st, &resp.base);
@@ -448,7 +445,7 @@ static void dispatch(struct stream *st)
         answer_health(st, b + GRPC_PREFIX, mlen);
         return;
     }
-    if (g->w->draining) {
+    if (*g->host->draining) {
         answer_error(st, GRPC_UNAVAILABLE, "the daemon is shutting down");
         return;
     }
@@ -470,9 +467,9 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     st->c = c;
     st->id = f->hd.stream_id;
     st->compressed_ok = 1;
-    st->authorized = c->g->token == NULL;
+    st->authorized = listener_bearer_ok(&c->g->l, NULL, 0);
     LIST_INSERT_HEAD(&c->streams, st, link);
-    metrics_count(c->g->w->core.metrics, METRICS_GRPC_STREAMS);
+    metrics_count(c->g->host->core->metrics, METRICS_GRPC_STREAMS);
     if (nghttp2_session_set_stream_user_data(s, st->id, st) != 0) {
         stream_free(st);
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -508,10 +505,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
                         (vlen == 16 || value[16] == '+' || value[16] == ';');
     } else if (header_is(name, nlen, "grpc-encoding")) {
         st->compressed_ok = header_is(value, vlen, "identity");
-    } else if (header_is(name, nlen, "authorization") && c->g->token) {
-        st->authorized =
-            vlen > 7 && strncasecmp((const char *)value, "Bearer ", 7) == 0 &&
-            util_consttime_equal((const char *)value + 7, vlen - 7, c->g->token, c->g->token_len);
+    } else if (header_is(name, nlen, "authorization")) {
+        st->authorized = listener_bearer_ok(&c->g->l, (const char *)value, vlen);
     }
     return 0;
 }
@@ -549,7 +544,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 static void count_proto_error(struct gconn *c)
 {
     if (!c->proto_error)
-        metrics_count(c->g->w->core.metrics, METRICS_GRPC_PROTOCOL_ERRORS);
+        metrics_count(c->g->host->core->metrics, METRICS_GRPC_PROTOCOL_ERRORS);
     c->proto_error = 1;
 }
 
@@ -587,10 +582,10 @@ static void conn_free(struct gconn *c)
     close(c->fd);
     buf_free(&c->out);
     if (c->counted)
-        core_count_release(&g->w->srv->connections);
+        listener_release(&g->l);
     LIST_REMOVE(c, link);
     free(c);
-    worker_maybe_idle(g->w);
+    g->host->maybe_idle(g->host->arg);
 }
 
 static int conn_active(const struct gconn *c)
@@ -656,7 +651,7 @@ static void arm_timer(struct gconn *c)
         us = 0;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
     if (event_add(&c->timer, &tv) < 0)
-        abort(); /* as in worker_event_want */
+        abort(); /* as in front_event_want */
 }
 
 /* Writes what is due, then decides what the connection waits for. */
@@ -678,12 +673,12 @@ static void settle(struct gconn *c)
         c->lingering = 1;
         c->linger_until_us = util_monotonic_us() + GRPC_LINGER_US;
     }
-    worker_event_want(&c->wr, &c->writing, pending);
+    front_event_want(&c->wr, &c->writing, pending);
     /* A full output buffer stops reading: the peer must read first. */
-    worker_event_want(&c->rd, &c->reading,
+    front_event_want(&c->rd, &c->reading,
                       c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
     arm_timer(c);
-    worker_maybe_idle(c->g->w);
+    c->g->host->maybe_idle(c->g->host->arg);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -779,24 +774,25 @@ out:
     return rc;
 }
 
-static void conn_new(struct grpc *g, int fd)
+/* A connection accepted on s (listener.h). */
+static void on_accept(void *arg, const struct listener_socket *s, int fd,
+                      const struct sockaddr *peer)
 {
+    struct grpc *g = arg;
+    (void)peer; /* nothing of a call depends on it */
     struct gconn *c = xcalloc(1, sizeof *c);
     c->g = g;
     c->fd = fd;
-    struct event_base *base = g->w->core.base;
+    struct event_base *base = g->host->core->base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
         evtimer_assign(&c->timer, base, on_timer, c) < 0)
         abort(); /* only with bad arguments */
     LIST_INIT(&c->streams);
     LIST_INSERT_HEAD(&g->conns, c, link);
-    metrics_count(g->w->core.metrics, METRICS_GRPC_CONNECTIONS);
-    /* One count with the HTTP front's connections (server.h). */
-    if (core_count_take(&g->w->srv->connections, g->max_conns))
-        c->counted = 1;
-    else
-        c->over_limit = 1;
+    metrics_count(g->host->core->metrics, METRICS_GRPC_CONNECTIONS);
+    /* One count with the HTTP front's connections (listener.h). */
+    c->over_limit = !listener_admit(&g->l, s, &c->counted);
     c->last_us = util_monotonic_us();
     if (session_new(c) < 0) {
         c->s = NULL;
@@ -806,79 +802,69 @@ static void conn_new(struct grpc *g, int fd)
     settle(c);
 }
 
-/* ---- accepting ---- */
-
-static void on_accept_resume(evutil_socket_t fd, short what, void *arg)
-{
-    struct grpc *g = arg;
-    if (!g->draining && event_add(&g->ev, NULL) < 0)
-        abort(); /* as in worker_event_want */
-}
-
-static void on_accept(evutil_socket_t fd, short what, void *arg)
-{
-    struct grpc *g = arg;
-    for (int i = 0; i < GRPC_ACCEPT_BATCH; i++) {
-        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (cfd >= 0) {
-            conn_new(g, cfd);
-            continue;
-        }
-        if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
-            continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            /* Pause rather than spin on a socket that stays readable. */
-            struct timeval tv = {.tv_sec = GRPC_ACCEPT_RESUME_S};
-            event_del(&g->ev);
-            if (event_add(&g->resume, &tv) < 0)
-                abort(); /* as in worker_event_want */
-        }
-        return;
-    }
-}
-
 /* ---- the front ---- */
 
-struct grpc *grpc_new(struct worker *w, int fd, char *err, size_t errlen)
+static struct grpc *grpc_of(struct front *f)
 {
-    struct grpc *g = xcalloc(1, sizeof *g);
-    LIST_INIT(&g->conns);
-    g->w = w;
-    g->fd = fd;
-    grpc_apply_config(g, w->core.config);
-    if (evtimer_assign(&g->resume, w->core.base, on_accept_resume, g) < 0 ||
-        event_assign(&g->ev, w->core.base, fd, EV_READ | EV_PERSIST, on_accept, g) < 0 ||
-        event_add(&g->ev, NULL) < 0) {
-        snprintf(err, errlen, "cannot watch the grpc_listen socket");
-        free(g);
-        return NULL;
-    }
-    return g;
+    return (struct grpc *)f; /* base is the first member */
 }
 
-void grpc_apply_config(struct grpc *g, const struct config *cfg)
+static int grpc_enabled(const struct config *cfg)
 {
+    return cfg->grpc_listen != NULL;
+}
+
+static void grpc_apply_config(struct front *f, const struct config *cfg)
+{
+    struct grpc *g = grpc_of(f);
     g->max_msg = (size_t)cfg->max_body;
-    g->max_conns = (size_t)cfg->max_connections;
     g->max_streams = (uint32_t)cfg->grpc_max_streams;
     g->idle_us = cfg->idle_timeout_us;
-    if (g->token) {
-        explicit_bzero(g->token, g->token_len);
-        free(g->token);
-    }
-    g->token = cfg->auth_token ? xstrdup(cfg->auth_token) : NULL;
-    g->token_len = g->token ? strlen(g->token) : 0;
+    listener_apply_config(&g->l, cfg);
     struct gconn *c;
     for (c = LIST_FIRST(&g->conns); c; c = LIST_NEXT(c, link))
         if (!c->busy)
             arm_timer(c);
 }
 
-void grpc_drain(struct grpc *g)
+static void grpc_free(struct front *f)
 {
-    g->draining = 1;
-    event_del(&g->ev);
-    event_del(&g->resume);
+    struct grpc *g = grpc_of(f);
+    if (!g)
+        return;
+    while (!LIST_EMPTY(&g->conns))
+        conn_free(LIST_FIRST(&g->conns));
+    listener_fini(&g->l);
+    free(g);
+}
+
+static struct front *grpc_new(const struct front_host *host, const struct front *first, char *err,
+                              size_t errlen)
+{
+    const struct config *cfg = host->core->config;
+    struct grpc *g = xcalloc(1, sizeof *g);
+    g->base.ops = &grpc_front;
+    LIST_INIT(&g->conns);
+    g->host = host;
+    listener_init(&g->l, host, on_accept, g);
+    grpc_apply_config(&g->base, cfg);
+    const struct listener *first_l = first ? &((const struct grpc *)first)->l : NULL;
+    if (!listener_open(&g->l, cfg, cfg->grpc_listen, first_l, 0, 1, err, errlen)) {
+        grpc_free(&g->base);
+        return NULL;
+    }
+    if (listener_start(&g->l) < 0) {
+        snprintf(err, errlen, "cannot watch the grpc_listen socket");
+        grpc_free(&g->base);
+        return NULL;
+    }
+    return &g->base;
+}
+
+static void grpc_drain(struct front *f)
+{
+    struct grpc *g = grpc_of(f);
+    listener_drain(&g->l);
     for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
         next = LIST_NEXT(c, link);
         /* Streams up to the last one seen are still answered; later ones
@@ -891,10 +877,9 @@ void grpc_drain(struct grpc *g)
     }
 }
 
-int grpc_idle(const struct grpc *g)
+static int grpc_idle(const struct front *f)
 {
-    if (!g)
-        return 1;
+    const struct grpc *g = (const struct grpc *)f;
     const struct gconn *c;
     for (c = LIST_FIRST(&g->conns); c; c = LIST_NEXT(c, link))
         if (conn_active(c))
@@ -902,17 +887,12 @@ int grpc_idle(const struct grpc *g)
     return 1;
 }
 
-void grpc_free(struct grpc *g)
-{
-    if (!g)
-        return;
-    while (!LIST_EMPTY(&g->conns))
-        conn_free(LIST_FIRST(&g->conns));
-    event_del(&g->ev);
-    event_del(&g->resume);
-    if (g->token) {
-        explicit_bzero(g->token, g->token_len);
-        free(g->token);
-    }
-    free(g);
-}
+const struct front_ops grpc_front = {
+    .name = "grpc",
+    .enabled = grpc_enabled,
+    .new = grpc_new,
+    .apply_config = grpc_apply_config,
+    .drain = grpc_drain,
+    .idle = grpc_idle,
+    .free = grpc_free,
+};

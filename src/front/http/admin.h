@@ -1,6 +1,6 @@
 /*
  * admin.h: the admin API on keys, transport-neutral below the HTTP routing
- * (http.c routes /v1/keys/ here):
+ * (http_routes.c routes /v1/keys/ here):
  *
  *   GET|HEAD /v1/keys/<policy>/<key>  every tier's current figures, consuming
  *                                     nothing (a dry run through the core)

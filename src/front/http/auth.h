@@ -3,7 +3,7 @@
  * `/auth/<policy>[/<anything>]`, any method, becomes one check of that
  * policy, its key built from the request by the policy's `key:` template
  * (key_template.h, client_ip.h) and its cost from `X-RateLimit-Cost`
- * (default 1). Any body is ignored. No I/O: http.c routes and answers,
+ * (default 1). Any body is ignored. No I/O: http_routes.c routes and answers,
  * check.c decides.
  */
 #ifndef RATELIMITD_AUTH_H

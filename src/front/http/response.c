@@ -14,7 +14,7 @@
 
 #include "core/rls.h"
 #include "front/http/response.h"
-#include "front/rate_headers.h"
+#include "core/rate_headers.h"
 #include "lib/json_out.h"
 #include "lib/util.h"
 

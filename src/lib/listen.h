@@ -1,6 +1,7 @@
 /*
  * listen.h: listening sockets, TCP ("host:port", "[v6]:port") or unix
- * ("unix:/path"). Opens and closes them; accepting is the front's (http.c).
+ * ("unix:/path"). Opens and closes them; which front owns which socket,
+ * sharing them between workers and accepting are listener.c's.
  */
 #ifndef RATELIMITD_LISTEN_H
 #define RATELIMITD_LISTEN_H

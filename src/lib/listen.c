@@ -11,7 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "listen.h"
+#include "lib/listen.h"
 
 #define LISTEN_BACKLOG 1024
 

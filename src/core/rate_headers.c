@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "front/rate_headers.h"
+#include "core/rate_headers.h"
 
 #define SF_INT_MAX 999999999999999LL /* RFC 9651 sf-integer: at most 15 digits */
 

@@ -1,0 +1,259 @@
+/*
+ * http_routes.c: the HTTP front's route table and what each path does
+ * (http_routes.h): a request read on a connection (http.c) is matched to
+ * one row by its path and the role of the socket it came on; the row says
+ * which methods it takes (405 with its Allow header otherwise), whether a
+ * drain and the bearer token guard it, and which start answers it.
+ *
+ * Owns the table, the order of the guards, and the bridge from a request
+ * to the core (check.c, rls.c, admin.c) and back into the request's slot;
+ * not the connection (http.c), not the answers' bytes (response.c,
+ * admin.c).
+ */
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/metrics.h"
+#include "core/rls.h"
+#include "front/http/admin.h"
+#include "front/http/auth.h"
+#include "front/http/http_conn.h"
+#include "front/http/http_routes.h"
+#include "front/http/check_json.h"
+#include "front/http/response.h"
+#include "front/http/rls_json.h"
+#include "lib/client_ip.h"
+
+static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
+
+/* ---- the decisions ---- */
+
+static void on_check_reply(void *ctx, const struct verdict *v)
+{
+    struct slot *s = ctx;
+    s->check = NULL;
+    http_close_if_draining(s);
+    http_slot_answered(s, response_verdict(&s->out, v, s->flags));
+}
+
+/* True if the request carries "Authorization: Bearer <token>" with the
+ * configured token (or none is configured). */
+static int authorized(const struct conn *c)
+{
+    const char *v = http_parse_header(&c->parse, "Authorization");
+    return listener_bearer_ok(&c->h->l, v, v ? strlen(v) : 0);
+}
+
+static void start_check(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    struct check_request creq;
+    struct request_error rerr;
+    if (check_json_parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    struct check *ch = check_start(core, &creq, on_check_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->check = ch;
+}
+
+static void start_auth(struct slot *s, const struct http_request *req)
+{
+    struct conn *c = s->c;
+    struct core *core = c->h->host->core;
+    struct check_request creq;
+    struct auth_skip skip;
+    struct request_error rerr;
+    (void)req; /* auth_parse reads the parser itself: it needs every header */
+    switch (auth_parse(core->config, &c->parse, &c->peer, &creq, &skip, &rerr)) {
+    case AUTH_ERROR:
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    case AUTH_SKIP:
+        http_close_if_draining(s);
+        response_auth_skipped(&s->out, skip.policy->name, skip.missing, s->flags);
+        http_slot_ready(s, 200);
+        return;
+    case AUTH_CHECK:
+        break;
+    }
+    struct check *ch = check_start(core, &creq, on_check_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->check = ch;
+}
+
+static void on_rls_reply(void *ctx, const struct rls_answer *a)
+{
+    struct slot *s = ctx;
+    s->rls = NULL;
+    http_close_if_draining(s);
+    http_slot_answered(s, response_rls(&s->out, a, s->flags));
+}
+
+/* POST /json: envoyproxy/ratelimit's JSON form of ShouldRateLimit. */
+static void start_json(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    struct rls_json j;
+    struct request_error rerr;
+    struct rls_call *call;
+    if (rls_json_parse(req->body, req->body_len, &j, &rerr) < 0) {
+        metrics_rls_request(core->metrics, METRICS_RLS_JSON, METRICS_RLS_INVALID);
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    int rc = rls_start(core, &j.req, on_rls_reply, s, &call, &rerr);
+    rls_json_free(&j); /* rls_start reads the request only while it runs */
+    if (rc < 0)
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+    else if (s->state == SLOT_WAITING)
+        s->rls = call;
+}
+
+/* ---- the admin API on keys (admin.h) ---- */
+
+static void on_inspect_reply(void *ctx, const struct verdict *v)
+{
+    struct slot *s = ctx;
+    s->check = NULL;
+    http_slot_answered(s, admin_render_inspect(&s->out, v, s->flags));
+}
+
+static void on_reset_reply(void *ctx, const struct reset_result *res)
+{
+    struct slot *s = ctx;
+    s->reset = NULL;
+    http_slot_answered(s, admin_render_reset(&s->out, res, s->flags));
+}
+
+/* GET or HEAD looks at a key (a dry run through the core), DELETE resets it. */
+static void start_keys(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    struct admin_target t;
+    struct request_error err;
+    if (admin_parse_path(core->config, req->path, &t, &err) < 0) {
+        http_answer_error(s, err.status, err.code, err.message, NULL, NULL);
+        return;
+    }
+    if (req->method != HTTP_DELETE) {
+        struct check_request creq;
+        admin_inspect_request(&t, &creq);
+        struct check *ch = check_start(core, &creq, on_inspect_reply, s);
+        if (s->state == SLOT_WAITING)
+            s->check = ch;
+        return;
+    }
+    /* The client's address for the reset's log line. */
+    char peer[CLIENT_IP_TEXT];
+    if (s->c->peer.family == AF_UNSPEC)
+        snprintf(peer, sizeof peer, "unix");
+    else
+        client_ip_format(&s->c->peer, peer);
+    struct reset *r = admin_reset_start(core, &t, peer, on_reset_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->reset = r;
+}
+
+/* ---- health and metrics ---- */
+
+static void start_healthz(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    http_answer_body(s, 200, NULL, "{\"status\":\"ok\"}");
+}
+
+static void start_readyz(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    const char *reason = s->c->h->host->unready_reason(s->c->h->host->arg);
+    char body[96];
+    if (reason) {
+        snprintf(body, sizeof body, "{\"status\":\"unready\",\"reason\":\"%s\"}", reason);
+        http_answer_body(s, 503, NULL, body);
+    } else {
+        http_answer_body(s, 200, NULL, "{\"status\":\"ready\"}");
+    }
+}
+
+static void start_metrics(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    char *text = s->c->h->host->metrics_text(s->c->h->host->arg);
+    http_answer_body(s, 200, metrics_type, text);
+    free(text);
+}
+
+/* ---- the table ---- */
+
+#define M(m) HTTP_ROUTE_METHOD(HTTP_##m)
+
+/* The one place that says which path is served where. Paths do not
+ * overlap, so the order of the rows does not matter. */
+static const struct http_route routes[] = {
+    {"/check", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /check", "POST", 1, start_check},
+    {"/json", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /json", "POST", 1, start_json},
+    /* Gateways ask with the original request's method (Envoy ext_authz,
+     * Traefik) and the body is never read: every method is a question. */
+    {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},
+    {ADMIN_KEYS_PREFIX, 1, HTTP_ROLE_ADMIN, M(GET) | M(HEAD) | M(DELETE), "use GET, HEAD or DELETE",
+     "GET, HEAD, DELETE", 1, start_keys},
+    {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
+    {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
+    {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},
+};
+
+const struct http_route *http_routes_find(const char *path, unsigned roles)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const struct http_route *r = &routes[i];
+        if (!(r->role & roles))
+            continue;
+        if (r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+int http_route_allows(const struct http_route *r, enum http_method method)
+{
+    if (r->methods == HTTP_ROUTE_ANY_METHOD)
+        return 1;
+    return (unsigned)method < 64 && (r->methods & HTTP_ROUTE_METHOD(method)) != 0;
+}
+
+/* The guards in their order: the method (405 with the row's Allow), then
+ * for a guarded row a drain (503), then the bearer token (401); then the
+ * row's start. */
+void http_route(struct conn *c, const struct http_request *req)
+{
+    struct slot *s = http_slot_new(c);
+    if (req->head)
+        s->flags |= RESPONSE_HEAD;
+    if (!req->keep_alive) {
+        s->flags |= RESPONSE_CLOSE;
+        c->closing = 1;
+    } else if (req->http_minor == 0) {
+        s->flags |= RESPONSE_KEEP_ALIVE;
+    }
+    const struct http_route *r = c->over_limit ? NULL : http_routes_find(req->path, c->sock->roles);
+    if (c->over_limit)
+        http_answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
+                          "Retry-After", "1");
+    else if (!r)
+        http_answer_error(s, 404, "not_found", "no such path", NULL, NULL);
+    else if (!http_route_allows(r, req->method))
+        http_answer_error(s, 405, "method_not_allowed", r->use, "Allow", r->allow);
+    else if (r->guarded && *c->h->host->draining)
+        http_answer_error(s, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
+                          "1");
+    else if (r->guarded && !authorized(c))
+        http_answer_error(s, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+                          "WWW-Authenticate", "Bearer");
+    else
+        r->start(s, req);
+}

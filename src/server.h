@@ -7,7 +7,6 @@
 #ifndef RATELIMITD_SERVER_H
 #define RATELIMITD_SERVER_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 

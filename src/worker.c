@@ -89,7 +89,6 @@ static char *metrics_text(void *arg)
     return text;
 }
 
-
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
  * change limits, and a denial under the old ones proves nothing. */
 static void reset_deny_cache(struct worker *w, const struct config *cfg)

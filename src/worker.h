@@ -36,7 +36,7 @@ struct worker {
      * sockets; NULL: not enabled by the config. */
     struct front *fronts[FRONT_MAX];
     struct front_host host; /* what the fronts are lent: the core, the counts, callbacks */
-    int draining; /* no new checks; stop once idle */
+    int draining;           /* no new checks; stop once idle */
 
     /* From the main thread to a worker with a thread of its own: a new
      * config snapshot or a drain, under the lock, then a byte on the pipe

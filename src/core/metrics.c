@@ -3,7 +3,7 @@
  * (Prometheus text format 0.0.4). Owns the storage of every counter and of
  * the Redis latency histogram, the bounded table of policy label values, the
  * names and HELP texts, and the rendering with label escaping. Does not own
- * serving the text (http.c), reading clocks (callers pass microseconds) or
+ * serving the text (http_routes.c, grpc.c), reading clocks (callers pass microseconds) or
  * any value that lives elsewhere (the gauges, passed in at render time).
  *
  * Numbers are kept as integers (counts, microseconds) and rendered exactly

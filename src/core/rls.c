@@ -27,8 +27,8 @@
 
 #include "core/check.h"
 #include "core/metrics.h"
-#include "core/rls.h"
 #include "core/rate_headers.h"
+#include "core/rls.h"
 
 #define RLS_REMAINING_UNLIMITED 4294967295LL /* UINT32_MAX, as envoyproxy/ratelimit */
 #define RLS_UINT32_MAX 4294967295LL

@@ -1,6 +1,6 @@
 /*
  * rls.h: Envoy's rate limit service (ShouldRateLimit), front-neutral. A
- * front (gRPC in grpc.c, POST /json in http.c) decodes a request into
+ * front (gRPC in grpc.c, POST /json in http_routes.c) decodes a request into
  * struct rls_request; rls_start matches each descriptor in the config's
  * domains (domains.h), turns the matched ones into ONE check_request (so
  * every descriptor is decided atomically: if any is over limit, nothing is

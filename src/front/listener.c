@@ -11,9 +11,9 @@
 #include <sys/socket.h>
 
 #include "config/config.h"
+#include "front/front.h"
 #include "front/listener.h"
 #include "lib/listen.h"
-#include "front/front.h"
 
 /* Stops watching every socket (event_del fails only for an event never
  * assigned: a socket that has none is skipped). */

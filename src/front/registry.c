@@ -3,9 +3,9 @@
  * worker makes them in this order and frees them in the reverse one.
  * Adding a front is a folder under src/front/ and one row here.
  */
+#include "front/registry.h"
 #include "front/grpc/grpc.h"
 #include "front/http/http.h"
-#include "front/registry.h"
 
 const struct front_ops *const front_all[] = {&http_front, &grpc_front, NULL};
 

@@ -242,7 +242,7 @@ def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
         checks = []
         while len(checks) < nchecks:
             pol, key = rng.choice(policies), rng.choice(keys)
-            if (pol, key) in pairs:  # request.c merges duplicates: never sent
+            if (pol, key) in pairs:  # check_json.c merges duplicates: never sent
                 continue
             pairs.add((pol, key))
             cap = min(capacity(t) for t in POLICIES[pol]["tiers"])

@@ -43,11 +43,11 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
+#include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/front.h"
 #include "front/grpc/grpc.h"
 #include "front/listener.h"
-#include "core/rate_headers.h"
 #include "lib/buf.h"
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
@@ -676,7 +676,7 @@ static void settle(struct gconn *c)
     front_event_want(&c->wr, &c->writing, pending);
     /* A full output buffer stops reading: the peer must read first. */
     front_event_want(&c->rd, &c->reading,
-                      c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
+                     c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
     arm_timer(c);
     c->g->host->maybe_idle(c->g->host->arg);
 }

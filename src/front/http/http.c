@@ -345,7 +345,7 @@ static void settle(struct conn *c)
         return;
     }
     front_event_want(&c->rd, &c->reading,
-                      c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+                     c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     h->host->maybe_idle(h->host->arg);

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/http/response.h"
-#include "core/rate_headers.h"
 #include "lib/json_out.h"
 #include "lib/util.h"
 

@@ -13,6 +13,10 @@ keep-alive connection, each with a new key (the "spread" case of
 bench/run.sh). The difference of the two totals divided by LARGE - SMALL is
 the cost of one check, without startup and shutdown. Prints one line per
 binary and the ratio to the first. Needs valgrind and redis-server.
+
+    BACKEND=memory bench/instructions.py ./ratelimitd /path/to/older
+
+counts the same checks decided by `backend: memory` (no Redis call).
 """
 import http.client
 import json
@@ -64,8 +68,10 @@ def total_instructions(binary, checks):
         cfg = os.path.join(d, "rl.yaml")
         with open(cfg, "w") as f:
             f.write("listen: 127.0.0.1:%d\nredis: {url: \"unix:%s\", timeout: 5s}\n"
+                    "backend: %s\n"
                     "policies:\n  api:\n    tiers: [{name: t, algorithm: fixed_window, "
-                    "limit: 1000000000, window: 60s}]\n" % (port, sock))
+                    "limit: 1000000000, window: 60s}]\n"
+                    % (port, sock, os.environ.get("BACKEND", "redis")))
         out = os.path.join(d, "callgrind.out")
         daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                                    binary, "-c", cfg],

@@ -2,7 +2,7 @@
  * reload.c: a policy reload, all or nothing: load, refuse a file that
  * changes a field only a restart applies, swap the snapshot, tell the
  * workers. Does not own which fields those are: each row of the field
- * tables (config.c) says it, and config_restart_field walks them.
+ * tables (config_fields.c) says it, and config_restart_field walks them.
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * domains.c: the Envoy descriptor tree of a config snapshot, its lookup
  * (domains_match) and Envoy's rate limit units. Parsing the tree from YAML
- * is config.c's job (one parser for the policy file's `domains:` and for
+ * is config_domains.c's job (one parser for the policy file's `domains:` and for
  * envoyproxy/ratelimit's files); this file owns how a level is ordered, so
  * that a lookup is a binary search per descriptor entry, and how a tree is
  * freed. It knows no config snapshot (config.h includes this file's header,

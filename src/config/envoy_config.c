@@ -1,6 +1,6 @@
 /*
  * envoy_config.c: listing and reading the directory of envoyproxy/
- * ratelimit's YAML files. No YAML here: config.c parses each file with the
+ * ratelimit's YAML files. No YAML here: config_domains.c parses each file with the
  * same descriptor parser as the policy file's `domains:` section.
  *
  * The order is sorted by name so that a load is reproducible and "defined

@@ -1,7 +1,7 @@
 /*
  * envoy_config.h: the directory of envoyproxy/ratelimit's YAML files
  * (`envoy_config:` or --envoy-config DIR): which files in it are domains,
- * in which order, and reading them. What a file means is config.c's (one
+ * in which order, and reading them. What a file means is config_domains.c's (one
  * parser for these files and the policy file's `domains:`).
  */
 #ifndef RATELIMITD_ENVOY_CONFIG_H

@@ -3,9 +3,9 @@
  * per-key overrides and their lookup, and the encoding of Redis keys. No
  * I/O and no state.
  *
- * Parsing the policy file is config.c's job; it hands each tier here to be
+ * Parsing the policy file is config_policies.c's job; it hands each tier here to be
  * judged, so every numeric rule lives in this one file. Messages start with
- * the name of the offending field ("precision: ...") so that config.c can
+ * the name of the offending field ("precision: ...") so that config_policies.c can
  * point at that field's line.
  */
 #include "config/policy.h"
@@ -245,7 +245,7 @@ void policy_overrides_add(struct policy_overrides *o, int is_prefix, const char 
     struct override *it;
 
     if (ntiers == 0 || ntiers > POLICY_MAX_TIERS)
-        abort(); /* config.c validated the tiers: a broken invariant */
+        abort(); /* config_policies.c validated the tiers: a broken invariant */
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 8;
         o->items = xrealloc(o->items, o->cap * sizeof *o->items);

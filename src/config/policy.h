@@ -2,7 +2,7 @@
  * policy.h: policies, their tiers and the algorithms they name; validation
  * of a tier's numbers; the encoding of Redis keys. No I/O.
  *
- * A policy is immutable once its config snapshot is built (config.c owns
+ * A policy is immutable once its config snapshot is built (config_policies.c owns
  * parsing; this module owns what a valid policy is).
  */
 #ifndef RATELIMITD_POLICY_H
@@ -37,7 +37,7 @@ enum failure_mode { FAILURE_OPEN, FAILURE_CLOSED, FAILURE_LOCAL };
 /* Which rate-limit header fields an answer carries (README "Headers"):
  * X-RateLimit-* (the default), the IETF RateLimit and RateLimit-Policy
  * structured fields, both sets, or neither. HEADERS_INHERIT is a policy's
- * value until config.c replaces it with the top-level one; no loaded
+ * value until config_policies.c replaces it with the top-level one; no loaded
  * policy holds it. */
 enum header_mode { HEADERS_X_RATELIMIT, HEADERS_IETF, HEADERS_BOTH, HEADERS_NONE, HEADERS_INHERIT };
 /* A forward-auth request that lacks a part of its key (auth.c): allowed

@@ -275,7 +275,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     /* The key may have tiers of its own (per-key overrides), as on /check:
      * the same (policy, key) must be decided by the same tiers whichever
      * front asks, since they share the state. A shadow_mode copy has
-     * variants of its own, shadow too (config.c). */
+     * variants of its own, shadow too (config_domains.c). */
     struct policy *owned = NULL;
     const struct policy *p;
     if (c->entries[i].limit == &c->entries[i].override) {

@@ -1,7 +1,7 @@
 /*
  * client_ip.c: addresses, trusted_proxies networks and the X-Forwarded-For
  * walk (client_ip.h). Owns the rules of who the client is; not where the
- * headers come from (auth.c) nor the parsing of the policy file (config.c).
+ * headers come from (auth.c) nor the parsing of the policy file (config_fields.c).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>

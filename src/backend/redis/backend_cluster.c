@@ -899,7 +899,7 @@ struct backend *backend_cluster_new(struct event_base *base, const struct config
             cluster_free(&b->base_iface);
             return NULL;
         }
-        /* The first seed's credentials serve every node (config.c checks
+        /* The first seed's credentials serve every node (config_redis.c checks
          * that the seeds agree on the scheme and that db is 0). */
         if (i == 0) {
             b->user = u.user ? xstrdup(u.user) : NULL;

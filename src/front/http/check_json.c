@@ -15,7 +15,7 @@
  * parsing.
  * Both set a check's policy through policy_for_key once its key is known,
  * so a key with an override gets its variant (policy.h).
- * Does not own: policy lookup rules (config.c, policy.c) or what happens
+ * Does not own: policy lookup rules (config_policies.c, policy.c) or what happens
  * next (check.c).
  */
 #include <jansson.h>

@@ -1,0 +1,493 @@
+/*
+ * config_fields.c: the rows of struct config, the top level of the policy
+ * file and its redis, redis.tls and redis.sentinel sections: each row's
+ * name, type, bounds, default and reload rule (applied on reload, or needs
+ * a restart), the value checkers its strings pass, and the custom parsers
+ * of the values a type alone cannot read (workers, listen_mode,
+ * listen_group, auth_token_file, trusted_proxies). Every row that carries
+ * a reload rule is here, so one file answers "what survives a reload".
+ *
+ * Does not own the walker that reads the rows (config_walk.c), the walks
+ * over them for defaults, reload and docs (config.c), redis.sentinel and
+ * redis.cluster's list parsers and the rules between redis's fields
+ * (config_redis.c), nor the tables of items a custom parser builds
+ * (policies, tiers and overrides in config_policies.c, descriptors in
+ * config_domains.c): those live beside their parser, whose private structs
+ * they fill.
+ */
+#include "config/config.h"
+#include "config/config_internal.h"
+#include "config/redis_url.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MAX_BODY_MIN 64
+#define MAX_BODY_MAX 16777216
+#define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define SENTINEL_NAME_MAX 255 /* redis.sentinel.master_name */
+#define SERVER_NAME_MAX 253   /* redis.tls.server_name: a DNS name's limit */
+
+static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot);
+static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot);
+static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot);
+static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot);
+
+/* ---- value checks ---------------------------------------------------------- */
+
+static int check_unix_path(const char *p, char *err, size_t errlen)
+{
+    if (p[0] != '/' || p[1] == '\0')
+        return snprintf(err, errlen, "a unix socket path must be absolute (unix:/path)"), -1;
+    if (strlen(p) > UNIX_PATH_MAX)
+        return snprintf(err, errlen, "unix socket path longer than %zu bytes", UNIX_PATH_MAX), -1;
+    return 0;
+}
+
+/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
+ * port_required). host is a name or IPv4 address: A-Z a-z 0-9 . - _ */
+int check_host_port(const char *s, int port_required, char *err, size_t errlen)
+{
+    char v6[INET6_ADDRSTRLEN + 1], msg[RL_ERRLEN];
+    struct in6_addr addr;
+    const char *rest;
+    int64_t port;
+    size_t n;
+
+    if (s[0] == '[') {
+        rest = strchr(s, ']');
+        n = rest ? (size_t)(rest - s - 1) : 0;
+        if (rest == NULL || n >= sizeof v6)
+            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
+        memcpy(v6, s + 1, n);
+        v6[n] = '\0';
+        if (inet_pton(AF_INET6, v6, &addr) != 1)
+            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
+        rest++;
+    } else {
+        n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_");
+        rest = s + n;
+        if (*rest == ':' && strchr(rest + 1, ':') != NULL)
+            return snprintf(err, errlen, "an IPv6 address must be in brackets: [::1]:port"), -1;
+        if (n == 0 || n > 253 || (*rest != ':' && *rest != '\0'))
+            return snprintf(err, errlen, "invalid host: use a name, an IPv4 address or [IPv6]"), -1;
+    }
+    if (*rest == '\0' && !port_required)
+        return 0;
+    if (*rest != ':')
+        return snprintf(err, errlen, "expected host:port"), -1;
+    if (util_parse_int64(rest + 1, 1, 65535, &port, msg, sizeof msg) < 0)
+        return snprintf(err, errlen, "invalid port: %s", msg), -1;
+    return 0;
+}
+
+static int check_listen(const char *s, char *err, size_t errlen)
+{
+    if (strncmp(s, "unix:", 5) == 0)
+        return check_unix_path(s + 5, err, errlen);
+    return check_host_port(s, 1, err, errlen);
+}
+
+/* Syntax only (redis_url.c, the parser the backend connects with):
+ * whether a server answers there is for the backend to find out. */
+static int check_redis_url(const char *s, char *err, size_t errlen)
+{
+    struct redis_url u;
+    if (redis_url_parse(s, &u, err, errlen) < 0)
+        return -1;
+    redis_url_free(&u);
+    return 0;
+}
+
+/* A file the daemon reads at start (redis.tls's CA, certificate, key):
+ * checked now, so that --check-config finds a typo or a permission
+ * problem rather than the first connection. Whether its content is a valid
+ * certificate is for redis_tls.c to say when it loads it. */
+static int check_readable(const char *s, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd, rc = 0;
+
+    if (s[0] != '/')
+        return snprintf(err, errlen, "must be an absolute path"), -1;
+    if ((fd = open(s, O_RDONLY | O_CLOEXEC)) < 0)
+        return snprintf(err, errlen, "cannot read %s: %s", s, strerror(errno)), -1;
+    if (fstat(fd, &st) < 0)
+        rc = -1, snprintf(err, errlen, "cannot read %s: %s", s, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = -1, snprintf(err, errlen, "cannot read %s: not a regular file", s);
+    close(fd); /* read-only: nothing to lose */
+    return rc;
+}
+
+/* Printable ASCII with no space, at most max bytes: what a TLS server name
+ * or a Sentinel master name can be (both travel in protocol messages where
+ * a space or a control byte would split or corrupt them). */
+static int check_token(const char *s, size_t max, char *err, size_t errlen)
+{
+    if (*s == '\0')
+        return snprintf(err, errlen, "must not be empty"), -1;
+    if (strlen(s) > max)
+        return snprintf(err, errlen, "longer than %zu bytes", max), -1;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f)
+            return snprintf(err, errlen, "must be printable ASCII with no spaces"), -1;
+    return 0;
+}
+
+static int check_server_name(const char *s, char *err, size_t errlen)
+{
+    return check_token(s, SERVER_NAME_MAX, err, errlen);
+}
+
+static int check_master_name(const char *s, char *err, size_t errlen)
+{
+    return check_token(s, SENTINEL_NAME_MAX, err, errlen);
+}
+
+/* The prefix goes in front of the hash tag, so a brace in it would move the
+ * tag; whitespace and control bytes would only make keys hard to handle. */
+static int check_prefix(const char *s, char *err, size_t errlen)
+{
+    const char *p;
+
+    if (strlen(s) > CONFIG_PREFIX_MAX)
+        return snprintf(err, errlen, "longer than %d bytes", CONFIG_PREFIX_MAX), -1;
+    if (strpbrk(s, "{}") != NULL)
+        return snprintf(err, errlen, "must not contain { or } (they would move the hash tag)"), -1;
+    for (p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return snprintf(err, errlen, "must not contain whitespace or control characters"), -1;
+    return 0;
+}
+
+/* ---- the field tables -------------------------------------------------------- */
+
+/* F_CHOICE values are stored through an int. */
+_Static_assert(sizeof(enum clock_source) == sizeof(int), "enum clock_source is an int");
+_Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int");
+_Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
+_Static_assert(sizeof(enum backend_kind) == sizeof(int), "enum backend_kind is an int");
+_Static_assert(sizeof(enum header_mode) == sizeof(int), "enum header_mode is an int");
+static const char *const backend_names[] = {
+    [BACKEND_KIND_REDIS] = "redis", [BACKEND_KIND_MEMORY] = "memory", NULL};
+static const char *const clock_names[] = {
+    [CLOCK_SOURCE_REDIS] = "redis", [CLOCK_SOURCE_LOCAL] = "local", NULL};
+static const char *const log_level_names[] = {[LOG_LVL_DEBUG] = "debug",
+                                              [LOG_LVL_INFO] = "info",
+                                              [LOG_LVL_WARN] = "warn",
+                                              [LOG_LVL_ERROR] = "error",
+                                              NULL};
+static const char *const overload_names[] = {
+    [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
+/* HEADERS_INHERIT is not a choice: it is what "not set" is stored as. */
+const char *const header_names[] = {[HEADERS_X_RATELIMIT] = "x-ratelimit",
+                                    [HEADERS_IETF] = "ietf",
+                                    [HEADERS_BOTH] = "both",
+                                    [HEADERS_NONE] = "none",
+                                    NULL};
+
+static int check_absolute(const char *s, char *err, size_t errlen)
+{
+    if (s[0] != '/')
+        return snprintf(err, errlen, "must be an absolute path"), -1;
+    return 0;
+}
+
+/* redis.tls, redis.sentinel: sections of struct config itself. */
+static const struct field redis_tls_fields[] = {
+    {"ca_file", F_STRING, .offset = offsetof(struct config, redis_tls.ca_file),
+     .check = check_readable, .reload = RELOAD_RESTART},
+    {"cert_file", F_STRING, .offset = offsetof(struct config, redis_tls.cert_file),
+     .check = check_readable, .reload = RELOAD_RESTART},
+    {"key_file", F_STRING, .offset = offsetof(struct config, redis_tls.key_file),
+     .check = check_readable, .reload = RELOAD_RESTART},
+    {"server_name", F_STRING, .offset = offsetof(struct config, redis_tls.server_name),
+     .check = check_server_name, .reload = RELOAD_RESTART},
+    {"verify", F_BOOL, .offset = offsetof(struct config, redis_tls.verify), .def = 1,
+     .reload = RELOAD_RESTART},
+    {.name = NULL},
+};
+
+static const struct field redis_sentinel_fields[] = {
+    {"addresses", F_CUSTOM, .required = 1, .offset = offsetof(struct config, redis_sentinel),
+     .parse = parse_sentinel_addresses,
+     .store = STORE_LIST(struct config, redis_sentinel.addresses, redis_sentinel.naddresses),
+     .reload = RELOAD_RESTART},
+    {"master_name", F_STRING, .required = 1,
+     .offset = offsetof(struct config, redis_sentinel.master_name), .check = check_master_name,
+     .reload = RELOAD_RESTART},
+    {"password", F_CUSTOM, .offset = offsetof(struct config, redis_sentinel.password),
+     .parse = parse_sentinel_password,
+     .store = STORE(S_STRING, struct config, redis_sentinel.password), .reload = RELOAD_RESTART},
+    {.name = NULL},
+};
+
+static const struct field redis_fields[] = {
+    {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url,
+     .def_str = CONFIG_DEFAULT_REDIS_URL, .reload = RELOAD_RESTART},
+    {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
+     .max = CONFIG_REDIS_TIMEOUT_MAX_US, .def = CONFIG_DEFAULT_TIMEOUT_US},
+    {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix,
+     .def_str = CONFIG_DEFAULT_PREFIX},
+    {"tls", F_SECTION, .section = redis_tls_fields, .reload = RELOAD_RESTART},
+    {"sentinel", F_SECTION, .section = redis_sentinel_fields, .reload = RELOAD_RESTART},
+    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_cluster,
+     .store = STORE_LIST(struct config, redis_cluster, redis_ncluster), .reload = RELOAD_RESTART},
+    {.name = NULL},
+};
+
+const struct field top_fields[] = {
+    {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen,
+     .def_str = CONFIG_DEFAULT_LISTEN, .reload = RELOAD_RESTART},
+    {"listen_mode", F_CUSTOM, .offset = offsetof(struct config, listen_mode),
+     .parse = parse_listen_mode, .def = -1, .store = STORE(S_INT64, struct config, listen_mode),
+     .reload = RELOAD_RESTART},
+    {"listen_group", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_listen_group,
+     .def = -1, .store = STORE(S_INT64, struct config, listen_gid), .reload = RELOAD_RESTART},
+    {"backend", F_CHOICE, .offset = offsetof(struct config, backend), .choices = backend_names,
+     .def = BACKEND_KIND_REDIS, .reload = RELOAD_RESTART},
+    {"workers", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_workers, .def = 1,
+     .store = STORE(S_INT64, struct config, workers), .reload = RELOAD_RESTART},
+    {"redis", F_SECTION, .section = redis_fields},
+    {"clock", F_CHOICE, .offset = offsetof(struct config, clock), .choices = clock_names,
+     .def = CLOCK_SOURCE_REDIS},
+    {"max_body", F_INT, .offset = offsetof(struct config, max_body), .min = MAX_BODY_MIN,
+     .max = MAX_BODY_MAX, .def = CONFIG_DEFAULT_MAX_BODY},
+    {"log_level", F_CHOICE, .offset = offsetof(struct config, log_level),
+     .choices = log_level_names, .def = LOG_LVL_INFO},
+    {"access_log", F_BOOL, .offset = offsetof(struct config, access_log)},
+    {"admin_listen", F_STRING, .offset = offsetof(struct config, admin_listen),
+     .check = check_listen, .reload = RELOAD_RESTART},
+    {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen), .check = check_listen,
+     .reload = RELOAD_RESTART},
+    {"grpc_max_streams", F_INT, .offset = offsetof(struct config, grpc_max_streams), .min = 1,
+     .max = 10000, .def = CONFIG_DEFAULT_GRPC_MAX_STREAMS},
+    {"watch", F_BOOL, .offset = offsetof(struct config, watch), .def = 0, .reload = RELOAD_RESTART},
+    {"max_inflight", F_INT, .offset = offsetof(struct config, max_inflight), .min = 1,
+     .max = 1000000, .def = CONFIG_DEFAULT_MAX_INFLIGHT},
+    {"overload", F_CHOICE, .offset = offsetof(struct config, overload), .choices = overload_names,
+     .def = OVERLOAD_FAILURE_MODE},
+    {"max_connections", F_INT, .offset = offsetof(struct config, max_connections), .min = 16,
+     .max = 1000000, .def = CONFIG_DEFAULT_MAX_CONNECTIONS},
+    {"idle_timeout", F_DURATION, .offset = offsetof(struct config, idle_timeout_us),
+     .max = 3600LL * 1000000, .def = CONFIG_DEFAULT_IDLE_TIMEOUT_US},
+    {"request_timeout", F_DURATION, .offset = offsetof(struct config, request_timeout_us),
+     .max = 3600LL * 1000000, .def = CONFIG_DEFAULT_REQUEST_TIMEOUT_US},
+    {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
+     .max = 100000000, .def = CONFIG_DEFAULT_LOCAL_MAX_KEYS, .reload = RELOAD_RESTART},
+    {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,
+     .max = 100000000, .def = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS},
+    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = header_names,
+     .def = HEADERS_X_RATELIMIT},
+    {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_token_file},
+    {"trusted_proxies", F_CUSTOM, .offset = offsetof(struct config, trusted_proxies),
+     .parse = parse_trusted_proxies},
+    {"deny_status", F_INT, .offset = offsetof(struct config, deny_status), .min = 400, .max = 499,
+     .def = CONFIG_DEFAULT_DENY_STATUS},
+    {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
+     .parse = parse_policies, .section = policy_fields},
+    {"domains", F_CUSTOM, .offset = 0 /* read after the policies */, .parse = parse_domains_later,
+     .section = domain_fields},
+    {"envoy_config", F_STRING, .offset = offsetof(struct config, envoy_config),
+     .check = check_absolute},
+    {.name = NULL},
+};
+
+_Static_assert(NROWS(redis_fields) <= MAX_FIELDS && NROWS(top_fields) <= MAX_FIELDS &&
+                   NROWS(redis_tls_fields) <= MAX_FIELDS &&
+                   NROWS(redis_sentinel_fields) <= MAX_FIELDS,
+               "raise MAX_FIELDS");
+
+/* ---- custom parsers and the rule between listen's fields --------------------------- */
+
+/* trusted_proxies: a sequence of addresses, CIDR networks and "unix". */
+static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot)
+{
+    struct client_trust *t = slot;
+    const yaml_node_item_t *item;
+    char child[PATH_LEN], msg[RL_ERRLEN], buf[SHOWN_LEN];
+    size_t n, i;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of addresses or networks, got %s",
+                    kind(node));
+    n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (n > CLIENT_IP_TRUSTED_MAX)
+        return fail(ld, node, path, "at most %d entries are allowed", CLIENT_IP_TRUSTED_MAX);
+    client_trust_free(t);
+    t->unix_trusted = 0;
+    t->nets = xcalloc(n ? n : 1, sizeof *t->nets);
+    for (i = 0, item = node->data.sequence.items.start; i < n; i++, item++) {
+        const yaml_node_t *v = node_at(ld, *item);
+        const char *s;
+
+        snprintf(child, sizeof child, "%s[%zu]", path, i);
+        if ((s = scalar_text(ld, v, child, "an address, a network or unix", 0)) == NULL)
+            return -1;
+        if (strcmp(s, "unix") == 0) {
+            t->unix_trusted = 1;
+            continue;
+        }
+        if (client_ip_parse_net(s, &t->nets[t->n], msg, sizeof msg) < 0)
+            return fail(ld, v, child, "invalid value \"%s\": %s", shown(s, buf), msg);
+        t->n++;
+    }
+    return 0;
+}
+
+/* workers: a number of event loops, or "auto" (one per CPU, counted when
+ * the daemon starts, stored as 0). */
+static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct config *c = slot;
+    const char *text = scalar_text(ld, node, path, "a number or auto", 0);
+    char err[RL_ERRLEN];
+    if (text == NULL)
+        return -1;
+    if (strcmp(text, "auto") == 0) {
+        c->workers = 0;
+        return 0;
+    }
+    if (util_parse_int64(text, 1, CONFIG_WORKERS_MAX, &c->workers, err, sizeof err) < 0)
+        return fail(ld, node, path, "must be auto or a number from 1 to %d: %s", CONFIG_WORKERS_MAX,
+                    err);
+    return 0;
+}
+
+/* listen_mode: the unix socket files' mode, in octal ("0660"): at most
+ * 0777, as chmod takes it; setuid, setgid and sticky mean nothing on a
+ * socket. Quoted or not, the text is read as octal. */
+static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot)
+{
+    const char *text = scalar_text(ld, node, path, "an octal mode such as \"0660\"", 0);
+    char buf[SHOWN_LEN];
+    size_t n;
+
+    if (text == NULL)
+        return -1;
+    n = strspn(text, "01234567");
+    if (n == 0 || n > 4 || text[n] != '\0' || strtol(text, NULL, 8) > 0777)
+        return fail(ld, node, path,
+                    "invalid value \"%s\": must be an octal mode from 0000 to 0777, "
+                    "such as \"0660\"",
+                    shown(text, buf));
+    *(int64_t *)slot = strtol(text, NULL, 8);
+    return 0;
+}
+
+/*
+ * listen_group: a group name, looked up now (so that a typo is an error at
+ * its line, not at bind), or a numeric gid, which need not have a name.
+ */
+static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const char *path,
+                              void *slot)
+{
+    struct config *c = slot;
+    const char *text = scalar_text(ld, node, path, "a group name or number", 0);
+    char buf[SHOWN_LEN], msg[RL_ERRLEN], sbuf[4096];
+    struct group grp, *found = NULL;
+    int64_t gid;
+
+    if (text == NULL)
+        return -1;
+    if (text[0] >= '0' && text[0] <= '9') {
+        /* (gid_t)-1 means "no change" to chown: not a group. */
+        if (util_parse_int64(text, 0, (int64_t)UINT32_MAX - 1, &gid, msg, sizeof msg) < 0)
+            return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf), msg);
+    } else {
+        /* Some NSS modules report "no such group" as ENOENT or ESRCH. */
+        int rc = getgrnam_r(text, &grp, sbuf, sizeof sbuf, &found);
+        if (found == NULL && (rc == 0 || rc == ENOENT || rc == ESRCH))
+            return fail(ld, node, path, "unknown group \"%s\"", shown(text, buf));
+        if (found == NULL)
+            return fail(ld, node, path, "cannot look up group \"%s\": %s", shown(text, buf),
+                        strerror(rc));
+        gid = (int64_t)found->gr_gid;
+    }
+    free(c->listen_group);
+    c->listen_group = xstrdup(text);
+    c->listen_gid = gid;
+    return 0;
+}
+
+/* listen_mode and listen_group set a socket file's mode and group: with no
+ * unix socket listener they would do nothing, which the file's author
+ * surely did not mean. */
+int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c)
+{
+    static const char *const names[] = {"listen_mode", "listen_group"};
+    size_t i;
+
+    if (strncmp(c->listen, "unix:", 5) == 0 ||
+        (c->admin_listen != NULL && strncmp(c->admin_listen, "unix:", 5) == 0) ||
+        (c->grpc_listen != NULL && strncmp(c->grpc_listen, "unix:", 5) == 0))
+        return 0;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const yaml_node_t *node = field_node(ld, root, names[i]);
+        if (node != NULL)
+            return fail(ld, node, names[i],
+                        "applies only to unix sockets, and none of listen, admin_listen, "
+                        "grpc_listen is unix:/path");
+    }
+    return 0;
+}
+
+/*
+ * auth_token_file: the token is read with the policy file, so a reload
+ * (SIGHUP) picks up a rotated token and a missing or empty file is an error
+ * at its line. Trailing whitespace (the newline editors add) is not part of
+ * the token. The token itself never appears in a message.
+ */
+static int parse_token_file(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot)
+{
+    struct config *c = slot;
+    const char *file = scalar_text(ld, node, path, "a path", 0);
+    char buf[CONFIG_TOKEN_MAX + 2];
+
+    if (file == NULL)
+        return -1;
+    if (file[0] != '/')
+        return fail(ld, node, path, "must be an absolute path");
+    FILE *f = fopen(file, "rb");
+    if (f == NULL)
+        return fail(ld, node, path, "cannot open %s: %s", file, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return fail(ld, node, path, "cannot read %s", file);
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        n--;
+    buf[n] = '\0';
+    if (n > CONFIG_TOKEN_MAX)
+        return fail(ld, node, path, "%s: the token is longer than %d bytes", file,
+                    CONFIG_TOKEN_MAX);
+    if (n < CONFIG_TOKEN_MIN || strlen(buf) != n || strpbrk(buf, " \t\r\n"))
+        return fail(ld, node, path,
+                    "%s: the token must be %d to %d bytes with no whitespace or NUL", file,
+                    CONFIG_TOKEN_MIN, CONFIG_TOKEN_MAX);
+    free(c->auth_token_file);
+    free(c->auth_token);
+    c->auth_token_file = xstrdup(file);
+    c->auth_token = xstrdup(buf);
+    return 0;
+}

@@ -1,0 +1,196 @@
+/*
+ * config_internal.h: what the files of the policy-file loader share, and
+ * nothing else: the loader's state (struct loader), the shape of a field
+ * table's row (struct field), the walker's helpers, and the few tables and
+ * parsers one of those files names in another's. Included only by
+ * src/config/config*.c; everything outside them sees config.h alone.
+ *
+ *   config.c           the snapshot's life: defaults, load, ref/unref, the
+ *                      walks over the tables (reload rules, docs)
+ *   config_walk.c      libyaml, the generic walker, file:line:col messages
+ *   config_fields.c    struct config's rows (defaults, reload rules) and
+ *                      their value checkers and custom parsers
+ *   config_redis.c     redis.sentinel and redis.cluster's lists, the rules
+ *                      between redis's fields
+ *   config_policies.c  policies, tiers, overrides (and their tables)
+ *   config_domains.c   `domains:` and envoyproxy/ratelimit's files
+ *
+ * Owns the types above; does not own struct config (config.h), nor what a
+ * valid tier is (policy.c). Includes no header of its own module's users
+ * (config.h among them), so that config.c including it makes no cycle:
+ * struct config and struct policy are only named here.
+ */
+#ifndef RATELIMITD_CONFIG_INTERNAL_H
+#define RATELIMITD_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <yaml.h>
+
+#define PATH_LEN 256  /* "policies.<name>.tiers[15].precision" and some */
+#define SHOWN_LEN 48  /* a value quoted in a message */
+#define MAX_FIELDS 32 /* rows in the largest field table */
+#define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
+
+struct config;
+struct policy;
+
+struct loader {
+    yaml_document_t doc;
+    const char *name; /* the file, for messages */
+    char *err;
+    size_t errlen;
+    struct config *c;           /* the snapshot being built */
+    const yaml_node_t *domains; /* `domains:`, parsed once the policies are final */
+    int envoy_file;             /* an envoyproxy/ratelimit file: no `policy:` */
+    int depth;                  /* of the descriptors being parsed */
+};
+
+/* ---- the field tables -------------------------------------------------------- */
+
+enum field_type {
+    F_STRING,   /* char *, replacing (and freeing) the default; optional check */
+    F_NAME,     /* char[POLICY_NAME_MAX + 1], per policy_name_valid */
+    F_INT,      /* int64_t in [min, max] */
+    F_DURATION, /* int64_t microseconds, at most max */
+    F_BOOL,     /* int: true or false */
+    F_CHOICE,   /* int: the index of the value in choices */
+    F_SECTION,  /* a nested mapping whose fields go into the same target */
+    F_CUSTOM,   /* parse() gets the node and the address of the field */
+};
+
+/* Whether a reload may change a field: RELOAD_APPLIES, or RELOAD_RESTART
+ * when its value is used only at start (to make the sockets, the backend,
+ * the stores or the watch), so that a reload changing it is refused
+ * (reload.c). */
+enum reload_rule { RELOAD_APPLIES, RELOAD_RESTART };
+
+/* How a field's value is stored in its target, for its default and for the
+ * comparison of two snapshots. */
+enum store_kind { S_NONE, S_STRING, S_INT, S_INT64, S_LIST };
+
+struct field_store {
+    enum store_kind kind;
+    size_t offset;       /* of the value in the target */
+    size_t count_offset; /* S_LIST: of its size_t count (the value is a char **) */
+};
+
+#define STORE(kind, type, member)                                                                  \
+    {                                                                                              \
+        kind, offsetof(type, member), 0                                                            \
+    }
+#define STORE_LIST(type, member, count)                                                            \
+    {                                                                                              \
+        S_LIST, offsetof(type, member), offsetof(type, count)                                      \
+    }
+
+struct field {
+    const char *name;
+    enum field_type type;
+    int required;
+    size_t offset; /* of the stored value in the target struct */
+    int64_t min, max;
+    const char *const *choices; /* F_CHOICE, NULL-terminated */
+    int (*check)(const char *s, char *err, size_t errlen);
+    const struct field *section; /* F_SECTION; for F_CUSTOM, the fields of each
+                                    item it parses (read by config_foreach_field) */
+    int (*parse)(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+    /* The default, set before the file is read: def for F_INT, F_DURATION,
+     * F_BOOL, F_CHOICE (and an F_CUSTOM's V_INT64 store), def_str for
+     * F_STRING (NULL: none). */
+    int64_t def;
+    const char *def_str;
+    /* Where an F_CUSTOM row keeps its value, when a default or reload's
+     * comparison needs it; other types store at offset, by their type. */
+    struct field_store store;
+    enum reload_rule reload;
+};
+
+/* ---- config_walk.c: messages, nodes, the walker, the document ---------------- */
+
+/* Reports an error at node and returns -1. path is the dotted path to the
+ * node ("" for the top), fmt the message. */
+__attribute__((format(printf, 4, 5))) int fail(struct loader *ld, const yaml_node_t *node,
+                                               const char *path, const char *fmt, ...);
+/* Like fail, at byte `at` of a scalar's value where the column is exact. */
+__attribute__((format(printf, 5, 6))) int fail_in(struct loader *ld, const yaml_node_t *node,
+                                                  size_t at, const char *path, const char *fmt,
+                                                  ...);
+/* A value from the file made safe to quote in a message, in buf. */
+const char *shown(const char *s, char buf[SHOWN_LEN]);
+/* Appends name to a ", "-separated list in buf. */
+void list_add(char *buf, size_t size, const char *name);
+/* path.name into out (PATH_LEN bytes); name alone at the top. */
+void join(char *out, const char *path, const char *name);
+
+/* Whether n is a YAML null (a plain "", "~", "null", "Null", "NULL"). */
+int is_null(const yaml_node_t *n);
+/* "a mapping", "a sequence", "null" or "a scalar", for messages. */
+const char *kind(const yaml_node_t *n);
+yaml_node_t *node_at(struct loader *ld, int index);
+/* A scalar's text, or NULL after reporting why the node is not one. */
+const char *scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
+                        const char *expected, int plain_only);
+/* A policy or tier name: its text, or NULL after reporting it invalid. */
+const char *name_text(struct loader *ld, const yaml_node_t *node, const char *path);
+/* The value of the field called name in a mapping, or NULL. */
+const yaml_node_t *field_node(struct loader *ld, const yaml_node_t *map, const char *name);
+
+/* Parses a mapping against a field table into target (see config_walk.c). */
+int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                 const struct field *fields, void *target);
+/* Loads the one document of the stream into ld->doc. On success the caller
+ * deletes ld->doc; on failure there is nothing to delete. */
+int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len);
+
+/* ---- config.c ------------------------------------------------------------------ */
+
+/* Gives target every default of the table (sections included). Strings
+ * are copies, owned by target. */
+void set_defaults(const struct field *fields, void *target);
+
+/* ---- config_fields.c: the rows of struct config ------------------------------- */
+
+extern const struct field top_fields[];
+/* headers: the top level's and each policy's. */
+extern const char *const header_names[];
+/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
+ * port_required). */
+int check_host_port(const char *s, int port_required, char *err, size_t errlen);
+/* listen_mode and listen_group need a unix socket listener. */
+int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
+
+/* ---- config_redis.c: redis.sentinel, redis.cluster, the rules between them ---- */
+
+int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot);
+int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot);
+int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* The rules between redis's fields, once the file is read; sets
+ * redis_tls_on. */
+int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c);
+
+/* ---- config_policies.c: policies, tiers, overrides ----------------------------- */
+
+extern const struct field policy_fields[];
+/* The policies mapping: name -> policy, into the struct config at slot. */
+int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* policies.NAME.overrides into *slot (a struct policy_overrides *). */
+int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* A policy's key template before its fields are read: "${ip}". */
+int default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p);
+/* Per-policy settings left unset take the top-level value. */
+void inherit_settings(struct config *c);
+
+/* ---- config_domains.c: Envoy domains ------------------------------------------- */
+
+extern const struct field domain_fields[];
+/* `domains:`, noted for load_all_domains. */
+int parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* rate_limit: of a descriptor (config.c's walk over the rows names it). */
+int parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* Every domain, from the policy file and the envoy directory, sorted. */
+int load_all_domains(struct loader *ld, const char *envoy_dir);
+
+#endif

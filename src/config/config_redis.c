@@ -1,0 +1,194 @@
+/*
+ * config_redis.c: the Redis modes of the policy file beyond one URL:
+ * redis.sentinel.addresses and .password, redis.cluster's seed URLs, and
+ * the rules between redis's fields once the section is read (sentinel or
+ * cluster, not both; no redis.url beside a cluster; redis.tls only with
+ * rediss://, its certificate and key together), which set redis_tls_on.
+ *
+ * Does not own the rows of redis's sections (config_fields.c, with every
+ * other row of struct config), what a URL is (redis_url.c), nor connecting
+ * (backend/redis/).
+ */
+#include "config/config.h"
+#include "config/config_internal.h"
+#include "config/redis_url.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINELS_MAX 16     /* redis.sentinel.addresses; deployments run 3 or 5 */
+#define CLUSTER_SEEDS_MAX 64 /* redis.cluster; one live seed is enough */
+
+/* ---- redis modes: TLS, Sentinel, Cluster ------------------------------------------ */
+
+/* A sentinel: "host:port" or "[v6]:port" (Sentinel has no default port
+ * worth guessing: 26379 is a convention, not a rule). */
+static int check_sentinel_address(const char *s, char *err, size_t errlen)
+{
+    return check_host_port(s, 1, err, errlen);
+}
+
+/* A cluster seed: a TCP URL (cluster nodes announce host:port, never a
+ * socket path) on database 0, the only one Cluster has. */
+static int check_cluster_seed(const char *s, char *err, size_t errlen)
+{
+    struct redis_url u;
+    int rc = 0;
+
+    if (redis_url_parse(s, &u, err, errlen) < 0)
+        return -1;
+    if (u.unix_path != NULL)
+        rc = -1, snprintf(err, errlen, "a cluster seed must be redis:// or rediss://, not unix:");
+    else if (u.db != 0)
+        rc = -1, snprintf(err, errlen, "Redis Cluster has only database 0");
+    redis_url_free(&u);
+    return rc;
+}
+
+/*
+ * A sequence of 1 to max strings, each passing check, into a new array
+ * stored in *items and *n as soon as it exists, so that config_free frees
+ * what was parsed whatever fails. Values are not quoted back: a URL may
+ * hold a password.
+ */
+static int parse_string_list(struct loader *ld, const yaml_node_t *node, const char *path,
+                             size_t max, const char *what,
+                             int (*check)(const char *s, char *err, size_t errlen), char ***items,
+                             size_t *n)
+{
+    const yaml_node_item_t *item;
+    char child[PATH_LEN], msg[RL_ERRLEN];
+    size_t count;
+
+    if (node->type != YAML_SEQUENCE_NODE)
+        return fail(ld, node, path, "expected a sequence of %s, got %s", what, kind(node));
+    count = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (count == 0 || count > max)
+        return fail(ld, node, path, "must list 1 to %zu %s", max, what);
+    *items = xcalloc(count, sizeof **items);
+    for (item = node->data.sequence.items.start; *n < count; item++) {
+        const yaml_node_t *v = node_at(ld, *item);
+        const char *s;
+
+        snprintf(child, sizeof child, "%s[%zu]", path, *n);
+        if ((s = scalar_text(ld, v, child, "a string", 0)) == NULL)
+            return -1;
+        if (check(s, msg, sizeof msg) < 0)
+            return fail(ld, v, child, "%s", msg);
+        (*items)[(*n)++] = xstrdup(s);
+    }
+    return 0;
+}
+
+int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                             void *slot)
+{
+    struct redis_sentinel_config *sc = slot;
+    return parse_string_list(ld, node, path, SENTINELS_MAX, "sentinel addresses (host:port)",
+                             check_sentinel_address, &sc->addresses, &sc->naddresses);
+}
+
+/* redis.sentinel.password: a string, or null for none (the sentinels'
+ * AUTH is often off even when the data nodes' is on). */
+int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot)
+{
+    const char *s;
+
+    if (is_null(node))
+        return 0;
+    if ((s = scalar_text(ld, node, path, "a string or null", 0)) == NULL)
+        return -1;
+    if (*s == '\0')
+        return fail(ld, node, path, "must not be empty: leave it out (or null) for no AUTH");
+    *(char **)slot = xstrdup(s);
+    return 0;
+}
+
+static int is_rediss(const char *url)
+{
+    return strncmp(url, "rediss://", 9) == 0;
+}
+
+/* redis.cluster: seed URLs, all of one scheme, since one redis.tls (or
+ * none) serves every node the cluster announces. */
+int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    struct config *c = slot;
+    char child[PATH_LEN];
+
+    if (parse_string_list(ld, node, path, CLUSTER_SEEDS_MAX, "seed URLs", check_cluster_seed,
+                          &c->redis_cluster, &c->redis_ncluster) < 0)
+        return -1;
+    for (size_t i = 1; i < c->redis_ncluster; i++) {
+        if (is_rediss(c->redis_cluster[i]) != is_rediss(c->redis_cluster[0])) {
+            snprintf(child, sizeof child, "%s[%zu]", path, i);
+            return fail(ld, node_at(ld, node->data.sequence.items.start[i]), child,
+                        "every seed must use the scheme of %s[0] (%s)", path,
+                        is_rediss(c->redis_cluster[0]) ? "rediss://" : "redis://");
+        }
+    }
+    return 0;
+}
+
+/* redis.tls's client certificate and key go together. */
+static int check_tls_pair(struct loader *ld, const yaml_node_t *tls)
+{
+    const yaml_node_t *cert = field_node(ld, tls, "cert_file");
+    const yaml_node_t *key = field_node(ld, tls, "key_file");
+
+    if (cert != NULL && key == NULL)
+        return fail(ld, cert, "redis.tls.cert_file", "needs key_file (the certificate's key)");
+    if (key != NULL && cert == NULL)
+        return fail(ld, key, "redis.tls.key_file", "needs cert_file (the key's certificate)");
+    return 0;
+}
+
+/*
+ * The rules between redis's fields, once the section is read: sentinel and
+ * cluster exclude each other; a cluster takes its URLs from the seeds, so
+ * an explicit redis.url beside it would be silently ignored (refused);
+ * Sentinel answers host:port, so its redis.url cannot be a socket; a tls
+ * section with plain URLs would be silently ignored (refused). Sets
+ * redis_tls_on from the scheme of the URLs in use.
+ */
+int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c)
+{
+    const yaml_node_t *redis = field_node(ld, root, "redis");
+    const yaml_node_t *url, *tls, *sentinel, *cluster;
+    struct redis_url u;
+    char msg[RL_ERRLEN];
+    int is_unix;
+
+    if (redis == NULL)
+        return 0; /* the default URL: plain TCP */
+    url = field_node(ld, redis, "url");
+    tls = field_node(ld, redis, "tls");
+    sentinel = field_node(ld, redis, "sentinel");
+    cluster = field_node(ld, redis, "cluster");
+    if (cluster != NULL && sentinel != NULL)
+        return fail(ld, cluster, "redis.cluster", "give sentinel or cluster, not both");
+    if (cluster != NULL && url != NULL)
+        return fail(ld, url, "redis.url",
+                    "not used with redis.cluster (the seed URLs give the scheme and "
+                    "credentials): remove it");
+    if (c->redis_ncluster > 0) {
+        c->redis_tls_on = is_rediss(c->redis_cluster[0]);
+    } else {
+        /* Validated by its field already; checked all the same. */
+        if (redis_url_parse(c->redis_url, &u, msg, sizeof msg) < 0)
+            return fail(ld, url != NULL ? url : redis, "redis.url", "%s", msg);
+        c->redis_tls_on = u.tls;
+        is_unix = u.unix_path != NULL;
+        redis_url_free(&u);
+        if (sentinel != NULL && is_unix)
+            return fail(ld, url, "redis.url",
+                        "must be redis:// or rediss:// with redis.sentinel (the sentinels give "
+                        "the master's host and port)");
+    }
+    if (tls != NULL && !c->redis_tls_on)
+        return fail(ld, tls, "redis.tls", "applies only to rediss:// URLs, and %s is not one",
+                    cluster != NULL ? "redis.cluster" : "redis.url");
+    return tls != NULL ? check_tls_pair(ld, tls) : 0;
+}

@@ -1,0 +1,343 @@
+/*
+ * config_walk.c: libyaml and the generic walker of the policy file. Loads
+ * the file whole with libyaml's document API (so every node keeps its line
+ * and column), walks a mapping against a field table (config_internal.h's
+ * struct field): each row names a field, its type, whether it is required
+ * and where in the target struct it is stored. Unknown fields, duplicate
+ * fields, wrong node types, nulls and invalid values are all errors
+ * reported as "<file>:<line>:<column>: <path>: <message>", pointing at the
+ * offending node (at the mapping, for a missing field).
+ *
+ * Owns the messages, the node helpers, parse_value/parse_fields and the
+ * document's loading (one document, syntax errors with their position).
+ * Does not own any table (config_fields.c and its siblings), what a value
+ * means beyond its type (their checkers and custom parsers), nor the
+ * snapshot (config.c).
+ */
+#include "config/config_internal.h"
+#include "config/policy.h"
+#include "lib/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* Reports an error at node and returns -1. path is the dotted path to the
+ * node ("" for the top), fmt the message. */
+__attribute__((format(printf, 4, 5))) int fail(struct loader *ld, const yaml_node_t *node,
+                                               const char *path, const char *fmt, ...)
+{
+    char msg[2 * RL_ERRLEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, node->start_mark.line + 1,
+             node->start_mark.column + 1, path, *path ? ": " : "", msg);
+    return -1;
+}
+
+/* Like fail, but at byte `at` of a scalar's value when the scalar sits on
+ * one line with no escapes (its width in the file is its length, plus two
+ * quotes), where the column is exact; else at the node. */
+__attribute__((format(printf, 5, 6))) int fail_in(struct loader *ld, const yaml_node_t *node,
+                                                  size_t at, const char *path, const char *fmt, ...)
+{
+    char msg[2 * RL_ERRLEN];
+    va_list ap;
+    size_t col = node->start_mark.column + 1;
+    size_t width = node->end_mark.column - node->start_mark.column;
+    size_t quotes = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 2;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (node->start_mark.line == node->end_mark.line && width == node->data.scalar.length + quotes)
+        col += at + quotes / 2;
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s: %s", ld->name, node->start_mark.line + 1, col,
+             path, msg);
+    return -1;
+}
+
+/* A value from the file made safe to quote in a message: at most
+ * SHOWN_LEN - 4 bytes, anything not printable ASCII shown as '?'. */
+const char *shown(const char *s, char buf[SHOWN_LEN])
+{
+    size_t i;
+
+    for (i = 0; s[i] != '\0' && i < SHOWN_LEN - 4; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    strcpy(buf + i, s[i] != '\0' ? "..." : "");
+    return buf;
+}
+
+/* Appends name to a ", "-separated list in buf. */
+void list_add(char *buf, size_t size, const char *name)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, "%s%s", n ? ", " : "", name);
+}
+
+void join(char *out, const char *path, const char *name)
+{
+    snprintf(out, PATH_LEN, "%s%s%s", path, *path ? "." : "", name);
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+int is_null(const yaml_node_t *n)
+{
+    static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
+    size_t i;
+
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    for (i = 0; i < sizeof nulls / sizeof nulls[0]; i++)
+        if (strcmp((const char *)n->data.scalar.value, nulls[i]) == 0)
+            return 1;
+    return 0;
+}
+
+const char *kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    case YAML_SEQUENCE_NODE:
+        return "a sequence";
+    default:
+        return is_null(n) ? "null" : "a scalar";
+    }
+}
+
+yaml_node_t *node_at(struct loader *ld, int index)
+{
+    return yaml_document_get_node(&ld->doc, index);
+}
+
+/*
+ * The text of a scalar node, or NULL after reporting why the node is not one:
+ * a mapping, a sequence, a null, or a string with a NUL byte in it. With
+ * plain_only, a quoted scalar is refused too: in YAML "5" and "true" are
+ * strings, not a number and a boolean.
+ */
+const char *scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
+                        const char *expected, int plain_only)
+{
+    const char *s;
+
+    if (node->type != YAML_SCALAR_NODE || is_null(node))
+        return fail(ld, node, path, "expected %s, got %s", expected, kind(node)), NULL;
+    s = (const char *)node->data.scalar.value;
+    if (strlen(s) != node->data.scalar.length)
+        fail(ld, node, path, "contains a NUL byte");
+    else if (plain_only && node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        fail(ld, node, path, "expected %s, got a quoted string", expected);
+    else
+        return s;
+    return NULL;
+}
+
+/* A policy or tier name: its text, or NULL after reporting it invalid. */
+const char *name_text(struct loader *ld, const yaml_node_t *node, const char *path)
+{
+    char buf[SHOWN_LEN];
+    const char *s = scalar_text(ld, node, path, "a name", 0);
+
+    if (s != NULL && !policy_name_valid(s)) {
+        fail(ld, node, path, "invalid name \"%s\": use 1 to %d of A-Z a-z 0-9 _ . -", shown(s, buf),
+             POLICY_NAME_MAX);
+        return NULL;
+    }
+    return s;
+}
+
+/* The value of the field called name in a mapping, or NULL. */
+const yaml_node_t *field_node(struct loader *ld, const yaml_node_t *map, const char *name)
+{
+    const yaml_node_pair_t *pair;
+
+    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *key = node_at(ld, pair->key);
+        if (key->type == YAML_SCALAR_NODE &&
+            strcmp((const char *)key->data.scalar.value, name) == 0)
+            return node_at(ld, pair->value);
+    }
+    return NULL;
+}
+
+/* ---- the walker ---------------------------------------------------------------- */
+
+/* Parses one field's value node into target. Longer than most functions
+ * here and kept whole: one case per enum field_type, each a few lines, so
+ * that a new type is one case in one place. */
+static int parse_value(struct loader *ld, const struct field *f, const yaml_node_t *node,
+                       const char *path, void *target)
+{
+    void *slot = (char *)target + f->offset;
+    char msg[RL_ERRLEN], buf[SHOWN_LEN], list[RL_ERRLEN / 2] = "";
+    const char *s = NULL;
+    int rc = 0;
+    size_t i;
+
+    switch (f->type) {
+    case F_SECTION:
+        return parse_fields(ld, node, path, f->section, target);
+    case F_CUSTOM:
+        return f->parse(ld, node, path, slot);
+    case F_NAME:
+        if ((s = name_text(ld, node, path)) == NULL)
+            return -1;
+        strcpy(slot, s);
+        return 0;
+    case F_STRING:
+        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+            return -1;
+        /* The value is not quoted back: a Redis URL may hold a password. */
+        if (f->check != NULL && f->check(s, msg, sizeof msg) < 0)
+            return fail(ld, node, path, "%s", msg);
+        free(*(char **)slot);
+        *(char **)slot = xstrdup(s);
+        return 0;
+    case F_INT:
+        if ((s = scalar_text(ld, node, path, "an integer", 1)) == NULL)
+            return -1;
+        rc = util_parse_int64(s, f->min, f->max, slot, msg, sizeof msg);
+        break;
+    case F_DURATION:
+        if ((s = scalar_text(ld, node, path, "a duration", 0)) == NULL)
+            return -1;
+        rc = util_parse_duration(s, f->max, slot, msg, sizeof msg);
+        break;
+    case F_BOOL:
+        if ((s = scalar_text(ld, node, path, "true or false", 1)) == NULL)
+            return -1;
+        if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0) {
+            *(int *)slot = s[0] == 't';
+            return 0;
+        }
+        rc = -1;
+        snprintf(msg, sizeof msg, "expected true or false");
+        break;
+    case F_CHOICE:
+        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+            return -1;
+        for (i = 0; f->choices[i] != NULL; i++) {
+            if (strcmp(s, f->choices[i]) == 0) {
+                *(int *)slot = (int)i;
+                return 0;
+            }
+            list_add(list, sizeof list, f->choices[i]);
+        }
+        rc = -1;
+        snprintf(msg, sizeof msg, "must be one of %s", list);
+        break;
+    }
+    if (rc < 0)
+        return fail(ld, node, path, "invalid value \"%s\": %s", shown(s, buf), msg);
+    return 0;
+}
+
+/*
+ * Parses a mapping against a field table into target: every key must name a
+ * field, at most once; every required field must be there. Fields absent
+ * keep what target already holds (the defaults).
+ */
+int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                 const struct field *fields, void *target)
+{
+    const yaml_node_t *seen[MAX_FIELDS] = {NULL};
+    const yaml_node_pair_t *pair;
+    char child[PATH_LEN], buf[SHOWN_LEN], known[2 * RL_ERRLEN] = "";
+    const struct field *f;
+
+    if (map->type != YAML_MAPPING_NODE)
+        return fail(ld, map, path, "expected a mapping, got %s", kind(map));
+    for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
+        const yaml_node_t *key = node_at(ld, pair->key);
+        const char *name = scalar_text(ld, key, path, "a field name", 0);
+
+        if (name == NULL)
+            return -1;
+        for (f = fields; f->name != NULL && strcmp(f->name, name) != 0; f++)
+            ;
+        if (f->name == NULL) {
+            for (f = fields; f->name != NULL; f++)
+                list_add(known, sizeof known, f->name);
+            return fail(ld, key, path, "unknown field \"%s\" (known: %s)", shown(name, buf), known);
+        }
+        if (seen[f - fields] != NULL)
+            return fail(ld, key, path, "duplicate field \"%s\"", name);
+        seen[f - fields] = key;
+        join(child, path, f->name);
+        if (parse_value(ld, f, node_at(ld, pair->value), child, target) < 0)
+            return -1;
+    }
+    for (f = fields; f->name != NULL; f++)
+        if (f->required && seen[f - fields] == NULL)
+            return fail(ld, map, path, "missing required field \"%s\"", f->name);
+    return 0;
+}
+
+/* ---- the document ------------------------------------------------------------- */
+
+/* Reports libyaml's complaint with the position it gives. A reader error
+ * (bad UTF-8, say) has only a byte offset, so the line is counted here. */
+static void syntax_error(struct loader *ld, const yaml_parser_t *parser, const char *yaml,
+                         size_t len)
+{
+    size_t line = parser->problem_mark.line + 1, col = parser->problem_mark.column + 1, i;
+    const char *problem = parser->problem ? parser->problem : "invalid YAML";
+
+    if (parser->error == YAML_MEMORY_ERROR)
+        problem = "out of memory";
+    if (parser->error == YAML_READER_ERROR) {
+        /* Columns count characters, as libyaml's do: skip UTF-8 continuation bytes. */
+        line = col = 1;
+        for (i = 0; i < parser->problem_offset && i < len; i++) {
+            if (yaml[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)yaml[i] & 0xc0) != 0x80)
+                col++;
+        }
+    }
+    if (parser->context != NULL)
+        snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s (%s at %zu:%zu)", ld->name, line, col,
+                 problem, parser->context, parser->context_mark.line + 1,
+                 parser->context_mark.column + 1);
+    else
+        snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s", ld->name, line, col, problem);
+}
+
+/* Loads the one document of the stream into ld->doc. On success the caller
+ * deletes ld->doc; on failure there is nothing to delete. */
+int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len)
+{
+    yaml_document_t extra;
+    const yaml_node_t *root;
+    int rc = 0;
+
+    if (!yaml_parser_load(parser, &ld->doc)) {
+        syntax_error(ld, parser, yaml, len);
+        return -1;
+    }
+    if (yaml_document_get_root_node(&ld->doc) == NULL) {
+        snprintf(ld->err, ld->errlen, "%s:1:1: the file is empty; expected a mapping", ld->name);
+        rc = -1;
+    } else if (!yaml_parser_load(parser, &extra)) {
+        syntax_error(ld, parser, yaml, len);
+        rc = -1;
+    } else {
+        if ((root = yaml_document_get_root_node(&extra)) != NULL)
+            rc = fail(ld, root, "", "a second YAML document; the file must hold only one");
+        yaml_document_delete(&extra);
+    }
+    if (rc < 0)
+        yaml_document_delete(&ld->doc);
+    return rc;
+}

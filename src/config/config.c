@@ -50,14 +50,14 @@ static struct field_store store_of(const struct field *f)
 
 /* Gives target every default of the table (sections included). Strings
  * are copies, owned by target. */
-void set_defaults(const struct field *fields, void *target)
+void cfg_set_defaults(const struct field *fields, void *target)
 {
     for (const struct field *f = fields; f->name != NULL; f++) {
         struct field_store st = store_of(f);
         void *slot = (char *)target + st.offset;
 
         if (f->type == F_SECTION)
-            set_defaults(f->section, target);
+            cfg_set_defaults(f->section, target);
         else if (st.kind == S_STRING && f->def_str != NULL)
             *(char **)slot = xstrdup(f->def_str);
         else if (st.kind == S_INT64)
@@ -128,7 +128,7 @@ static struct config *config_new(const char *name)
 
     c->refcount = 1;
     c->path = xstrdup(name);
-    set_defaults(top_fields, c);
+    cfg_set_defaults(cfg_top_fields, c);
     return c;
 }
 
@@ -197,25 +197,25 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
         return NULL;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-    if (load_document(&ld, &parser, yaml, len) < 0) {
+    if (cfg_load_document(&ld, &parser, yaml, len) < 0) {
         yaml_parser_delete(&parser);
         return NULL;
     }
     c = config_new(name);
     ld.c = c;
     root = yaml_document_get_root_node(&ld.doc);
-    if (parse_fields(&ld, root, "", top_fields, c) < 0 || check_unix_fields(&ld, root, c) < 0 ||
-        check_redis_modes(&ld, root, c) < 0) {
+    if (cfg_parse_fields(&ld, root, "", cfg_top_fields, c) < 0 ||
+        cfg_check_unix_fields(&ld, root, c) < 0 || cfg_check_redis_modes(&ld, root, c) < 0) {
         config_free(c);
         c = NULL;
     } else {
-        inherit_settings(c);
+        cfg_inherit_settings(c);
         /* Every per-policy setting is final, wherever it came from. */
         for (size_t i = 0; i < c->npolicies; i++)
             policy_overrides_inherit(&c->policies[i]);
         /* Last: the domains' policies are copies of final ones, or take
          * the top-level defaults. */
-        if (load_all_domains(&ld, envoy_dir) < 0) {
+        if (cfg_load_all_domains(&ld, envoy_dir) < 0) {
             config_free(c);
             c = NULL;
         }
@@ -299,9 +299,9 @@ static int walk_rows(const struct field *fields, const char *prefix, int in_conf
         if (!f->section || f->section == fields)
             continue;
         snprintf(child, sizeof child, "%s%s", path,
-                 f->type == F_SECTION || f->parse == parse_rate_limit ? "."
-                 : f->parse == parse_policies                         ? ".NAME."
-                                                                      : "[].");
+                 f->type == F_SECTION || f->parse == cfg_parse_rate_limit ? "."
+                 : f->parse == cfg_parse_policies                         ? ".NAME."
+                                                                          : "[].");
         if (walk_rows(f->section, child, in_config && f->type == F_SECTION, fn, arg))
             return 1;
     }
@@ -324,7 +324,7 @@ static int foreach_row(const char *path, const struct field *f, int in_config, v
 void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg)
 {
     struct foreach_arg a = {fn, arg};
-    walk_rows(top_fields, "", 1, foreach_row, &a);
+    walk_rows(cfg_top_fields, "", 1, foreach_row, &a);
 }
 
 /* The row of a dotted path, found by walk_rows. */
@@ -347,7 +347,7 @@ static int find_row(const char *path, const struct field *f, int in_config, void
 static const struct field *row_of(const char *path, int *in_config)
 {
     struct find_arg a = {path, NULL, 0};
-    walk_rows(top_fields, "", 1, find_row, &a);
+    walk_rows(cfg_top_fields, "", 1, find_row, &a);
     if (in_config != NULL)
         *in_config = a.in_config;
     return a.f;
@@ -405,5 +405,5 @@ int config_field_value(const struct config *c, const char *path, char *buf, size
 int config_restart_field(const struct config *old, const struct config *new, char *path,
                          size_t size)
 {
-    return find_restart_field(top_fields, "", old, new, path, size);
+    return find_restart_field(cfg_top_fields, "", old, new, path, size);
 }

@@ -107,7 +107,7 @@ static const struct field descriptor_fields[] = {
     /* May be empty: envoyproxy/ratelimit reads value: "" as no value. */
     {"value", F_STRING, .offset = offsetof(struct node_entry, value)},
     {"policy", F_STRING, .offset = offsetof(struct node_entry, policy)},
-    {"rate_limit", F_CUSTOM, .offset = 0 /* the whole entry */, .parse = parse_rate_limit,
+    {"rate_limit", F_CUSTOM, .offset = 0 /* the whole entry */, .parse = cfg_parse_rate_limit,
      .section = rate_limit_fields},
     {"shadow_mode", F_BOOL, .offset = offsetof(struct node_entry, shadow_mode)},
     {"detailed_metric", F_BOOL, .offset = offsetof(struct node_entry, detailed_metric)},
@@ -118,7 +118,7 @@ static const struct field descriptor_fields[] = {
 
 _Static_assert(NROWS(descriptor_fields) <= MAX_FIELDS, "raise MAX_FIELDS");
 
-const struct field domain_fields[] = {
+const struct field cfg_domain_fields[] = {
     {"domain", F_STRING, .required = 1, .offset = offsetof(struct domain_entry, domain),
      .check = check_not_empty},
     {"descriptors", F_CUSTOM, .offset = offsetof(struct domain_entry, descriptors),
@@ -129,7 +129,8 @@ const struct field domain_fields[] = {
 /* `domains:` is only noted here: a descriptor may name a policy written
  * further down, and its shadow copy must take the top-level defaults, so
  * load_domains parses it once the whole file has been read. */
-int parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot)
 {
     (void)path, (void)slot;
     ld->domains = node;
@@ -139,15 +140,15 @@ int parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *
 static int parse_unit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     char buf[SHOWN_LEN];
-    const char *s = scalar_text(ld, node, path, "a unit", 0);
+    const char *s = cfg_scalar_text(ld, node, path, "a unit", 0);
 
     if (s == NULL)
         return -1;
     if (rls_unit_from_name(s, slot) < 0)
-        return fail(ld, node, path,
-                    "invalid value \"%s\": must be one of second, minute, hour, day, week, "
-                    "month, year",
-                    shown(s, buf));
+        return cfg_fail(ld, node, path,
+                        "invalid value \"%s\": must be one of second, minute, hour, day, week, "
+                        "month, year",
+                        cfg_shown(s, buf));
     return 0;
 }
 
@@ -160,13 +161,14 @@ static int parse_replaces(struct loader *ld, const yaml_node_t *node, const char
     size_t n, i;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of {name: ...}, got %s", kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of {name: ...}, got %s",
+                        cfg_kind(node));
     n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
     rl->replaces = xcalloc(n ? n : 1, sizeof *rl->replaces);
     for (i = 0, item = node->data.sequence.items.start; i < n; i++, item++) {
         struct replaces_entry e = {NULL};
         snprintf(child, sizeof child, "%s[%zu]", path, i);
-        if (parse_fields(ld, node_at(ld, *item), child, replaces_fields, &e) < 0) {
+        if (cfg_parse_fields(ld, cfg_node_at(ld, *item), child, replaces_fields, &e) < 0) {
             free(e.name);
             return -1;
         }
@@ -177,28 +179,28 @@ static int parse_replaces(struct loader *ld, const yaml_node_t *node, const char
 
 /* rate_limit: envoyproxy/ratelimit's rules: unlimited, or a unit and a
  * number of requests per unit; a limit does not replace itself. */
-int parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     struct node_entry *e = slot;
     struct rate_limit_entry *rl = &e->rl;
     const yaml_node_t *at;
 
     e->has_rate_limit = 1;
-    if (parse_fields(ld, node, path, rate_limit_fields, rl) < 0)
+    if (cfg_parse_fields(ld, node, path, rate_limit_fields, rl) < 0)
         return -1;
     if (rl->unlimited) {
-        if ((at = field_node(ld, node, "unit")) != NULL ||
-            (at = field_node(ld, node, "requests_per_unit")) != NULL)
-            return fail(ld, at, path, "unlimited: true takes no unit or requests_per_unit");
-    } else if (field_node(ld, node, "unit") == NULL) {
-        return fail(ld, node, path, "missing required field \"unit\" (or unlimited: true)");
-    } else if (field_node(ld, node, "requests_per_unit") == NULL) {
-        return fail(ld, node, path, "missing required field \"requests_per_unit\"");
+        if ((at = cfg_field_node(ld, node, "unit")) != NULL ||
+            (at = cfg_field_node(ld, node, "requests_per_unit")) != NULL)
+            return cfg_fail(ld, at, path, "unlimited: true takes no unit or requests_per_unit");
+    } else if (cfg_field_node(ld, node, "unit") == NULL) {
+        return cfg_fail(ld, node, path, "missing required field \"unit\" (or unlimited: true)");
+    } else if (cfg_field_node(ld, node, "requests_per_unit") == NULL) {
+        return cfg_fail(ld, node, path, "missing required field \"requests_per_unit\"");
     }
     for (size_t i = 0; rl->name != NULL && i < rl->nreplaces; i++)
         if (strcmp(rl->replaces[i], rl->name) == 0)
-            return fail(ld, field_node(ld, node, "replaces"), path,
-                        "replaces names this limit itself (\"%s\")", rl->name);
+            return cfg_fail(ld, cfg_field_node(ld, node, "replaces"), path,
+                            "replaces names this limit itself (\"%s\")", rl->name);
     return 0;
 }
 
@@ -220,11 +222,11 @@ static void node_entry_free(struct node_entry *e)
 static const yaml_node_t *policy_overrides_node(struct loader *ld, const char *name)
 {
     const yaml_node_t *root = yaml_document_get_root_node(&ld->doc);
-    const yaml_node_t *n = field_node(ld, root, "policies");
+    const yaml_node_t *n = cfg_field_node(ld, root, "policies");
 
     if (n != NULL && n->type == YAML_MAPPING_NODE)
-        n = field_node(ld, n, name);
-    return n != NULL && n->type == YAML_MAPPING_NODE ? field_node(ld, n, "overrides") : NULL;
+        n = cfg_field_node(ld, n, name);
+    return n != NULL && n->type == YAML_MAPPING_NODE ? cfg_field_node(ld, n, "overrides") : NULL;
 }
 
 /*
@@ -244,9 +246,9 @@ static struct policy *shadow_copy(struct loader *ld, const struct policy *p, con
     copy->overrides = NULL;
     if (p->overrides != NULL && (o = policy_overrides_node(ld, p->name)) != NULL) {
         snprintf(child, sizeof child, "policies.%s.overrides", p->name);
-        if (parse_overrides(ld, o, child, &copy->overrides) < 0) {
+        if (cfg_parse_overrides(ld, o, child, &copy->overrides) < 0) {
             /* Parsed once already, so this cannot fail; say where if it does. */
-            fail(ld, o, path, "cannot copy the overrides of policy \"%s\"", p->name);
+            cfg_fail(ld, o, path, "cannot copy the overrides of policy \"%s\"", p->name);
             policy_overrides_free(copy->overrides);
             free(copy);
             return NULL;
@@ -270,11 +272,11 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
      * policy.c stays the judge all the same. */
     if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c->headers,
                              ld->c->deny_status, msg, sizeof msg) < 0) {
-        fail(ld, field_node(ld, map, "rate_limit"), where, "%s", msg);
+        cfg_fail(ld, cfg_field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;
     }
-    if (default_key(ld, map, where, p) < 0) {
+    if (cfg_default_key(ld, map, where, p) < 0) {
         free(p);
         return NULL;
     }
@@ -293,15 +295,15 @@ static int build_limit(struct loader *ld, const yaml_node_t *map, const char *pa
     l->detailed_metric = e->detailed_metric;
     if (e->policy != NULL) {
         if (ld->envoy_file)
-            return fail(ld, field_node(ld, map, "policy"), path,
-                        "policy: is ratelimitd's extension of the policy file's domains:, not "
-                        "part of envoyproxy/ratelimit's files");
+            return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path,
+                            "policy: is ratelimitd's extension of the policy file's domains:, not "
+                            "part of envoyproxy/ratelimit's files");
         if (e->has_rate_limit)
-            return fail(ld, field_node(ld, map, "policy"), path,
-                        "give policy or rate_limit, not both");
+            return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path,
+                            "give policy or rate_limit, not both");
         if ((p = config_find_policy(ld->c, e->policy)) == NULL)
-            return fail(ld, field_node(ld, map, "policy"), path, "unknown policy \"%s\"",
-                        shown(e->policy, buf));
+            return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path, "unknown policy \"%s\"",
+                            cfg_shown(e->policy, buf));
         if (e->shadow_mode && !p->shadow) {
             if ((l->owned = shadow_copy(ld, p, path)) == NULL)
                 return -1;
@@ -337,7 +339,7 @@ static int parse_descriptor(struct loader *ld, const yaml_node_t *map, const cha
                             struct domain_node *node)
 {
     struct node_entry e = {.key = NULL};
-    int rc = parse_fields(ld, map, path, descriptor_fields, &e);
+    int rc = cfg_parse_fields(ld, map, path, descriptor_fields, &e);
 
     if (rc == 0) {
         node->key = e.key;
@@ -369,10 +371,10 @@ static const char *selector_text(const struct domain_node *n, char *buf, size_t 
 {
     char k[SHOWN_LEN], v[SHOWN_LEN];
     if (n->value == NULL)
-        snprintf(buf, size, "key \"%s\" with no value", shown(n->key, k));
+        snprintf(buf, size, "key \"%s\" with no value", cfg_shown(n->key, k));
     else
-        snprintf(buf, size, "key \"%s\" value \"%s%s\"", shown(n->key, k), shown(n->value, v),
-                 n->value_prefix ? "*" : "");
+        snprintf(buf, size, "key \"%s\" value \"%s%s\"", cfg_shown(n->key, k),
+                 cfg_shown(n->value, v), n->value_prefix ? "*" : "");
     return buf;
 }
 
@@ -388,9 +390,11 @@ static int parse_descriptors(struct loader *ld, const yaml_node_t *node, const c
     int rc = 0;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of descriptors, got %s", kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of descriptors, got %s",
+                        cfg_kind(node));
     if (ld->depth == DOMAINS_DEPTH_MAX)
-        return fail(ld, node, path, "descriptors nested deeper than %d levels", DOMAINS_DEPTH_MAX);
+        return cfg_fail(ld, node, path, "descriptors nested deeper than %d levels",
+                        DOMAINS_DEPTH_MAX);
     start = node->data.sequence.items.start;
     n = (size_t)(node->data.sequence.items.top - start);
     list->items = xcalloc(n ? n : 1, sizeof *list->items);
@@ -398,16 +402,16 @@ static int parse_descriptors(struct loader *ld, const yaml_node_t *node, const c
     ld->depth++;
     for (i = 0; i < n && rc == 0; i++) {
         snprintf(child, sizeof child, "%s[%zu]", path, i);
-        rc = parse_descriptor(ld, node_at(ld, start[i]), child, &list->items[i]);
+        rc = parse_descriptor(ld, cfg_node_at(ld, start[i]), child, &list->items[i]);
     }
     ld->depth--;
     if (rc == 0 && domains_sort_level(list->items, n, &first, &second) < 0) {
-        const yaml_node_t *map = node_at(ld, start[second]);
+        const yaml_node_t *map = cfg_node_at(ld, start[second]);
         snprintf(child, sizeof child, "%s[%zu]", path, second);
         /* Unsorted on failure: the items are still in the file's order. */
         selector_text(&list->items[second], what, sizeof what);
-        rc = fail(ld, map, child, "duplicate descriptor: %s (also %s[%zu], line %zu)", what, path,
-                  first, node_at(ld, start[first])->start_mark.line + 1);
+        rc = cfg_fail(ld, map, child, "duplicate descriptor: %s (also %s[%zu], line %zu)", what,
+                      path, first, cfg_node_at(ld, start[first])->start_mark.line + 1);
     }
     return rc;
 }
@@ -419,13 +423,13 @@ static int parse_domain(struct loader *ld, const yaml_node_t *map, const char *p
     struct domain_entry e = {NULL, {0, NULL}};
     const yaml_node_t *at;
     char where[RL_ERRLEN];
-    int rc = parse_fields(ld, map, path, domain_fields, &e);
+    int rc = cfg_parse_fields(ld, map, path, cfg_domain_fields, &e);
 
     d->name = e.domain;
     d->nchildren = e.descriptors.n;
     d->children = e.descriptors.items;
     if (rc == 0) {
-        at = field_node(ld, map, "domain");
+        at = cfg_field_node(ld, map, "domain");
         snprintf(where, sizeof where, "%s:%zu:%zu", ld->name, at->start_mark.line + 1,
                  at->start_mark.column + 1);
         d->file = xstrdup(where);
@@ -471,12 +475,13 @@ static int load_domains(struct loader *ld)
     if (node == NULL)
         return 0;
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, "domains", "expected a sequence of domains, got %s", kind(node));
+        return cfg_fail(ld, node, "domains", "expected a sequence of domains, got %s",
+                        cfg_kind(node));
     for (i = 0, item = node->data.sequence.items.start; item < node->data.sequence.items.top;
          item++, i++) {
         struct domain *d = add_domain(ld->c);
         snprintf(child, sizeof child, "domains[%zu]", i);
-        if (parse_domain(ld, node_at(ld, *item), child, d) < 0)
+        if (parse_domain(ld, cfg_node_at(ld, *item), child, d) < 0)
             return -1;
         set_paths(d->children, d->nchildren, "");
     }
@@ -498,7 +503,7 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
     if (!yaml_parser_initialize(&parser))
         return snprintf(ld.err, ld.errlen, "%s: out of memory", file), -1;
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    rc = load_document(&ld, &parser, text, len);
+    rc = cfg_load_document(&ld, &parser, text, len);
     if (rc == 0) {
         struct domain *d = add_domain(ld.c);
         rc = parse_domain(&ld, yaml_document_get_root_node(&ld.doc), "", d);
@@ -513,7 +518,7 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
 /* Every domain, from the policy file and the envoy directory (envoy_dir,
  * else the file's envoy_config:), sorted by name; a name twice is an error
  * naming both places. */
-int load_all_domains(struct loader *ld, const char *envoy_dir)
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir)
 {
     struct config *c = ld->c;
     size_t first, second;
@@ -530,7 +535,7 @@ int load_all_domains(struct loader *ld, const char *envoy_dir)
     if (domains_sort(c->domains, c->ndomains, &first, &second) < 0) {
         char buf[SHOWN_LEN];
         snprintf(ld->err, ld->errlen, "%s: domain \"%s\" is defined twice: also at %s",
-                 c->domains[second].file, shown(c->domains[second].name, buf),
+                 c->domains[second].file, cfg_shown(c->domains[second].name, buf),
                  c->domains[first].file);
         return -1;
     }

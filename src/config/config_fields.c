@@ -61,7 +61,7 @@ static int check_unix_path(const char *p, char *err, size_t errlen)
 
 /* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
  * port_required). host is a name or IPv4 address: A-Z a-z 0-9 . - _ */
-int check_host_port(const char *s, int port_required, char *err, size_t errlen)
+int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen)
 {
     char v6[INET6_ADDRSTRLEN + 1], msg[RL_ERRLEN];
     struct in6_addr addr;
@@ -100,7 +100,7 @@ static int check_listen(const char *s, char *err, size_t errlen)
 {
     if (strncmp(s, "unix:", 5) == 0)
         return check_unix_path(s + 5, err, errlen);
-    return check_host_port(s, 1, err, errlen);
+    return cfg_check_host_port(s, 1, err, errlen);
 }
 
 /* Syntax only (redis_url.c, the parser the backend connects with):
@@ -196,11 +196,11 @@ static const char *const log_level_names[] = {[LOG_LVL_DEBUG] = "debug",
 static const char *const overload_names[] = {
     [OVERLOAD_FAILURE_MODE] = "failure_mode", [OVERLOAD_REJECT] = "reject", NULL};
 /* HEADERS_INHERIT is not a choice: it is what "not set" is stored as. */
-const char *const header_names[] = {[HEADERS_X_RATELIMIT] = "x-ratelimit",
-                                    [HEADERS_IETF] = "ietf",
-                                    [HEADERS_BOTH] = "both",
-                                    [HEADERS_NONE] = "none",
-                                    NULL};
+const char *const cfg_header_names[] = {[HEADERS_X_RATELIMIT] = "x-ratelimit",
+                                        [HEADERS_IETF] = "ietf",
+                                        [HEADERS_BOTH] = "both",
+                                        [HEADERS_NONE] = "none",
+                                        NULL};
 
 static int check_absolute(const char *s, char *err, size_t errlen)
 {
@@ -226,14 +226,14 @@ static const struct field redis_tls_fields[] = {
 
 static const struct field redis_sentinel_fields[] = {
     {"addresses", F_CUSTOM, .required = 1, .offset = offsetof(struct config, redis_sentinel),
-     .parse = parse_sentinel_addresses,
+     .parse = cfg_parse_sentinel_addresses,
      .store = STORE_LIST(struct config, redis_sentinel.addresses, redis_sentinel.naddresses),
      .reload = RELOAD_RESTART},
     {"master_name", F_STRING, .required = 1,
      .offset = offsetof(struct config, redis_sentinel.master_name), .check = check_master_name,
      .reload = RELOAD_RESTART},
     {"password", F_CUSTOM, .offset = offsetof(struct config, redis_sentinel.password),
-     .parse = parse_sentinel_password,
+     .parse = cfg_parse_sentinel_password,
      .store = STORE(S_STRING, struct config, redis_sentinel.password), .reload = RELOAD_RESTART},
     {.name = NULL},
 };
@@ -247,12 +247,12 @@ static const struct field redis_fields[] = {
      .def_str = CONFIG_DEFAULT_PREFIX},
     {"tls", F_SECTION, .section = redis_tls_fields, .reload = RELOAD_RESTART},
     {"sentinel", F_SECTION, .section = redis_sentinel_fields, .reload = RELOAD_RESTART},
-    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_cluster,
+    {"cluster", F_CUSTOM, .offset = 0 /* the whole config */, .parse = cfg_parse_cluster,
      .store = STORE_LIST(struct config, redis_cluster, redis_ncluster), .reload = RELOAD_RESTART},
     {.name = NULL},
 };
 
-const struct field top_fields[] = {
+const struct field cfg_top_fields[] = {
     {"listen", F_STRING, .offset = offsetof(struct config, listen), .check = check_listen,
      .def_str = CONFIG_DEFAULT_LISTEN, .reload = RELOAD_RESTART},
     {"listen_mode", F_CUSTOM, .offset = offsetof(struct config, listen_mode),
@@ -293,7 +293,7 @@ const struct field top_fields[] = {
      .max = 100000000, .def = CONFIG_DEFAULT_LOCAL_MAX_KEYS, .reload = RELOAD_RESTART},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,
      .max = 100000000, .def = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS},
-    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = header_names,
+    {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = cfg_header_names,
      .def = HEADERS_X_RATELIMIT},
     {"auth_token_file", F_CUSTOM, .offset = 0 /* the whole config */, .parse = parse_token_file},
     {"trusted_proxies", F_CUSTOM, .offset = offsetof(struct config, trusted_proxies),
@@ -301,15 +301,15 @@ const struct field top_fields[] = {
     {"deny_status", F_INT, .offset = offsetof(struct config, deny_status), .min = 400, .max = 499,
      .def = CONFIG_DEFAULT_DENY_STATUS},
     {"policies", F_CUSTOM, .required = 1, .offset = 0 /* the whole config */,
-     .parse = parse_policies, .section = policy_fields},
-    {"domains", F_CUSTOM, .offset = 0 /* read after the policies */, .parse = parse_domains_later,
-     .section = domain_fields},
+     .parse = cfg_parse_policies, .section = cfg_policy_fields},
+    {"domains", F_CUSTOM, .offset = 0 /* read after the policies */,
+     .parse = cfg_parse_domains_later, .section = cfg_domain_fields},
     {"envoy_config", F_STRING, .offset = offsetof(struct config, envoy_config),
      .check = check_absolute},
     {.name = NULL},
 };
 
-_Static_assert(NROWS(redis_fields) <= MAX_FIELDS && NROWS(top_fields) <= MAX_FIELDS &&
+_Static_assert(NROWS(redis_fields) <= MAX_FIELDS && NROWS(cfg_top_fields) <= MAX_FIELDS &&
                    NROWS(redis_tls_fields) <= MAX_FIELDS &&
                    NROWS(redis_sentinel_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
@@ -326,27 +326,27 @@ static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, con
     size_t n, i;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of addresses or networks, got %s",
-                    kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of addresses or networks, got %s",
+                        cfg_kind(node));
     n = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
     if (n > CLIENT_IP_TRUSTED_MAX)
-        return fail(ld, node, path, "at most %d entries are allowed", CLIENT_IP_TRUSTED_MAX);
+        return cfg_fail(ld, node, path, "at most %d entries are allowed", CLIENT_IP_TRUSTED_MAX);
     client_trust_free(t);
     t->unix_trusted = 0;
     t->nets = xcalloc(n ? n : 1, sizeof *t->nets);
     for (i = 0, item = node->data.sequence.items.start; i < n; i++, item++) {
-        const yaml_node_t *v = node_at(ld, *item);
+        const yaml_node_t *v = cfg_node_at(ld, *item);
         const char *s;
 
         snprintf(child, sizeof child, "%s[%zu]", path, i);
-        if ((s = scalar_text(ld, v, child, "an address, a network or unix", 0)) == NULL)
+        if ((s = cfg_scalar_text(ld, v, child, "an address, a network or unix", 0)) == NULL)
             return -1;
         if (strcmp(s, "unix") == 0) {
             t->unix_trusted = 1;
             continue;
         }
         if (client_ip_parse_net(s, &t->nets[t->n], msg, sizeof msg) < 0)
-            return fail(ld, v, child, "invalid value \"%s\": %s", shown(s, buf), msg);
+            return cfg_fail(ld, v, child, "invalid value \"%s\": %s", cfg_shown(s, buf), msg);
         t->n++;
     }
     return 0;
@@ -357,7 +357,7 @@ static int parse_trusted_proxies(struct loader *ld, const yaml_node_t *node, con
 static int parse_workers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     struct config *c = slot;
-    const char *text = scalar_text(ld, node, path, "a number or auto", 0);
+    const char *text = cfg_scalar_text(ld, node, path, "a number or auto", 0);
     char err[RL_ERRLEN];
     if (text == NULL)
         return -1;
@@ -366,8 +366,8 @@ static int parse_workers(struct loader *ld, const yaml_node_t *node, const char 
         return 0;
     }
     if (util_parse_int64(text, 1, CONFIG_WORKERS_MAX, &c->workers, err, sizeof err) < 0)
-        return fail(ld, node, path, "must be auto or a number from 1 to %d: %s", CONFIG_WORKERS_MAX,
-                    err);
+        return cfg_fail(ld, node, path, "must be auto or a number from 1 to %d: %s",
+                        CONFIG_WORKERS_MAX, err);
     return 0;
 }
 
@@ -377,7 +377,7 @@ static int parse_workers(struct loader *ld, const yaml_node_t *node, const char 
 static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const char *path,
                              void *slot)
 {
-    const char *text = scalar_text(ld, node, path, "an octal mode such as \"0660\"", 0);
+    const char *text = cfg_scalar_text(ld, node, path, "an octal mode such as \"0660\"", 0);
     char buf[SHOWN_LEN];
     size_t n;
 
@@ -385,10 +385,10 @@ static int parse_listen_mode(struct loader *ld, const yaml_node_t *node, const c
         return -1;
     n = strspn(text, "01234567");
     if (n == 0 || n > 4 || text[n] != '\0' || strtol(text, NULL, 8) > 0777)
-        return fail(ld, node, path,
-                    "invalid value \"%s\": must be an octal mode from 0000 to 0777, "
-                    "such as \"0660\"",
-                    shown(text, buf));
+        return cfg_fail(ld, node, path,
+                        "invalid value \"%s\": must be an octal mode from 0000 to 0777, "
+                        "such as \"0660\"",
+                        cfg_shown(text, buf));
     *(int64_t *)slot = strtol(text, NULL, 8);
     return 0;
 }
@@ -401,7 +401,7 @@ static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const 
                               void *slot)
 {
     struct config *c = slot;
-    const char *text = scalar_text(ld, node, path, "a group name or number", 0);
+    const char *text = cfg_scalar_text(ld, node, path, "a group name or number", 0);
     char buf[SHOWN_LEN], msg[RL_ERRLEN], sbuf[4096];
     struct group grp, *found = NULL;
     int64_t gid;
@@ -411,15 +411,16 @@ static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const 
     if (text[0] >= '0' && text[0] <= '9') {
         /* (gid_t)-1 means "no change" to chown: not a group. */
         if (util_parse_int64(text, 0, (int64_t)UINT32_MAX - 1, &gid, msg, sizeof msg) < 0)
-            return fail(ld, node, path, "invalid group number \"%s\": %s", shown(text, buf), msg);
+            return cfg_fail(ld, node, path, "invalid group number \"%s\": %s", cfg_shown(text, buf),
+                            msg);
     } else {
         /* Some NSS modules report "no such group" as ENOENT or ESRCH. */
         int rc = getgrnam_r(text, &grp, sbuf, sizeof sbuf, &found);
         if (found == NULL && (rc == 0 || rc == ENOENT || rc == ESRCH))
-            return fail(ld, node, path, "unknown group \"%s\"", shown(text, buf));
+            return cfg_fail(ld, node, path, "unknown group \"%s\"", cfg_shown(text, buf));
         if (found == NULL)
-            return fail(ld, node, path, "cannot look up group \"%s\": %s", shown(text, buf),
-                        strerror(rc));
+            return cfg_fail(ld, node, path, "cannot look up group \"%s\": %s", cfg_shown(text, buf),
+                            strerror(rc));
         gid = (int64_t)found->gr_gid;
     }
     free(c->listen_group);
@@ -431,7 +432,7 @@ static int parse_listen_group(struct loader *ld, const yaml_node_t *node, const 
 /* listen_mode and listen_group set a socket file's mode and group: with no
  * unix socket listener they would do nothing, which the file's author
  * surely did not mean. */
-int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c)
+int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c)
 {
     static const char *const names[] = {"listen_mode", "listen_group"};
     size_t i;
@@ -441,11 +442,11 @@ int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct c
         (c->grpc_listen != NULL && strncmp(c->grpc_listen, "unix:", 5) == 0))
         return 0;
     for (i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const yaml_node_t *node = field_node(ld, root, names[i]);
+        const yaml_node_t *node = cfg_field_node(ld, root, names[i]);
         if (node != NULL)
-            return fail(ld, node, names[i],
-                        "applies only to unix sockets, and none of listen, admin_listen, "
-                        "grpc_listen is unix:/path");
+            return cfg_fail(ld, node, names[i],
+                            "applies only to unix sockets, and none of listen, admin_listen, "
+                            "grpc_listen is unix:/path");
     }
     return 0;
 }
@@ -460,31 +461,31 @@ static int parse_token_file(struct loader *ld, const yaml_node_t *node, const ch
                             void *slot)
 {
     struct config *c = slot;
-    const char *file = scalar_text(ld, node, path, "a path", 0);
+    const char *file = cfg_scalar_text(ld, node, path, "a path", 0);
     char buf[CONFIG_TOKEN_MAX + 2];
 
     if (file == NULL)
         return -1;
     if (file[0] != '/')
-        return fail(ld, node, path, "must be an absolute path");
+        return cfg_fail(ld, node, path, "must be an absolute path");
     FILE *f = fopen(file, "rb");
     if (f == NULL)
-        return fail(ld, node, path, "cannot open %s: %s", file, strerror(errno));
+        return cfg_fail(ld, node, path, "cannot open %s: %s", file, strerror(errno));
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     int bad = ferror(f);
     fclose(f);
     if (bad)
-        return fail(ld, node, path, "cannot read %s", file);
+        return cfg_fail(ld, node, path, "cannot read %s", file);
     while (n > 0 && isspace((unsigned char)buf[n - 1]))
         n--;
     buf[n] = '\0';
     if (n > CONFIG_TOKEN_MAX)
-        return fail(ld, node, path, "%s: the token is longer than %d bytes", file,
-                    CONFIG_TOKEN_MAX);
+        return cfg_fail(ld, node, path, "%s: the token is longer than %d bytes", file,
+                        CONFIG_TOKEN_MAX);
     if (n < CONFIG_TOKEN_MIN || strlen(buf) != n || strpbrk(buf, " \t\r\n"))
-        return fail(ld, node, path,
-                    "%s: the token must be %d to %d bytes with no whitespace or NUL", file,
-                    CONFIG_TOKEN_MIN, CONFIG_TOKEN_MAX);
+        return cfg_fail(ld, node, path,
+                        "%s: the token must be %d to %d bytes with no whitespace or NUL", file,
+                        CONFIG_TOKEN_MIN, CONFIG_TOKEN_MAX);
     free(c->auth_token_file);
     free(c->auth_token);
     c->auth_token_file = xstrdup(file);

@@ -15,6 +15,10 @@
  *   config_policies.c  policies, tiers, overrides (and their tables)
  *   config_domains.c   `domains:` and envoyproxy/ratelimit's files
  *
+ * What one of those files defines for another carries the prefix cfg_: the
+ * library is linked whole, and a name such as join or kind must not reach
+ * the rest of the daemon.
+ *
  * Owns the types above; does not own struct config (config.h), nor what a
  * valid tier is (policy.c). Includes no header of its own module's users
  * (config.h among them), so that config.c including it makes no cycle:
@@ -110,87 +114,88 @@ struct field {
 
 /* Reports an error at node and returns -1. path is the dotted path to the
  * node ("" for the top), fmt the message. */
-__attribute__((format(printf, 4, 5))) int fail(struct loader *ld, const yaml_node_t *node,
-                                               const char *path, const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) int cfg_fail(struct loader *ld, const yaml_node_t *node,
+                                                   const char *path, const char *fmt, ...);
 /* Like fail, at byte `at` of a scalar's value where the column is exact. */
-__attribute__((format(printf, 5, 6))) int fail_in(struct loader *ld, const yaml_node_t *node,
-                                                  size_t at, const char *path, const char *fmt,
-                                                  ...);
+__attribute__((format(printf, 5, 6))) int cfg_fail_in(struct loader *ld, const yaml_node_t *node,
+                                                      size_t at, const char *path, const char *fmt,
+                                                      ...);
 /* A value from the file made safe to quote in a message, in buf. */
-const char *shown(const char *s, char buf[SHOWN_LEN]);
+const char *cfg_shown(const char *s, char buf[SHOWN_LEN]);
 /* Appends name to a ", "-separated list in buf. */
-void list_add(char *buf, size_t size, const char *name);
+void cfg_list_add(char *buf, size_t size, const char *name);
 /* path.name into out (PATH_LEN bytes); name alone at the top. */
-void join(char *out, const char *path, const char *name);
+void cfg_join(char *out, const char *path, const char *name);
 
 /* Whether n is a YAML null (a plain "", "~", "null", "Null", "NULL"). */
-int is_null(const yaml_node_t *n);
+int cfg_is_null(const yaml_node_t *n);
 /* "a mapping", "a sequence", "null" or "a scalar", for messages. */
-const char *kind(const yaml_node_t *n);
-yaml_node_t *node_at(struct loader *ld, int index);
+const char *cfg_kind(const yaml_node_t *n);
+yaml_node_t *cfg_node_at(struct loader *ld, int index);
 /* A scalar's text, or NULL after reporting why the node is not one. */
-const char *scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
-                        const char *expected, int plain_only);
+const char *cfg_scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
+                            const char *expected, int plain_only);
 /* A policy or tier name: its text, or NULL after reporting it invalid. */
-const char *name_text(struct loader *ld, const yaml_node_t *node, const char *path);
+const char *cfg_name_text(struct loader *ld, const yaml_node_t *node, const char *path);
 /* The value of the field called name in a mapping, or NULL. */
-const yaml_node_t *field_node(struct loader *ld, const yaml_node_t *map, const char *name);
+const yaml_node_t *cfg_field_node(struct loader *ld, const yaml_node_t *map, const char *name);
 
 /* Parses a mapping against a field table into target (see config_walk.c). */
-int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
-                 const struct field *fields, void *target);
+int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                     const struct field *fields, void *target);
 /* Loads the one document of the stream into ld->doc. On success the caller
  * deletes ld->doc; on failure there is nothing to delete. */
-int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len);
+int cfg_load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len);
 
 /* ---- config.c ------------------------------------------------------------------ */
 
 /* Gives target every default of the table (sections included). Strings
  * are copies, owned by target. */
-void set_defaults(const struct field *fields, void *target);
+void cfg_set_defaults(const struct field *fields, void *target);
 
 /* ---- config_fields.c: the rows of struct config ------------------------------- */
 
-extern const struct field top_fields[];
+extern const struct field cfg_top_fields[];
 /* headers: the top level's and each policy's. */
-extern const char *const header_names[];
+extern const char *const cfg_header_names[];
 /* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
  * port_required). */
-int check_host_port(const char *s, int port_required, char *err, size_t errlen);
+int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen);
 /* listen_mode and listen_group need a unix socket listener. */
-int check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
+int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
 
 /* ---- config_redis.c: redis.sentinel, redis.cluster, the rules between them ---- */
 
-int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
-                             void *slot);
-int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
-                            void *slot);
-int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot);
+int cfg_parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                                void *slot);
+int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 /* The rules between redis's fields, once the file is read; sets
  * redis_tls_on. */
-int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c);
+int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c);
 
 /* ---- config_policies.c: policies, tiers, overrides ----------------------------- */
 
-extern const struct field policy_fields[];
+extern const struct field cfg_policy_fields[];
 /* The policies mapping: name -> policy, into the struct config at slot. */
-int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 /* policies.NAME.overrides into *slot (a struct policy_overrides *). */
-int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 /* A policy's key template before its fields are read: "${ip}". */
-int default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p);
+int cfg_default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p);
 /* Per-policy settings left unset take the top-level value. */
-void inherit_settings(struct config *c);
+void cfg_inherit_settings(struct config *c);
 
 /* ---- config_domains.c: Envoy domains ------------------------------------------- */
 
-extern const struct field domain_fields[];
-/* `domains:`, noted for load_all_domains. */
-int parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+extern const struct field cfg_domain_fields[];
+/* `domains:`, noted for cfg_load_all_domains. */
+int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path,
+                            void *slot);
 /* rate_limit: of a descriptor (config.c's walk over the rows names it). */
-int parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 /* Every domain, from the policy file and the envoy directory, sorted. */
-int load_all_domains(struct loader *ld, const char *envoy_dir);
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir);
 
 #endif

@@ -82,13 +82,13 @@ static const struct field override_fields[] = {
     {.name = NULL},
 };
 
-const struct field policy_fields[] = {
+const struct field cfg_policy_fields[] = {
     {"failure_mode", F_CHOICE, .offset = offsetof(struct policy, failure_mode),
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
     {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache), .def = 1},
     /* HEADERS_INHERIT: the top-level headers, set at the end of the load. */
-    {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = header_names,
+    {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = cfg_header_names,
      .def = HEADERS_INHERIT},
     {"key", F_CUSTOM, .offset = offsetof(struct policy, key), .parse = parse_key_template},
     {"missing_key", F_CHOICE, .offset = offsetof(struct policy, missing_key),
@@ -96,12 +96,12 @@ const struct field policy_fields[] = {
     {"deny_status", F_INT, .offset = offsetof(struct policy, deny_status), .min = 400, .max = 499},
     {"tiers", F_CUSTOM, .required = 1, .offset = 0 /* the whole policy */, .parse = parse_tiers,
      .section = tier_fields},
-    {"overrides", F_CUSTOM, .offset = offsetof(struct policy, overrides), .parse = parse_overrides,
-     .section = override_fields},
+    {"overrides", F_CUSTOM, .offset = offsetof(struct policy, overrides),
+     .parse = cfg_parse_overrides, .section = override_fields},
     {.name = NULL},
 };
 
-_Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_FIELDS &&
+_Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(cfg_policy_fields) <= MAX_FIELDS &&
                    NROWS(override_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
 
@@ -110,7 +110,7 @@ _Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(policy_fields) <= MAX_F
 static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     char buf[SHOWN_LEN], list[RL_ERRLEN] = "";
-    const char *s = scalar_text(ld, node, path, "an algorithm name", 0);
+    const char *s = cfg_scalar_text(ld, node, path, "an algorithm name", 0);
     int i;
 
     if (s == NULL)
@@ -118,8 +118,9 @@ static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const cha
     if (policy_algorithm_from_name(s, slot) == 0)
         return 0;
     for (i = 0; i < ALG__COUNT; i++)
-        list_add(list, sizeof list, policy_algorithm_name((enum algorithm)i));
-    return fail(ld, node, path, "unknown algorithm \"%s\" (known: %s)", shown(s, buf), list);
+        cfg_list_add(list, sizeof list, policy_algorithm_name((enum algorithm)i));
+    return cfg_fail(ld, node, path, "unknown algorithm \"%s\" (known: %s)", cfg_shown(s, buf),
+                    list);
 }
 
 /*
@@ -137,13 +138,13 @@ static int check_tier(struct loader *ld, const yaml_node_t *map, const char *pat
     if (policy_tier_validate(t, msg, sizeof msg) < 0) {
         n = strcspn(msg, ":");
         snprintf(field, sizeof field, "%.*s", (int)n, msg);
-        at = msg[n] == ':' ? field_node(ld, map, field) : NULL;
-        return fail(ld, at ? at : map, "", "%s.%s", path, msg);
+        at = msg[n] == ':' ? cfg_field_node(ld, map, field) : NULL;
+        return cfg_fail(ld, at ? at : map, "", "%s.%s", path, msg);
     }
-    burst = field_node(ld, map, "burst");
+    burst = cfg_field_node(ld, map, "burst");
     if (burst != NULL && t->burst == 0 && !policy_burst_zero_meaningful(t->algorithm))
-        return fail(ld, burst, "", "%s.burst: 0 is not allowed for %s; leave burst out instead",
-                    path, policy_algorithm_name(t->algorithm));
+        return cfg_fail(ld, burst, "", "%s.burst: 0 is not allowed for %s; leave burst out instead",
+                        path, policy_algorithm_name(t->algorithm));
     return 0;
 }
 
@@ -155,25 +156,26 @@ static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *p
     size_t i, j;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of tiers, got %s", kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of tiers, got %s", cfg_kind(node));
     item = node->data.sequence.items.start;
     if (item == node->data.sequence.items.top)
-        return fail(ld, node, path, "at least one tier is required");
+        return cfg_fail(ld, node, path, "at least one tier is required");
     for (i = 0; item < node->data.sequence.items.top; item++, i++) {
-        const yaml_node_t *map = node_at(ld, *item);
+        const yaml_node_t *map = cfg_node_at(ld, *item);
         struct tier *t;
 
         if (i == POLICY_MAX_TIERS)
-            return fail(ld, map, path, "at most %d tiers are allowed", POLICY_MAX_TIERS);
+            return cfg_fail(ld, map, path, "at most %d tiers are allowed", POLICY_MAX_TIERS);
         t = &p->tiers[i];
         snprintf(child, sizeof child, "%s[%zu]", path, i);
         memset(t, 0, sizeof *t);
-        if (parse_fields(ld, map, child, tier_fields, t) < 0 || check_tier(ld, map, child, t) < 0)
+        if (cfg_parse_fields(ld, map, child, tier_fields, t) < 0 ||
+            check_tier(ld, map, child, t) < 0)
             return -1;
         for (j = 0; j < i; j++)
             if (strcmp(p->tiers[j].name, t->name) == 0)
-                return fail(ld, field_node(ld, map, "name"), child, "duplicate tier name \"%s\"",
-                            t->name);
+                return cfg_fail(ld, cfg_field_node(ld, map, "name"), child,
+                                "duplicate tier name \"%s\"", t->name);
         p->ntiers = i + 1;
     }
     return 0;
@@ -192,13 +194,13 @@ static int index_overrides(struct loader *ld, const yaml_node_t *seq, const char
 
     if (policy_overrides_index(o, &first, &second) == 0)
         return 0;
-    first_map = node_at(ld, seq->data.sequence.items.start[first]);
-    second_map = node_at(ld, seq->data.sequence.items.start[second]);
-    what = field_node(ld, second_map, "key") != NULL ? "key" : "prefix";
-    at = field_node(ld, second_map, what);
-    return fail(ld, at, "", "%s[%zu].%s: duplicate %s \"%s\" (also overrides[%zu], line %zu)", path,
-                second, what, what, shown((const char *)at->data.scalar.value, buf), first,
-                first_map->start_mark.line + 1);
+    first_map = cfg_node_at(ld, seq->data.sequence.items.start[first]);
+    second_map = cfg_node_at(ld, seq->data.sequence.items.start[second]);
+    what = cfg_field_node(ld, second_map, "key") != NULL ? "key" : "prefix";
+    at = cfg_field_node(ld, second_map, what);
+    return cfg_fail(ld, at, "", "%s[%zu].%s: duplicate %s \"%s\" (also overrides[%zu], line %zu)",
+                    path, second, what, what, cfg_shown((const char *)at->data.scalar.value, buf),
+                    first, first_map->start_mark.line + 1);
 }
 
 /*
@@ -208,7 +210,7 @@ static int index_overrides(struct loader *ld, const yaml_node_t *seq, const char
  * the policy's settings at the end of the load (policy_overrides_inherit,
  * called by config_load_string once every per-policy setting is final).
  */
-int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+int cfg_parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     struct policy_overrides **out = slot;
     const yaml_node_item_t *item;
@@ -216,24 +218,25 @@ int parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path
     size_t i;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of overrides, got %s", kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of overrides, got %s", cfg_kind(node));
     *out = policy_overrides_new();
     for (i = 0, item = node->data.sequence.items.start; item < node->data.sequence.items.top;
          item++, i++) {
-        const yaml_node_t *map = node_at(ld, *item);
+        const yaml_node_t *map = cfg_node_at(ld, *item);
         struct override_entry e = {NULL, NULL, {.ntiers = 0}};
         const char *text;
         int rc;
 
         if (i == POLICY_MAX_OVERRIDES)
-            return fail(ld, map, path, "at most %d overrides are allowed", POLICY_MAX_OVERRIDES);
+            return cfg_fail(ld, map, path, "at most %d overrides are allowed",
+                            POLICY_MAX_OVERRIDES);
         snprintf(child, sizeof child, "%s[%zu]", path, i);
-        rc = parse_fields(ld, map, child, override_fields, &e);
+        rc = cfg_parse_fields(ld, map, child, override_fields, &e);
         if (rc == 0 && e.key != NULL && e.prefix != NULL)
-            rc = fail(ld, map, child, "give key or prefix, not both");
+            rc = cfg_fail(ld, map, child, "give key or prefix, not both");
         else if (rc == 0 && e.key == NULL && e.prefix == NULL)
-            rc = fail(ld, map, child,
-                      "missing key (one exact key) or prefix (every key that starts with it)");
+            rc = cfg_fail(ld, map, child,
+                          "missing key (one exact key) or prefix (every key that starts with it)");
         text = e.key != NULL ? e.key : e.prefix;
         if (rc == 0)
             policy_overrides_add(*out, e.prefix != NULL, text, strlen(text), e.tiers.tiers,
@@ -273,12 +276,12 @@ static int policy_cmp(const void *name, const void *p)
 }
 
 /* A policy's key template before its fields are read: "${ip}". */
-int default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p)
+int cfg_default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p)
 {
     char msg[RL_ERRLEN];
     size_t off;
     if (key_template_compile(KEY_TEMPLATE_DEFAULT, &p->key, &off, msg, sizeof msg) < 0)
-        return fail(ld, at, path, "%s", msg); /* a broken invariant, reported all the same */
+        return cfg_fail(ld, at, path, "%s", msg); /* a broken invariant, reported all the same */
     return 0;
 }
 
@@ -287,18 +290,18 @@ int default_key(struct loader *ld, const yaml_node_t *at, const char *path, stru
 static int parse_key_template(struct loader *ld, const yaml_node_t *node, const char *path,
                               void *slot)
 {
-    const char *s = scalar_text(ld, node, path, "a key template", 0);
+    const char *s = cfg_scalar_text(ld, node, path, "a key template", 0);
     char msg[RL_ERRLEN];
     size_t at;
 
     if (s == NULL)
         return -1;
     if (key_template_compile(s, slot, &at, msg, sizeof msg) < 0)
-        return fail_in(ld, node, at, path, "%s", msg);
+        return cfg_fail_in(ld, node, at, path, "%s", msg);
     return 0;
 }
 /* The policies mapping: name -> policy. Leaves c->policies sorted by name. */
-int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     struct config *c = slot;
     const yaml_node_pair_t *pair;
@@ -309,17 +312,17 @@ int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path,
     int rc = 0;
 
     if (node->type != YAML_MAPPING_NODE)
-        return fail(ld, node, path, "expected a mapping of policy names to policies, got %s",
-                    kind(node));
+        return cfg_fail(ld, node, path, "expected a mapping of policy names to policies, got %s",
+                        cfg_kind(node));
     n = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
     if (n == 0)
-        return fail(ld, node, path, "at least one policy is required");
+        return cfg_fail(ld, node, path, "at least one policy is required");
 
     parsed = xcalloc(n, sizeof *parsed);
     order = xcalloc(n, sizeof *order);
     for (i = 0, pair = node->data.mapping.pairs.start; i < n && rc == 0; i++, pair++) {
-        const yaml_node_t *key = node_at(ld, pair->key);
-        const char *name = name_text(ld, key, path);
+        const yaml_node_t *key = cfg_node_at(ld, pair->key);
+        const char *name = cfg_name_text(ld, key, path);
 
         if (name == NULL) {
             rc = -1;
@@ -327,19 +330,21 @@ int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path,
         }
         order[i] = (struct entry){&parsed[i], key, i};
         strcpy(parsed[i].name, name);
-        set_defaults(policy_fields, &parsed[i]);
-        if (default_key(ld, key, child, &parsed[i]) < 0) {
+        cfg_set_defaults(cfg_policy_fields, &parsed[i]);
+        if (cfg_default_key(ld, key, child, &parsed[i]) < 0) {
             rc = -1;
             break;
         }
-        join(child, path, name);
-        rc = parse_fields(ld, node_at(ld, pair->value), child, policy_fields, &parsed[i]);
+        cfg_join(child, path, name);
+        rc = cfg_parse_fields(ld, cfg_node_at(ld, pair->value), child, cfg_policy_fields,
+                              &parsed[i]);
     }
     if (rc == 0) {
         qsort(order, n, sizeof *order, entry_cmp);
         for (i = 1; i < n && rc == 0; i++)
             if (strcmp(order[i].policy->name, order[i - 1].policy->name) == 0)
-                rc = fail(ld, order[i].key, path, "duplicate policy \"%s\"", order[i].policy->name);
+                rc = cfg_fail(ld, order[i].key, path, "duplicate policy \"%s\"",
+                              order[i].policy->name);
     }
     if (rc == 0) {
         /* The copies take over each policy's overrides. */
@@ -359,7 +364,7 @@ int parse_policies(struct loader *ld, const yaml_node_t *node, const char *path,
 /* Per-policy settings left unset take the top-level value. Done after the
  * whole file is read, since the top-level field may come after `policies`;
  * afterwards the answer needs only the policy, never the config. */
-void inherit_settings(struct config *c)
+void cfg_inherit_settings(struct config *c)
 {
     for (size_t i = 0; i < c->npolicies; i++) {
         if (c->policies[i].headers == HEADERS_INHERIT)

@@ -26,7 +26,7 @@
  * worth guessing: 26379 is a convention, not a rule). */
 static int check_sentinel_address(const char *s, char *err, size_t errlen)
 {
-    return check_host_port(s, 1, err, errlen);
+    return cfg_check_host_port(s, 1, err, errlen);
 }
 
 /* A cluster seed: a TCP URL (cluster nodes announce host:port, never a
@@ -62,27 +62,27 @@ static int parse_string_list(struct loader *ld, const yaml_node_t *node, const c
     size_t count;
 
     if (node->type != YAML_SEQUENCE_NODE)
-        return fail(ld, node, path, "expected a sequence of %s, got %s", what, kind(node));
+        return cfg_fail(ld, node, path, "expected a sequence of %s, got %s", what, cfg_kind(node));
     count = (size_t)(node->data.sequence.items.top - node->data.sequence.items.start);
     if (count == 0 || count > max)
-        return fail(ld, node, path, "must list 1 to %zu %s", max, what);
+        return cfg_fail(ld, node, path, "must list 1 to %zu %s", max, what);
     *items = xcalloc(count, sizeof **items);
     for (item = node->data.sequence.items.start; *n < count; item++) {
-        const yaml_node_t *v = node_at(ld, *item);
+        const yaml_node_t *v = cfg_node_at(ld, *item);
         const char *s;
 
         snprintf(child, sizeof child, "%s[%zu]", path, *n);
-        if ((s = scalar_text(ld, v, child, "a string", 0)) == NULL)
+        if ((s = cfg_scalar_text(ld, v, child, "a string", 0)) == NULL)
             return -1;
         if (check(s, msg, sizeof msg) < 0)
-            return fail(ld, v, child, "%s", msg);
+            return cfg_fail(ld, v, child, "%s", msg);
         (*items)[(*n)++] = xstrdup(s);
     }
     return 0;
 }
 
-int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
-                             void *slot)
+int cfg_parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
+                                 void *slot)
 {
     struct redis_sentinel_config *sc = slot;
     return parse_string_list(ld, node, path, SENTINELS_MAX, "sentinel addresses (host:port)",
@@ -91,17 +91,17 @@ int parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const c
 
 /* redis.sentinel.password: a string, or null for none (the sentinels'
  * AUTH is often off even when the data nodes' is on). */
-int parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
-                            void *slot)
+int cfg_parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
+                                void *slot)
 {
     const char *s;
 
-    if (is_null(node))
+    if (cfg_is_null(node))
         return 0;
-    if ((s = scalar_text(ld, node, path, "a string or null", 0)) == NULL)
+    if ((s = cfg_scalar_text(ld, node, path, "a string or null", 0)) == NULL)
         return -1;
     if (*s == '\0')
-        return fail(ld, node, path, "must not be empty: leave it out (or null) for no AUTH");
+        return cfg_fail(ld, node, path, "must not be empty: leave it out (or null) for no AUTH");
     *(char **)slot = xstrdup(s);
     return 0;
 }
@@ -113,7 +113,7 @@ static int is_rediss(const char *url)
 
 /* redis.cluster: seed URLs, all of one scheme, since one redis.tls (or
  * none) serves every node the cluster announces. */
-int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
     struct config *c = slot;
     char child[PATH_LEN];
@@ -124,9 +124,9 @@ int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, 
     for (size_t i = 1; i < c->redis_ncluster; i++) {
         if (is_rediss(c->redis_cluster[i]) != is_rediss(c->redis_cluster[0])) {
             snprintf(child, sizeof child, "%s[%zu]", path, i);
-            return fail(ld, node_at(ld, node->data.sequence.items.start[i]), child,
-                        "every seed must use the scheme of %s[0] (%s)", path,
-                        is_rediss(c->redis_cluster[0]) ? "rediss://" : "redis://");
+            return cfg_fail(ld, cfg_node_at(ld, node->data.sequence.items.start[i]), child,
+                            "every seed must use the scheme of %s[0] (%s)", path,
+                            is_rediss(c->redis_cluster[0]) ? "rediss://" : "redis://");
         }
     }
     return 0;
@@ -135,13 +135,13 @@ int parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, 
 /* redis.tls's client certificate and key go together. */
 static int check_tls_pair(struct loader *ld, const yaml_node_t *tls)
 {
-    const yaml_node_t *cert = field_node(ld, tls, "cert_file");
-    const yaml_node_t *key = field_node(ld, tls, "key_file");
+    const yaml_node_t *cert = cfg_field_node(ld, tls, "cert_file");
+    const yaml_node_t *key = cfg_field_node(ld, tls, "key_file");
 
     if (cert != NULL && key == NULL)
-        return fail(ld, cert, "redis.tls.cert_file", "needs key_file (the certificate's key)");
+        return cfg_fail(ld, cert, "redis.tls.cert_file", "needs key_file (the certificate's key)");
     if (key != NULL && cert == NULL)
-        return fail(ld, key, "redis.tls.key_file", "needs cert_file (the key's certificate)");
+        return cfg_fail(ld, key, "redis.tls.key_file", "needs cert_file (the key's certificate)");
     return 0;
 }
 
@@ -153,9 +153,9 @@ static int check_tls_pair(struct loader *ld, const yaml_node_t *tls)
  * section with plain URLs would be silently ignored (refused). Sets
  * redis_tls_on from the scheme of the URLs in use.
  */
-int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c)
+int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c)
 {
-    const yaml_node_t *redis = field_node(ld, root, "redis");
+    const yaml_node_t *redis = cfg_field_node(ld, root, "redis");
     const yaml_node_t *url, *tls, *sentinel, *cluster;
     struct redis_url u;
     char msg[RL_ERRLEN];
@@ -163,32 +163,32 @@ int check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config 
 
     if (redis == NULL)
         return 0; /* the default URL: plain TCP */
-    url = field_node(ld, redis, "url");
-    tls = field_node(ld, redis, "tls");
-    sentinel = field_node(ld, redis, "sentinel");
-    cluster = field_node(ld, redis, "cluster");
+    url = cfg_field_node(ld, redis, "url");
+    tls = cfg_field_node(ld, redis, "tls");
+    sentinel = cfg_field_node(ld, redis, "sentinel");
+    cluster = cfg_field_node(ld, redis, "cluster");
     if (cluster != NULL && sentinel != NULL)
-        return fail(ld, cluster, "redis.cluster", "give sentinel or cluster, not both");
+        return cfg_fail(ld, cluster, "redis.cluster", "give sentinel or cluster, not both");
     if (cluster != NULL && url != NULL)
-        return fail(ld, url, "redis.url",
-                    "not used with redis.cluster (the seed URLs give the scheme and "
-                    "credentials): remove it");
+        return cfg_fail(ld, url, "redis.url",
+                        "not used with redis.cluster (the seed URLs give the scheme and "
+                        "credentials): remove it");
     if (c->redis_ncluster > 0) {
         c->redis_tls_on = is_rediss(c->redis_cluster[0]);
     } else {
         /* Validated by its field already; checked all the same. */
         if (redis_url_parse(c->redis_url, &u, msg, sizeof msg) < 0)
-            return fail(ld, url != NULL ? url : redis, "redis.url", "%s", msg);
+            return cfg_fail(ld, url != NULL ? url : redis, "redis.url", "%s", msg);
         c->redis_tls_on = u.tls;
         is_unix = u.unix_path != NULL;
         redis_url_free(&u);
         if (sentinel != NULL && is_unix)
-            return fail(ld, url, "redis.url",
-                        "must be redis:// or rediss:// with redis.sentinel (the sentinels give "
-                        "the master's host and port)");
+            return cfg_fail(ld, url, "redis.url",
+                            "must be redis:// or rediss:// with redis.sentinel (the sentinels give "
+                            "the master's host and port)");
     }
     if (tls != NULL && !c->redis_tls_on)
-        return fail(ld, tls, "redis.tls", "applies only to rediss:// URLs, and %s is not one",
-                    cluster != NULL ? "redis.cluster" : "redis.url");
+        return cfg_fail(ld, tls, "redis.tls", "applies only to rediss:// URLs, and %s is not one",
+                        cluster != NULL ? "redis.cluster" : "redis.url");
     return tls != NULL ? check_tls_pair(ld, tls) : 0;
 }

@@ -8,7 +8,7 @@
  * reported as "<file>:<line>:<column>: <path>: <message>", pointing at the
  * offending node (at the mapping, for a missing field).
  *
- * Owns the messages, the node helpers, parse_value/parse_fields and the
+ * Owns the messages, the node helpers, parse_value/cfg_parse_fields and the
  * document's loading (one document, syntax errors with their position).
  * Does not own any table (config_fields.c and its siblings), what a value
  * means beyond its type (their checkers and custom parsers), nor the
@@ -28,8 +28,8 @@
 
 /* Reports an error at node and returns -1. path is the dotted path to the
  * node ("" for the top), fmt the message. */
-__attribute__((format(printf, 4, 5))) int fail(struct loader *ld, const yaml_node_t *node,
-                                               const char *path, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) int cfg_fail(struct loader *ld, const yaml_node_t *node,
+                                                   const char *path, const char *fmt, ...)
 {
     char msg[2 * RL_ERRLEN];
     va_list ap;
@@ -45,8 +45,9 @@ __attribute__((format(printf, 4, 5))) int fail(struct loader *ld, const yaml_nod
 /* Like fail, but at byte `at` of a scalar's value when the scalar sits on
  * one line with no escapes (its width in the file is its length, plus two
  * quotes), where the column is exact; else at the node. */
-__attribute__((format(printf, 5, 6))) int fail_in(struct loader *ld, const yaml_node_t *node,
-                                                  size_t at, const char *path, const char *fmt, ...)
+__attribute__((format(printf, 5, 6))) int cfg_fail_in(struct loader *ld, const yaml_node_t *node,
+                                                      size_t at, const char *path, const char *fmt,
+                                                      ...)
 {
     char msg[2 * RL_ERRLEN];
     va_list ap;
@@ -66,7 +67,7 @@ __attribute__((format(printf, 5, 6))) int fail_in(struct loader *ld, const yaml_
 
 /* A value from the file made safe to quote in a message: at most
  * SHOWN_LEN - 4 bytes, anything not printable ASCII shown as '?'. */
-const char *shown(const char *s, char buf[SHOWN_LEN])
+const char *cfg_shown(const char *s, char buf[SHOWN_LEN])
 {
     size_t i;
 
@@ -77,20 +78,20 @@ const char *shown(const char *s, char buf[SHOWN_LEN])
 }
 
 /* Appends name to a ", "-separated list in buf. */
-void list_add(char *buf, size_t size, const char *name)
+void cfg_list_add(char *buf, size_t size, const char *name)
 {
     size_t n = strlen(buf);
     snprintf(buf + n, size - n, "%s%s", n ? ", " : "", name);
 }
 
-void join(char *out, const char *path, const char *name)
+void cfg_join(char *out, const char *path, const char *name)
 {
     snprintf(out, PATH_LEN, "%s%s%s", path, *path ? "." : "", name);
 }
 
 /* ---- nodes --------------------------------------------------------------- */
 
-int is_null(const yaml_node_t *n)
+int cfg_is_null(const yaml_node_t *n)
 {
     static const char *const nulls[] = {"", "~", "null", "Null", "NULL"};
     size_t i;
@@ -103,7 +104,7 @@ int is_null(const yaml_node_t *n)
     return 0;
 }
 
-const char *kind(const yaml_node_t *n)
+const char *cfg_kind(const yaml_node_t *n)
 {
     switch (n->type) {
     case YAML_MAPPING_NODE:
@@ -111,11 +112,11 @@ const char *kind(const yaml_node_t *n)
     case YAML_SEQUENCE_NODE:
         return "a sequence";
     default:
-        return is_null(n) ? "null" : "a scalar";
+        return cfg_is_null(n) ? "null" : "a scalar";
     }
 }
 
-yaml_node_t *node_at(struct loader *ld, int index)
+yaml_node_t *cfg_node_at(struct loader *ld, int index)
 {
     return yaml_document_get_node(&ld->doc, index);
 }
@@ -126,47 +127,47 @@ yaml_node_t *node_at(struct loader *ld, int index)
  * plain_only, a quoted scalar is refused too: in YAML "5" and "true" are
  * strings, not a number and a boolean.
  */
-const char *scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
-                        const char *expected, int plain_only)
+const char *cfg_scalar_text(struct loader *ld, const yaml_node_t *node, const char *path,
+                            const char *expected, int plain_only)
 {
     const char *s;
 
-    if (node->type != YAML_SCALAR_NODE || is_null(node))
-        return fail(ld, node, path, "expected %s, got %s", expected, kind(node)), NULL;
+    if (node->type != YAML_SCALAR_NODE || cfg_is_null(node))
+        return cfg_fail(ld, node, path, "expected %s, got %s", expected, cfg_kind(node)), NULL;
     s = (const char *)node->data.scalar.value;
     if (strlen(s) != node->data.scalar.length)
-        fail(ld, node, path, "contains a NUL byte");
+        cfg_fail(ld, node, path, "contains a NUL byte");
     else if (plain_only && node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        fail(ld, node, path, "expected %s, got a quoted string", expected);
+        cfg_fail(ld, node, path, "expected %s, got a quoted string", expected);
     else
         return s;
     return NULL;
 }
 
 /* A policy or tier name: its text, or NULL after reporting it invalid. */
-const char *name_text(struct loader *ld, const yaml_node_t *node, const char *path)
+const char *cfg_name_text(struct loader *ld, const yaml_node_t *node, const char *path)
 {
     char buf[SHOWN_LEN];
-    const char *s = scalar_text(ld, node, path, "a name", 0);
+    const char *s = cfg_scalar_text(ld, node, path, "a name", 0);
 
     if (s != NULL && !policy_name_valid(s)) {
-        fail(ld, node, path, "invalid name \"%s\": use 1 to %d of A-Z a-z 0-9 _ . -", shown(s, buf),
-             POLICY_NAME_MAX);
+        cfg_fail(ld, node, path, "invalid name \"%s\": use 1 to %d of A-Z a-z 0-9 _ . -",
+                 cfg_shown(s, buf), POLICY_NAME_MAX);
         return NULL;
     }
     return s;
 }
 
 /* The value of the field called name in a mapping, or NULL. */
-const yaml_node_t *field_node(struct loader *ld, const yaml_node_t *map, const char *name)
+const yaml_node_t *cfg_field_node(struct loader *ld, const yaml_node_t *map, const char *name)
 {
     const yaml_node_pair_t *pair;
 
     for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
-        const yaml_node_t *key = node_at(ld, pair->key);
+        const yaml_node_t *key = cfg_node_at(ld, pair->key);
         if (key->type == YAML_SCALAR_NODE &&
             strcmp((const char *)key->data.scalar.value, name) == 0)
-            return node_at(ld, pair->value);
+            return cfg_node_at(ld, pair->value);
     }
     return NULL;
 }
@@ -187,35 +188,35 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
 
     switch (f->type) {
     case F_SECTION:
-        return parse_fields(ld, node, path, f->section, target);
+        return cfg_parse_fields(ld, node, path, f->section, target);
     case F_CUSTOM:
         return f->parse(ld, node, path, slot);
     case F_NAME:
-        if ((s = name_text(ld, node, path)) == NULL)
+        if ((s = cfg_name_text(ld, node, path)) == NULL)
             return -1;
         strcpy(slot, s);
         return 0;
     case F_STRING:
-        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+        if ((s = cfg_scalar_text(ld, node, path, "a string", 0)) == NULL)
             return -1;
         /* The value is not quoted back: a Redis URL may hold a password. */
         if (f->check != NULL && f->check(s, msg, sizeof msg) < 0)
-            return fail(ld, node, path, "%s", msg);
+            return cfg_fail(ld, node, path, "%s", msg);
         free(*(char **)slot);
         *(char **)slot = xstrdup(s);
         return 0;
     case F_INT:
-        if ((s = scalar_text(ld, node, path, "an integer", 1)) == NULL)
+        if ((s = cfg_scalar_text(ld, node, path, "an integer", 1)) == NULL)
             return -1;
         rc = util_parse_int64(s, f->min, f->max, slot, msg, sizeof msg);
         break;
     case F_DURATION:
-        if ((s = scalar_text(ld, node, path, "a duration", 0)) == NULL)
+        if ((s = cfg_scalar_text(ld, node, path, "a duration", 0)) == NULL)
             return -1;
         rc = util_parse_duration(s, f->max, slot, msg, sizeof msg);
         break;
     case F_BOOL:
-        if ((s = scalar_text(ld, node, path, "true or false", 1)) == NULL)
+        if ((s = cfg_scalar_text(ld, node, path, "true or false", 1)) == NULL)
             return -1;
         if (strcmp(s, "true") == 0 || strcmp(s, "false") == 0) {
             *(int *)slot = s[0] == 't';
@@ -225,21 +226,21 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
         snprintf(msg, sizeof msg, "expected true or false");
         break;
     case F_CHOICE:
-        if ((s = scalar_text(ld, node, path, "a string", 0)) == NULL)
+        if ((s = cfg_scalar_text(ld, node, path, "a string", 0)) == NULL)
             return -1;
         for (i = 0; f->choices[i] != NULL; i++) {
             if (strcmp(s, f->choices[i]) == 0) {
                 *(int *)slot = (int)i;
                 return 0;
             }
-            list_add(list, sizeof list, f->choices[i]);
+            cfg_list_add(list, sizeof list, f->choices[i]);
         }
         rc = -1;
         snprintf(msg, sizeof msg, "must be one of %s", list);
         break;
     }
     if (rc < 0)
-        return fail(ld, node, path, "invalid value \"%s\": %s", shown(s, buf), msg);
+        return cfg_fail(ld, node, path, "invalid value \"%s\": %s", cfg_shown(s, buf), msg);
     return 0;
 }
 
@@ -248,8 +249,8 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
  * field, at most once; every required field must be there. Fields absent
  * keep what target already holds (the defaults).
  */
-int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
-                 const struct field *fields, void *target)
+int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
+                     const struct field *fields, void *target)
 {
     const yaml_node_t *seen[MAX_FIELDS] = {NULL};
     const yaml_node_pair_t *pair;
@@ -257,10 +258,10 @@ int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
     const struct field *f;
 
     if (map->type != YAML_MAPPING_NODE)
-        return fail(ld, map, path, "expected a mapping, got %s", kind(map));
+        return cfg_fail(ld, map, path, "expected a mapping, got %s", cfg_kind(map));
     for (pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top; pair++) {
-        const yaml_node_t *key = node_at(ld, pair->key);
-        const char *name = scalar_text(ld, key, path, "a field name", 0);
+        const yaml_node_t *key = cfg_node_at(ld, pair->key);
+        const char *name = cfg_scalar_text(ld, key, path, "a field name", 0);
 
         if (name == NULL)
             return -1;
@@ -268,19 +269,20 @@ int parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
             ;
         if (f->name == NULL) {
             for (f = fields; f->name != NULL; f++)
-                list_add(known, sizeof known, f->name);
-            return fail(ld, key, path, "unknown field \"%s\" (known: %s)", shown(name, buf), known);
+                cfg_list_add(known, sizeof known, f->name);
+            return cfg_fail(ld, key, path, "unknown field \"%s\" (known: %s)", cfg_shown(name, buf),
+                            known);
         }
         if (seen[f - fields] != NULL)
-            return fail(ld, key, path, "duplicate field \"%s\"", name);
+            return cfg_fail(ld, key, path, "duplicate field \"%s\"", name);
         seen[f - fields] = key;
-        join(child, path, f->name);
-        if (parse_value(ld, f, node_at(ld, pair->value), child, target) < 0)
+        cfg_join(child, path, f->name);
+        if (parse_value(ld, f, cfg_node_at(ld, pair->value), child, target) < 0)
             return -1;
     }
     for (f = fields; f->name != NULL; f++)
         if (f->required && seen[f - fields] == NULL)
-            return fail(ld, map, path, "missing required field \"%s\"", f->name);
+            return cfg_fail(ld, map, path, "missing required field \"%s\"", f->name);
     return 0;
 }
 
@@ -316,7 +318,7 @@ static void syntax_error(struct loader *ld, const yaml_parser_t *parser, const c
 
 /* Loads the one document of the stream into ld->doc. On success the caller
  * deletes ld->doc; on failure there is nothing to delete. */
-int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len)
+int cfg_load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len)
 {
     yaml_document_t extra;
     const yaml_node_t *root;
@@ -334,7 +336,7 @@ int load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, si
         rc = -1;
     } else {
         if ((root = yaml_document_get_root_node(&extra)) != NULL)
-            rc = fail(ld, root, "", "a second YAML document; the file must hold only one");
+            rc = cfg_fail(ld, root, "", "a second YAML document; the file must hold only one");
         yaml_document_delete(&extra);
     }
     if (rc < 0)

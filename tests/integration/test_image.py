@@ -71,7 +71,8 @@ def outside():
         harness.bail_out("the build failed:\n" + (build.stdout + build.stderr)[-3000:])
     info = json.loads(sh(["podman", "image", "inspect", TAG]).stdout)[0]
     cfg = info["Config"]
-    health = info.get("HealthCheck") or cfg.get("Healthcheck") or {}
+    # Where podman 4.3 puts it: beside Config, not in it.
+    health = info.get("Healthcheck") or cfg.get("Healthcheck") or {}
     harness.diag("image size: %d bytes (%.1f MB), podman image inspect --format '{{.Size}}'"
                  % (info["Size"], info["Size"] / 1e6))
     harness.ok(info["Size"] < MAX_SIZE, "the image is under %d MB" % (MAX_SIZE // 1000000))

@@ -4,11 +4,15 @@
 # file; `make check`; then the same suite built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
 # missing from the distribution fails too); then the daemon's integration
-# tests under valgrind; then a short run of each fuzzer.
+# tests under valgrind; then a short run of each fuzzer; then the container
+# image built with podman and run chrooted (tests/integration/test_image.py).
 # Ends with one line "N passed, N failed" over every TAP test point.
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
+# The test tools too (tools/build.sh alone installs only what building and
+# tools/run.sh need).
+sh tools/deps.sh --test
 sh tools/build.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -63,8 +67,16 @@ else
     rc=1
 fi
 
-passed=0
-failed=0
+# The image: a podman build (minutes on 2 cores, layers cached between
+# runs) and the image's command run chrooted; TAP, counted below.
+echo "== the container image (tests/integration/test_image.py)"
+t0=$(date +%s)
+RL_SRCDIR="$top" /usr/bin/python3 tests/integration/test_image.py >"$work/image.tap" 2>&1 || rc=1
+cat "$work/image.tap"
+echo "== the container image: $(($(date +%s) - t0)) s"
+
+passed=$(grep -c '^ok' "$work/image.tap" || true)
+failed=$(grep -c '^not ok' "$work/image.tap" || true)
 for d in "$top" "$work/san"; do
     p=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
     f=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)

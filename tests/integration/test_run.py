@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_run.py: tools/run.sh, the README's first command, as a user runs it.
+
+- A Redis that the test started (holding a sentinel key) already answers on
+  REDIS_PORT: run.sh says so, starts its own redis-server on another port,
+  and the daemon answers /check on PORT from that one; the test's Redis gets
+  no rl:* key. SIGTERM stops run.sh, its daemon and its Redis.
+- REDIS_URL names the test's Redis: used on purpose, no redis-server started.
+- BACKEND=memory: /check answers with no Redis and no redis-server started.
+- What run.sh installs (tools/build.sh -> `tools/deps.sh`, no flag) names no
+  test tool and no server but redis-server; `--test` adds them.
+
+RATELIMITD (set by make check) is the built daemon, so run.sh does not
+build."""
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+SRC = os.environ.get("RL_SRCDIR", ".")
+BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
+# Test tools and servers: never in the list that the README's first command
+# installs (redis-server is run.sh's throwaway Redis, and no service).
+NOT_FOR_RUN = ("nginx", "caddy", "apache2", "lighttpd", "valgrind", "clang", "clang-format",
+               "libclang-rt-14-dev", "python3-grpcio", "python3-grpc-tools", "nghttp2-client",
+               "podman", "buildah", "man-db", "groff-base", "redis-sentinel", "mmdebstrap",
+               "lintian", "debhelper", "prometheus", "shellcheck")
+CHECK = json.dumps({"policy": "login", "key": "ip:192.0.2.7"})
+
+
+def check(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("POST", "/check", CHECK, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def children(pid):
+    """The command names of pid's child processes."""
+    names = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                with open("/proc/%s/comm" % d) as f:
+                    names.append(f.read().strip())
+        except (OSError, ValueError, IndexError):
+            pass
+    return names
+
+
+def run_sh(env_extra, tmp, name):
+    env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY), **env_extra)
+    log = os.path.join(tmp, name + ".log")
+    proc = harness.spawn(["sh", os.path.join(SRC, "tools", "run.sh")], log, env=env)
+    return proc, log
+
+
+def answered(proc, port, log):
+    """The first 200 to /check from run.sh's daemon (503 until its Redis is
+    connected)."""
+    def up():
+        if proc.poll() is not None:
+            raise RuntimeError("run.sh exited %s:\n%s" % (proc.returncode, harness.tail(log)))
+        got = check(port)
+        return got if got[0] == 200 else None
+    return harness.wait_until(up, 15, 0.1, "run.sh's daemon to answer /check")
+
+
+def stop(proc, log, what):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rc = proc.wait(15)
+    except Exception:
+        rc = None
+    harness.eq(rc, 0, "%s: SIGTERM stops run.sh, exit 0" % what)
+
+
+def deps_lists():
+    def listed(*flags):
+        res = subprocess.run(["sh", os.path.join(SRC, "tools", "deps.sh"), "--list"] + list(flags),
+                             capture_output=True, text=True, check=True)
+        return res.stdout.split()
+    run, test = listed(), listed("--test")
+    with open(os.path.join(SRC, "tools", "build.sh")) as f:
+        harness.ok(re.search(r"(?m)^sh tools/deps\.sh$", f.read()),
+                   "tools/build.sh (so run.sh) installs tools/deps.sh's default list")
+    harness.ok("redis-server" in run and "gcc" in run, "the default list builds and has run.sh's Redis")
+    bad = sorted(set(run) & set(NOT_FOR_RUN))
+    harness.eq(bad, [], "the default list has no test tool and no server but redis-server")
+    harness.ok(set(run) < set(test) and {"nginx", "valgrind", "podman"} <= set(test),
+               "--test adds the test tools to it")
+    harness.ok("redis-server" not in listed("--build"), "--build (the image's build stage): no Redis")
+
+
+def main():
+    deps_lists()
+    if not BINARY:
+        harness.skip_all("ratelimitd is not built (set RATELIMITD)")
+    if not harness.find_program("REDIS_SERVER", "redis-server") or not harness.find_program(
+            "REDIS_CLI", "redis-cli"):
+        harness.skip_all("redis-server or redis-cli is not installed (tools/deps.sh)")
+    tmp = harness.make_tempdir("rl-run-")
+    theirs_port = harness.free_port()
+    theirs = harness.RedisServer(extra_args=["--port", str(theirs_port), "--bind", "127.0.0.1"])
+    theirs.start()
+    with theirs.client() as c:
+        c.command("SET", "sentinel", "theirs")
+
+    # 1. A Redis answers on REDIS_PORT already: left alone.
+    port = harness.free_port()
+    proc, log = run_sh({"PORT": str(port), "REDIS_PORT": str(theirs_port)}, tmp, "occupied")
+    status, body = answered(proc, port, log)
+    harness.ok(status == 200 and body.get("allowed") is True,
+               "the daemon answers /check on PORT %d: %s %s" % (port, status, body.get("allowed")))
+    with open(log) as f:
+        out = f.read()
+    harness.ok("already answers on 127.0.0.1:%d" % theirs_port in out,
+               "run.sh says something already answers on REDIS_PORT")
+    ours = re.findall(r"started redis-server on (127\.0\.0\.1:\d+)", out)
+    harness.ok(ours and ours[0] != "127.0.0.1:%d" % theirs_port,
+               "run.sh started its own Redis on another port: %s" % ours)
+    harness.ok("redis-server" in children(proc.pid), "a redis-server runs under run.sh")
+    if ours:
+        host, p = ours[0].split(":")
+        with harness.RedisClient(host=host, port=int(p)) as c:
+            keys = c.command("KEYS", "rl:*")
+        harness.ok(len(keys) > 0, "the decision's keys are in run.sh's Redis: %d" % len(keys))
+    with theirs.client() as c:
+        harness.eq(c.command("KEYS", "rl:*"), [], "the test's Redis got no rl:* key")
+        harness.eq(c.command("DBSIZE"), 1, "the test's Redis holds only its sentinel key")
+    stop(proc, log, "occupied port")
+    harness.ok(not children(proc.pid), "run.sh's daemon and Redis are gone")
+    if ours:
+        try:
+            with harness.RedisClient(host=host, port=int(p), timeout=1) as c:
+                c.command("PING")
+            gone = False
+        except OSError:
+            gone = True
+        harness.ok(gone, "run.sh's Redis on %s stopped with it" % ours[0])
+
+    # 2. REDIS_URL: the test's Redis, on purpose.
+    port = harness.free_port()
+    url = "redis://127.0.0.1:%d/0" % theirs_port
+    proc, log = run_sh({"PORT": str(port), "REDIS_URL": url}, tmp, "url")
+    status, body = answered(proc, port, log)
+    harness.eq(status, 200, "REDIS_URL: /check answers")
+    harness.ok("redis-server" not in children(proc.pid), "REDIS_URL: no redis-server started")
+    with theirs.client() as c:
+        keys = c.command("KEYS", "rl:*")
+        harness.ok(len(keys) > 0, "REDIS_URL: the decision is in that Redis (%d keys)" % len(keys))
+        harness.eq(c.command("GET", "sentinel"), "theirs", "its sentinel key is untouched")
+    stop(proc, log, "REDIS_URL")
+
+    # 3. BACKEND=memory: no Redis at all (REDIS_PORT names the test's Redis,
+    # which must not matter).
+    port = harness.free_port()
+    with theirs.client() as c:
+        before = c.command("DBSIZE")
+    proc, log = run_sh({"PORT": str(port), "BACKEND": "memory", "REDIS_PORT": str(theirs_port)},
+                       tmp, "memory")
+    status, body = answered(proc, port, log)
+    harness.ok(status == 200 and body.get("allowed") is True, "BACKEND=memory: /check answers")
+    names = children(proc.pid)
+    harness.ok("redis-server" not in names and "ratelimitd" in names,
+               "BACKEND=memory: only the daemon runs under run.sh: %s" % names)
+    with open(log) as f:
+        harness.ok("backend: memory, no Redis" in f.read(), "BACKEND=memory: run.sh says no Redis")
+    with theirs.client() as c:
+        harness.eq(c.command("DBSIZE"), before, "BACKEND=memory: the test's Redis unchanged")
+    stop(proc, log, "BACKEND=memory")
+
+    # A wrong BACKEND is a usage error, before anything starts.
+    proc, log = run_sh({"BACKEND": "postgres"}, tmp, "bad")
+    harness.eq(proc.wait(10), 64, "BACKEND=postgres: exit 64")
+
+
+harness.run(main)

@@ -40,6 +40,11 @@ else
         xargs -0r clang-format --dry-run -Werror || rc=1
 fi
 
+# What test_kubernetes.py and test_monitoring.py need: promtool, node and
+# the pinned Kubernetes schema validator.
+echo "== deploy test tools"
+sh deploy/test/deps.sh || rc=1
+
 stage "make check" "$top"
 
 if make distdir distdir="$work/san" >/dev/null &&

@@ -3,7 +3,8 @@
  * README's reference (as `path`) and shown in conf/ratelimitd.yaml (as
  * "name:"). A new field without docs fails here. And the stop timeouts that
  * ship (the systemd unit, ratelimitd(8), docker/compose.yaml, the
- * Dockerfile's advice) agree and exceed the longest drain the code allows,
+ * Dockerfile's advice, the Kubernetes grace periods) agree and exceed the
+ * longest drain the code allows,
  * which the README and ratelimitd(8) state. The README's reference and
  * ratelimitd.yaml(5) say "changes only with a restart" of exactly the
  * fields whose row in the field table says so. Every test file is named in
@@ -94,6 +95,17 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
        compose);
     ok(docker > drain, "the Dockerfile's docker stop --time (%ld s) exceeds the longest drain",
        docker);
+    /* Kubernetes: the grace period covers the preStop sleep, then the drain. */
+    static const char *const pods[] = {"deploy/kubernetes/shared/deployment.yaml",
+                                       "deploy/kubernetes/sidecar/deployment.yaml"};
+    for (size_t i = 0; i < sizeof pods / sizeof pods[0]; i++) {
+        const long grace = number_after(dir, pods[i], "terminationGracePeriodSeconds: ");
+        const long sleep = number_after(dir, pods[i], "[\"/bin/sleep\", \"");
+        ok(grace > drain + (sleep > 0 ? sleep : 0),
+           "%s: terminationGracePeriodSeconds (%ld s) exceeds the preStop sleep (%ld s) and the "
+           "longest drain",
+           pods[i], grace, sleep > 0 ? sleep : 0);
+    }
     snprintf(said, sizeof said, "at most `redis.timeout` + %d s", HTTP_DRAIN_MAX_S);
     ok(d->readme && strstr(d->readme, said), "README: %s", said);
     snprintf(said, sizeof said, "redis.timeout\nplus %d seconds", HTTP_DRAIN_MAX_S);

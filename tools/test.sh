@@ -1,10 +1,12 @@
 #!/bin/sh
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
 # the layer rules of src/ (tools/layers.py) and clang-format over every C
-# file; `make check`; then the same suite built with AddressSanitizer and
-# UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
-# missing from the distribution fails too); then the daemon's integration
-# tests under valgrind; then a short run of each fuzzer.
+# file; `make check`; then `make distcheck` with the same suite built with
+# AddressSanitizer and UndefinedBehaviorSanitizer (from the tarball, out of
+# tree, so a file missing from the distribution fails too); then the
+# Debian package built from that tarball, lintian, and its install test in
+# a fresh bookworm root; then the daemon's integration tests under
+# valgrind; then a short run of each fuzzer.
 # Ends with one line "N passed, N failed" over every TAP test point.
 set -eu
 cd "$(dirname "$0")/.."
@@ -38,14 +40,47 @@ fi
 
 stage "make check" "$top"
 
-if make distdir distdir="$work/san" >/dev/null &&
-    (cd "$work/san" && ./configure --enable-sanitizers --enable-werror >/dev/null &&
-        make -j"$(nproc)" >/dev/null); then
-    stage "make check under ASan + UBSan" "$work/san"
+# make distcheck: the tarball builds out of tree from a read-only copy,
+# passes the whole suite under ASan + UBSan, installs and uninstalls
+# cleanly. Its tree is gone on success, so its test points are counted from
+# its output (the TAP driver prints one "PASS:", "FAIL:"... line each).
+echo "== make distcheck: the tarball's suite under ASan + UBSan"
+t0=$(date +%s)
+rm -f ratelimitd-*.tar.gz
+{
+    make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-sanitizers --enable-werror" 2>&1
+    echo $? >"$work/distcheck.rc"
+} | tee "$work/distcheck.log"
+if [ "$(cat "$work/distcheck.rc")" -ne 0 ]; then
+    rc=1
+    for d in ratelimitd-*/; do # distcheck leaves its tree when it fails
+        [ -d "$d" ] || continue
+        cat "$d"_build/sub/test-suite.log 2>/dev/null || true
+        chmod -R u+w "$d" && rm -rf "$d"
+    done
+fi
+tarball=""
+for t in ratelimitd-*.tar.gz; do
+    [ -f "$t" ] && mv "$t" "$work/" && tarball="$work/$t"
+done
+echo "== make distcheck: $(($(date +%s) - t0)) s"
+
+# The Debian package from the tarball distcheck proved (dh_auto_test's unit
+# tests skipped: they just ran twice), lintian clean, then installed into a
+# fresh bookworm root by tests/integration/test_deb.sh (TAP, counted below).
+echo "== the Debian package: build, lintian, install test in a bookworm root"
+t0=$(date +%s)
+if deb=$(DEB_BUILD_OPTIONS=nocheck sh tools/package.sh "$work/deb" "$tarball"); then
+    {
+        sh tests/integration/test_deb.sh "$deb"
+        echo $? >"$work/deb.rc"
+    } | tee "$work/deb.tap"
+    [ "$(cat "$work/deb.rc")" -eq 0 ] || rc=1
 else
-    echo "== the sanitizer build failed"
+    echo "== the package build or lintian failed"
     rc=1
 fi
+echo "== the Debian package: $(($(date +%s) - t0)) s"
 
 # Every daemon of the integration tests under valgrind: no leak, no invalid
 # access.
@@ -65,12 +100,20 @@ fi
 
 passed=0
 failed=0
-for d in "$top" "$work/san"; do
-    p=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
-    f=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
-    passed=$((passed + p))
-    failed=$((failed + f))
-done
+p=$(cat "$top"/tests/unit/*.trs "$top"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
+f=$(cat "$top"/tests/unit/*.trs "$top"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+passed=$((passed + p))
+failed=$((failed + f))
+# make distcheck's points, from its output.
+p=$(grep -c '^\(PASS\|XFAIL\|SKIP\): ' "$work/distcheck.log" || true)
+f=$(grep -c '^\(FAIL\|XPASS\|ERROR\): ' "$work/distcheck.log" || true)
+passed=$((passed + p))
+failed=$((failed + f))
+# The package test's TAP lines (a whole-file skip counts as one).
+p=$(grep -c '^ok \|^1\.\.0 # SKIP' "$work/deb.tap" 2>/dev/null || true)
+f=$(grep -c '^not ok ' "$work/deb.tap" 2>/dev/null || true)
+passed=$((passed + p))
+failed=$((failed + f))
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
     failed=1 # a stage failed before any test could report (a build error)
 fi

@@ -70,6 +70,12 @@ echo "== make distcheck: $(($(date +%s) - t0)) s"
 # fresh bookworm root by tests/integration/test_deb.sh (TAP, counted below).
 echo "== the Debian package: build, lintian, install test in a bookworm root"
 t0=$(date +%s)
+# The install test's own tools (tools/package.sh installs the packaging
+# ones): mmdebstrap makes the root (tools/rootfs.sh), curl asks the daemon.
+if ! command -v mmdebstrap >/dev/null || ! command -v curl >/dev/null; then
+    echo "test.sh: installing mmdebstrap curl"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap curl
+fi
 if deb=$(DEB_BUILD_OPTIONS=nocheck sh tools/package.sh "$work/deb" "$tarball"); then
     {
         sh tests/integration/test_deb.sh "$deb"

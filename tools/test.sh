@@ -74,7 +74,8 @@ t0=$(date +%s)
 # ones): mmdebstrap makes the root (tools/rootfs.sh), curl asks the daemon.
 if ! command -v mmdebstrap >/dev/null || ! command -v curl >/dev/null; then
     echo "test.sh: installing mmdebstrap curl"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap curl
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap curl
 fi
 if deb=$(DEB_BUILD_OPTIONS=nocheck sh tools/package.sh "$work/deb" "$tarball"); then
     {

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/backend_memory.h"
 #include "backend/redis/scripts.h"
+#include "build_info.h"
 #include "config/config.h"
 #include "notify.h"
 #include "reload.h"
@@ -53,7 +54,7 @@ static void usage(FILE *out)
             "                        file they may read or write (default: warn)\n"
             "      --print-script    print the Lua script built into this binary\n"
             "  -h, --help            this text\n"
-            "  -V, --version         print the version\n"
+            "  -V, --version         print the version, the commit and the compiled features\n"
             "\n"
             "Signals: SIGHUP reloads the policy file and the envoy directory; SIGTERM or\n"
             "SIGINT drain and exit.\n"
@@ -234,7 +235,8 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             usage(stdout);
             return 0;
         case 'V':
-            printf("ratelimitd %s\n", PACKAGE_VERSION);
+            printf("ratelimitd %s (commit %s; features %s)\n", PACKAGE_VERSION, RATELIMITD_COMMIT,
+                   RATELIMITD_FEATURES);
             return 0;
         default:
             usage(stderr);
@@ -357,8 +359,8 @@ static int run(struct server *srv)
     char npol[24], nw[24];
     snprintf(npol, sizeof npol, "%zu", srv->config->npolicies);
     snprintf(nw, sizeof nw, "%zu", srv->nworkers);
-    log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
-              npol, "workers", nw, "listen", srv->config->listen,
+    log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "commit",
+              RATELIMITD_COMMIT, "policies", npol, "workers", nw, "listen", srv->config->listen,
               srv->config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
               srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend), "clock",
               srv->config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);

@@ -17,6 +17,7 @@
 #include "backend/backend_memory.h"
 #include "backend/redis/backend_cluster.h"
 #include "backend/redis/backend_redis.h"
+#include "build_info.h"
 #include "core/deny_cache.h"
 #include "core/metrics.h"
 #include "front/registry.h"
@@ -79,6 +80,8 @@ static char *metrics_text(void *arg)
     }
     struct metrics_gauges g = {
         .version = PACKAGE_VERSION,
+        .commit = RATELIMITD_COMMIT,
+        .features = RATELIMITD_FEATURES,
         .checks_in_flight = inflight,
         .redis_up = server_ready(srv),
         .config_loaded_us = srv->config_loaded_us,

@@ -1,11 +1,13 @@
 #!/bin/sh
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
 # the layer rules of src/ (tools/layers.py) and clang-format over every C
-# file; `make check`; then the same suite built with AddressSanitizer and
-# UndefinedBehaviorSanitizer (a copy of the distributed tree, so a file
-# missing from the distribution fails too); then the daemon's integration
-# tests under valgrind; then a short run of each fuzzer; then the container
-# image built with podman and run chrooted (tests/integration/test_image.py).
+# file; `make check`; then `make distcheck` with the same suite built with
+# AddressSanitizer and UndefinedBehaviorSanitizer (from the tarball, out of
+# tree, so a file missing from the distribution fails too); then the
+# Debian package built from that tarball, lintian, and its install test in
+# a fresh bookworm root; then the daemon's integration tests under
+# valgrind; then a short run of each fuzzer; then the container image
+# built with podman and run chrooted (tests/integration/test_image.py).
 # Ends with one line "N passed, N failed" over every TAP test point.
 set -eu
 cd "$(dirname "$0")/.."
@@ -47,14 +49,54 @@ sh deploy/test/deps.sh || rc=1
 
 stage "make check" "$top"
 
-if make distdir distdir="$work/san" >/dev/null &&
-    (cd "$work/san" && ./configure --enable-sanitizers --enable-werror >/dev/null &&
-        make -j"$(nproc)" >/dev/null); then
-    stage "make check under ASan + UBSan" "$work/san"
+# make distcheck: the tarball builds out of tree from a read-only copy,
+# passes the whole suite under ASan + UBSan, installs and uninstalls
+# cleanly. Its tree is gone on success, so its test points are counted from
+# its output (the TAP driver prints one "PASS:", "FAIL:"... line each).
+echo "== make distcheck: the tarball's suite under ASan + UBSan"
+t0=$(date +%s)
+rm -f ratelimitd-*.tar.gz
+{
+    make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-sanitizers --enable-werror" 2>&1
+    echo $? >"$work/distcheck.rc"
+} | tee "$work/distcheck.log"
+if [ "$(cat "$work/distcheck.rc")" -ne 0 ]; then
+    rc=1
+    for d in ratelimitd-*/; do # distcheck leaves its tree when it fails
+        [ -d "$d" ] || continue
+        cat "$d"_build/sub/test-suite.log 2>/dev/null || true
+        chmod -R u+w "$d" && rm -rf "$d"
+    done
+fi
+tarball=""
+for t in ratelimitd-*.tar.gz; do
+    [ -f "$t" ] && mv "$t" "$work/" && tarball="$work/$t"
+done
+echo "== make distcheck: $(($(date +%s) - t0)) s"
+
+# The Debian package from the tarball distcheck proved (dh_auto_test's unit
+# tests skipped: they just ran twice), lintian clean, then installed into a
+# fresh bookworm root by tests/integration/test_deb.sh (TAP, counted below).
+echo "== the Debian package: build, lintian, install test in a bookworm root"
+t0=$(date +%s)
+# The install test's own tools (tools/package.sh installs the packaging
+# ones): mmdebstrap makes the root (tools/rootfs.sh), curl asks the daemon.
+if ! command -v mmdebstrap >/dev/null || ! command -v curl >/dev/null; then
+    echo "test.sh: installing mmdebstrap curl"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap curl
+fi
+if deb=$(DEB_BUILD_OPTIONS=nocheck sh tools/package.sh "$work/deb" "$tarball"); then
+    {
+        sh tests/integration/test_deb.sh "$deb"
+        echo $? >"$work/deb.rc"
+    } | tee "$work/deb.tap"
+    [ "$(cat "$work/deb.rc")" -eq 0 ] || rc=1
 else
-    echo "== the sanitizer build failed"
+    echo "== the package build or lintian failed"
     rc=1
 fi
+echo "== the Debian package: $(($(date +%s) - t0)) s"
 
 # Every daemon of the integration tests under valgrind: no leak, no invalid
 # access.
@@ -80,11 +122,26 @@ RL_SRCDIR="$top" /usr/bin/python3 tests/integration/test_image.py >"$work/image.
 cat "$work/image.tap"
 echo "== the container image: $(($(date +%s) - t0)) s"
 
-passed=$(grep -c '^ok' "$work/image.tap" || true)
-failed=$(grep -c '^not ok' "$work/image.tap" || true)
-for d in "$top" "$work/san"; do
-    p=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
-    f=$(cat "$d"/tests/unit/*.trs "$d"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+passed=0
+failed=0
+p=$(cat "$top"/tests/unit/*.trs "$top"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
+f=$(cat "$top"/tests/unit/*.trs "$top"/tests/integration/*.trs 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+passed=$((passed + p))
+failed=$((failed + f))
+# make distcheck's points, from the summary its `make check` printed (the
+# per-point lines of two parallel jobs can run into each other).
+sum() { # sum WORD...: the "# WORD: N" lines of the distcheck log, added up
+    for w in "$@"; do sed -n "s/^# $w: *\([0-9]*\)$/\1/p" "$work/distcheck.log"; done |
+        awk '{ s += $1 } END { print s + 0 }'
+}
+p=$(sum PASS XFAIL SKIP)
+f=$(sum FAIL XPASS ERROR)
+passed=$((passed + p))
+failed=$((failed + f))
+# The package and image tests' TAP lines (a whole-file skip counts as one).
+for tap in "$work/deb.tap" "$work/image.tap"; do
+    p=$(grep -c '^ok \|^1\.\.0 # SKIP' "$tap" 2>/dev/null || true)
+    f=$(grep -c '^not ok ' "$tap" 2>/dev/null || true)
     passed=$((passed + p))
     failed=$((failed + f))
 done

@@ -628,9 +628,14 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
         g = &zero;
     b.p = xmalloc(b.cap);
 
-    put_family(&b, PREFIX "build_info", "gauge", "Always 1; the version label names the build.");
+    put_family(&b, PREFIX "build_info", "gauge",
+               "Always 1; the labels name the build: version, commit, compiled features.");
     put(&b, PREFIX "build_info{version=\"");
     put_label_value(&b, g->version ? g->version : "");
+    put(&b, "\",commit=\"");
+    put_label_value(&b, g->commit ? g->commit : "");
+    put(&b, "\",features=\"");
+    put_label_value(&b, g->features ? g->features : "");
     put(&b, "\"} 1\n");
 
     put_checks(&b, m);

@@ -82,6 +82,8 @@ enum metrics_rls_result {
 /* Values that live elsewhere in the daemon, read at render time. */
 struct metrics_gauges {
     const char *version;      /* ratelimitd_build_info{version}; NULL renders "" */
+    const char *commit;       /* ...{commit}: git's short hash or "unknown"; NULL renders "" */
+    const char *features;     /* ...{features}: "tls,grpc,systemd"; NULL renders "" */
     size_t checks_in_flight;  /* ratelimitd_checks_in_flight (server.inflight) */
     int redis_up;             /* ratelimitd_redis_up: nonzero renders 1 */
     int64_t config_loaded_us; /* wall clock, µs since the epoch, of the last good load */

@@ -24,17 +24,8 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
 
-n=0
-failed=0
-ok() { # ok STATUS DESCRIPTION: "ok" when STATUS is 0
-    n=$((n + 1))
-    if [ "$1" -eq 0 ]; then
-        echo "ok $n - $2"
-    else
-        failed=$((failed + 1))
-        echo "not ok $n - $2"
-    fi
-}
+# shellcheck source=tests/integration/tap.sh
+. "$src/tests/integration/tap.sh"
 skip() { # skip DESCRIPTION REASON
     n=$((n + 1))
     echo "ok $n - $1 # SKIP $2"

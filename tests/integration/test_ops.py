@@ -7,12 +7,14 @@ import re
 import signal
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import daemon  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 POLICY_A = """policies:
@@ -270,8 +272,17 @@ def test_metrics(redis):
                (1, 4, 0), "gauges: redis up, policies, in flight")
     harness.ok(abs(v("ratelimitd_config_loaded_timestamp_seconds") - time.time()) < 60,
                "config loaded timestamp")
-    harness.ok(any(s[1].get("version") for s in m["ratelimitd_build_info"]["samples"]),
-               "build info with the version")
+    # The build that --version names: same version, commit and features.
+    out = subprocess.run([daemon.BINARY, "--version"], capture_output=True, text=True).stdout
+    said = re.fullmatch(r"ratelimitd (\S+) \(commit (\S+); features (\S+)\)\n", out)
+    info = m["ratelimitd_build_info"]["samples"]
+    harness.ok(said is not None, "--version: version, commit and features: %r" % out)
+    harness.eq([(s[1], s[2]) for s in info],
+               [({"version": said.group(1) if said else "?", "commit": said.group(2) if said else "?",
+                  "features": said.group(3) if said else "?"}, 1.0)],
+               "build info: the version, commit and features --version prints, = 1")
+    harness.ok(said is not None and re.fullmatch(r"[0-9a-f]{7,}(-dirty)?|unknown", said.group(2)),
+               "the commit is a short hash or unknown")
     redis.client().command("FUNCTION", "FLUSH")
     d.check("only_a", "after-flush")
     d.send_signal(signal.SIGHUP)

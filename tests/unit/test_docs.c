@@ -9,7 +9,8 @@
  * ratelimitd.yaml(5) say "changes only with a restart" of exactly the
  * fields whose row in the field table says so. Every test file is named in
  * docs/testing.md, and every source file of src/ has a row in
- * docs/architecture.md's table.
+ * docs/architecture.md's table. The one version (configure.ac's AC_INIT)
+ * is the newest release of CHANGELOG.md and of debian/changelog.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -330,6 +331,46 @@ static void test_restart_marks(const char *dir, const struct docs *d)
     free((char *)m.man);
 }
 
+/* ---- one version: configure.ac, CHANGELOG.md, debian/changelog ---------------- */
+
+/* CHANGELOG.md's newest release: the text after the first "\n## [" that
+ * is not "[Unreleased]", up to "]", into out; "" when there is none. */
+static void newest_release(const char *changelog, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (const char *p = changelog; p && (p = strstr(p, "\n## [")) != NULL; p++) {
+        p += strlen("\n## [");
+        size_t n = strcspn(p, "]\n");
+        if (strncmp(p, "Unreleased]", strlen("Unreleased]")) == 0 || p[n] != ']')
+            continue;
+        snprintf(out, size, "%.*s", (int)n, p);
+        return;
+    }
+}
+
+static void test_versions(const char *dir)
+{
+    char *ac = slurp(dir, "configure.ac");
+    char *changelog = slurp(dir, "CHANGELOG.md");
+    char *deb = slurp(dir, "debian/changelog");
+    char want[128], newest[128];
+
+    snprintf(want, sizeof want, "AC_INIT([ratelimitd], [%s]", PACKAGE_VERSION);
+    ok(ac && strstr(ac, want), "configure.ac: %s (this build's version)", want);
+    ok(changelog && strstr(changelog, "\n## [Unreleased]\n"), "CHANGELOG.md has [Unreleased]");
+    newest_release(changelog, newest, sizeof newest);
+    is_str(newest, PACKAGE_VERSION, "CHANGELOG.md's newest release is configure.ac's version");
+    snprintf(want, sizeof want, "\n## [%s] - ", PACKAGE_VERSION);
+    const char *date = changelog ? strstr(changelog, want) : NULL;
+    ok(date && strspn(date + strlen(want), "0123456789-") == 10, "CHANGELOG.md: %sYYYY-MM-DD",
+       want + 1);
+    snprintf(want, sizeof want, "ratelimitd (%s) ", PACKAGE_VERSION);
+    ok(deb && strncmp(deb, want, strlen(want)) == 0, "debian/changelog starts with %s", want);
+    free(ac);
+    free(changelog);
+    free(deb);
+}
+
 int main(void)
 {
     const char *dir = getenv("RL_SRCDIR") ? getenv("RL_SRCDIR") : ".";
@@ -339,6 +380,7 @@ int main(void)
     test_stop_timeouts(dir, &d);
     test_file_docs(dir);
     test_restart_marks(dir, &d);
+    test_versions(dir);
     free(d.readme);
     free(d.example);
     return tap_done();

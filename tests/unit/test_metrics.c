@@ -62,9 +62,10 @@ static size_t count_substr(const char *text, const char *needle)
 
 /* The scenario's exposition, one line each (newlines added when joined). */
 static const char *const expected_scenario[] = {
-    "# HELP ratelimitd_build_info Always 1; the version label names the build.",
+    "# HELP ratelimitd_build_info Always 1; the labels name the build: version, commit, compiled "
+    "features.",
     "# TYPE ratelimitd_build_info gauge",
-    "ratelimitd_build_info{version=\"1.2.3\"} 1",
+    "ratelimitd_build_info{version=\"1.2.3\",commit=\"abc1234\",features=\"tls,grpc\"} 1",
     "# HELP ratelimitd_checks_total Checks decided, by policy and decision (a request "
     "counts once per check).",
     "# TYPE ratelimitd_checks_total counter",
@@ -248,6 +249,8 @@ static void test_scenario(void)
     metrics_reload(m, 0);
 
     struct metrics_gauges g = {.version = "1.2.3",
+                               .commit = "abc1234",
+                               .features = "tls,grpc",
                                .checks_in_flight = 3,
                                .redis_up = 7,
                                .config_loaded_us = 1700000000250000LL,
@@ -289,7 +292,8 @@ static void test_empty(void)
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,
        "empty: checks_total has no samples before a policy is seen");
-    is_int(sample(text, "ratelimitd_build_info{version=\"\"}"), 1, "empty: NULL version is \"\"");
+    is_int(sample(text, "ratelimitd_build_info{version=\"\",commit=\"\",features=\"\"}"), 1,
+           "empty: NULL version, commit and features are \"\"");
     is_int(sample(text, "ratelimitd_redis_timeouts_total"), 0, "empty: counters at 0");
     is_int(sample(text, "ratelimitd_http_responses_total{status=\"other\"}"), 0,
            "empty: status other at 0");
@@ -335,10 +339,13 @@ static void test_escaping(void)
     };
     struct metrics *m = metrics_new();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct metrics_gauges g = {.version = cases[i].raw};
+        struct metrics_gauges g = {
+            .version = cases[i].raw, .commit = cases[i].raw, .features = cases[i].raw};
         char *text = metrics_render(m, &g);
-        char want[128];
-        snprintf(want, sizeof want, "ratelimitd_build_info{version=\"%s\"} 1\n", cases[i].escaped);
+        char want[256];
+        snprintf(want, sizeof want,
+                 "ratelimitd_build_info{version=\"%s\",commit=\"%s\",features=\"%s\"} 1\n",
+                 cases[i].escaped, cases[i].escaped, cases[i].escaped);
         ok(strstr(text, want) != NULL, "escaping: label value case %zu", i);
         free(text);
     }

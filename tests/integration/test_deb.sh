@@ -1,0 +1,164 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# test_deb.sh: the Debian package installed the way a user installs it
+# (TAP). Into a fresh bookworm root (tools/rootfs.sh: mmdebstrap minbase,
+# Debian's archive only), chrooted: `apt-get install ./ratelimitd_*.deb`,
+# which fetches its Depends from the archive; then the installed files, the
+# conffile, the system user, the unit enabled, `ratelimitd --version` and
+# `-t` of the installed policy file; the daemon run as user ratelimitd with
+# `backend: memory` on a free loopback port, answering POST /check (allowed,
+# allowed, then denied) and exiting 0 on SIGTERM; `dpkg --purge` removing
+# the binary, the unit and /etc/ratelimitd, while the system user stays
+# (Debian policy: files it owned may remain anywhere).
+#
+# Needs root (chroot, mount) and mmdebstrap (for a root that is not cached
+# yet); without them: 1..0 # SKIP. tools/test.sh runs it after
+# tools/package.sh.
+# Usage: sh tests/integration/test_deb.sh DEB   (RL_SRCDIR: the source tree)
+set -u
+src=${RL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+deb=${1:?usage: test_deb.sh ratelimitd_VERSION_ARCH.deb}
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "1..0 # SKIP not root: chroot and mount need it"
+    exit 0
+fi
+if ! command -v mmdebstrap >/dev/null 2>&1 &&
+    [ ! -s "${RL_ROOTFS_CACHE:-/var/cache/ratelimitd-ci}/bookworm-minbase.tar" ]; then
+    echo "1..0 # SKIP mmdebstrap not installed (apt-get install mmdebstrap)"
+    exit 0
+fi
+
+# shellcheck source=tests/integration/tap.sh
+. "$src/tests/integration/tap.sh"
+diag() { # diag FILE: its last lines as TAP comments
+    tail -n 20 "$1" | sed 's/^/# /'
+}
+
+root=$(mktemp -d /tmp/rl-deb-root.XXXXXX)
+pid=""
+cleanup() {
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+    for m in "$root/dev" "$root/proc"; do
+        mountpoint -q "$m" && umount -l "$m"
+    done
+    # Never delete through a mount that is still there.
+    if mountpoint -q "$root/dev" || mountpoint -q "$root/proc"; then
+        echo "# $root: still mounted, left in place"
+    else
+        rm -rf "$root"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 1' HUP INT TERM
+in_root() { # in_root COMMAND...: run COMMAND chrooted into the root
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 "$@"
+}
+
+version=$(basename "$deb" | sed -n 's/^ratelimitd_\([^_]*\)_.*\.deb$/\1/p')
+tar=$(sh "$src/tools/rootfs.sh") && tar -C "$root" -xf "$tar"
+ok $? "a fresh bookworm minbase root from tools/rootfs.sh"
+cp "$deb" "$root/tmp/" && cp /etc/resolv.conf "$root/etc/resolv.conf" &&
+    mount --bind /dev "$root/dev" && mount -t proc proc "$root/proc"
+ok $? "the .deb copied in; /dev and /proc mounted"
+
+# 1. apt-get install ./ratelimitd_*.deb: the Depends come from the archive.
+log=$root/tmp/apt.log
+in_root sh -c 'apt-get update -qq && cd /tmp &&
+    apt-get install -y -q --no-install-recommends ./ratelimitd_*.deb' >"$log" 2>&1
+rc=$?
+ok $rc "apt-get install ./$(basename "$deb") in the root"
+[ "$rc" -eq 0 ] || diag "$log"
+# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+[ "$(in_root dpkg-query -W -f='${Status} ${Version}' ratelimitd)" = "install ok installed $version" ]
+ok $? "dpkg says ratelimitd $version is installed"
+
+# 2. What the package put where.
+for f in /usr/sbin/ratelimitd /lib/systemd/system/ratelimitd.service \
+    /usr/share/man/man8/ratelimitd.8.gz /usr/share/man/man5/ratelimitd.yaml.5.gz \
+    /usr/share/doc/ratelimitd/examples/ratelimitd.yaml \
+    /usr/share/doc/ratelimitd/examples/redis-cluster.yaml \
+    /usr/share/doc/ratelimitd/copyright /usr/lib/sysusers.d/ratelimitd.conf; do
+    [ -f "$root$f" ]
+    ok $? "installed: $f"
+done
+# shellcheck disable=SC2016
+in_root dpkg-query -W -f='${Conffiles}\n' ratelimitd | grep -q '^ /etc/ratelimitd/ratelimitd.yaml '
+ok $? "/etc/ratelimitd/ratelimitd.yaml is a conffile"
+grep -q '^ExecStart=/usr/sbin/ratelimitd --config /etc/ratelimitd/ratelimitd.yaml$' \
+    "$root/lib/systemd/system/ratelimitd.service"
+ok $? "the unit runs /usr/sbin/ratelimitd with /etc/ratelimitd/ratelimitd.yaml"
+[ -L "$root/etc/systemd/system/multi-user.target.wants/ratelimitd.service" ]
+ok $? "the unit is enabled (multi-user.target.wants)"
+user=$(in_root getent passwd ratelimitd)
+uid=$(echo "$user" | cut -d: -f3)
+[ -n "$uid" ] && [ "$uid" -lt 1000 ] && [ "$(echo "$user" | cut -d: -f7)" = /usr/sbin/nologin ] &&
+    in_root getent group ratelimitd >/dev/null
+ok $? "system user and group ratelimitd (uid ${uid:-none} < 1000, no login shell)"
+
+# 3. The installed binary.
+out=$(in_root ratelimitd --version)
+echo "$out" | grep -Eq "^ratelimitd $version \\(commit [0-9a-z-]+; features [a-z,]+\\)$"
+ok $? "ratelimitd --version: $out"
+# -t takes no file (as nginx's): -c names it; without -c, the compiled-in
+# default must be the packaged file.
+for args in "-t -c /etc/ratelimitd/ratelimitd.yaml" "-t"; do
+    # shellcheck disable=SC2086
+    in_root ratelimitd $args >"$root/tmp/t.log" 2>&1
+    rc=$?
+    ok $rc "ratelimitd $args: the packaged policy file is valid"
+    [ "$rc" -eq 0 ] || diag "$root/tmp/t.log"
+done
+
+# 4. The daemon as user ratelimitd, backend: memory, on a free port.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$root/tmp/memory.yaml" <<YAML
+listen: 127.0.0.1:$port
+backend: memory
+policies:
+  api:
+    tiers: [{name: minute, algorithm: fixed_window, limit: 2, window: 1m}]
+YAML
+chmod 644 "$root/tmp/memory.yaml"
+chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \
+    ratelimitd --config /tmp/memory.yaml >"$root/tmp/daemon.log" 2>&1 &
+pid=$!
+i=0
+until curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" || [ "$i" -ge 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+ok "$([ "$i" -lt 100 ]; echo $?)" "the daemon answers /healthz on 127.0.0.1:$port"
+[ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" = "$uid" ]
+ok $? "it runs as user ratelimitd (uid $uid)"
+codes=""
+for _ in 1 2 3; do
+    codes="$codes $(curl -s -o /dev/null -w '%{http_code}' -X POST \
+        "http://127.0.0.1:$port/check" -d '{"policy":"api","key":"k"}')"
+done
+[ "$codes" = " 200 200 429" ]
+ok $? "POST /check with a limit of 2: allowed, allowed, denied (got$codes)"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=""
+ok $rc "exit status 0 on SIGTERM"
+[ "$rc" -eq 0 ] || diag "$root/tmp/daemon.log"
+
+# 5. Purge: everything but the system user goes.
+in_root dpkg --purge ratelimitd >"$root/tmp/purge.log" 2>&1
+rc=$?
+ok $rc "dpkg --purge ratelimitd"
+[ "$rc" -eq 0 ] || diag "$root/tmp/purge.log"
+for f in /usr/sbin/ratelimitd /etc/ratelimitd /lib/systemd/system/ratelimitd.service \
+    /etc/systemd/system/multi-user.target.wants/ratelimitd.service /usr/share/doc/ratelimitd \
+    /usr/lib/sysusers.d/ratelimitd.conf; do
+    [ ! -e "$root$f" ] && [ ! -L "$root$f" ]
+    ok $? "purged: $f"
+done
+in_root getent passwd ratelimitd >/dev/null
+ok $? "the system user stays after the purge (Debian policy 9.2.2: never removed)"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/cluster.sh: checks/s of ratelimitd against one Redis and against a
 # Redis Cluster of 3 masters, with 1, 2 and 3 daemon processes, on this
 # machine (127.0.0.1 only). Prints one table, "mode daemons checks/s", the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/grpc.sh: Envoy's ShouldRateLimit over gRPC (h2load, prebuilt
 # request frames) against POST /check over HTTP/1.1 (wrk, bench/post.lua),
 # same daemon, same policy, same Redis, same box, on 127.0.0.1 only.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- bench/grpc_check.lua: wrk script of bench/grpc.sh. Sends POST /check with
 -- the body in $BENCH_BODY on every request (built once, in init), and
 -- prints the RESULT line grpc.sh parses (rps and requests).

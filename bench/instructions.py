@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/instructions.py: instructions the daemon executes per POST /check,
 counted by valgrind's callgrind, for one or more ratelimitd binaries.
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- keys.lua: wrk script: POST /check with the key cycling over KEYS distinct
 -- values (env RL_KEYS, default 100000), policy from RL_POLICY (default bench).
 local nkeys = tonumber(os.getenv("RL_KEYS") or "100000")

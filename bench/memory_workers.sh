@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/memory_workers.sh: what the one shared in-memory store costs when
 # several workers decide in it (`backend: memory`, one mutex, see
 # src/backend/backend_memory.c), and what a process-wide counter costs.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/plot.gp: the connection sweep of bench/run.sh as a PNG.
 #   gnuplot -e "datafile='sweep.dat'; outfile='throughput.png'; has_w2=0; title_note='...'" plot.gp
 # sweep.dat columns: conns rl_w1_rps rl_w1_p99 nginx_w1_rps nginx_w1_p99 rl_w2_rps rl_w2_p99

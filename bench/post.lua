@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- bench/post.lua: wrk script used by bench/run.sh.
 --
 -- Sends POST /check with a JSON body {"policy":P,"key":K,"cost":1}.

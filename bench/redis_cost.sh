@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # redis_cost.sh [CALLS]: what one decision costs Redis, per algorithm.
 #
 # Starts its own redis-server on a free loopback port (data in a temp dir,

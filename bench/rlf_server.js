@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 'use strict';
 // bench/rlf_server.js: the Node peer for bench/run.sh.
 //

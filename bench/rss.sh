@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # rss.sh [TOTAL] [KEYS]: memory over a long run. Starts a private
 # redis-server and the daemon (a two-tier policy), sends TOTAL checks
 # (default 1000000) over KEYS distinct keys (default 100000) with wrk in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/run.sh: one command that measures ratelimitd against its peers on
 # this machine, on 127.0.0.1 only, and writes bench/results/.
 #

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- check.lua: the entry point, decide(keys, argv). Decides one HTTP request,
 -- every tier of every check, atomically (Redis runs a script or a function
 -- alone), in two passes: read and decide everything, then write only if the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- common.lua: helpers shared by every algorithm.
 --
 -- The build concatenates common.lua, the seven algorithm files and check.lua

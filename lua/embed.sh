@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # embed.sh OUT.c FILE.lua...: builds the decision code two ways from the same
 # Lua sources, as C strings, so that the daemon carries exactly the code it
 # was built with:

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- fixed_window.lua: at most `limit` units per aligned window of window_us.
 --
 -- Time is cut into windows [k * W, (k + 1) * W); each window counts from 0.

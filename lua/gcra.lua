@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- gcra.lua: the token bucket as a Generic Cell Rate Algorithm.
 --
 -- Same parameters, decisions and figures as token_bucket.lua for the same

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- leaky_bucket.lua: shaping, like nginx's limit_req without nodelay.
 --
 -- Requests leave at one per emission interval W / limit µs; up to `burst`

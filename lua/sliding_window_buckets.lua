@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sliding_window_buckets.lua: the sliding window, counted in small buckets.
 --
 -- The window W is cut into n = W / P buckets of precision P µs (P divides

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sliding_window_counter.lua: the sliding window, estimated from two counts.
 --
 -- Keeps the counts of the current aligned window and of the previous one,

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sliding_window_log.lua: at most `limit` units in any window_us ending now.
 --
 -- Exact sliding window: remembers the time of every unit taken.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- token_bucket.lua: a bucket of `capacity` tokens refilled at limit per W.
 --
 -- capacity C = burst, or limit if burst is 0. Each unit of cost takes a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * notify.c: sd_notify messages and the watchdog timer (see notify.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * notify.h: telling systemd what the daemon is doing (sd_notify): READY=1
  * once policies are loaded, the socket listens and the script is loaded in

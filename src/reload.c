@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reload.c: a policy reload, all or nothing: load, refuse a file that
  * changes a field only a restart applies, swap the snapshot, tell the

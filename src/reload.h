@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reload.h: replacing the running policies with a new load of the policy
  * file (SIGHUP, or a change seen by watch.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.h: the process-wide state: the policy file and its current
  * snapshot, the main event loop (signals, reloads, the file watch, systemd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.c: reloads on a change of the policy file's content, or of the
  * envoyproxy/ratelimit files in the envoy_config directory.

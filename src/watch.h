@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.h: `watch: true`: reload the policy file when it, or a file of its
  * envoy_config directory, changes, with inotify on their directories, so

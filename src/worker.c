@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.c: one event loop's state (worker.h): its core (backend, fallback,
  * deny cache, metrics shard) and fronts (front.h), made from the config

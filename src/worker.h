@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * worker.h: one event loop and everything that lives on it: the fronts'
  * connections and the core's state (struct core: a backend connection, the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # build.sh: installs what is missing, then configures (once) and builds in
 # the source tree, warnings as errors.
 set -eu

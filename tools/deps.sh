@@ -70,6 +70,14 @@ caddy                 # test_gateways.py: forward_auth
 nghttp2-client        # h2load, for bench/grpc.sh
 podman                # test_image.sh builds the image (--isolation=chroot)
 mmdebstrap            # tools/rootfs.sh: the base image with no registry
+curl                  # test_deb.sh asks the packaged daemon
+debhelper             # tools/package.sh: the .deb (dh, dh-autoreconf)
+dpkg-dev
+fakeroot
+lintian               # tools/package.sh: no error, no warning
+prometheus            # promtool: test_monitoring.py (the server never starts)
+nodejs                # deploy/test: the pinned Kubernetes schema validator
+npm
 LIST
 }
 

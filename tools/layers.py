@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """layers.py: the layer rules of src/, checked from the includes.
 
 Reads every src/**/*.c and *.h (not the generated ones: *_lua.c, *.pb-c.*),

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test.sh: the whole test suite from a fresh clone: dependencies, build,
 # the layer rules of src/ (tools/layers.py) and clang-format over every C
 # file; `make check`; then `make distcheck` with the same suite built with

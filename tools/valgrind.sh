@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # valgrind.sh: runs the integration tests that drive the daemon with every
 # daemon under valgrind (memcheck, full leak check), then reports each
 # daemon's error summary and leak summary. Exits 1 on any error or leak.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend.c: what every backend shares (backend.h): the readiness listener
  * and freeing through the ops table.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend.h: where decisions are made. One interface, several
  * implementations: backend_redis.c (the shared truth, one atomic script or

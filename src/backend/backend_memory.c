@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_memory.c: `backend: memory`, decisions in this process's memory
  * with the C algorithms of limiter_local.c, exact and identical to the Lua

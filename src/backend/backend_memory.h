@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_memory.h: the in-memory backend (backend.h) and the store it
  * decides in, which every worker shares; see backend_memory.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.c: the policy file, from YAML text to an immutable,
  * reference-counted struct config: the snapshot's life (new with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.h: the policy file. config_load() turns a YAML file into an
  * immutable, reference-counted snapshot; nothing else reads the file.

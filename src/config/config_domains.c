@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_domains.c: the one descriptor parser, of the policy file's
  * `domains:` and of envoyproxy/ratelimit's files (one domain each, read

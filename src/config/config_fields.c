@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_fields.c: the rows of struct config, the top level of the policy
  * file and its redis, redis.tls and redis.sentinel sections: each row's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_internal.h: what the files of the policy-file loader share, and
  * nothing else: the loader's state (struct loader), the shape of a field

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_policies.c: the policy file's `policies:` mapping: each policy's
  * fields, its tiers and its per-key overrides, parsed by the walker against

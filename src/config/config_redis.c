@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_redis.c: the Redis modes of the policy file beyond one URL:
  * redis.sentinel.addresses and .password, redis.cluster's seed URLs, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_walk.c: libyaml and the generic walker of the policy file. Loads
  * the file whole with libyaml's document API (so every node keeps its line

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * domains.c: the Envoy descriptor tree of a config snapshot, its lookup
  * (domains_match) and Envoy's rate limit units. Parsing the tree from YAML

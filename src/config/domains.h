@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * domains.h: Envoy rate limit descriptors mapped to limits. Two sources
  * load into the same tree, held by the config snapshot:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envoy_config.c: listing and reading the directory of envoyproxy/
  * ratelimit's YAML files. No YAML here: config_domains.c parses each file with the

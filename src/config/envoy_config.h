@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * envoy_config.h: the directory of envoyproxy/ratelimit's YAML files
  * (`envoy_config:` or --envoy-config DIR): which files in it are domains,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key_template.c: compiling and rendering `key:` templates (key_template.h).
  *

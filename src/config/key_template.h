@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key_template.h: a policy's `key:` template, which builds the caller's key
  * from a forward-auth request (auth.c): literal text plus `${ip}` (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy.c: what a valid tier is, the algorithms' names and shapes, the
  * per-key overrides and their lookup, and the encoding of Redis keys. No

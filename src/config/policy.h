@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy.h: policies, their tiers and the algorithms they name; validation
  * of a tier's numbers; the encoding of Redis keys. No I/O.

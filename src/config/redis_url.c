@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_url.c: parsing of redis://, rediss:// and unix: URLs (see redis_url.h).
  * Owns the syntax, and where the password comes from (the environment or

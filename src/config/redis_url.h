@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_url.h: the one parser of `redis.url`, used both to validate the
  * policy file and to connect, so the two can never disagree.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check.c: one check from a decoded request to its verdict, for any front
  * and any backend. The struct check is the single owner of everything the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check.h: the life of one check, transport- and backend-neutral. A front
  * hands over a decoded request; the core asks its backend (or its deny

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core.c: the little the core needs from its loop beyond the struct
  * (core.h): bounded counters, forgetting a reset key, the backend's words

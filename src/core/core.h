@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * core.h: what a check needs from its event loop, and nothing more. The
  * worker (worker.h) embeds one struct core per event loop and fills it;

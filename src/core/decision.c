@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * decision.c: the neutral request's helpers and the binding-tier rule
  * (decision.h). Pure: no I/O, no clock, no front or backend type.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * decision.h: the neutral types that travel between a front (HTTP/1.1,
  * forward-auth, gRPC), the decision core (check.c) and a backend (Redis,

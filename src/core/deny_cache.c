@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * deny_cache.c: the local deny cache (see deny_cache.h for the rule that
  * makes it exact and what the caller must enforce).

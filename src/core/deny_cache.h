@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * deny_cache.h: an exact local cache of Redis denials, so that a caller
  * hammering a limit it has already hit is denied without a Redis round trip.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c: the counters behind /metrics and their text exposition
  * (Prometheus text format 0.0.4). Owns the storage of every counter and of

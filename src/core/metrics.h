@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.h: the daemon's Prometheus metrics: counters and a histogram
  * recorded as things happen, rendered on demand in the text exposition

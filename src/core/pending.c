@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pending.c: the life of one pending call (pending.h).
  */

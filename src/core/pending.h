@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pending.h: the life of one call the core makes on behalf of a front (a
  * check, a key reset), written once. Such a call has two reasons to live:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rate_headers.c: the rate-limit header fields of a verdict
  * (rate_headers.h). Moved out of response.c so that the HTTP answers and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rate_headers.h: the rate-limit header fields of one verdict, for every
  * front that sends them: the HTTP answers of /check and /auth (response.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request_error.c: request_fail (request_error.h). Owns nothing else.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request_error.h: why a request was refused, in a form every front can
  * answer with (an HTTP status, a stable code, a message) and that needs no

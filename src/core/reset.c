@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reset.c: one key reset (reset.h). A struct reset is the single owner of
  * one reset: a config reference (the policy points into it), the key and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reset.h: the life of one key reset (the admin API's DELETE), front-
  * neutral: the backend's reset, its deadline (the backend's call timeout),

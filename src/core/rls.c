@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls.c: one ShouldRateLimit, front-neutral (rls.h). The life of a call:
  *

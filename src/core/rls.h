@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls.h: Envoy's rate limit service (ShouldRateLimit), front-neutral. A
  * front (gRPC in grpc.c, POST /json in http_routes.c) decodes a request into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * front.c: what every front's connections share that is not accepting
  * (listener.c): the bookkeeping of their events on the loop.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * front.h: what the worker knows of a front, a protocol served on listening
  * sockets of its own (HTTP/1.1 on listen and admin_listen, gRPC on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * listener.c: the connection plumbing of every front (listener.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * listener.h: the connection plumbing every front carries, written once:
  * its listening sockets (opened with listen.h, the unix ones shared with

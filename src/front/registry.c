@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * registry.c: the list of fronts (registry.h). One row per front; the
  * worker makes them in this order and frees them in the reverse one.

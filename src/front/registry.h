@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * registry.h: every front the daemon has, in the order a worker makes them
  * (registry.c). Apart from front.h so that the fronts, which include

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * buf.h: a growable byte buffer, the one the HTTP front reads into, parses
  * into and renders answers into. Grows by doubling and never shrinks on its

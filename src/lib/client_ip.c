@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client_ip.c: addresses, trusted_proxies networks and the X-Forwarded-For
  * walk (client_ip.h). Owns the rules of who the client is; not where the

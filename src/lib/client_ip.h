@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client_ip.h: who the client of a forward-auth request is (`${ip}` in a
  * key template). The connection's peer, unless the peer is one of the

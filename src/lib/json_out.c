@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json_out.c: the fixed-shape JSON writer (json_out.h).
  */

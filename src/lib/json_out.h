@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json_out.h: writes JSON of a fixed shape straight into a struct buf, for
  * the answers on the hot path (no tree, no allocation beyond the buffer's).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * listen.h: listening sockets, TCP ("host:port", "[v6]:port") or unix
  * ("unix:/path"). Opens and closes them; which front owns which socket,

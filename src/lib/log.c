@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c: logfmt lines on stderr. Owns formatting and escaping of values and
  * the per-site rate limit (struct log_limit); does not own what is logged

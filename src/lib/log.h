@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h: one logfmt line per event on stderr
  * (ts=... level=... msg="..." key=value ...).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lru_table.c: the hash index and LRU list of lru_table.h. Owns the slot
  * array and the links; never an entry.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lru_table.h: the index shared by the in-memory tables whose keys callers
  * choose (limiter_local.c's store, deny_cache.c): a chained hash table keyed

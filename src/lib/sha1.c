@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sha1.c: SHA-1 written from FIPS 180-4 (sections 4.1.1, 5.1.1, 6.1): a
  * one-shot digest of a buffer, which is all its callers (the script's name,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sha1.h: SHA-1 (FIPS 180-4), for two names: the Lua script's, the way
  * Redis names it for EVALSHA (scripts.c), and the content of the watched

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * siphash.c: SipHash-2-4, as in the reference implementation (little-endian
  * message words whatever the host's byte order). See siphash.h.

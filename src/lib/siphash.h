@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * siphash.h: SipHash-2-4 (Aumasson and Bernstein), the keyed hash for every
  * table whose keys callers choose (limiter_local.c's store, deny_cache.c):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.c: range-checked number and duration parsing, clocks, and allocation
  * that never returns NULL.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.h: small helpers shared by every module: range-checked number and
  * duration parsing, clocks, allocation that never returns NULL.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * limiter_local.c: the seven algorithms in memory, a line-for-line mirror of
  * the Lua script (lua/check.lua drives, lua/<algorithm>.lua decide), for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * limiter_local.h: the seven algorithms in memory: the engine of
  * `backend: memory` (backend_memory.c) and of `failure_mode: local` while

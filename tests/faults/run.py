@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """run.py: fault injection you can watch. Starts a private redis-server and
 the daemon (failure_mode open, redis.timeout 100ms), keeps 8 clients sending
 checks, injects one fault at a time and prints a table:

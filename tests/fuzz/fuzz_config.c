@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_config.c: libFuzzer harness for the policy file. The input is the
  * YAML text given to config_load_string().

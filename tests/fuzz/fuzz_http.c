@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_http.c: libFuzzer harness for the HTTP/1.1 request parser
  * (http_parse.c). The input is one connection's byte stream (after two

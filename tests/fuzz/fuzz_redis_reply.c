@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_redis_reply.c: libFuzzer harness for what the daemon reads of a
  * Redis Cluster's replies (redis_cluster.c): the input is RESP as a server

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_request.c: libFuzzer harness for the life of one POST /check body,
  * minus the network and Redis. The input is the body, exactly as http.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_rls_json.c: libFuzzer harness for a POST /json body (Envoy's rate
  * limit service in envoyproxy/ratelimit's JSON form), minus the network, the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/run.sh SECONDS [BUILD_DIR]
 #
 # Runs each libFuzzer harness for SECONDS, one after the other in a single

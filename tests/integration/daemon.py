@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """daemon.py: start the real ratelimitd (the binary in $RATELIMITD) with a
 policy file written to a temp dir, talk HTTP to it, stop it.
 

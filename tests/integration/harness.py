@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """harness.py: what every integration test shares.
 
 - RedisServer: a private redis-server on a unix socket in a fresh temporary

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """promtext.py: a strict parser of the Prometheus text exposition format
 0.0.4, for tests that read GET /metrics. Standard library only.
 

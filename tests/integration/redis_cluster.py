@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """redis_cluster.py: a real Redis Cluster on 127.0.0.1 for the tests.
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rls_client.py: the gRPC client every gRPC test uses, with the message
 classes built at test time from the daemon's own proto/ files.
 

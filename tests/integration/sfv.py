@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """sfv.py: a strict parser of RFC 9651 Structured Field Values, for the tests
 that check every RateLimit / RateLimit-Policy field the daemon sends.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_admin.py: the admin API on keys, against real redis-server and
 daemons.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_auth.py: forward-auth, /auth/<policy> with any method, end to end
 against a real Redis and with the memory backend: exact limits per key;
 ${ip} from the peer (clients bound to different loopback addresses); a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cluster.py: the Redis Cluster backend against a real 3-master +
 3-replica cluster (redis_cluster.py): /readyz while the cluster is not up
 yet and while a slot is unserved; checks routed to every master; 10 000

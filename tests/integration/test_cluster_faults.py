@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_cluster_faults.py: the cluster backend under contention and faults,
 on a real 3-master + 3-replica Redis Cluster (redis_cluster.py):
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_concurrency.py: three daemons, one Redis, many concurrent clients on
 one key: for every algorithm, never more admissions than the algorithm
 allows (for the window algorithms with a 1 h window: exactly the limit)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_conf_examples.py: the example policy files in conf/examples/ pass
 `ratelimitd --check-config` (TAP), and a broken copy of each fails it with
 file:line:column, so the check is known to look.

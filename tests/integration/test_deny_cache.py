@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_deny_cache.py: the deny cache never denies what Redis would allow.
 Three daemons with the cache share one Redis. For every algorithm, a key is
 exhausted, more calls are denied (from the caches: their hit counter grows,

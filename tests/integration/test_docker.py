@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_docker.py: what can be checked of the container files without
 building (tests/integration/test_image.py builds and runs the image): the
 build stage installs the build packages only, the image runs as a non-root

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_envoy_config.py: envoyproxy/ratelimit's YAML directory in the real
 daemon: --check-config with --envoy-config (the shipped conf/envoy, an
 invalid file, a domain defined twice), the CLI winning over envoy_config:,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_functions.py: the decision code as a Redis Function (FCALL) and, on
 a server without the FUNCTION command, as a script (EVALSHA); flushing the
 code under load (FUNCTION FLUSH, SCRIPT FLUSH) never shows callers an

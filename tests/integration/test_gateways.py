@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_gateways.py: ratelimitd behind the real nginx (auth_request) and the
 real Caddy (forward_auth), with the configurations shipped in conf/ and shown
 in the README, used as they are but for addresses:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_grpc.py: the gRPC front's transport (grpc_listen) with a real gRPC
 client (python3-grpcio, messages from proto/ through rls_client.py) and
 raw HTTP/2 frames: the health service, gRPC errors that leave the

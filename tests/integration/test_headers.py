@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_headers.py: the header modes end to end against a real Redis. Every
 answer's RateLimit-Policy and RateLimit are parsed with the strict RFC 9651
 parser (sfv.py) and compared with the JSON body of the same answer: each

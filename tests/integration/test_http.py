@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http.py: the daemon end to end over HTTP against a real Redis:
 decisions, headers, multi-tier and multi-check atomicity, dry_run, cost,
 shadow, every request error, key isolation, expiry of every key, NOSCRIPT."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_http1.py: the HTTP/1.1 front over raw sockets: pipelined requests
 answered in order, keep-alive, HEAD, chunked bodies, Expect: 100-continue,
 HTTP/1.0, the framing errors (400 smuggling, 413, 431, 505) as JSON and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_layers.py: tools/layers.py, the guard of src/'s layers, run against
 tiny source trees written in a temporary directory (TAP): a clean tree
 passes; an include up a layer, a core reaching into a backend, one front

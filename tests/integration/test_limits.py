@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_limits.py: backpressure and client limits: max_inflight with both
 overload actions, max_connections, idle_timeout against a slow client
 (slowloris), a flood of 1000 connections (bounded memory, /healthz keeps

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_local_diff.py: the in-memory algorithms (src/limiter/limiter_local.c) against
 the Lua script, request for request.
 

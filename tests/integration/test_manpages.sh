@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test_manpages.sh: the man pages (TAP).
 #
 # - each page formats with `groff -man -ww -z` without a single warning, and

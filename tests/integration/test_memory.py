@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_memory.py: `backend: memory` behind the whole HTTP API, with no
 Redis at all: ready at once, exact limits for every algorithm under
 concurrent clients, atomic multi-check requests, dry runs, headers,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_ops.py: the daemon in operation: sd_notify readiness and watchdog,
 reload under load (SIGHUP and watch), invalid and refused reloads, the admin
 listener, bearer-token auth, the access log, file permissions, the Redis

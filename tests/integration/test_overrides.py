@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_overrides.py: per-key overrides (policies.NAME.overrides) behind the
 whole HTTP API, against a real redis-server and the memory backend, and in
 failure_mode local: exact limits for an exact key, a prefix, the longest

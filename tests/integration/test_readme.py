@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_readme.py: the README's "Examples" run as written. Every command
 block of that section is pasted into sh, as a reader would paste it, against
 the real daemon on the example policy (conf/ratelimitd.yaml with only its

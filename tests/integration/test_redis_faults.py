@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_redis_faults.py: Redis going away, hanging and coming back, under
 both failure modes; the deadline; SIGTERM draining checks in flight."""
 import os

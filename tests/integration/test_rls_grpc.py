@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rls_grpc.py: ratelimitd as Envoy's rate limit service, end to end.
 A real gRPC client (Debian's python3-grpcio, messages built at test time
 from the tree's proto/ by rls_client.py) calls

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_rls_json.py: Envoy's rate limit service through POST /json (the JSON
 form envoyproxy/ratelimit serves), end to end against a real Redis and
 again with `backend: memory`: every algorithm through a `policy:`

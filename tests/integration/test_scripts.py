@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """test_scripts.py: the decision code, exactly as the daemon carries it, in
 both its forms, against a private redis-server: the EVAL script
 ($RATELIMITD --print-script, called with EVALSHA) and the Redis Function

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_sentinel.py: the daemon finds its Redis through Sentinel and follows
 failovers. A master, a replica and three sentinels (quorum 2,
 down-after-milliseconds 1000, failover-timeout 3000) on loopback ports in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_systemd.py: the unit file passes `systemd-analyze verify` and its
 `systemd-analyze security` exposure stays below 2.0 ("OK"). Skipped where
 systemd-analyze is not installed."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_tls.py: ratelimitd to Redis over TLS (rediss:// and redis.tls),
 against real redis-server processes with --tls-port (TAP).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """test_workers.py: `workers: 2` against real daemons.
 
 - Reload under load (Redis and `backend: memory`): client threads keep

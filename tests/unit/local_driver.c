@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * local_driver.c: drives limiter_local.c from JSON lines, for the
  * differential test against the Lua script (tests/integration/

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tap.h: the Test Anything Protocol for the unit tests, read by automake's
  * tap-driver. Each ok() is one test point; the plan is printed at the end.

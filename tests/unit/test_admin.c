@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_admin.c: the admin API's path decoding (admin.c): policy lookup,
  * strict percent-decoding of the key, and each error with its status and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_check.c: check.c (and reset.c, through the same pending-call life)
  * driven by a fake backend on a real libevent loop: the reply comes exactly

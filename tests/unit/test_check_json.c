@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_check_json.c: decoding of POST /check bodies, one table row per rule.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_client_ip.c: who the client is (client_ip.c) and the key templates
  * that use it (key_template.c): CIDR matching at the edges of networks,

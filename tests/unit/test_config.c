@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config.c: loading the policy file. Every class of error with the exact
  * file:line:column it must point at; a full file's values; the defaults; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_decision.c: decision.c, pure: the request-level decision and the
  * per-check allowed of decision_summarize, the binding tier rules, the

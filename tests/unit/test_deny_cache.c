@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_deny_cache.c: the local deny cache (deny_cache.c) and the hash it is
  * keyed with (siphash.c): hits and misses by cost, expiry at the exact

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_docs.c: every field the policy file accepts is documented in the
  * README's reference (as `path`) and shown in conf/ratelimitd.yaml (as

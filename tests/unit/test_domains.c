@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_domains.c: Envoy domains (domains.h). The policy file's `domains:`
  * and envoyproxy/ratelimit's files: every error with its file:line:col,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_http_parse.c: the incremental HTTP/1.1 parser. Every stream is fed
  * whole, split at every byte boundary and one byte at a time, and must give

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_json_out.c: the fixed-shape JSON writer against jansson's parser and
  * printer: whatever the bytes, the output parses, valid UTF-8 round-trips

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_limiter_local.c: the in-memory algorithms, on chosen sequences whose
  * figures are worked out by hand from the rules in the lua/ files (window

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_log.c: log.c's per-site rate limit (log_limit_allow, log_limited),
  * its lines as written to stderr, and the logfmt quoting they go through.

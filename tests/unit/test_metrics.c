@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_metrics.c: the Prometheus text rendered by metrics.c, exactly, for a
  * small scenario; label escaping; histogram buckets (boundaries,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy.c: algorithm names, name validation, capacities, the tier
  * rules of policy_tier_validate, the Redis key encoding (exact format,

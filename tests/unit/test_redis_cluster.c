@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_cluster.c: redis_cluster.c against Redis's own numbers: key
  * slots (values from CLUSTER KEYSLOT of Redis 7.0.15), CLUSTER SLOTS replies read

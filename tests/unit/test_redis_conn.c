@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_conn.c: redis_conn against a scripted fake server on a unix
  * socket in a temp dir, both on one event loop: AUTH and SELECT first,

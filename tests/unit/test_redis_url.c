@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_url.c: where the Redis and sentinel passwords come from
  * (redis_url_password): the environment over the configured one, an empty

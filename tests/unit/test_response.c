@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_response.c: the binding tier, the JSON shapes and the headers.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_rls.c: the pure parts of the Envoy rate limit service: the check's
  * key of a descriptor, the unit a `policy:` limit reports, the decoding of

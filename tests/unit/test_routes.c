@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_routes.c: the HTTP front's route table (http_routes.c): which path
  * is served on which listening socket, which methods each takes, the 405's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util.c: number and duration parsing, duration formatting, clocks,
  * allocation helpers and SHA-1.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_cluster.c: the Redis Cluster backend (backend_cluster.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_cluster.h: the Redis Cluster backend (backend.h): a slot map
  * from CLUSTER SLOTS, one redis_node per master, each check routed by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_redis.c: the Redis backend (backend.h) on one server: a
  * redis_node (redis_node.h) that runs the code, and the reset listener

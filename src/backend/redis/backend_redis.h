@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_redis.h: the Redis backend (backend.h) on one server (plain URL,
  * or the master the sentinels name): a redis_node (redis_node.h) for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_cluster.c: Redis Cluster's layout without I/O (redis_cluster.h):
  * the key slot as Redis computes it (keyHashSlot in Redis's cluster.c),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_cluster.h: what the cluster backend (backend_cluster.c) knows of
  * Redis Cluster's layout, without I/O: the slot of a key (CRC16 of its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_conn.c: one connection to one Redis server on a libevent
  * bufferevent (see redis_conn.h). Owns the bufferevent (and through it the

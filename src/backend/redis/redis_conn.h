@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_conn.h: one connection to one Redis server that the daemon drives
  * itself: a libevent bufferevent (plain TCP, a unix socket, or TLS through

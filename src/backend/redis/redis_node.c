@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_node.c: one Redis server the decision code runs on (see
  * redis_node.h). Owns its redis_conn, the ready timer, the RESP buffer the

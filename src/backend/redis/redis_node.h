@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_node.h: one Redis server the decision code runs on: a redis_conn
  * (redis_conn.h), the code loaded on every new connection (FUNCTION LOAD

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_sentinel.c: finding the master through Redis Sentinel (see
  * redis_sentinel.h). Owns two connections (redis_conn.h) to sentinels: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_sentinel.h: finding the master through Redis Sentinel. Asks the
  * sentinels of redis.sentinel.addresses in turn (SENTINEL

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_tls.c: TLS for connections to Redis (see redis_tls.h), on OpenSSL.
  * Owns the SSL_CTX and a copy of server_name; each SSL it makes is owned

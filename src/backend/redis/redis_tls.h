@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_tls.h: TLS for connections to Redis and its sentinels (OpenSSL,
  * used through libevent_openssl's bufferevents by redis_conn.c). One

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resets.c: the Redis reset channel (resets.h): the commands of one reset
  * and the life of their replies, and the listener subscribed to the

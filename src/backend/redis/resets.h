@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * resets.h: the Redis reset channel, written once for both Redis backends
  * (backend_redis.c on one server, backend_cluster.c on a cluster).

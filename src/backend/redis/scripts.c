@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * scripts.c: the decision code's two forms (EVAL script, Function library)
  * and the calling convention they share (see the header comment of

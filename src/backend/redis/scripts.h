@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * scripts.h: the decision code built into the binary (the files under lua/,
  * concatenated at build time by lua/embed.sh) in its two forms, the EVAL

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc.c: the gRPC front of one worker (grpc.h): h2c connections on
  * libevent's core, one nghttp2 server session each, unary calls decoded

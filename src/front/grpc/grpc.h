@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * grpc.h: the gRPC front of one worker: h2c (HTTP/2 with prior knowledge,
  * as Envoy's gRPC client speaks it) on libevent's core, with nghttp2 for

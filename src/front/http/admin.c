@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin.c: the admin API on keys (admin.h): decoding /v1/keys/<policy>/<key>,
  * the inspection built on the core, a reset handed to the core (reset.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * admin.h: the admin API on keys, transport-neutral below the HTTP routing
  * (http_routes.c routes /v1/keys/ here):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.c: forward-auth requests decoded into checks (auth.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * auth.h: the forward-auth front's decoding: a gateway's subrequest
  * `/auth/<policy>[/<anything>]`, any method, becomes one check of that

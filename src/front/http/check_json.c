@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_json.c: decoding and validating a POST /check body (JSON, jansson).
  *

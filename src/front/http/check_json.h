@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_json.h: the body of POST /check decoded into a plain struct, with
  * every rule about what a valid request is. No I/O, no Redis: a pure

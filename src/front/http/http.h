@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http.h: the HTTP/1.1 front of one worker, on libevent's core (plain
  * events on the sockets, no evhttp): reading, parsing (http_parse.c),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_conn.h: the inside of the HTTP front's connections, defined in
  * http.c and shared with http_routes.c only: a connection, the ring of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_parse.c: incremental HTTP/1.1 request parsing on libhttp-parser
  * (http_parse.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_parse.h: the requests of one HTTP/1.1 connection, parsed
  * incrementally from whatever byte chunks arrive (on Debian's libhttp-parser,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_routes.c: the HTTP front's route table and what each path does
  * (http_routes.h): a request read on a connection (http.c) is matched to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * http_routes.h: which path the HTTP front serves where, as one table
  * (http_routes.c):

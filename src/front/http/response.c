@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * response.c: every HTTP answer, rendered into a struct buf (response.h).
  *

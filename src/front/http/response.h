@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * response.h: every answer the HTTP front gives, rendered straight into the
  * connection's output buffer as a complete HTTP/1.1 response: status line,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls_json.c: decoding POST /json bodies (rls_json.h) with jansson. Owns
  * the accepted shape and the field types; what a valid request is beyond

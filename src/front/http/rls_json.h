@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rls_json.h: the body of POST /json, envoyproxy/ratelimit's JSON form of
  * RateLimitRequest, decoded into struct rls_request (rls.h). A pure function

@@ -17,6 +17,13 @@ top=$(pwd)
 # tools/run.sh need).
 sh tools/deps.sh --test
 sh tools/build.sh
+# Go, for test_docs_examples.py to compile the Go client of docs/recipes.md
+# (a test need only, so not in tools/deps.sh, which tools/run.sh uses too).
+if ! command -v go >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rc=0
@@ -104,7 +111,7 @@ echo "== the Debian package: $(($(date +%s) - t0)) s"
 echo "== the integration tests with the daemon under valgrind"
 sh tools/valgrind.sh || rc=1
 
-# A short run of each libFuzzer harness (the long runs are in the README).
+# A short run of each libFuzzer harness (the long runs: docs/benchmarks.md).
 echo "== fuzzing, 30 s per harness"
 if make distdir distdir="$work/fuzz" >/dev/null &&
     (cd "$work/fuzz" && ./configure CC=clang --enable-fuzzing >/dev/null &&

@@ -227,8 +227,8 @@ policies:
 
 
 def test_readme_example():
-    """The policy file of the README's "Keys from the request" loads as written."""
-    with open(os.path.join(os.environ.get("RL_SRCDIR", "."), "README.md")) as f:
+    """The policy file of docs/gateways.md's "Keys from the request" loads as written."""
+    with open(os.path.join(os.environ.get("RL_SRCDIR", "."), "docs", "gateways.md")) as f:
         readme = f.read()
     section = readme.split("## Keys from the request", 1)[1]
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
@@ -237,7 +237,7 @@ def test_readme_example():
         f.write(block)
     res = subprocess.run([BINARY, "--config", path, "--check-config"], capture_output=True)
     harness.eq((res.returncode, res.stderr.decode()[-300:]), (0, ""),
-               "the README's key template example passes --check-config")
+               "docs/gateways.md's key template example passes --check-config")
 
 
 def main():

@@ -6,7 +6,7 @@ file:line:column, so the check is known to look.
 redis-tls.yaml names files under /etc/ratelimitd/, which the check reads:
 the test points them at files it writes in a temp dir (the content is not
 read by --check-config, only whether the file is there and readable). The
-README names every example file.
+docs/redis.md names every example file.
 
 Needs only the daemon ($RATELIMITD, default ./ratelimitd) and $RL_SRCDIR.
 """
@@ -40,12 +40,12 @@ def localized(text, tmp):
 def main():
     binary = harness.find_program("RATELIMITD", "./ratelimitd")
     tmp = harness.make_tempdir()
-    with open(os.path.join(SRCDIR, "README.md")) as f:
+    with open(os.path.join(SRCDIR, "docs", "redis.md")) as f:
         readme = f.read()
     for name in EXAMPLES:
         with open(os.path.join(SRCDIR, "conf", "examples", name)) as f:
             text = f.read()
-        harness.ok("conf/examples/" + name in readme, "README names conf/examples/%s" % name)
+        harness.ok("conf/examples/" + name in readme, "docs/redis.md names conf/examples/%s" % name)
         path = os.path.join(tmp, name)
         with open(path, "w") as f:
             f.write(localized(text, tmp))

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """test_gateways.py: ratelimitd behind the real nginx (auth_request) and the
 real Caddy (forward_auth), with the configurations shipped in conf/ and shown
-in the README, used as they are but for addresses:
+in docs/gateways.md, used as they are but for addresses:
 
 - conf/ratelimitd-gateway.yaml: its `listen:` and `url:` lines point at a
   free port and the test's redis-server, its Redis `timeout:` is 2s (a
@@ -343,12 +343,12 @@ def check_gateway(name, client, service, redis, deny_body):
 
 
 def readme_shows(name):
-    """The README shows the file as it is (an indented code block)."""
-    with open(os.path.join(SRCDIR, "README.md")) as f:
+    """docs/gateways.md shows the file as it is (an indented code block)."""
+    with open(os.path.join(SRCDIR, "docs", "gateways.md")) as f:
         readme = f.read()
     block = "".join(("    " + line if line.strip() else "\n")
                     for line in conf_text(name).splitlines(True))
-    harness.ok(block in readme, "README shows conf/%s verbatim" % name)
+    harness.ok(block in readme, "docs/gateways.md shows conf/%s verbatim" % name)
 
 
 def gateway_program(env_var, name):

@@ -4,8 +4,8 @@
 #
 # - each page formats with `groff -man -ww -z` without a single warning, and
 #   renders with `man --warnings -l` (when man-db is installed);
-# - ratelimitd.yaml(5) has an entry for every field of README.md's
-#   policy-file table (its lines starting with "| `", first column);
+# - ratelimitd.yaml(5) has an entry for every field of docs/configuration.md's
+#   reference table (its lines starting with "| `", first column);
 # - with $RATELIMITD (set by `make check`): ratelimitd(8) names every long
 #   option of `ratelimitd --help`, and the EXAMPLE of ratelimitd.yaml(5)
 #   passes `ratelimitd --check-config`.
@@ -70,11 +70,11 @@ render() { # render PAGE OUT
     groff -man -Tutf8 -rLL=200n -P-c -P-b -P-o -P-u "$src/$1" >"$2" 2>/dev/null
 }
 
-# 3. every field of README.md's policy-file table has an entry in
+# 3. every field of docs/configuration.md's reference table has an entry in
 # ratelimitd.yaml(5): a line of the rendered page that starts with the field
 # (a .TP tag), alone or followed by a space.
-awk '/^## /{intable = ($0 == "## The policy file")} intable && /^\| `/' \
-    "$src/README.md" >"$tmp/table" 2>/dev/null
+awk '/^## /{intable = ($0 == "## Fields")} intable && /^\| `/' \
+    "$src/docs/configuration.md" >"$tmp/table" 2>/dev/null
 : >"$tmp/fields"
 while IFS= read -r line; do
     # shellcheck disable=SC2016 # the backquotes are literal
@@ -82,7 +82,7 @@ while IFS= read -r line; do
 done <"$tmp/table"
 nfields=$(grep -c . "$tmp/fields")
 [ "$nfields" -ge 10 ]
-ok $? "README.md's policy-file table lists fields ($nfields found)"
+ok $? "docs/configuration.md's reference table lists fields ($nfields found)"
 
 render man/ratelimitd.yaml.5 "$tmp/yaml5.txt"
 while IFS= read -r field; do

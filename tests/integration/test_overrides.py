@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, Daemon  # noqa: E402
 
-# The README's "Overrides" example, verbatim.
+# docs/configuration.md's "Overrides" example, verbatim.
 POLICY = """\
 policies:
   api:
@@ -188,11 +188,11 @@ def test_check_config():
 
 def test_readme():
     src = os.environ.get("RL_SRCDIR", ".")
-    with open(os.path.join(src, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(src, "docs", "configuration.md"), encoding="utf-8") as f:
         readme = f.read()
     section = readme.split("\n## Overrides\n", 1)[-1].split("\n## ", 1)[0]
     harness.ok("```yaml\n" + POLICY + "```" in section,
-               "the README's Overrides example is the file tested here")
+               "docs/configuration.md's Overrides example is the file tested here")
 
 
 def main():

@@ -25,7 +25,7 @@ daemon with a real Redis, and checks what Envoy would see:
 - conf/envoy/ (envoyproxy/ratelimit's format, unchanged) loaded with
   --envoy-config and answering as that project's README says; SIGHUP
   re-reads an envoy directory;
-- the README's envoy.yaml: valid YAML, HTTP/2 to grpc_listen's port, and
+- docs/envoy.md's envoy.yaml: valid YAML, HTTP/2 to grpc_listen's port, and
   every descriptor its rate_limits actions make meets a limit of
   conf/ratelimitd.yaml and conf/envoy/.
 """
@@ -664,14 +664,14 @@ def test_reload(redis):
     harness.eq(d.stop(), 0, "daemon exits 0")
 
 
-# The README's "As Envoy's rate limit service" ---------------------------
+# docs/envoy.md's "The gRPC rate limit service" ---------------------------
 
 SAMPLE_HEADERS = {"x-tenant": "beta-7", "x-user": "ann", "x-client-id": "c-42",
                   "x-plan": "premium"}
 
 
 def readme_section(title):
-    with open(os.path.join(SRCDIR, "README.md")) as f:
+    with open(os.path.join(SRCDIR, "docs", "envoy.md")) as f:
         text = f.read()
     start = text.index("\n## %s\n" % title)
     end = text.find("\n## ", start + 1)
@@ -716,18 +716,18 @@ def envoy_filters(cfg):
 
 
 def test_readme_envoy(redis):
-    """The README's envoy.yaml is valid YAML; its rate limit cluster speaks
-    HTTP/2 to the port the README and conf/ratelimitd.yaml give grpc_listen;
+    """docs/envoy.md's envoy.yaml is valid YAML; its rate limit cluster speaks
+    HTTP/2 to the port docs/envoy.md and conf/ratelimitd.yaml give grpc_listen;
     and every descriptor its rate_limits actions make (sample values) meets
     a limit of the daemon running conf/ratelimitd.yaml and conf/envoy/."""
     try:
         import yaml
     except ImportError:
-        harness.skip("python3-yaml is not installed: the README's Envoy YAML is not checked")
+        harness.skip("python3-yaml is not installed: docs/envoy.md's Envoy YAML is not checked")
         return
-    sec = readme_section("As Envoy's rate limit service")
+    sec = readme_section("The gRPC rate limit service")
     blocks = [b.split("\n```", 1)[0] for b in sec.split("\n```yaml\n")[1:]]
-    if not harness.eq(len(blocks), 1, "the README's Envoy section has one envoy.yaml block"):
+    if not harness.eq(len(blocks), 1, "docs/envoy.md's gRPC section has one envoy.yaml block"):
         return
     cfg = yaml.safe_load(blocks[0])
     filters = envoy_filters(cfg)
@@ -751,7 +751,7 @@ def test_readme_envoy(redis):
                    "%s: every rate_limits action is one this test knows" % domain)
     want = set(int(p) for p in re.findall(r"(?m)^    grpc_listen: [0-9.]+:(\d+)$", sec)) | \
         set(int(p) for p in re.findall(r"(?m)^# grpc_listen: 127\.0\.0\.1:(\d+)$", conf))
-    harness.eq(ports, want, "the cluster's port is grpc_listen's in the README and conf/ratelimitd.yaml")
+    harness.eq(ports, want, "the cluster's port is grpc_listen's in docs/envoy.md and conf/ratelimitd.yaml")
 
     # The daemon on the example policy file and directory, as shipped but for
     # its addresses.
@@ -770,7 +770,7 @@ def test_readme_envoy(redis):
         for desc in descs:
             s = rls.call(domain, [D(*desc)]).statuses[0]
             harness.ok(s.HasField("current_limit") or s.limit_remaining == UINT32_MAX,
-                       "README's Envoy config: domain %s, descriptor %r meets a limit (%s)"
+                       "docs/envoy.md's Envoy config: domain %s, descriptor %r meets a limit (%s)"
                        % (domain, desc, limit_fields(s) or
                           ("unlimited" if s.limit_remaining == UINT32_MAX else "none")))
     rls.close()

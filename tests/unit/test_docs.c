@@ -1,17 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_docs.c: every field the policy file accepts is documented in the
- * README's reference (as `path`) and shown in conf/ratelimitd.yaml (as
- * "name:"). A new field without docs fails here. And the stop timeouts that
- * ship (the systemd unit, ratelimitd(8), docker/compose.yaml, the
- * Dockerfile's advice, the Kubernetes grace periods) agree and exceed the
- * longest drain the code allows,
- * which the README and ratelimitd(8) state. The README's reference and
- * ratelimitd.yaml(5) say "changes only with a restart" of exactly the
- * fields whose row in the field table says so. Every test file is named in
- * docs/testing.md, and every source file of src/ has a row in
- * docs/architecture.md's table. The one version (configure.ac's AC_INIT)
- * is the newest release of CHANGELOG.md and of debian/changelog.
+ * test_docs.c: the docs agree with the config table, the one place that
+ * defines the policy file's fields.
+ *
+ * - Every field the policy file accepts has a row in docs/configuration.md's
+ *   reference ("| `path` |"), whose "on reload" column says `restart`
+ *   exactly when the table does, and an entry in ratelimitd.yaml(5); it is
+ *   shown in conf/ratelimitd.yaml (as "name:"). A new field without docs
+ *   fails here, and so does a row or an entry naming a field that does not
+ *   exist.
+ * - The lists of restart-only and reloadable fields in docs/configuration.md,
+ *   ratelimitd(8) and ratelimitd.yaml(5) (between "fields: restart" or
+ *   "fields: applied" and "fields: end" marks) name exactly the table's.
+ * - The stop timeouts that ship (the systemd unit, ratelimitd(8),
+ *   docker/compose.yaml, the Dockerfile's advice, the Kubernetes grace
+ *   periods) agree and exceed the longest drain the code allows, which
+ *   docs/operations.md and ratelimitd(8) state.
+ * - Every test file is named in docs/testing.md, and every source file of
+ *   src/ has a row in docs/architecture.md's table.
+ * - The one version (configure.ac's AC_INIT) is the newest release of
+ *   CHANGELOG.md and of debian/changelog.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -23,8 +31,9 @@
 #include "tap.h"
 
 struct docs {
-    char *readme;
-    char *example;
+    char *reference; /* docs/configuration.md */
+    char *example;   /* conf/ratelimitd.yaml */
+    char *operations;
 };
 
 static char *slurp(const char *dir, const char *name)
@@ -55,8 +64,8 @@ static void check_field(const char *path, void *arg)
 {
     struct docs *d = arg;
     char quoted[160], key[160];
-    snprintf(quoted, sizeof quoted, "`%s`", path);
-    ok(strstr(d->readme, quoted) != NULL, "README documents %s", quoted);
+    snprintf(quoted, sizeof quoted, "\n| `%s` |", path);
+    ok(strstr(d->reference, quoted) != NULL, "docs/configuration.md has a row for `%s`", path);
     const char *last = strrchr(path, '.');
     snprintf(key, sizeof key, "%s:", last ? last + 1 : path);
     ok(strstr(d->example, key) != NULL, "conf/ratelimitd.yaml shows %s", key);
@@ -109,7 +118,7 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
            pods[i], grace, sleep > 0 ? sleep : 0);
     }
     snprintf(said, sizeof said, "at most `redis.timeout` + %d s", HTTP_DRAIN_MAX_S);
-    ok(d->readme && strstr(d->readme, said), "README: %s", said);
+    ok(d->operations && strstr(d->operations, said), "docs/operations.md: %s", said);
     snprintf(said, sizeof said, "redis.timeout\nplus %d seconds", HTTP_DRAIN_MAX_S);
     ok(file_has(dir, "man/ratelimitd.8", said),
        "ratelimitd(8): the drain lasts at most redis.timeout plus %d seconds", HTTP_DRAIN_MAX_S);
@@ -232,10 +241,103 @@ static void test_file_docs(const char *dir)
 
 /* ---- restart-only marks: the docs say it of exactly the table's fields ---------- */
 
-struct marks {
-    const char *readme;
-    const char *man;
+/* Every field of the table with its mark, for the checks below. */
+#define MAX_PATHS 256
+struct table {
+    char path[MAX_PATHS][128];
+    int restart[MAX_PATHS];
+    size_t n;
 };
+
+static void collect_field(const char *path, void *arg)
+{
+    struct table *tb = arg;
+    if (tb->n < MAX_PATHS) {
+        snprintf(tb->path[tb->n], sizeof tb->path[0], "%s", path);
+        tb->restart[tb->n++] = config_field_restart(path);
+    }
+}
+
+/* a is a proper ancestor of p: "redis" of "redis.url", "policies" of
+ * "policies.NAME.tiers[].limit". */
+static int is_ancestor(const char *a, const char *p)
+{
+    size_t n = strlen(a);
+    return strncmp(a, p, n) == 0 && (p[n] == '.' || p[n] == '[');
+}
+
+/* A field whose descendants do not all share its mark ("redis": its
+ * timeout is reloaded, its url is not): the docs mark each child instead. */
+static int is_mixed(const struct table *tb, size_t i)
+{
+    for (size_t j = 0; j < tb->n; j++)
+        if (is_ancestor(tb->path[i], tb->path[j]) && tb->restart[j] != tb->restart[i])
+            return 1;
+    return 0;
+}
+
+/* Whether a list of fields of one mark names path i: fields are listed at
+ * the highest level where their whole subtree shares the mark ("redis.tls",
+ * "policies"), never a mixed field. */
+static int listed(const struct table *tb, size_t i)
+{
+    if (is_mixed(tb, i))
+        return 0;
+    for (size_t j = 0; j < tb->n; j++)
+        if (is_ancestor(tb->path[j], tb->path[i]) && !is_mixed(tb, j))
+            return 0;
+    return 1;
+}
+
+/* The reference row of path ("| `path` | type | default | mark |"): the
+ * fourth cell, copied into mark; 0 when there is no such row. */
+static int row_mark(const char *doc, const char *path, char *mark, size_t size)
+{
+    char row[192];
+    const char *at, *cell;
+    snprintf(row, sizeof row, "\n| `%s` |", path);
+    if ((at = strstr(doc, row)) == NULL)
+        return 0;
+    cell = at + 1;
+    for (int i = 0; i < 3 && cell; i++)
+        cell = strchr(cell + 1, '|');
+    const char *end = cell ? strchr(cell + 1, '|') : NULL;
+    if (cell == NULL || end == NULL || strchr(cell, '\n') < end)
+        return snprintf(mark, size, "?"), 1;
+    cell++;
+    while (*cell == ' ')
+        cell++;
+    while (end > cell && end[-1] == ' ')
+        end--;
+    snprintf(mark, size, "%.*s", (int)(end - cell), cell);
+    return 1;
+}
+
+/* ratelimitd.yaml(5)'s entry ".TP\n.B path" (or ".TQ\n.B path") up to the
+ * next .TP or .SS, or that of its section ("Every field below changes only
+ * with a restart"). */
+static const char *man_entry(const char *man, const char *path, const char **end)
+{
+    char head[192], roff[160];
+    const char *at, *tp, *ss, *name = strstr(path, "NAME");
+
+    /* The page writes policies.NAME.shadow as policies.\fINAME\fP.shadow. */
+    if (name)
+        snprintf(roff, sizeof roff, "%.*s\\fINAME\\fP%s", (int)(name - path), path, name + 4);
+    else
+        snprintf(roff, sizeof roff, "%s", path);
+    path = roff;
+    snprintf(head, sizeof head, ".TP\n.B %s\n", path);
+    if ((at = strstr(man, head)) == NULL) {
+        snprintf(head, sizeof head, ".TQ\n.B %s\n", path);
+        if ((at = strstr(man, head)) == NULL)
+            return NULL;
+    }
+    tp = strstr(at + strlen(head), ".TP\n");
+    ss = strstr(at + strlen(head), ".SS");
+    *end = tp && (!ss || tp < ss) ? tp : ss ? ss : at + strlen(at);
+    return at;
+}
 
 static int says_restart(const char *from, const char *to)
 {
@@ -246,47 +348,6 @@ static int says_restart(const char *from, const char *to)
             return 1;
     }
     return 0;
-}
-
-/* The README's reference row of path ("| `path` |"), or NULL. Its mark, or
- * that of the section's row ("Every `redis.tls` field changes only with a
- * restart"). */
-static int readme_marks(const char *readme, const char *path, int *found)
-{
-    char row[192], section[192], every[192];
-    const char *at, *end, *dot = strrchr(path, '.');
-
-    snprintf(row, sizeof row, "\n| `%s` |", path);
-    if ((at = strstr(readme, row)) == NULL)
-        return *found = 0, 0;
-    *found = 1;
-    end = strchr(at + 1, '\n');
-    if (says_restart(at, end ? end : at + strlen(at)))
-        return 1;
-    if (dot == NULL)
-        return 0;
-    snprintf(section, sizeof section, "\n| `%.*s` |", (int)(dot - path), path);
-    snprintf(every, sizeof every, "very `%.*s` field changes only with a restart",
-             (int)(dot - path), path);
-    at = strstr(readme, section);
-    end = at ? strchr(at + 1, '\n') : NULL;
-    return at && end && (at = strstr(at, every)) != NULL && at < end;
-}
-
-/* ratelimitd.yaml(5)'s entry ".TP\n.B path" up to the next .TP or .SS, or
- * that of its section ("Every field below changes only with a restart"). */
-static const char *man_entry(const char *man, const char *path, const char **end)
-{
-    char head[192];
-    const char *at, *tp, *ss;
-
-    snprintf(head, sizeof head, ".TP\n.B %s\n", path);
-    if ((at = strstr(man, head)) == NULL)
-        return NULL;
-    tp = strstr(at + strlen(head), ".TP\n");
-    ss = strstr(at + strlen(head), ".SS");
-    *end = tp && (!ss || tp < ss) ? tp : ss ? ss : at + strlen(at);
-    return at;
 }
 
 static int man_marks(const char *man, const char *path, int *found)
@@ -306,30 +367,147 @@ static int man_marks(const char *man, const char *path, int *found)
            strstr(at, "Every field below changes only with a restart") < end;
 }
 
-static void check_restart_mark(const char *path, void *arg)
+static void test_marks(const struct table *tb, const char *reference, const char *man)
 {
-    const struct marks *m = arg;
-    int restart = config_field_restart(path), found;
-    int marked = readme_marks(m->readme, path, &found);
+    for (size_t i = 0; i < tb->n; i++) {
+        const char *path = tb->path[i];
+        char mark[64];
+        int found;
+        const char *want = tb->restart[i] ? "restart" : is_mixed(tb, i) ? "per field" : "applied";
 
-    if (found)
-        ok(marked == restart, "README %s `%s` as changing only with a restart",
-           restart ? "marks" : "does not mark", path);
-    marked = man_marks(m->man, path, &found);
-    if (found)
-        ok(marked == restart, "ratelimitd.yaml(5) %s %s as changing only with a restart",
-           restart ? "marks" : "does not mark", path);
-    if (restart)
+        if (row_mark(reference, path, mark, sizeof mark))
+            ok(strcmp(mark, want) == 0, "docs/configuration.md: `%s` is marked \"%s\" (\"%s\")",
+               path, want, mark);
+        int marked = man_marks(man, path, &found);
         ok(found, "ratelimitd.yaml(5) has an entry for %s", path);
+        if (found && !is_mixed(tb, i))
+            ok(marked == tb->restart[i], "ratelimitd.yaml(5) %s %s as changing only with a restart",
+               tb->restart[i] ? "marks" : "does not mark", path);
+    }
 }
 
-static void test_restart_marks(const char *dir, const struct docs *d)
-{
-    struct marks m = {d->readme, slurp(dir, "man/ratelimitd.yaml.5")};
+/* ---- the lists of restart-only and reloadable fields ------------------------ */
 
-    if (ok(m.readme && m.man, "README.md and man/ratelimitd.yaml.5 are readable"))
-        config_foreach_field(check_restart_mark, &m);
-    free((char *)m.man);
+/* Whether names (a '\n'-joined list) holds name. */
+static int has_name(const char *names, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *at = names; (at = strstr(at, name)) != NULL; at += n)
+        if ((at == names || at[-1] == '\n') && at[n] == '\n')
+            return 1;
+    return 0;
+}
+
+/* The names a list gives between `open` and `close`, '\n'-joined into out:
+ * in Markdown each `quoted` word, in a man page the first word of each
+ * .B/.BR line. Returns 0 when the marks are not there. */
+static int list_names(const char *doc, const char *open, const char *close, int man, char *out,
+                      size_t size)
+{
+    const char *at = doc ? strstr(doc, open) : NULL, *end = at ? strstr(at, close) : NULL;
+    size_t len = 0;
+    out[0] = '\0';
+    if (at == NULL || end == NULL)
+        return 0;
+    for (at += strlen(open); at < end;) {
+        const char *word, *stop;
+        if (man) {
+            const char *line = at;
+            at = strchr(at, '\n');
+            at = at ? at + 1 : end;
+            if (strncmp(line, ".B ", 3) && strncmp(line, ".BR ", 4))
+                continue;
+            word = strchr(line, ' ') + 1;
+            stop = word + strcspn(word, " \n");
+        } else {
+            if ((word = strchr(at, '`')) == NULL || word >= end)
+                break;
+            word++;
+            if ((stop = strchr(word, '`')) == NULL || stop >= end)
+                break;
+            at = stop + 1;
+        }
+        if (len + (size_t)(stop - word) + 2 < size)
+            len += (size_t)snprintf(out + len, size - len, "%.*s\n", (int)(stop - word), word);
+    }
+    return 1;
+}
+
+/* One page's list of one mark names exactly the table's fields of that
+ * mark (at the level listed() says), and nothing else. */
+static void test_list(const struct table *tb, const char *name, const char *doc, int man,
+                      int restart)
+{
+    const char *kind = restart ? "restart" : "applied";
+    char open[64], close[64], names[8192];
+    snprintf(open, sizeof open, man ? ".\\\" fields: %s\n" : "<!-- fields: %s -->", kind);
+    snprintf(close, sizeof close, man ? ".\\\" fields: end" : "<!-- fields: end -->");
+    if (!ok(list_names(doc, open, close, man, names, sizeof names), "%s has its %s list", name,
+            kind))
+        return;
+    size_t want = 0;
+    for (size_t i = 0; i < tb->n; i++) {
+        if (tb->restart[i] != restart || !listed(tb, i))
+            continue;
+        want++;
+        ok(has_name(names, tb->path[i]), "%s's %s list names %s", name, kind, tb->path[i]);
+    }
+    size_t got = 0;
+    for (const char *at = names; *at; at = strchr(at, '\n') + 1) {
+        char word[128];
+        snprintf(word, sizeof word, "%.*s", (int)strcspn(at, "\n"), at);
+        int known = -1;
+        for (size_t i = 0; i < tb->n; i++)
+            if (strcmp(tb->path[i], word) == 0)
+                known = (tb->restart[i] == restart && listed(tb, i));
+        ok(known == 1, "%s's %s list: %s is a field of that mark", name, kind, word);
+        got++;
+    }
+    ok(got == want, "%s's %s list: %zu names, the table %zu", name, kind, got, want);
+}
+
+/* ---- no docs of fields that do not exist ------------------------------------- */
+
+/* Every row of docs/configuration.md's reference ("| `path` | ...", after
+ * its "## Fields" heading and up to the next heading) and every entry of
+ * ratelimitd.yaml(5)'s FIELDS section (".TP"/".TQ" then ".B path") names a
+ * field of the table. */
+static void test_known(const char *reference, const char *man)
+{
+    const char *at = reference ? strstr(reference, "\n## Fields\n") : NULL;
+    const char *end = at ? strstr(at + 1, "\n## ") : NULL;
+    long rows = 0, entries = 0;
+    for (; at && (at = strstr(at, "\n| `")) != NULL && (!end || at < end); at++) {
+        char path[160];
+        snprintf(path, sizeof path, "%.*s", (int)strcspn(at + 4, "`\n"), at + 4);
+        ok(config_field_restart(path) != -1, "docs/configuration.md's row `%s` is a field", path);
+        rows++;
+    }
+    ok(rows >= 60, "docs/configuration.md's reference has its rows (%ld)", rows);
+
+    at = man ? strstr(man, "\n.SH FIELDS\n") : NULL;
+    end = at ? strstr(at + 1, "\n.SH ") : NULL;
+    for (; at && end; at++) {
+        const char *tp = strstr(at, "\n.TP\n.B "), *tq = strstr(at, "\n.TQ\n.B ");
+        at = tp && (!tq || tp < tq) ? tp : tq;
+        if (at == NULL || at > end)
+            break;
+        char path[160], *p = path;
+        snprintf(path, sizeof path, "%.*s", (int)strcspn(at + 8, "\n"), at + 8);
+        /* ".B policies.\fINAME\fP.shadow" is policies.NAME.shadow */
+        for (const char *s = path; *s; s++) {
+            if (strncmp(s, "\\fI", 3) == 0 || strncmp(s, "\\fP", 3) == 0 ||
+                strncmp(s, "\\fR", 3) == 0 || strncmp(s, "\\fB", 3) == 0) {
+                s += 2;
+                continue;
+            }
+            *p++ = *s;
+        }
+        *p = '\0';
+        ok(config_field_restart(path) != -1, "ratelimitd.yaml(5)'s entry %s is a field", path);
+        entries++;
+    }
+    ok(entries >= 60, "ratelimitd.yaml(5)'s FIELDS has its entries (%ld)", entries);
 }
 
 /* ---- one version: configure.ac, CHANGELOG.md, debian/changelog ---------------- */
@@ -375,14 +553,31 @@ static void test_versions(const char *dir)
 int main(void)
 {
     const char *dir = getenv("RL_SRCDIR") ? getenv("RL_SRCDIR") : ".";
-    struct docs d = {slurp(dir, "README.md"), slurp(dir, "conf/ratelimitd.yaml")};
-    if (ok(d.readme && d.example, "README.md and conf/ratelimitd.yaml are readable"))
+    struct docs d = {slurp(dir, "docs/configuration.md"), slurp(dir, "conf/ratelimitd.yaml"),
+                     slurp(dir, "docs/operations.md")};
+    char *man5 = slurp(dir, "man/ratelimitd.yaml.5"), *man8 = slurp(dir, "man/ratelimitd.8");
+    static struct table tb;
+
+    if (ok(d.reference && d.example && man5 && man8,
+           "docs/configuration.md, conf/ratelimitd.yaml and the man pages are readable")) {
         config_foreach_field(check_field, &d);
+        config_foreach_field(collect_field, &tb);
+        ok(tb.n > 60 && tb.n < MAX_PATHS, "the table has its fields (%zu)", tb.n);
+        test_marks(&tb, d.reference, man5);
+        for (int restart = 1; restart >= 0; restart--) {
+            test_list(&tb, "docs/configuration.md", d.reference, 0, restart);
+            test_list(&tb, "ratelimitd(8)", man8, 1, restart);
+            test_list(&tb, "ratelimitd.yaml(5)", man5, 1, restart);
+        }
+        test_known(d.reference, man5);
+    }
     test_stop_timeouts(dir, &d);
     test_file_docs(dir);
-    test_restart_marks(dir, &d);
     test_versions(dir);
-    free(d.readme);
+    free(d.reference);
     free(d.example);
+    free(d.operations);
+    free(man5);
+    free(man8);
     return tap_done();
 }

@@ -10,6 +10,7 @@
  * that is reused for the next request, so a keep-alive connection stops
  * allocating once its buffer is large enough.
  */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -33,6 +34,14 @@ static int fail(struct http_parse *p, int status, const char *code, const char *
         p->error_message = message;
     }
     return -1;
+}
+
+/* The 413, with the limit the client went over. */
+static int body_too_large(struct http_parse *p)
+{
+    snprintf(p->error_text, sizeof p->error_text,
+             "the request body is larger than max_body (%zu bytes)", p->lim->max_body);
+    return fail(p, 413, "body_too_large", p->error_text);
 }
 
 static int head_too_large(struct http_parse *p)
@@ -155,7 +164,7 @@ static int on_headers_complete(http_parser *hp)
     int body_expected =
         (hp->flags & F_CHUNKED) || ((hp->flags & F_CONTENTLENGTH) && hp->content_length > 0);
     if ((hp->flags & F_CONTENTLENGTH) && hp->content_length > p->lim->max_body)
-        return fail(p, 413, "body_too_large", "the request body is larger than max_body");
+        return body_too_large(p);
     const char *expect = http_parse_header(p, "Expect");
     p->continue_due =
         expect && strcasecmp(expect, "100-continue") == 0 && body_expected && hp->http_minor >= 1;
@@ -169,7 +178,7 @@ static int on_body(http_parser *hp, const char *at, size_t len)
 {
     struct http_parse *p = of(hp);
     if (p->body_len + len > p->lim->max_body)
-        return fail(p, 413, "body_too_large", "the request body is larger than max_body");
+        return body_too_large(p);
     buf_append(&p->store, at, len);
     p->body_len += len;
     return 0;
@@ -262,6 +271,10 @@ static void parser_error(struct http_parse *p)
     enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
     if (e == HPE_HEADER_OVERFLOW)
         head_too_large(p);
+    else if (e == HPE_INVALID_METHOD)
+        /* RFC 9110 §15.6.2: a method the server does not recognize is 501;
+         * 405 is for a known method a path does not take (http_routes.c). */
+        fail(p, 501, "not_implemented", "unknown HTTP method");
     else if (e == HPE_UNEXPECTED_CONTENT_LENGTH)
         fail(p, 400, "bad_request", "conflicting Content-Length or Transfer-Encoding");
     else

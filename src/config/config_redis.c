@@ -163,6 +163,14 @@ int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct con
 
     if (redis == NULL)
         return 0; /* the default URL: plain TCP */
+    /* Refused rather than ignored, as listen_mode without a unix socket
+     * is: a file that says where Redis is but never calls it was surely
+     * meant otherwise (a backend line left over, or a redis: section that
+     * the author believes is used). */
+    if (c->backend == BACKEND_KIND_MEMORY)
+        return cfg_fail(ld, redis, "redis",
+                        "not used with backend: memory (nothing calls Redis): remove the section "
+                        "or set backend: redis");
     url = cfg_field_node(ld, redis, "url");
     tls = cfg_field_node(ld, redis, "tls");
     sentinel = cfg_field_node(ld, redis, "sentinel");

@@ -80,7 +80,7 @@ def test_check_config():
     rc, out = check_config(["--config", os.path.join(policy, "p.yaml")])
     harness.ok(rc == 1 and "%s/x.yaml:2:1:" % bad in out, "envoy_config: is read: %r" % out)
     rc, out = check_config(["--config", os.path.join(policy, "p.yaml"), "--envoy-config", tmp])
-    harness.ok(rc == 0 and "1 policies, 1 domains (envoy_config %s)" % tmp in out,
+    harness.ok(rc == 0 and "1 policy, 1 domain (envoy_config %s)" % tmp in out,
                "--envoy-config wins over envoy_config: %r" % out)
 
 

@@ -65,7 +65,7 @@ static const struct error_case {
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
      "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, "
      "clock, max_body, log_level, access_log, "
-     "admin_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
+     "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
      "deny_status, policies, domains, envoy_config)"},
@@ -364,6 +364,19 @@ static const struct error_case {
     {"listen_group without a unix socket",
      "admin_listen: 127.0.0.1:9090\nlisten_group: 0\n" POLICY_P, "2:15",
      "listen_group: applies only to unix sockets"},
+
+    /* admin_on_listen: listen never serves the keys with admin_listen */
+    {"admin_on_listen with admin_listen",
+     "admin_listen: 127.0.0.1:9090\nadmin_on_listen: true\n" POLICY_P, "2:18",
+     "admin_on_listen: applies only without admin_listen"},
+    {"admin_on_listen not a bool", "admin_on_listen: maybe\n" POLICY_P, "1:18", "admin_on_listen:"},
+
+    /* backend: memory calls no Redis: a redis section is refused */
+    {"redis section with backend memory",
+     "backend: memory\nredis:\n  url: redis://127.0.0.1:6379/0\n" POLICY_P, "3:3",
+     "redis: not used with backend: memory"},
+    {"redis section before backend memory", "redis: {timeout: 1s}\nbackend: memory\n" POLICY_P,
+     "1:8", "redis: not used with backend: memory"},
 
     /* redis */
     {"url scheme", "redis:\n  url: http://127.0.0.1\n" POLICY_P, "2:8",

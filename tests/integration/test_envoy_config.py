@@ -141,7 +141,7 @@ def test_watch(redis):
     put(other, "y.yaml", domain_file("eta"))
     harness.wait_until(lambda: reloads(d) == 4, 5, what="a reload from the new directory")
     last = [line for line in d.logs().splitlines() if "policies reloaded" in line][-1]
-    harness.ok(last.endswith("trigger=watch policies=1 domains=2"),
+    harness.ok(last.endswith("trigger=watch policies=1 domains=2 fields_changed=domains"),
                "watch: a file in the new directory reloads: %r" % last)
     put(envoy, "c.yaml", domain_file("gamma"))
     time.sleep(0.5)

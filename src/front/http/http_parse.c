@@ -265,15 +265,26 @@ static void finish_request(struct http_parse *p)
     };
 }
 
-/* Maps a parser error that no callback of ours explains. */
-static void parser_error(struct http_parse *p)
+/* A byte of a token (RFC 9110 §5.6.2), what a method is made of. */
+static int is_tchar(int c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* Maps a parser error that no callback of ours explains; bad is the byte
+ * the parser stopped at (-1: none left). */
+static void parser_error(struct http_parse *p, int bad)
 {
     enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
     if (e == HPE_HEADER_OVERFLOW)
         head_too_large(p);
-    else if (e == HPE_INVALID_METHOD)
-        /* RFC 9110 §15.6.2: a method the server does not recognize is 501;
-         * 405 is for a known method a path does not take (http_routes.c). */
+    else if (e == HPE_INVALID_METHOD && is_tchar(bad))
+        /* RFC 9110 §15.6.2: a method the server does not recognize is 501
+         * (405 is for a known method a path does not take: http_routes.c).
+         * The parser stops at the first byte no method it knows has there:
+         * a token's byte makes an unknown method, any other byte garbage
+         * (400). */
         fail(p, 501, "not_implemented", "unknown HTTP method");
     else if (e == HPE_UNEXPECTED_CONTENT_LENGTH)
         fail(p, 400, "bad_request", "conflicting Content-Length or Transfer-Encoding");
@@ -311,7 +322,7 @@ enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_l
         }
         if (e != HPE_OK && e != HPE_PAUSED) {
             if (!p->error_status)
-                parser_error(p);
+                parser_error(p, off < len ? (unsigned char)data[off] : -1);
             p->failed = 1;
             *used = off;
             return HTTP_PARSE_ERROR;

@@ -135,7 +135,7 @@ struct metrics {
     size_t npolicies, policies_cap;
     uint16_t index[INDEX_SIZE];
     uint64_t http[STATUS_MAX - STATUS_MIN + 1]; /* by status - STATUS_MIN */
-    uint64_t latency[NBUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
+    uint64_t latency[NBUCKETS + 1];             /* per bucket, not cumulative; last: +Inf */
     uint64_t latency_sum_us;
     uint64_t latency_count;
     uint64_t counters[METRICS_NCOUNTERS];

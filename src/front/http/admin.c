@@ -72,7 +72,8 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
     char pname[POLICY_NAME_MAX + 1];
     size_t plen = (size_t)(slash - name);
     if (plen == 0)
-        return fail(err, 404, "unknown_policy", "the path names no policy: use /v1/keys/<policy>/<key>");
+        return fail(err, 404, "unknown_policy",
+                    "the path names no policy: use /v1/keys/<policy>/<key>");
     memcpy(pname, name, plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen);
     pname[plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen] = '\0';
     const struct policy *p = plen > POLICY_NAME_MAX ? NULL : config_find_policy(cfg, pname);

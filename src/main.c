@@ -266,6 +266,8 @@ static int load(struct server *srv, const struct options *o)
         return 1;
     if (!srv->log_level_from_cli)
         srv->log.level = srv->config->log_level;
+    if (srv->config->warning && o->check_only)
+        fprintf(stderr, "ratelimitd: warning: %s\n", srv->config->warning);
     if (!o->check_only)
         return -1;
     size_t np = srv->config->npolicies, nd = srv->config->ndomains;
@@ -375,6 +377,9 @@ static int run(struct server *srv)
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "policies",
               npol, "workers", nw, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], kv[8],
               kv[9], kv[10], kv[11], NULL);
+    if (cfg->warning)
+        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
+                  cfg->warning, NULL);
     if (!cfg->admin_listen && !cfg->auth_token_file && !cfg->admin_on_listen)
         log_event(&srv->log, LOG_LVL_WARN,
                   "the admin API (/v1/keys/) is not served: listen has no auth_token_file to "

@@ -65,6 +65,9 @@ int reload_config(struct server *srv, const char *trigger)
         kv[k++] = "changes", kv[k++] = "none";
     log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "trigger", trigger, "policies", n,
               "domains", nd, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], NULL);
+    if (c->warning)
+        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
+                  c->warning, NULL);
     notify_state(srv->notify, srv);
     return 0;
 }

@@ -259,6 +259,7 @@ static void config_free(struct config *c)
     free(c->redis_url);
     free(c->key_prefix);
     free(c->admin_listen);
+    free(c->warning);
     free(c->grpc_listen);
     free(c->auth_token_file);
     free_secret(c->auth_token);

@@ -77,6 +77,8 @@ struct config {
     int access_log;       /* one log line per check */
     char *admin_listen;   /* NULL: /metrics, /healthz, /readyz on `listen` */
     int admin_on_listen;  /* /v1/keys/ on `listen` without a token (no admin_listen) */
+    char *warning;        /* NULL, or "file:line:col: path: message" of a part that does
+                           * nothing (a redis: section with backend: memory): logged */
     int watch;            /* reload when the file (or its directory) changes */
     int64_t max_inflight; /* checks waiting for Redis at once */
     enum overload_action overload;

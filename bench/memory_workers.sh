@@ -54,13 +54,14 @@ fi
 
 start_rl() { # start_rl WORKERS -> sets RLPID, URL
     local port
+    # backend: memory refuses a redis: section it would not use.
+    REDIS_SECTION=""
+    [ "$BACKEND" = memory ] || REDIS_SECTION=$(printf 'redis:\n  url: %s\n  timeout: 1s' "$RURL")
     port=$(free_port)
     cat >"$TMP/rl.yaml" <<EOF
 listen: 127.0.0.1:$port
 backend: $BACKEND
-redis:
-  url: $RURL
-  timeout: 1s
+$REDIS_SECTION
 log_level: warn
 workers: $1
 local_max_keys: 200000

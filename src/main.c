@@ -269,14 +269,16 @@ static int load(struct server *srv, const struct options *o)
         return 1;
     if (!srv->log_level_from_cli)
         srv->log.level = srv->config->log_level;
+    if (srv->config->warning && o->check_only)
+        fprintf(stderr, "ratelimitd: warning: %s\n", srv->config->warning);
     if (!o->check_only)
         return -1;
+    size_t np = srv->config->npolicies, nd = srv->config->ndomains;
+    printf("%s: ok, %zu %s, %zu %s", srv->config_path, np, np == 1 ? "policy" : "policies", nd,
+           nd == 1 ? "domain" : "domains");
     if (srv->config->envoy_config)
-        printf("%s: ok, %zu policies, %zu domains (envoy_config %s)\n", srv->config_path,
-               srv->config->npolicies, srv->config->ndomains, srv->config->envoy_config);
-    else
-        printf("%s: ok, %zu policies, %zu domains\n", srv->config_path, srv->config->npolicies,
-               srv->config->ndomains);
+        printf(" (envoy_config %s)", srv->config->envoy_config);
+    printf("\n");
     return 0;
 }
 
@@ -357,14 +359,35 @@ static int start(struct server *srv, struct main_events *ev)
 static int run(struct server *srv)
 {
     notify_state(srv->notify, srv); /* READY=1 now with backend: memory */
+    const struct config *cfg = srv->config;
     char npol[24], nw[24];
-    snprintf(npol, sizeof npol, "%zu", srv->config->npolicies);
+    snprintf(npol, sizeof npol, "%zu", cfg->npolicies);
     snprintf(nw, sizeof nw, "%zu", srv->nworkers);
+    int memory = cfg->backend == BACKEND_KIND_MEMORY;
+    /* Every listener, and the clock the limits really run on: the memory
+     * backend reads the daemon's own whatever clock: says. A pair of
+     * NULLs ends the list early where a listener is not set. */
+    const char *kv[12] = {"listen", cfg->listen};
+    size_t n = 2;
+    if (cfg->admin_listen)
+        kv[n++] = "admin_listen", kv[n++] = cfg->admin_listen;
+    if (cfg->grpc_listen)
+        kv[n++] = "grpc_listen", kv[n++] = cfg->grpc_listen;
+    kv[n++] = memory ? "backend" : "redis";
+    kv[n++] = srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend);
+    kv[n++] = "clock";
+    kv[n++] = memory || cfg->clock == CLOCK_SOURCE_LOCAL ? "local" : "redis";
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "commit",
-              RATELIMITD_COMMIT, "policies", npol, "workers", nw, "listen", srv->config->listen,
-              srv->config->backend == BACKEND_KIND_MEMORY ? "backend" : "redis",
-              srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend), "clock",
-              srv->config->clock == CLOCK_SOURCE_REDIS ? "redis" : "local", NULL);
+              RATELIMITD_COMMIT, "policies", npol, "workers", nw, kv[0], kv[1], kv[2], kv[3], kv[4],
+              kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11], NULL);
+    if (cfg->warning)
+        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
+                  cfg->warning, NULL);
+    if (!cfg->admin_listen && !cfg->auth_token_file && !cfg->admin_on_listen)
+        log_event(&srv->log, LOG_LVL_WARN,
+                  "the admin API (/v1/keys/) is not served: listen has no auth_token_file to "
+                  "guard it; set admin_listen, auth_token_file or admin_on_listen: true",
+                  NULL);
     if (event_base_dispatch(srv->base) < 0) {
         fprintf(stderr, "ratelimitd: event loop failed\n");
         return -1;

@@ -37,6 +37,8 @@ int reload_config(struct server *srv, const char *trigger)
         metrics_reload(srv->workers[0].core.metrics, 0);
         return -1;
     }
+    struct config_changes ch;
+    config_changes(srv->config, c, &ch);
     config_unref(srv->config);
     srv->config = c; /* checks in flight keep their own reference */
     srv->config_loaded_us = util_realtime_us();
@@ -50,8 +52,23 @@ int reload_config(struct server *srv, const char *trigger)
     char n[24], nd[24];
     snprintf(n, sizeof n, "%zu", c->npolicies);
     snprintf(nd, sizeof nd, "%zu", c->ndomains);
+    /* What changed, each list only when it has names; "changes=none" for a
+     * file saved as it was, so the line never leaves one wondering. */
+    const char *kv[8] = {NULL};
+    size_t k = 0;
+    const char *names[4] = {"fields_changed", "policies_added", "policies_removed",
+                            "policies_changed"};
+    const char *lists[4] = {ch.fields, ch.added, ch.removed, ch.changed};
+    for (size_t i = 0; i < 4; i++)
+        if (lists[i][0])
+            kv[k++] = names[i], kv[k++] = lists[i];
+    if (k == 0)
+        kv[k++] = "changes", kv[k++] = "none";
     log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "trigger", trigger, "policies", n,
-              "domains", nd, NULL);
+              "domains", nd, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], NULL);
+    if (c->warning)
+        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
+                  c->warning, NULL);
     notify_state(srv->notify, srv);
     return 0;
 }

@@ -85,6 +85,7 @@ static char *metrics_text(void *arg)
         .features = RATELIMITD_FEATURES,
         .checks_in_flight = inflight,
         .redis_up = server_ready(srv),
+        .no_redis = w->core.config->backend == BACKEND_KIND_MEMORY,
         .config_loaded_us = srv->config_loaded_us,
         .policies = w->core.config->npolicies,
     };

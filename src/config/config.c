@@ -120,6 +120,97 @@ static int find_restart_field(const struct field *fields, const char *prefix, co
     return 0;
 }
 
+/* ---- what a reload changes -------------------------------------------------------- */
+
+/* Appends name to a comma-separated list of at most size - 1 bytes; a name
+ * that does not fit is counted in *cut instead, so the list stays bounded
+ * and says how much it left out. */
+static void list_add(char *list, size_t size, size_t *cut, const char *name)
+{
+    size_t len = strlen(list), n = strlen(name) + (len ? 1 : 0);
+    /* room for the name and a later ",+NNNN more" */
+    if (*cut || len + n + 12 >= size) {
+        (*cut)++;
+        return;
+    }
+    snprintf(list + len, size - len, "%s%s", len ? "," : "", name);
+}
+
+static void list_end(char *list, size_t size, size_t cut)
+{
+    size_t len = strlen(list);
+    if (cut)
+        snprintf(list + len, size - len, "%s+%zu more", len ? "," : "", cut);
+}
+
+static int same_trust(const struct client_trust *a, const struct client_trust *b)
+{
+    if (a->unix_trusted != b->unix_trusted || a->n != b->n)
+        return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->nets[i].prefix != b->nets[i].prefix ||
+            a->nets[i].addr.family != b->nets[i].addr.family ||
+            memcmp(a->nets[i].addr.a, b->nets[i].addr.a, sizeof a->nets[i].addr.a) != 0)
+            return 0;
+    return 1;
+}
+
+/* The rows of fields (sections walked, by dotted path) whose values
+ * differ; rows without a stored value are compared by hand, the policies
+ * and domains left to their own lists. */
+static void changed_fields(const struct field *fields, const char *prefix, const struct config *a,
+                           const struct config *b, char *list, size_t size, size_t *cut)
+{
+    for (const struct field *f = fields; f->name != NULL; f++) {
+        char path[PATH_LEN];
+        int same;
+        snprintf(path, sizeof path, "%s%s", prefix, f->name);
+        if (f->type == F_SECTION) {
+            strcat(path, ".");
+            changed_fields(f->section, path, a, b, list, size, cut);
+            continue;
+        }
+        if (strcmp(path, "auth_token_file") == 0) /* the path, or a rotated token */
+            same = same_string(a->auth_token_file, b->auth_token_file) &&
+                   same_string(a->auth_token, b->auth_token);
+        else if (strcmp(path, "trusted_proxies") == 0)
+            same = same_trust(&a->trusted_proxies, &b->trusted_proxies);
+        else if (strcmp(path, "domains") == 0)
+            same = a->ndomains == b->ndomains;
+        else
+            same = same_value(f, a, b);
+        if (!same)
+            list_add(list, size, cut, path);
+    }
+}
+
+void config_changes(const struct config *old, const struct config *new, struct config_changes *out)
+{
+    size_t cut[4] = {0, 0, 0, 0};
+    memset(out, 0, sizeof *out);
+    changed_fields(cfg_top_fields, "", old, new, out->fields, sizeof out->fields, &cut[0]);
+    /* Both sorted by name: one merge. */
+    size_t i = 0, j = 0;
+    while (i < old->npolicies || j < new->npolicies) {
+        int cmp = i == old->npolicies   ? 1
+                  : j == new->npolicies ? -1
+                                        : strcmp(old->policies[i].name, new->policies[j].name);
+        if (cmp < 0) {
+            list_add(out->removed, sizeof out->removed, &cut[1], old->policies[i++].name);
+        } else if (cmp > 0) {
+            list_add(out->added, sizeof out->added, &cut[2], new->policies[j++].name);
+        } else {
+            if (!policy_equal(&old->policies[i], &new->policies[j]))
+                list_add(out->changed, sizeof out->changed, &cut[3], new->policies[j].name);
+            i++, j++;
+        }
+    }
+    list_end(out->fields, sizeof out->fields, cut[0]);
+    list_end(out->removed, sizeof out->removed, cut[1]);
+    list_end(out->added, sizeof out->added, cut[2]);
+    list_end(out->changed, sizeof out->changed, cut[3]);
+}
+
 /* ---- loading ---------------------------------------------------------------------- */
 
 /* A snapshot holding the defaults of the field tables, nothing else. */
@@ -169,6 +260,7 @@ static void config_free(struct config *c)
     free(c->redis_url);
     free(c->key_prefix);
     free(c->admin_listen);
+    free(c->warning);
     free(c->grpc_listen);
     free(c->auth_token_file);
     free_secret(c->auth_token);
@@ -206,7 +298,8 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
     ld.c = c;
     root = yaml_document_get_root_node(&ld.doc);
     if (cfg_parse_fields(&ld, root, "", cfg_top_fields, c) < 0 ||
-        cfg_check_unix_fields(&ld, root, c) < 0 || cfg_check_redis_modes(&ld, root, c) < 0) {
+        cfg_check_unix_fields(&ld, root, c) < 0 || cfg_check_admin_on_listen(&ld, root, c) < 0 ||
+        cfg_check_redis_modes(&ld, root, c) < 0) {
         config_free(c);
         c = NULL;
     } else {

@@ -77,6 +77,9 @@ struct config {
     enum log_level log_level;
     int access_log;       /* one log line per check */
     char *admin_listen;   /* NULL: /metrics, /healthz, /readyz on `listen` */
+    int admin_on_listen;  /* /v1/keys/ on `listen` without a token (no admin_listen) */
+    char *warning;        /* NULL, or "file:line:col: path: message" of a part that does
+                           * nothing (a redis: section with backend: memory): logged */
     int watch;            /* reload when the file (or its directory) changes */
     int64_t max_inflight; /* checks waiting for Redis at once */
     enum overload_action overload;
@@ -159,6 +162,18 @@ void config_foreach_field(void (*fn)(const char *path, void *arg), void *arg);
  */
 int config_restart_field(const struct config *old, const struct config *new, char *path,
                          size_t size) RL_WUR;
+
+/*
+ * What a reload changes, for its log line: comma-separated names, each list
+ * bounded (a list too long ends with "+N more"), "" for none. fields: the
+ * rows whose value differs, by dotted path ("max_body", "redis.timeout",
+ * "auth_token_file" when the token rotates; "domains" when their number
+ * does); the policies by name.
+ */
+struct config_changes {
+    char fields[256], added[256], removed[256], changed[256];
+};
+void config_changes(const struct config *old, const struct config *new, struct config_changes *out);
 
 /* For the docs test and the table's own tests, by dotted path (as
  * config_foreach_field gives it): config_field_restart is 1 for a field

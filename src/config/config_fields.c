@@ -275,6 +275,8 @@ const struct field cfg_top_fields[] = {
     {"access_log", F_BOOL, .offset = offsetof(struct config, access_log)},
     {"admin_listen", F_STRING, .offset = offsetof(struct config, admin_listen),
      .check = check_listen, .reload = RELOAD_RESTART},
+    /* Read per request (http_routes.c), so a reload applies it. */
+    {"admin_on_listen", F_BOOL, .offset = offsetof(struct config, admin_on_listen), .def = 0},
     {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen), .check = check_listen,
      .reload = RELOAD_RESTART},
     {"grpc_max_streams", F_INT, .offset = offsetof(struct config, grpc_max_streams), .min = 1,
@@ -449,6 +451,18 @@ int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const stru
                             "applies only to unix sockets, and none of listen, admin_listen, "
                             "grpc_listen is unix:/path");
     }
+    return 0;
+}
+
+/* admin_on_listen puts the admin API on keys on listen, which never serves
+ * it when admin_listen is set: the pair says two things at once. */
+int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root, const struct config *c)
+{
+    const yaml_node_t *node = cfg_field_node(ld, root, "admin_on_listen");
+    if (node != NULL && c->admin_on_listen && c->admin_listen != NULL)
+        return cfg_fail(ld, node, "admin_on_listen",
+                        "applies only without admin_listen (which then serves /v1/keys/): "
+                        "remove one of them");
     return 0;
 }
 

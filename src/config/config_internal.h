@@ -164,6 +164,8 @@ extern const char *const cfg_header_names[];
 int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen);
 /* listen_mode and listen_group need a unix socket listener. */
 int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
+/* admin_on_listen: true needs no admin_listen. */
+int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root, const struct config *c);
 
 /* ---- config_redis.c: redis.sentinel, redis.cluster, the rules between them ---- */
 

@@ -164,6 +164,21 @@ int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct con
 
     if (redis == NULL)
         return 0; /* the default URL: plain TCP */
+    /* Warned about, not refused (as listen_mode without a unix socket
+     * is): a memory file is often the Redis one with its backend line
+     * switched (the container image's, tools/run.sh's), and the section
+     * then does nothing rather than something wrong. The daemon logs the
+     * warning at start and on reload, -t prints it. */
+    if (c->backend == BACKEND_KIND_MEMORY) {
+        char note[4096 + RL_ERRLEN]; /* the file's path, then the message */
+        snprintf(note, sizeof note,
+                 "%s:%zu:%zu: redis: not used with backend: memory (nothing calls Redis): remove "
+                 "the section or set backend: redis",
+                 ld->name, redis->start_mark.line + 1, redis->start_mark.column + 1);
+        free(c->warning);
+        c->warning = xstrdup(note);
+        return 0;
+    }
     url = cfg_field_node(ld, redis, "url");
     tls = cfg_field_node(ld, redis, "tls");
     sentinel = cfg_field_node(ld, redis, "sentinel");

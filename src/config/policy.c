@@ -268,6 +268,40 @@ size_t policy_overrides_count(const struct policy_overrides *o)
     return o ? o->n : 0;
 }
 
+static int tiers_equal(const struct tier *a, const struct tier *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(a[i].name, b[i].name) != 0 || a[i].algorithm != b[i].algorithm ||
+            a[i].limit != b[i].limit || a[i].window_us != b[i].window_us ||
+            a[i].burst != b[i].burst || a[i].precision_us != b[i].precision_us)
+            return 0;
+    return 1;
+}
+
+/* Field by field: the structs hold arrays with bytes past their strings'
+ * ends, which memcmp would read. Overrides are compared in their indexed
+ * (sorted) order, so two files listing them differently are equal. */
+int policy_equal(const struct policy *a, const struct policy *b)
+{
+    if (strcmp(a->name, b->name) != 0 || a->failure_mode != b->failure_mode ||
+        a->shadow != b->shadow || a->deny_cache != b->deny_cache || a->headers != b->headers ||
+        strcmp(a->key.source, b->key.source) != 0 || a->missing_key != b->missing_key ||
+        a->deny_status != b->deny_status || a->ntiers != b->ntiers ||
+        !tiers_equal(a->tiers, b->tiers, a->ntiers))
+        return 0;
+    size_t n = policy_overrides_count(a->overrides);
+    if (n != policy_overrides_count(b->overrides))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct override *x = &a->overrides->items[i], *y = &b->overrides->items[i];
+        if (x->len != y->len || x->is_prefix != y->is_prefix || memcmp(x->text, y->text, x->len) ||
+            x->variant.ntiers != y->variant.ntiers ||
+            !tiers_equal(x->variant.tiers, y->variant.tiers, x->variant.ntiers))
+            return 0;
+    }
+    return 1;
+}
+
 void policy_overrides_free(struct policy_overrides *o)
 {
     size_t i;

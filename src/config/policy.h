@@ -154,6 +154,10 @@ int policy_overrides_index(struct policy_overrides *o, size_t *first, size_t *se
  */
 void policy_overrides_inherit(const struct policy *p);
 
+/* 1 if a and b decide every check alike (settings, tiers, overrides),
+ * else 0: what a reload's log line calls a changed policy. */
+int policy_equal(const struct policy *a, const struct policy *b);
+
 /* Frees the overrides and their variants; NULL is a no-op. */
 void policy_overrides_free(struct policy_overrides *o);
 

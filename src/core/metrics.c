@@ -36,16 +36,18 @@ static const char *const decision_label[METRICS_NDECISIONS] = {
 static const struct {
     const char *name;
     const char *help;
+    int redis; /* a Redis series: not rendered without Redis (metrics_gauges.no_redis) */
 } counter_info[METRICS_NCOUNTERS] = {
     [METRICS_REDIS_RECONNECTS] =
         {PREFIX "redis_reconnects_total",
-         "Redis connections lost or dropped, each followed by reconnecting."},
+         "Redis connections lost or dropped, each followed by reconnecting.", 1},
     [METRICS_REDIS_NOSCRIPT_RELOADS] = {PREFIX "redis_noscript_reloads_total",
                                         "NOSCRIPT replies answered by reloading the script "
-                                        "and retrying."},
+                                        "and retrying.",
+                                        1},
     [METRICS_REDIS_TIMEOUTS] = {PREFIX "redis_timeouts_total",
-                                "Checks answered at their deadline because Redis was late."},
-    [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis."},
+                                "Checks answered at their deadline because Redis was late.", 1},
+    [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis.", 1},
     [METRICS_DENY_CACHE_HITS] = {PREFIX "deny_cache_hits_total",
                                  "Checks denied by the local deny cache, without asking Redis."},
     [METRICS_KEY_RESETS] = {PREFIX "key_resets_total",
@@ -59,10 +61,14 @@ static const struct {
                                       "a flood (SETTINGS, PING, RST_STREAM)."},
 };
 
-/* Every status the daemon sends (response.c's reason_phrase); the rest
- * count under status="other". */
-static const int known_status[] = {200, 400, 401, 404, 405, 408, 413, 429, 431, 503, 505};
+/* The statuses the daemon sends whatever its config (response.c's
+ * reason_phrase), rendered even at 0 so that their series exist from the
+ * start; a status the config chooses (deny_status: 403, ...) appears with
+ * its first answer. Every status is counted under its own label. */
+static const int known_status[] = {200, 400, 401, 404, 405, 408, 413, 429, 431, 501, 503, 505};
 #define NSTATUS (sizeof known_status / sizeof known_status[0])
+#define STATUS_MIN 100 /* http[] holds the statuses STATUS_MIN .. STATUS_MAX */
+#define STATUS_MAX 599
 
 /* Upper bounds (le) of the latency buckets, in µs: 100µs to 1s; then +Inf. */
 static const int64_t bucket_us[] = {100,   250,   500,    1000,   2500,   5000,   10000,
@@ -129,8 +135,8 @@ struct metrics {
     struct policy_slot *policies; /* in order of first sight, the render order */
     size_t npolicies, policies_cap;
     uint16_t index[INDEX_SIZE];
-    uint64_t http[NSTATUS + 1];     /* last: "other" */
-    uint64_t latency[NBUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
+    uint64_t http[STATUS_MAX - STATUS_MIN + 1]; /* by status - STATUS_MIN */
+    uint64_t latency[NBUCKETS + 1];             /* per bucket, not cumulative; last: +Inf */
     uint64_t latency_sum_us;
     uint64_t latency_count;
     uint64_t counters[METRICS_NCOUNTERS];
@@ -324,11 +330,10 @@ void metrics_rls_descriptor(struct metrics *m, const char *domain, const char *d
 
 void metrics_http_status(struct metrics *m, int status)
 {
-    size_t i = 0;
-    while (i < NSTATUS && known_status[i] != status)
-        i++;
+    if (status < STATUS_MIN || status > STATUS_MAX)
+        return; /* not an HTTP status: the daemon never sends one */
     pthread_mutex_lock(&m->lock);
-    m->http[i]++;
+    m->http[status - STATUS_MIN]++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -409,7 +414,7 @@ void metrics_add(struct metrics *into, struct metrics *from)
         for (size_t d = 0; d < METRICS_NDECISIONS; d++)
             t->checks[d] += f->checks[d];
     }
-    for (size_t i = 0; i <= NSTATUS; i++)
+    for (size_t i = 0; i < sizeof into->http / sizeof into->http[0]; i++)
         into->http[i] += from->http[i];
     for (size_t i = 0; i <= NBUCKETS; i++)
         into->latency[i] += from->latency[i];
@@ -539,9 +544,13 @@ static void put_http(struct buf *b, const struct metrics *m)
 {
     const char *name = PREFIX "http_responses_total";
     put_family(b, name, "counter", "HTTP answers sent, by status code.");
-    for (size_t i = 0; i < NSTATUS; i++)
-        put(b, "%s{status=\"%d\"} %" PRIu64 "\n", name, known_status[i], m->http[i]);
-    put(b, "%s{status=\"other\"} %" PRIu64 "\n", name, m->http[NSTATUS]);
+    size_t k = 0;
+    for (int status = STATUS_MIN; status <= STATUS_MAX; status++) {
+        int known = k < NSTATUS && known_status[k] == status;
+        k += (size_t)known;
+        if (known || m->http[status - STATUS_MIN])
+            put(b, "%s{status=\"%d\"} %" PRIu64 "\n", name, status, m->http[status - STATUS_MIN]);
+    }
 }
 
 static void put_rls(struct buf *b, const struct metrics *m)
@@ -644,13 +653,19 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
                    g->checks_in_flight);
     put_http(&b, m);
     put_rls(&b, m);
-    put_u64_scalar(&b, PREFIX "redis_up", "gauge",
-                   "1 when connected to Redis with the script loaded, else 0.",
-                   g->redis_up ? 1 : 0);
-    put_latency(&b, m);
-    put_nodes(&b, m);
+    /* Without Redis, its series would only say something false (up, or
+     * down forever) or nothing at all (counters stuck at 0). */
+    if (!g->no_redis) {
+        put_u64_scalar(&b, PREFIX "redis_up", "gauge",
+                       "1 when connected to Redis with the script loaded, else 0.",
+                       g->redis_up ? 1 : 0);
+        put_latency(&b, m);
+        put_nodes(&b, m);
+    }
     for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
-        put_u64_scalar(&b, counter_info[i].name, "counter", counter_info[i].help, m->counters[i]);
+        if (!(g->no_redis && counter_info[i].redis))
+            put_u64_scalar(&b, counter_info[i].name, "counter", counter_info[i].help,
+                           m->counters[i]);
     put_reloads(&b, m);
     put_scalar(&b, PREFIX "config_loaded_timestamp_seconds", "gauge",
                "Unix time of the last successful policy file load.",

@@ -16,7 +16,7 @@
  * callers send: policy names come from the policy file and are capped at
  * METRICS_MAX_POLICIES distinct values over the process's life (the rest,
  * and any name that is not a valid policy name, fold into policy="_other");
- * statuses come from a fixed list (the rest under status="other").
+ * statuses are HTTP statuses (100 to 599) the daemon itself chose.
  */
 #ifndef RATELIMITD_METRICS_H
 #define RATELIMITD_METRICS_H
@@ -87,6 +87,7 @@ struct metrics_gauges {
     const char *features;     /* ...{features}: "tls,grpc,systemd"; NULL renders "" */
     size_t checks_in_flight;  /* ratelimitd_checks_in_flight (server.inflight) */
     int redis_up;             /* ratelimitd_redis_up: nonzero renders 1 */
+    int no_redis;             /* backend: memory: no ratelimitd_redis_* series at all */
     int64_t config_loaded_us; /* wall clock, µs since the epoch, of the last good load */
     size_t policies;          /* ratelimitd_policies: in the current config */
 };
@@ -122,7 +123,8 @@ void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metri
 void metrics_rls_descriptor(struct metrics *m, const char *domain, const char *descriptor,
                             size_t len, int detailed, enum metrics_rls_result r);
 
-/* Counts one HTTP answer by status (outside the known set: "other"). */
+/* Counts one HTTP answer under its own status label (a number outside
+ * 100..599, which no answer carries, is ignored). */
 void metrics_http_status(struct metrics *m, int status);
 
 /* Records one Redis round trip of us microseconds (negative counts as 0). */

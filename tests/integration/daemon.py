@@ -64,13 +64,14 @@ class Daemon:
         self.write_config(policy, timeout=timeout, clock=clock, extra=extra, prefix=prefix)
 
     def write_config(self, policy, timeout="200ms", clock="redis", extra="", prefix="rl:"):
-        text = (
-            "listen: 127.0.0.1:%d\n"
+        # backend: memory refuses a redis: section it would not use.
+        redis = "" if "backend: memory" in extra else (
             "redis:\n"
             "%s"
             "  timeout: %s\n"
-            "  key_prefix: \"%s\"\n"
-            "clock: %s\n" % (self.port, self.redis_where(), timeout, prefix, clock)
+            "  key_prefix: \"%s\"\n" % (self.redis_where(), timeout, prefix))
+        text = (
+            "listen: 127.0.0.1:%d\n" % self.port + redis + "clock: %s\n" % clock
         ) + extra + policy
         if self.admin_port:
             text = "admin_listen: 127.0.0.1:%d\n" % self.admin_port + text

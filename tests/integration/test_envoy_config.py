@@ -81,7 +81,7 @@ def test_check_config():
     rc, out = check_config(["--config", os.path.join(policy, "p.yaml")])
     harness.ok(rc == 1 and "%s/x.yaml:2:1:" % bad in out, "envoy_config: is read: %r" % out)
     rc, out = check_config(["--config", os.path.join(policy, "p.yaml"), "--envoy-config", tmp])
-    harness.ok(rc == 0 and "1 policies, 1 domains (envoy_config %s)" % tmp in out,
+    harness.ok(rc == 0 and "1 policy, 1 domain (envoy_config %s)" % tmp in out,
                "--envoy-config wins over envoy_config: %r" % out)
 
 
@@ -142,7 +142,7 @@ def test_watch(redis):
     put(other, "y.yaml", domain_file("eta"))
     harness.wait_until(lambda: reloads(d) == 4, 5, what="a reload from the new directory")
     last = [line for line in d.logs().splitlines() if "policies reloaded" in line][-1]
-    harness.ok(last.endswith("trigger=watch policies=1 domains=2"),
+    harness.ok(last.endswith("trigger=watch policies=1 domains=2 fields_changed=domains"),
                "watch: a file in the new directory reloads: %r" % last)
     put(envoy, "c.yaml", domain_file("gamma"))
     time.sleep(0.5)

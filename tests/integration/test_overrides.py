@@ -155,7 +155,9 @@ def test_auth_and_admin(redis):
     """Overrides meet every key: the one /auth builds from the request, and
     the one the admin API shows and resets (in the override's tiers)."""
     policy = POLICY.replace("  api:\n", "  api:\n    key: \"${header:X-Api-Key}\"\n")
-    d = Daemon("unix:" + redis.socket_path, policy, prefix="auth-ovr:").start()
+    # admin_on_listen: the admin API on listen without a token.
+    d = Daemon("unix:" + redis.socket_path, policy, prefix="auth-ovr:",
+               extra="admin_on_listen: true\n").start()
     key = {"X-Api-Key": "vip:gold:7"}
     statuses = [d.request("GET", "/auth/api", headers=key).status for _ in range(6)]
     harness.eq(statuses, [200] * 5 + [429], "/auth: the key from the header gets its prefix's 5")

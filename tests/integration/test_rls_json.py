@@ -460,13 +460,15 @@ def main():
     if not BINARY:
         harness.bail_out("ratelimitd binary not found (set RATELIMITD)")
     redis = harness.RedisServer().start()
-    d = Daemon("unix:" + redis.socket_path, POLICY).start()
+    # admin_on_listen: the admin API on listen without a token (test_current_limit).
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="admin_on_listen: true\n").start()
     run_all(d, "redis")
     test_cancel(redis, d)
     test_failure_modes(redis, d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
 
-    m = Daemon("redis://127.0.0.1:1/0", POLICY, extra="backend: memory\n").start()
+    m = Daemon("redis://127.0.0.1:1/0", POLICY,
+               extra="backend: memory\nadmin_on_listen: true\n").start()
     run_all(m, "memory")
     harness.eq(m.stop(), 0, "memory: SIGTERM exits 0")
     test_token(harness.make_tempdir())

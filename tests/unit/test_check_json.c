@@ -31,7 +31,8 @@ struct bad_case {
 };
 
 static const struct bad_case bad[] = {
-    {"", "invalid_json", "malformed JSON"},
+    {"", "invalid_json", "empty body: a JSON object is required"},
+    {" \r\n", "invalid_json", "empty body"},
     {"{\"policy\":", "invalid_json", "malformed JSON"},
     {"policy=login&key=a", "invalid_json", "malformed JSON"},
     {"[1,2]", "invalid_request", "must be a JSON object"},

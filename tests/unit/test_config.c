@@ -66,7 +66,7 @@ static const struct error_case {
     {"unknown top-level field", "listn: x\n" POLICY_P, "1:1",
      "unknown field \"listn\" (known: listen, listen_mode, listen_group, backend, workers, redis, "
      "clock, max_body, log_level, access_log, "
-     "admin_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
+     "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
      "deny_status, policies, domains, envoy_config)"},
@@ -365,6 +365,12 @@ static const struct error_case {
     {"listen_group without a unix socket",
      "admin_listen: 127.0.0.1:9090\nlisten_group: 0\n" POLICY_P, "2:15",
      "listen_group: applies only to unix sockets"},
+
+    /* admin_on_listen: listen never serves the keys with admin_listen */
+    {"admin_on_listen with admin_listen",
+     "admin_listen: 127.0.0.1:9090\nadmin_on_listen: true\n" POLICY_P, "2:18",
+     "admin_on_listen: applies only without admin_listen"},
+    {"admin_on_listen not a bool", "admin_on_listen: maybe\n" POLICY_P, "1:18", "admin_on_listen:"},
 
     /* redis */
     {"url scheme", "redis:\n  url: http://127.0.0.1\n" POLICY_P, "2:8",
@@ -1417,8 +1423,39 @@ static void test_reload_rule(void)
     config_unref(old);
 }
 
+/* backend: memory calls no Redis: a redis: section loads, with a warning
+ * at its line (the daemon logs it); none otherwise. */
+static void test_warnings(void)
+{
+    static const struct {
+        const char *yaml, *want; /* want NULL: no warning */
+    } cases[] = {
+        {"backend: memory\nredis:\n  url: redis://127.0.0.1:6379/0\n" POLICY_P,
+         "t.yaml:3:3: redis: not used with backend: memory (nothing calls Redis): remove the "
+         "section or set backend: redis"},
+        {"redis: {timeout: 1s}\nbackend: memory\n" POLICY_P,
+         "t.yaml:1:8: redis: not used with backend: memory"},
+        {"backend: memory\n" POLICY_P, NULL},
+        {"redis: {timeout: 1s}\n" POLICY_P, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[RL_ERRLEN * 2];
+        struct config *c =
+            config_load_string("t.yaml", cases[i].yaml, strlen(cases[i].yaml), err, sizeof err);
+        if (!ok(c != NULL, "warning case %zu loads: %s", i, c ? "" : err))
+            continue;
+        if (cases[i].want)
+            ok(c->warning && strncmp(c->warning, cases[i].want, strlen(cases[i].want)) == 0,
+               "warning case %zu: %s", i, c->warning ? c->warning : "(none)");
+        else
+            ok(c->warning == NULL, "warning case %zu: none", i);
+        config_unref(c);
+    }
+}
+
 int main(void)
 {
+    test_warnings();
     test_errors();
     test_too_many_tiers();
     test_override_lengths();

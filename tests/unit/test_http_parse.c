@@ -217,6 +217,12 @@ static void test_errors(void)
           "POST /check HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n",
           "ERROR 413 body_too_large\n");
     CHECK("garbage", "\x01\x02 nonsense\r\n\r\n", "ERROR 400 bad_request\n");
+    /* RFC 9110 §15.6.2: an unknown method is 501, garbage stays 400. */
+    CHECK("an unknown method", "BREW /check HTTP/1.1\r\n\r\n", "ERROR 501 not_implemented\n");
+    CHECK("a known method's prefix, then more", "GETX / HTTP/1.1\r\n\r\n",
+          "ERROR 501 not_implemented\n");
+    CHECK("a lowercase method", "get / HTTP/1.1\r\n\r\n", "ERROR 501 not_implemented\n");
+    CHECK("a method with a control byte", "GE\x01 / HTTP/1.1\r\n\r\n", "ERROR 400 bad_request\n");
     CHECK("HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", "ERROR 505 http_version_not_supported\n");
     CHECK("error after a good request",
           "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/9.9\r\n\r\nGET /c HTTP/1.1\r\n\r\n",

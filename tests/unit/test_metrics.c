@@ -94,11 +94,12 @@ static const char *const expected_scenario[] = {
     "ratelimitd_http_responses_total{status=\"405\"} 0",
     "ratelimitd_http_responses_total{status=\"408\"} 0",
     "ratelimitd_http_responses_total{status=\"413\"} 0",
+    "ratelimitd_http_responses_total{status=\"418\"} 1",
     "ratelimitd_http_responses_total{status=\"429\"} 1",
     "ratelimitd_http_responses_total{status=\"431\"} 0",
+    "ratelimitd_http_responses_total{status=\"501\"} 0",
     "ratelimitd_http_responses_total{status=\"503\"} 0",
     "ratelimitd_http_responses_total{status=\"505\"} 0",
-    "ratelimitd_http_responses_total{status=\"other\"} 1",
     "# HELP ratelimitd_rls_requests_total Envoy rate limit service requests (gRPC ShouldRateLimit, "
     "POST /json), by front and answer.",
     "# TYPE ratelimitd_rls_requests_total counter",
@@ -296,8 +297,9 @@ static void test_empty(void)
     is_int(sample(text, "ratelimitd_build_info{version=\"\",commit=\"\",features=\"\"}"), 1,
            "empty: NULL version, commit and features are \"\"");
     is_int(sample(text, "ratelimitd_redis_timeouts_total"), 0, "empty: counters at 0");
-    is_int(sample(text, "ratelimitd_http_responses_total{status=\"other\"}"), 0,
-           "empty: status other at 0");
+    ok(strstr(text, "status=\"other\"") == NULL, "empty: no status=\"other\" series");
+    ok(strstr(text, "status=\"403\"") == NULL,
+       "empty: a status the config may choose has no series before its first answer");
     is_int(sample(text, "ratelimitd_redis_request_duration_seconds_count"), 0,
            "empty: histogram count 0");
     is_int(sample(text, "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"}"), 0,
@@ -602,8 +604,54 @@ static void test_nodes(void)
     metrics_free(m);
 }
 
+/* Each status under its own label (403 from deny_status, 501 for an
+ * unknown method): never "other"; numbers that are no status are ignored. */
+static void test_statuses(void)
+{
+    struct metrics *m = metrics_new();
+    metrics_http_status(m, 403);
+    metrics_http_status(m, 403);
+    metrics_http_status(m, 501);
+    metrics_http_status(m, 499);
+    metrics_http_status(m, 0);
+    metrics_http_status(m, 600);
+    char *text = metrics_render(m, NULL);
+    is_int(sample(text, "ratelimitd_http_responses_total{status=\"403\"}"), 2,
+           "statuses: 403 under its own label");
+    is_int(sample(text, "ratelimitd_http_responses_total{status=\"501\"}"), 1,
+           "statuses: 501 under its own label");
+    is_int(sample(text, "ratelimitd_http_responses_total{status=\"499\"}"), 1,
+           "statuses: any deny_status under its own label");
+    ok(strstr(text, "\"other\"") == NULL && strstr(text, "status=\"0\"") == NULL &&
+           strstr(text, "status=\"600\"") == NULL,
+       "statuses: no other, 0 or 600 series");
+    ok(strstr(text, "status=\"403\"} 2\nratelimitd_http_responses_total{status=\"404\"}") != NULL,
+       "statuses: rendered in numeric order");
+    free(text);
+    metrics_free(m);
+}
+
+/* backend: memory renders no Redis series. */
+static void test_no_redis(void)
+{
+    struct metrics *m = metrics_new();
+    metrics_redis_latency(m, 50);
+    metrics_count(m, METRICS_REDIS_ERRORS);
+    metrics_count(m, METRICS_KEY_RESETS);
+    struct metrics_gauges g = {.no_redis = 1};
+    char *text = metrics_render(m, &g);
+    ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
+    is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
+    is_int(count_substr(text, "# TYPE "), 14,
+           "no_redis: 14 families (27 less redis_up, the histogram, 7 per node, 4 counters)");
+    free(text);
+    metrics_free(m);
+}
+
 int main(void)
 {
+    test_statuses();
+    test_no_redis();
     test_nodes();
     test_scenario();
     test_empty();

@@ -109,7 +109,7 @@ struct bad_case {
 static void test_json_bad(void)
 {
     static const struct bad_case bad[] = {
-        {"", "invalid_json", "malformed JSON"},
+        {"", "invalid_json", "empty body"},
         {"[]", "invalid_request", "JSON object"},
         {"{\"descriptors\":[]}", "missing_field", "\"domain\""},
         {"{\"domain\":1}", "invalid_type", "\"domain\""},

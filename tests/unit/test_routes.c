@@ -13,7 +13,11 @@
 
 #define CHECKS HTTP_ROLE_CHECKS
 #define ADMIN HTTP_ROLE_ADMIN
-#define BOTH (HTTP_ROLE_CHECKS | HTTP_ROLE_ADMIN)
+#define KEYS HTTP_ROLE_KEYS
+/* listen without admin_listen, with a token or admin_on_listen */
+#define BOTH (HTTP_ROLE_CHECKS | HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS)
+/* listen without admin_listen, as the socket is opened (http.c) */
+#define LISTEN (HTTP_ROLE_CHECKS | HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS_IF_GUARDED)
 
 struct route_case {
     const char *path;
@@ -24,7 +28,8 @@ struct route_case {
 };
 
 static const struct route_case cases[] = {
-    /* The check port without admin_listen serves everything. */
+    /* The check port without admin_listen, when guarded by a token or
+     * with admin_on_listen, serves everything. */
     {"/check", BOTH, HTTP_POST, "/check guarded"},
     {"/check", BOTH, HTTP_GET, "405 use POST on /check | POST"},
     {"/json", BOTH, HTTP_POST, "/json guarded"},
@@ -49,6 +54,12 @@ static const struct route_case cases[] = {
     {"/v1/keys", BOTH, HTTP_GET, "404"},
     {"/metrics/", BOTH, HTTP_GET, "404"},
     {"/HEALTHZ", BOTH, HTTP_GET, "404"},
+    /* Without either, not the admin API on keys: anyone who may ask
+     * /check could reset their own counter. */
+    {"/v1/keys/api/k", LISTEN, HTTP_DELETE, "404"},
+    {"/v1/keys/api/k", LISTEN, HTTP_GET, "404"},
+    {"/healthz", LISTEN, HTTP_GET, "/healthz open"},
+    {"/check", LISTEN, HTTP_POST, "/check guarded"},
     /* With admin_listen, the check port serves the decisions only... */
     {"/check", CHECKS, HTTP_POST, "/check guarded"},
     {"/auth/api", CHECKS, HTTP_GET, "/auth/ guarded"},
@@ -56,13 +67,13 @@ static const struct route_case cases[] = {
     {"/metrics", CHECKS, HTTP_POST, "404"},
     {"/v1/keys/api/k", CHECKS, HTTP_GET, "404"},
     /* ...and admin_listen the admin paths only. */
-    {"/healthz", ADMIN, HTTP_GET, "/healthz open"},
-    {"/readyz", ADMIN, HTTP_GET, "/readyz open"},
-    {"/metrics", ADMIN, HTTP_GET, "/metrics open"},
-    {"/v1/keys/api/k", ADMIN, HTTP_DELETE, "/v1/keys/ guarded"},
-    {"/check", ADMIN, HTTP_POST, "404"},
-    {"/json", ADMIN, HTTP_GET, "404"},
-    {"/auth/api", ADMIN, HTTP_GET, "404"},
+    {"/healthz", ADMIN | KEYS, HTTP_GET, "/healthz open"},
+    {"/readyz", ADMIN | KEYS, HTTP_GET, "/readyz open"},
+    {"/metrics", ADMIN | KEYS, HTTP_GET, "/metrics open"},
+    {"/v1/keys/api/k", ADMIN | KEYS, HTTP_DELETE, "/v1/keys/ guarded"},
+    {"/check", ADMIN | KEYS, HTTP_POST, "404"},
+    {"/json", ADMIN | KEYS, HTTP_GET, "404"},
+    {"/auth/api", ADMIN | KEYS, HTTP_GET, "404"},
 };
 
 static void outcome(const struct route_case *c, char *out, size_t outlen)
@@ -93,6 +104,15 @@ int main(void)
         ok(r && r->start && (r->methods == HTTP_ROUTE_ANY_METHOD || (r->use && r->allow)),
            "%s: a start, and a 405 message and Allow", paths[i]);
     }
+    /* The keys on listen: only with a token or admin_on_listen. */
+    is_int((int)http_routes_roles(LISTEN, 0, 0), (int)LISTEN, "listen: no keys without either");
+    is_int((int)http_routes_roles(LISTEN, 1, 0), (int)(LISTEN | KEYS), "listen: keys with a token");
+    is_int((int)http_routes_roles(LISTEN, 0, 1), (int)(LISTEN | KEYS),
+           "listen: keys with admin_on_listen");
+    is_int((int)http_routes_roles(CHECKS, 1, 1), (int)CHECKS,
+           "listen with admin_listen: never the keys");
+    is_int((int)http_routes_roles(ADMIN | KEYS, 0, 0), (int)(ADMIN | KEYS),
+           "admin_listen: the keys, token or not");
     /* A method past the mask's bits is taken only by an every-method row. */
     const struct http_route *auth = http_routes_find("/auth/x", BOTH);
     const struct http_route *check = http_routes_find("/check", BOTH);

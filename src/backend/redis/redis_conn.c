@@ -44,6 +44,7 @@
 #define CONNECT_TIMEOUT_US 1000000 /* TCP connect and TLS handshake */
 #define BACKOFF_MIN_US 50000
 #define BACKOFF_MAX_US 2000000
+#define CONNECT_LOG_INTERVAL_US 10000000 /* one "connect failed" line per connection */
 
 enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 
@@ -81,6 +82,12 @@ struct redis_conn {
     struct event reconnect_timer;
     int64_t backoff_us;
     uint64_t rng;
+    /* While the server stays unreachable the reconnects (every 50 ms to
+     * 2 s) would log a line each: at most one per interval, the next one
+     * saying how many were folded into it, and the "connected" line how
+     * many attempts failed in all. */
+    struct log_limit connect_log;
+    uint64_t failed_connects;
 };
 
 static void close_conn(struct redis_conn *c, const char *why, int reconnect);
@@ -233,6 +240,14 @@ static void log_conn(const struct redis_conn *c, enum log_level lvl, const char 
     log_event(c->log, lvl, msg, "role", c->role, "target", c->target, k, v, NULL);
 }
 
+/* A failed attempt to connect: logged through the connection's limit. */
+static void log_connect_failed(struct redis_conn *c, const char *why)
+{
+    c->failed_connects++;
+    log_limited(c->log, &c->connect_log, util_monotonic_us(), LOG_LVL_WARN, "redis connect failed",
+                "role", c->role, "target", c->target, "error", why, NULL);
+}
+
 /* AUTH and SELECT, first on the connection. */
 static void send_setup(struct redis_conn *c)
 {
@@ -300,8 +315,19 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
              * only costs latency. */
             (void)setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
+        char failed[24];
+        snprintf(failed, sizeof failed, "%llu", (unsigned long long)c->failed_connects);
+        const char *kv[4] = {NULL}; /* the optional pairs; a NULL key ends the line */
+        size_t k = 0;
+        if (c->tls)
+            kv[k++] = "tls", kv[k++] = "on";
+        if (c->failed_connects)
+            kv[k++] = "failed_attempts", kv[k++] = failed;
         log_event(c->log, LOG_LVL_INFO, "redis connected", "role", c->role, "target", c->target,
-                  c->tls ? "tls" : NULL, "on", NULL);
+                  kv[0], kv[1], kv[2], kv[3], NULL);
+        /* The next outage's first failure is news: logged at once. */
+        c->failed_connects = 0;
+        c->connect_log = (struct log_limit){.interval_us = CONNECT_LOG_INTERVAL_US};
         unsigned gen = c->gen;
         send_setup(c);
         if (c->gen == gen && c->ev.up)
@@ -312,7 +338,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         char why[300] = "";
         describe_error(c, what, why, sizeof why);
         if (c->state == CONN_CONNECTING)
-            log_conn(c, LOG_LVL_WARN, "redis connect failed", "error", why);
+            log_connect_failed(c, why);
         else
             log_conn(c, LOG_LVL_WARN, "redis connection lost", "error", why);
         close_conn(c, why, 1);
@@ -324,7 +350,7 @@ static void on_connect_timeout(evutil_socket_t fd, short what, void *arg)
     struct redis_conn *c = arg;
     if (c->state != CONN_CONNECTING)
         return;
-    log_conn(c, LOG_LVL_WARN, "redis connect failed", "error", "connect timed out");
+    log_connect_failed(c, "connect timed out");
     close_conn(c, "connect timed out", 1);
 }
 
@@ -400,7 +426,7 @@ static void start_connect(struct redis_conn *c)
     c->replied = 0;
     c->state = CONN_CONNECTING;
     if (resolve(c, &ss, &len, err, sizeof err) < 0 || !(c->bev = new_bev(c, err, sizeof err))) {
-        log_conn(c, LOG_LVL_WARN, "redis connect failed", "error", err);
+        log_connect_failed(c, err);
         close_conn(c, err, 1);
         return;
     }
@@ -409,7 +435,7 @@ static void start_connect(struct redis_conn *c)
         bufferevent_enable(c->bev, EV_READ | EV_WRITE) < 0) {
         int e = EVUTIL_SOCKET_ERROR();
         snprintf(err, sizeof err, "%s", e ? strerror(e) : "cannot connect");
-        log_conn(c, LOG_LVL_WARN, "redis connect failed", "error", err);
+        log_connect_failed(c, err);
         close_conn(c, err, 1);
         return;
     }
@@ -467,6 +493,7 @@ struct redis_conn *redis_conn_new(struct event_base *base, const struct logger *
         c->ev = *ev;
     endpoint_copy(c, ep);
     c->backoff_us = BACKOFF_MIN_US;
+    c->connect_log.interval_us = CONNECT_LOG_INTERVAL_US;
     /* Seeded per connection: connections of one process must not share
      * their jitter either. */
     c->rng = (uint64_t)util_monotonic_us() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c ^

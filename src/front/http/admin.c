@@ -72,13 +72,17 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
         return fail(err, 400, "invalid_path", "the path must be /v1/keys/<policy>/<key>");
     char pname[POLICY_NAME_MAX + 1];
     size_t plen = (size_t)(slash - name);
-    if (plen == 0 || plen > POLICY_NAME_MAX)
-        return fail(err, 404, "unknown_policy", "no such policy");
-    memcpy(pname, name, plen);
-    pname[plen] = '\0';
-    const struct policy *p = config_find_policy(cfg, pname);
-    if (!p)
-        return fail(err, 404, "unknown_policy", "no such policy");
+    if (plen == 0)
+        return fail(err, 404, "unknown_policy",
+                    "the path names no policy: use /v1/keys/<policy>/<key>");
+    memcpy(pname, name, plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen);
+    pname[plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen] = '\0';
+    const struct policy *p = plen > POLICY_NAME_MAX ? NULL : config_find_policy(cfg, pname);
+    if (!p) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "no policy named \"%s\"", pname);
+        return fail(err, 404, "unknown_policy", msg);
+    }
 
     const char *enc = slash + 1;
     size_t enclen = strlen(enc);

@@ -32,15 +32,16 @@ static enum auth_outcome fail(struct request_error *err, int status, const char 
 
 /* The policy named by the path's segment after /auth/ (Envoy's ext_authz
  * appends the original path, so whatever follows a further '/' is not part
- * of the name). NULL if none. */
+ * of the name). NULL if none; then name holds the segment (cut to
+ * POLICY_NAME_MAX bytes), for the message. */
 static const struct policy *path_policy(const struct config *cfg, const char *path, char *name)
 {
     const char *s = path + strlen(AUTH_PATH_PREFIX);
     size_t n = strcspn(s, "/");
+    memcpy(name, s, n > POLICY_NAME_MAX ? POLICY_NAME_MAX : n);
+    name[n > POLICY_NAME_MAX ? POLICY_NAME_MAX : n] = '\0';
     if (n == 0 || n > POLICY_NAME_MAX)
         return NULL;
-    memcpy(name, s, n);
-    name[n] = '\0';
     return config_find_policy(cfg, name);
 }
 
@@ -94,8 +95,10 @@ enum auth_outcome auth_parse(const struct config *cfg, const struct http_parse *
     const struct http_request *req = http_parse_request(p);
     memset(out, 0, sizeof *out);
     const struct policy *pol = path_policy(cfg, req->path, name);
+    if (!pol && !name[0])
+        return fail(err, 404, "unknown_policy", "the path names no policy: use /auth/<policy>");
     if (!pol)
-        return fail(err, 404, "unknown_policy", "no policy named in %.80s", req->path);
+        return fail(err, 404, "unknown_policy", "no policy named \"%.80s\"", name);
 
     int64_t cost = 1;
     const char *c = http_parse_header(p, "X-RateLimit-Cost");

@@ -29,6 +29,14 @@
 json_t *check_json_load(const char *body, size_t len, struct request_error *err)
 {
     json_error_t jerr;
+    /* jansson's word for nothing to read ("line 1, column 0") helps no one. */
+    size_t blank = 0;
+    while (blank < len && strchr(" \t\r\n", body[blank]) && body[blank] != '\0')
+        blank++;
+    if (blank == len) {
+        request_fail(err, "invalid_json", "empty body: a JSON object is required");
+        return NULL;
+    }
     json_t *root =
         json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow)

@@ -436,11 +436,13 @@ static struct front *http_new(const struct front_host *host, const struct front 
     http_apply_config(&h->base, cfg);
     const struct listener *first_l = first ? &((const struct http *)first)->l : NULL;
     /* The check port serves the admin paths too unless admin_listen is
-     * set; only its connections count towards max_connections. */
-    unsigned main_roles = HTTP_ROLE_CHECKS | (cfg->admin_listen ? 0 : HTTP_ROLE_ADMIN);
+     * set (the keys only when guarded: http_routes.h); only its
+     * connections count towards max_connections. */
+    unsigned main_roles =
+        HTTP_ROLE_CHECKS | (cfg->admin_listen ? 0 : HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS_IF_GUARDED);
     if (!listener_open(&h->l, cfg, cfg->listen, first_l, main_roles, 1, err, errlen) ||
-        (cfg->admin_listen &&
-         !listener_open(&h->l, cfg, cfg->admin_listen, first_l, HTTP_ROLE_ADMIN, 0, err, errlen))) {
+        (cfg->admin_listen && !listener_open(&h->l, cfg, cfg->admin_listen, first_l,
+                                             HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS, 0, err, errlen))) {
         http_free(&h->base);
         return NULL;
     }

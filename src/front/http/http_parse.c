@@ -11,6 +11,7 @@
  * that is reused for the next request, so a keep-alive connection stops
  * allocating once its buffer is large enough.
  */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -34,6 +35,14 @@ static int fail(struct http_parse *p, int status, const char *code, const char *
         p->error_message = message;
     }
     return -1;
+}
+
+/* The 413, with the limit the client went over. */
+static int body_too_large(struct http_parse *p)
+{
+    snprintf(p->error_text, sizeof p->error_text,
+             "the request body is larger than max_body (%zu bytes)", p->lim->max_body);
+    return fail(p, 413, "body_too_large", p->error_text);
 }
 
 static int head_too_large(struct http_parse *p)
@@ -156,7 +165,7 @@ static int on_headers_complete(http_parser *hp)
     int body_expected =
         (hp->flags & F_CHUNKED) || ((hp->flags & F_CONTENTLENGTH) && hp->content_length > 0);
     if ((hp->flags & F_CONTENTLENGTH) && hp->content_length > p->lim->max_body)
-        return fail(p, 413, "body_too_large", "the request body is larger than max_body");
+        return body_too_large(p);
     const char *expect = http_parse_header(p, "Expect");
     p->continue_due =
         expect && strcasecmp(expect, "100-continue") == 0 && body_expected && hp->http_minor >= 1;
@@ -170,7 +179,7 @@ static int on_body(http_parser *hp, const char *at, size_t len)
 {
     struct http_parse *p = of(hp);
     if (p->body_len + len > p->lim->max_body)
-        return fail(p, 413, "body_too_large", "the request body is larger than max_body");
+        return body_too_large(p);
     buf_append(&p->store, at, len);
     p->body_len += len;
     return 0;
@@ -257,12 +266,27 @@ static void finish_request(struct http_parse *p)
     };
 }
 
-/* Maps a parser error that no callback of ours explains. */
-static void parser_error(struct http_parse *p)
+/* A byte of a token (RFC 9110 §5.6.2), what a method is made of. */
+static int is_tchar(int c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* Maps a parser error that no callback of ours explains; bad is the byte
+ * the parser stopped at (-1: none left). */
+static void parser_error(struct http_parse *p, int bad)
 {
     enum http_errno e = HTTP_PARSER_ERRNO(&p->parser);
     if (e == HPE_HEADER_OVERFLOW)
         head_too_large(p);
+    else if (e == HPE_INVALID_METHOD && is_tchar(bad))
+        /* RFC 9110 §15.6.2: a method the server does not recognize is 501
+         * (405 is for a known method a path does not take: http_routes.c).
+         * The parser stops at the first byte no method it knows has there:
+         * a token's byte makes an unknown method, any other byte garbage
+         * (400). */
+        fail(p, 501, "not_implemented", "unknown HTTP method");
     else if (e == HPE_UNEXPECTED_CONTENT_LENGTH)
         fail(p, 400, "bad_request", "conflicting Content-Length or Transfer-Encoding");
     else
@@ -299,7 +323,7 @@ enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_l
         }
         if (e != HPE_OK && e != HPE_PAUSED) {
             if (!p->error_status)
-                parser_error(p);
+                parser_error(p, off < len ? (unsigned char)data[off] : -1);
             p->failed = 1;
             *used = off;
             return HTTP_PARSE_ERROR;

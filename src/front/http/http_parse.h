@@ -84,6 +84,7 @@ struct http_parse {
     int error_status;
     const char *error_code;
     const char *error_message;
+    char error_text[96]; /* error_message when it carries a number (the 413's limit) */
     struct http_request req;
 };
 

@@ -204,12 +204,19 @@ static const struct http_route routes[] = {
     /* Gateways ask with the original request's method (Envoy ext_authz,
      * Traefik) and the body is never read: every method is a question. */
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},
-    {ADMIN_KEYS_PREFIX, 1, HTTP_ROLE_ADMIN, M(GET) | M(HEAD) | M(DELETE), "use GET, HEAD or DELETE",
+    {ADMIN_KEYS_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(DELETE), "use GET, HEAD or DELETE",
      "GET, HEAD, DELETE", 1, start_keys},
     {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
     {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},
 };
+
+unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen)
+{
+    if ((socket_roles & HTTP_ROLE_KEYS_IF_GUARDED) && (token || admin_on_listen))
+        socket_roles |= HTTP_ROLE_KEYS;
+    return socket_roles;
+}
 
 const struct http_route *http_routes_find(const char *path, unsigned roles)
 {
@@ -244,7 +251,9 @@ void http_route(struct conn *c, const struct http_request *req)
     } else if (req->http_minor == 0) {
         s->flags |= RESPONSE_KEEP_ALIVE;
     }
-    const struct http_route *r = c->over_limit ? NULL : http_routes_find(req->path, c->sock->roles);
+    unsigned roles = http_routes_roles(c->sock->roles, c->h->l.token != NULL,
+                                       c->h->host->core->config->admin_on_listen);
+    const struct http_route *r = c->over_limit ? NULL : http_routes_find(req->path, roles);
     if (c->over_limit)
         http_answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
                           "Retry-After", "1");

@@ -17,8 +17,12 @@
  *   anything else   -> 404, or 405 with Allow for a known path
  *
  * A row names the role of the listening socket that serves it: the check
- * port (listen) has HTTP_ROLE_CHECKS, admin_listen HTTP_ROLE_ADMIN, and
- * listen has both when there is no admin_listen.
+ * port (listen) has HTTP_ROLE_CHECKS, admin_listen HTTP_ROLE_ADMIN and
+ * HTTP_ROLE_KEYS; without admin_listen, listen has HTTP_ROLE_ADMIN too, and
+ * HTTP_ROLE_KEYS_IF_GUARDED: the admin API on keys only while a token
+ * guards it (auth_token_file) or the operator asked for it without one
+ * (admin_on_listen), both read per request, so a reload applies them.
+ * Otherwise anyone who may ask /check could reset their own counter.
  *
  * Owns the table and what each path does with a request; not the
  * connection (http.c), not the answers' bytes (response.c).
@@ -30,8 +34,10 @@
 
 #include "front/http/http_parse.h"
 
-#define HTTP_ROLE_CHECKS 1u /* /check, /json, /auth/: counts towards max_connections */
-#define HTTP_ROLE_ADMIN 2u  /* /healthz, /readyz, /metrics, /v1/keys/ */
+#define HTTP_ROLE_CHECKS 1u          /* /check, /json, /auth/: counts towards max_connections */
+#define HTTP_ROLE_ADMIN 2u           /* /healthz, /readyz, /metrics */
+#define HTTP_ROLE_KEYS 4u            /* /v1/keys/ */
+#define HTTP_ROLE_KEYS_IF_GUARDED 8u /* /v1/keys/ with a token or admin_on_listen */
 
 /* A route's methods: a bit per enum http_method. */
 #define HTTP_ROUTE_METHOD(m) ((uint64_t)1 << (m))
@@ -54,6 +60,11 @@ struct http_route {
     int guarded;       /* refused while draining (503) and without the token (401) */
     http_route_fn *start;
 };
+
+/* What a socket with socket_roles serves now: HTTP_ROLE_KEYS_IF_GUARDED
+ * becomes HTTP_ROLE_KEYS while a token is configured (token) or the
+ * operator opted in (admin_on_listen). */
+unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen);
 
 /* The row serving path on a socket with roles, or NULL (404). */
 const struct http_route *http_routes_find(const char *path, unsigned roles);

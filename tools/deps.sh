@@ -76,8 +76,6 @@ dpkg-dev
 fakeroot
 lintian               # tools/package.sh: no error, no warning
 prometheus            # promtool: test_monitoring.py (the server never starts)
-nodejs                # deploy/test: the pinned Kubernetes schema validator
-npm
 LIST
 }
 

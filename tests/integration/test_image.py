@@ -79,6 +79,9 @@ def outside():
     harness.ok(cfg.get("User") == "10001:10001", "runs as uid 10001: %r" % cfg.get("User"))
     harness.eq(cfg.get("Entrypoint"), ["/usr/sbin/ratelimitd"], "the entrypoint is the daemon")
     harness.ok(health.get("Test", [""])[0] == "CMD", "a HEALTHCHECK: %r" % health.get("Test"))
+    version = open(os.path.join(SRC, "configure.ac")).read().split("AC_INIT([ratelimitd], [")[1].split("]")[0]
+    harness.eq((cfg.get("Labels") or {}).get("org.opencontainers.image.version"), version,
+               "the image's version label is configure.ac's")
 
     root = sh(["podman", "image", "mount", TAG]).stdout.strip()
     harness.at_exit(lambda: sh(["podman", "image", "unmount", TAG]))

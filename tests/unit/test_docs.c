@@ -545,6 +545,9 @@ static void test_versions(const char *dir)
        want + 1);
     snprintf(want, sizeof want, "ratelimitd (%s) ", PACKAGE_VERSION);
     ok(deb && strncmp(deb, want, strlen(want)) == 0, "debian/changelog starts with %s", want);
+    snprintf(want, sizeof want, "\nARG VERSION=%s\n", PACKAGE_VERSION);
+    ok(file_has(dir, "docker/Dockerfile", want), "docker/Dockerfile's image label: ARG VERSION=%s",
+       PACKAGE_VERSION);
     free(ac);
     free(changelog);
     free(deb);

@@ -49,16 +49,17 @@ static const struct {
                                 "Checks answered at their deadline because Redis was late.", 1},
     [METRICS_REDIS_ERRORS] = {PREFIX "redis_errors_total", "Error replies from Redis.", 1},
     [METRICS_DENY_CACHE_HITS] = {PREFIX "deny_cache_hits_total",
-                                 "Checks denied by the local deny cache, without asking Redis."},
+                                 "Checks denied by the local deny cache, without asking Redis.", 0},
     [METRICS_KEY_RESETS] = {PREFIX "key_resets_total",
-                            "Keys reset through the admin API (DELETE /v1/keys/...)."},
+                            "Keys reset through the admin API (DELETE /v1/keys/...).", 0},
     [METRICS_GRPC_CONNECTIONS] = {PREFIX "grpc_connections_total",
-                                  "HTTP/2 connections accepted on grpc_listen."},
+                                  "HTTP/2 connections accepted on grpc_listen.", 0},
     [METRICS_GRPC_STREAMS] = {PREFIX "grpc_streams_total",
-                              "HTTP/2 streams (gRPC calls) opened on grpc_listen."},
+                              "HTTP/2 streams (gRPC calls) opened on grpc_listen.", 0},
     [METRICS_GRPC_PROTOCOL_ERRORS] = {PREFIX "grpc_protocol_errors_total",
                                       "gRPC connections closed for an HTTP/2 protocol error or "
-                                      "a flood (SETTINGS, PING, RST_STREAM)."},
+                                      "a flood (SETTINGS, PING, RST_STREAM).",
+                                      0},
 };
 
 /* The statuses the daemon sends whatever its config (response.c's

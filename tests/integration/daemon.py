@@ -13,6 +13,7 @@ import threading
 import time
 
 import harness
+import openapi_check
 
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 # A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
@@ -119,9 +120,12 @@ class Daemon:
                 body = body.encode()
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
-            return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+            resp = Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
         finally:
             conn.close()
+        # Every answer must be one docs/openapi.yaml describes.
+        openapi_check.validate(method, path, resp.status, resp.headers, resp.body)
+        return resp
 
     def admin(self, path, method="GET", timeout=10):
         """A request to the admin endpoints, wherever they are served."""

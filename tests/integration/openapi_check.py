@@ -173,13 +173,24 @@ def validate(method, path, status, headers, body, spec=None):
     _check_schema(spec, schema, doc, "%s: the body" % where, body)
 
 
+def _describe(e):
+    """One error as text; for anyOf, the deepest error of each branch (the
+    branch meant is usually the one that got furthest)."""
+    where = "/".join(str(p) for p in e.absolute_path) or "top"
+    if not e.context:
+        return "%s at %s" % (e.message, where)
+    branches = {}
+    for c in e.context:
+        b = c.relative_schema_path[0]
+        if b not in branches or len(c.absolute_path) > len(branches[b].absolute_path):
+            branches[b] = c
+    return "at %s, no schema of %s fits: %s" % (where, e.validator, "; ".join(
+        "[%s] %s" % (b, _describe(c)) for b, c in sorted(branches.items())))
+
+
 def _check_schema(spec, schema, value, what, shown):
     v = spec["_validator"](schema)
     errors = sorted(v.iter_errors(value), key=lambda e: list(e.absolute_path))
     if errors:
-        e = errors[0]
-        # anyOf hides the real cause in its context: show the deepest one.
-        deepest = min(e.context or [e], key=lambda c: -len(c.absolute_path))
-        raise ContractError("%s does not fit the contract: %s at %s; it was %r" % (
-            what, deepest.message, "/".join(str(p) for p in deepest.absolute_path) or "top",
-            shown[:300]))
+        raise ContractError("%s does not fit the contract: %s; it was %r" % (
+            what, _describe(errors[0]), shown[:300]))

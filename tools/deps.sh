@@ -56,6 +56,7 @@ redis-tools           # redis-cli: the cluster tests make clusters with it
 redis-sentinel        # test_sentinel.py
 openssl               # test_tls.py makes its certificates
 python3-yaml          # parses YAML files the tests check (compose.yaml, ...)
+python3-jsonschema    # every HTTP answer held against docs/openapi.yaml
 python3-grpcio        # test_grpc.py, test_rls_grpc.py: a real gRPC client
 python3-grpc-tools
 python3-protobuf

@@ -54,6 +54,9 @@ fi
 # the pinned Kubernetes schema validator.
 echo "== deploy test tools"
 sh deploy/test/deps.sh || rc=1
+# The pinned OpenAPI linter test_openapi.py runs (node and npm from above).
+echo "== openapi lint tools"
+sh docs/openapi/deps.sh || rc=1
 
 stage "make check" "$top"
 

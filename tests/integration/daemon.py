@@ -13,6 +13,7 @@ import threading
 import time
 
 import harness
+import openapi_check
 
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 # A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
@@ -45,6 +46,38 @@ class Response:
 
     def __repr__(self):
         return "<%d %r %r>" % (self.status, self.headers, self.body[:300])
+
+
+class _CheckedResponse:
+    """An http.client answer read whole and held against the contract;
+    read() gives its body once, as the real one would."""
+
+    def __init__(self, r, body):
+        self._r = r
+        self._body = body
+
+    def read(self, amt=None):
+        body, self._body = self._body, b""
+        return body
+
+    def __getattr__(self, name):
+        return getattr(self._r, name)
+
+
+class CheckedConnection(http.client.HTTPConnection):
+    """A keep-alive connection whose every answer is held against
+    docs/openapi.yaml (openapi_check.ContractError if not described)."""
+
+    def request(self, method, url, *args, **kwargs):
+        self._asked = (method, url)
+        return super().request(method, url, *args, **kwargs)
+
+    def getresponse(self):
+        r = super().getresponse()
+        body = r.read()
+        method, url = self._asked
+        openapi_check.validate(method, url, r.status, dict(r.getheaders()), body)
+        return _CheckedResponse(r, body)
 
 
 class Daemon:
@@ -109,8 +142,9 @@ class Daemon:
             return f.read().decode("utf-8", "replace")
 
     def connection(self, timeout=10):
-        """A keep-alive connection to the check port."""
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        """A keep-alive connection to the check port, whose answers are
+        held against docs/openapi.yaml."""
+        return CheckedConnection("127.0.0.1", self.port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None, timeout=10, port=None):
         conn = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
@@ -119,9 +153,12 @@ class Daemon:
                 body = body.encode()
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
-            return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+            resp = Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
         finally:
             conn.close()
+        # Every answer must be one docs/openapi.yaml describes.
+        openapi_check.validate(method, path, resp.status, resp.headers, resp.body)
+        return resp
 
     def admin(self, path, method="GET", timeout=10):
         """A request to the admin endpoints, wherever they are served."""
@@ -168,8 +205,10 @@ def hammer(d, policy, key="hot", clients=100, per_client=3):
     with `workers` every worker takes a share), opened before any sends,
     then per_client checks of one key each, all at once. Returns
     {200: n, 429: n, "other": n}: other is an error status, a dropped
-    connection or a timeout."""
+    connection or a timeout. Raises openapi_check.ContractError for an
+    answer docs/openapi.yaml does not describe."""
     counts = {200: 0, 429: 0, "other": 0}
+    undescribed = []  # answers the contract does not describe
     lock = threading.Lock()
     go = threading.Event()
     body = json.dumps({"policy": policy, "key": key})
@@ -185,6 +224,9 @@ def hammer(d, policy, key="hot", clients=100, per_client=3):
                 status = r.status if r.status in (200, 429) else "other"
             except OSError:
                 status = "other"
+            except openapi_check.ContractError as e:
+                status = "other"
+                undescribed.append(e)
             with lock:
                 counts[status] += 1
         conn.close()
@@ -195,4 +237,6 @@ def hammer(d, policy, key="hot", clients=100, per_client=3):
     go.set()
     for t in threads:
         t.join(60)
+    if undescribed:
+        raise undescribed[0]
     return counts

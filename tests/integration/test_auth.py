@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import openapi_check  # noqa: E402
 from daemon import BINARY, Daemon, Response  # noqa: E402
 
 # 127.0.0.2 plays the gateway (a trusted proxy); 127.0.0.1 and 127.0.0.3
@@ -63,9 +64,11 @@ def auth(d, path, source="127.0.0.1", method="GET", headers=None, body=None):
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
-        return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        res = Response(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
     finally:
         conn.close()
+    openapi_check.validate(method, path, res.status, res.headers, res.body)
+    return res
 
 
 def key_of(res):

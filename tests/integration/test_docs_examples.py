@@ -27,7 +27,8 @@ tolerance, keeping zero as zero, and not at all for a window aligned to the
 clock (fixed_window, sliding_window_counter, Envoy's durationUntilReset);
 Content-Length must match the body it came with. Everything else (status
 lines, header names and order, every other field and number, plain text
-lines) must be identical.
+lines) must be identical. Every HTTP answer a session prints (`curl -si`)
+must also be one docs/openapi.yaml describes (openapi_check.py).
 
 DOCS_EXAMPLES_SHOW=1 prints what each session really printed (to paste);
 DOCS_EXAMPLES_PAGES="docs/x.md ..." runs only those pages;
@@ -43,6 +44,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import openapi_check  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 SRCDIR = os.environ.get("RL_SRCDIR", ".")
@@ -215,6 +217,23 @@ def compare_text(got, want):
     return None
 
 
+def contract(cmd, got):
+    """Why docs/openapi.yaml does not describe the answer a `curl -si` run
+    printed, or None (also for commands that print no HTTP answer)."""
+    ans = split_http(got)
+    m = re.search(r"\bcurl\b.*?\blocalhost:\d+(/[^\s'\"]*)", cmd)
+    if ans is None or m is None:
+        return None
+    method = re.search(r"-X\s*([A-Z]+)", cmd)
+    method = method.group(1) if method else "POST" if re.search(r"\s-d\s", cmd) else "GET"
+    status = int(ans[0].split()[1])
+    try:
+        openapi_check.validate(method, m.group(1), status, dict(ans[1]), ans[2].encode())
+    except openapi_check.ContractError as e:
+        return str(e)
+    return None
+
+
 def compare(got, want):
     """The first way got differs from the page's want, or None."""
     g, w = split_http(got), split_http(want)
@@ -361,7 +380,7 @@ class Page:
             got = run.stdout.decode("utf-8", "replace").replace("\r\n", "\n")
             got = got.replace("localhost:%d" % self.daemon.port, CHECK_ADDR)
             self.printed[line].append(got.rstrip("\n"))
-            diff = compare(got, want)
+            diff = compare(got, want) or contract(cmds[-1], got)
             harness.ok(run.returncode == 0 and diff is None, what)
             if diff or run.returncode:
                 harness.diag("exit status %d; %s" % (run.returncode, diff))

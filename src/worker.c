@@ -191,7 +191,6 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                          .wake = {-1, -1}};
     struct core *core = &w->core;
     w->host = (struct front_host){.core = core,
-                                  .id = id,
                                   .connections = &srv->connections,
                                   .draining = &w->draining,
                                   .unready_reason = unready_reason,

@@ -29,7 +29,6 @@ struct front_ops;
  * the few things only the embedder knows. A front names no worker. */
 struct front_host {
     struct core *core;
-    unsigned id;         /* the loop's number; 0 is the first */
     size_t *connections; /* process-wide, behind max_connections */
     const int *draining; /* nonzero: no new request is taken */
     /* Why the daemon takes no checks right now ("shutting_down",

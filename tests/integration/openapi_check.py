@@ -128,8 +128,42 @@ def validate(method, path, status, headers, body, spec=None):
     """Raises ContractError unless docs/openapi.yaml describes this answer.
     headers: a mapping of field names (any case) to values; body: bytes."""
     spec = spec or load()
-    where = _where(method, path, status)
-    resp = _find_response(spec, method, path, status)
+    _check_response(spec, _find_response(spec, method, path, status),
+                    _where(method, path, status), method, headers, body)
+
+
+def validate_any(status, headers, body, head=False, spec=None):
+    """For an answer whose request is not known (a raw socket's pipelined
+    or malformed bytes): raises ContractError unless some response of the
+    contract with this status (of any operation, or before routing)
+    describes it, headers and body included."""
+    spec = spec or load()
+    code = str(status)
+    found = []
+    for _rx, template, item in spec["_routes"]:
+        for method in METHODS:
+            op = item.get(method)
+            if isinstance(op, dict):
+                found += [("%s %s" % (method.upper(), template), r)
+                          for k, r in op.get("responses", {}).items() if k in (code, code[0] + "XX")]
+    found += [("(before routing)", r) for k, r in spec.get("x-unrouted-responses", {}).items()
+              if k in (code, code[0] + "XX")]
+    if not found:
+        raise ContractError("-> %s: the contract describes no answer with this status" % code)
+    errors = []
+    for where, resp in found:
+        try:
+            _check_response(spec, resp, "%s -> %s" % (where, code), "HEAD" if head else "GET",
+                            headers, body)
+            return
+        except ContractError as e:
+            errors.append(str(e))
+    raise ContractError("-> %s: no response of the contract describes it:\n  %s"
+                        % (code, "\n  ".join(errors)))
+
+
+def _check_response(spec, resp, where, method, headers, body):
+    """Raises ContractError unless resp (a response object) describes the answer."""
     got = {k.lower(): v for k, v in headers.items()}
     described = {k.lower(): h for k, h in resp.get("headers", {}).items()}
     for name, h in described.items():

@@ -14,6 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import openapi_check  # noqa: E402
 import promtext  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
@@ -64,6 +65,10 @@ class Conn:
         while len(self.buf) < n:
             self._fill()
         body, self.buf = self.buf[:n], self.buf[n:]
+        # Which request an answer is for is not tracked on a raw stream
+        # (pipelined, split, malformed): some answer of the contract with
+        # this status must describe it.
+        openapi_check.validate_any(status, headers, body, head=head_only)
         return status, headers, body
 
     def closed(self, timeout=3):

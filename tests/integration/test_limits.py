@@ -16,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import openapi_check  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 POLICY = """policies:
@@ -126,13 +127,20 @@ def unix_check(sock):
         body = b'{"policy":"open","key":"u"}'
         c.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        head = b""
-        while b"\r\n" not in head:
+        data = b""
+        while True:  # Connection: close: the answer ends with the stream
             chunk = c.recv(4096)
             if not chunk:
                 break
-            head += chunk
-        return int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else None
+            data += chunk
+        if not data.startswith(b"HTTP/1.1 ") or b"\r\n\r\n" not in data:
+            return None
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict((k.strip(), v.strip()) for k, v in (l.split(":", 1) for l in lines[1:]))
+        status = int(lines[0].split(" ")[1])
+        openapi_check.validate("POST", "/check", status, headers, body)
+        return status
 
 
 def test_unix_socket_perm(redis):

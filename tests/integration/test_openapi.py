@@ -132,6 +132,20 @@ def validator():
     refuses("a tier without its algorithm", "GET", "/v1/keys/p/k", 200, js,
             b'{"policy":"p","key":"k","allowed":true,"tiers":[{"name":"t","limit":1,'
             b'"remaining":1,"reset_ms":0,"allowed":true,"retry_after_ms":0}]}')
+    # An answer read off a raw stream, its request unknown: some response
+    # of the contract with its status must describe it.
+    openapi_check.validate_any(400, js, err)
+    harness.ok(True, "validate_any accepts a 400 invalid_key whatever the request")
+    for desc, status, headers, body in (
+            ("a status no response has (502)", 502, js, err),
+            ("a 400 with an unknown error code", 400, js,
+             json.dumps({"error": "nope", "message": "x"}).encode()),
+            ("a 200 whose body no response has", 200, js, b'{"what":1}')):
+        try:
+            openapi_check.validate_any(status, headers, body)
+            harness.ok(False, "validate_any refuses %s" % desc)
+        except openapi_check.ContractError as e:
+            harness.ok(True, "validate_any refuses %s (%s)" % (desc, str(e)[:120]))
 
 
 def live(d, token_daemon):

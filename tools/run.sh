@@ -1,9 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # run.sh: builds ratelimitd if needed and runs it in the foreground with the
-# example policy (conf/ratelimitd.yaml), /check on 127.0.0.1:$PORT. Ctrl-C
-# stops it and the Redis it started.
+# example policy (conf/ratelimitd.yaml) or yours, /check on 127.0.0.1:$PORT.
+# Ctrl-C stops it and the Redis it started. Other arguments go to the daemon.
 #
+#   POLICY=FILE        the policy file (default conf/ratelimitd.yaml)
 #   PORT=8080          the daemon's port on 127.0.0.1
 #   BACKEND=redis      or memory: counters in the daemon, no Redis at all
 #   REDIS_PORT=6379    where the throwaway redis-server (no data saved) listens
@@ -14,13 +15,25 @@
 # when something already answers on REDIS_PORT, it says so and starts its
 # Redis on the next port that nothing answers on. The daemon has no option
 # for its listen address or Redis URL, so those go into a copy of the
-# example policy in a temporary directory.
+# policy file in a temporary directory (its top-level listen and backend
+# lines and the url line of its redis section replaced, or added): a
+# --config argument would bypass them, and is refused.
 set -eu
 cd "$(dirname "$0")/.."
 PORT=${PORT:-8080}
 BACKEND=${BACKEND:-redis}
 REDIS_PORT=${REDIS_PORT:-6379}
 REDIS_URL=${REDIS_URL:-}
+POLICY=${POLICY:-conf/ratelimitd.yaml}
+for a in "$@"; do
+    case $a in
+    -c | --config | --config=*)
+        echo "run.sh: give the policy file as POLICY=FILE (run.sh puts its port and Redis in a copy)" >&2
+        exit 64
+        ;;
+    esac
+done
+[ -r "$POLICY" ] || { echo "run.sh: cannot read the policy file $POLICY" >&2; exit 66; }
 case $BACKEND in
 redis | memory) ;;
 *) echo "run.sh: BACKEND is redis or memory, not '$BACKEND'" >&2; exit 64 ;;
@@ -86,21 +99,33 @@ else
     echo "run.sh: started redis-server on 127.0.0.1:$port (data not saved)"
 fi
 
-# The example policy with this run's port, backend and Redis; each line
-# must be there as written, or this script is out of date.
+# The policy with this run's port, backend and Redis: each top-level line
+# replaced where the file has it, added where it has none.
+cfg=$tmp/ratelimitd.yaml
 esc=$(printf '%s' "$url" | sed 's/[\\|&]/\\&/g')
-sed -e "s|^listen: 127\.0\.0\.1:8080\$|listen: 127.0.0.1:$PORT|" \
-    -e "s|^backend: redis\$|backend: $BACKEND|" \
-    -e "s|^  url: redis://127\.0\.0\.1:6379/0\$|  url: $esc|" \
-    conf/ratelimitd.yaml >"$tmp/ratelimitd.yaml"
-for line in "listen: 127.0.0.1:$PORT" "backend: $BACKEND" "  url: $url"; do
-    grep -qxF "$line" "$tmp/ratelimitd.yaml" || {
-        echo "run.sh: conf/ratelimitd.yaml has no line for '$line'" >&2
-        exit 1
-    }
+sed -e "s|^listen:.*|listen: 127.0.0.1:$PORT|" -e "s|^backend:.*|backend: $BACKEND|" \
+    "$POLICY" >"$cfg"
+grep -q '^listen:' "$cfg" || printf 'listen: 127.0.0.1:%s\n' "$PORT" >>"$cfg"
+grep -q '^backend:' "$cfg" || printf 'backend: %s\n' "$BACKEND" >>"$cfg"
+if [ "$BACKEND" = redis ]; then
+    if ! grep -q '^redis:' "$cfg"; then
+        printf 'redis:\n  url: %s\n' "$url" >>"$cfg"
+    elif grep -q '^  url:' "$cfg"; then
+        sed -i "s|^  url:.*|  url: $esc|" "$cfg"
+    else
+        sed -i "s|^redis:[[:space:]]*\$|redis:\n  url: $esc|" "$cfg"
+    fi
+fi
+for line in "listen: 127.0.0.1:$PORT" "backend: $BACKEND"; do
+    grep -qxF "$line" "$cfg" || { echo "run.sh: cannot set '$line' in a copy of $POLICY" >&2; exit 1; }
 done
+if [ "$BACKEND" = redis ] && ! grep -qxF "  url: $url" "$cfg"; then
+    echo "run.sh: cannot set redis.url in a copy of $POLICY (a redis: section in flow style?)" >&2
+    exit 1
+fi
+"$bin" --check-config --config "$cfg" >/dev/null || exit 1
 echo "run.sh: ratelimitd on http://127.0.0.1:$PORT (Ctrl-C stops it)"
-"$bin" --config "$tmp/ratelimitd.yaml" "$@" &
+"$bin" --config "$cfg" "$@" &
 daemon=$!
 wait "$daemon" || { rc=$?; daemon=""; exit "$rc"; }
 daemon=""

@@ -7,6 +7,8 @@
   no rl:* key. SIGTERM stops run.sh, its daemon and its Redis.
 - REDIS_URL names the test's Redis: used on purpose, no redis-server started.
 - BACKEND=memory: /check answers with no Redis and no redis-server started.
+- POLICY=FILE: a policy file without listen, backend or redis gets
+  run.sh's port and Redis; a --config argument is refused (exit 64).
 - What run.sh installs (tools/build.sh -> `tools/deps.sh`, no flag) names no
   test tool and no server but redis-server; `--test` adds them.
 
@@ -180,6 +182,33 @@ def main():
     with theirs.client() as c:
         harness.eq(c.command("DBSIZE"), before, "BACKEND=memory: the test's Redis unchanged")
     stop(proc, log, "BACKEND=memory")
+
+    # 4. POLICY=FILE: the user's own policy (the README's quickstart has no
+    # listen, backend nor redis), with run.sh's port and Redis added, while
+    # the test's Redis still answers on REDIS_PORT.
+    mine = os.path.join(tmp, "quickstart.yaml")
+    with open(mine, "w") as f:
+        f.write("policies:\n  login:\n    tiers:\n"
+                "      - {name: burst, algorithm: token_bucket, limit: 10, window: 1m, burst: 3}\n")
+    with theirs.client() as c:
+        before = sorted(c.command("KEYS", "*"))  # step 2 wrote there on purpose
+    port = harness.free_port()
+    proc, log = run_sh({"PORT": str(port), "REDIS_PORT": str(theirs_port), "POLICY": mine},
+                       tmp, "policy")
+    status, body = answered(proc, port, log)
+    harness.ok(status == 200 and body.get("limit") == 3,
+               "POLICY=FILE: the daemon answers from that file's policy: %s %s"
+               % (status, body.get("limit")))
+    with theirs.client() as c:
+        harness.eq(sorted(c.command("KEYS", "*")), before,
+                   "POLICY=FILE: the test's Redis is left as it was")
+    stop(proc, log, "POLICY=FILE")
+    env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY))
+    res = subprocess.run(["sh", os.path.join(SRC, "tools", "run.sh"), "--config", mine], env=env,
+                         capture_output=True, text=True, timeout=30)
+    harness.ok(res.returncode == 64 and "POLICY=" in res.stderr,
+               "a --config argument is refused (it would bypass run.sh's port and Redis): %s"
+               % res.stderr.strip())
 
     # A wrong BACKEND is a usage error, before anything starts.
     proc, log = run_sh({"BACKEND": "postgres"}, tmp, "bad")

@@ -119,12 +119,18 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
     $SUDO chmod 755 "$policy"
     trap '$SUDO rm -f "$policy"' EXIT
 fi
+before=$(mktemp)
+dpkg-query -W -f='${Package}\n' | sort >"$before"
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing
-# The units these packages enabled: disabled, so that a reboot starts none.
+# The units every package just installed enabled (those named and their
+# dependencies: nginx's unit is nginx-common's): disabled, so that a reboot
+# starts none.
+new=$(dpkg-query -W -f='${Package}\n' | sort | comm -13 "$before" -)
+rm -f "$before"
 units=""
-for p in $missing; do
+for p in $new; do
     units="$units $(dpkg-query -L "$p" 2>/dev/null |
         grep -E '^(/usr)?/lib/systemd/system/[^/]+\.(service|socket)$' | xargs -r -n1 basename || true)"
 done

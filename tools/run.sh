@@ -19,6 +19,9 @@
 # lines and the url line of its redis section replaced, or added): a
 # --config argument would bypass them, and is refused.
 set -eu
+# Paths the caller gave are the caller's: absolute before the cd.
+case ${POLICY:-} in "" | /*) ;; *) POLICY=$(pwd)/$POLICY ;; esac
+case ${RATELIMITD:-} in "" | /*) ;; *) RATELIMITD=$(pwd)/$RATELIMITD ;; esac
 cd "$(dirname "$0")/.."
 PORT=${PORT:-8080}
 BACKEND=${BACKEND:-redis}
@@ -110,8 +113,10 @@ grep -q '^backend:' "$cfg" || printf 'backend: %s\n' "$BACKEND" >>"$cfg"
 if [ "$BACKEND" = redis ]; then
     if ! grep -q '^redis:' "$cfg"; then
         printf 'redis:\n  url: %s\n' "$url" >>"$cfg"
-    elif grep -q '^  url:' "$cfg"; then
-        sed -i "s|^  url:.*|  url: $esc|" "$cfg"
+    elif sed -n '/^redis:/,/^[^ #]/p' "$cfg" | grep -q '^  url:'; then
+        # Only the url of the redis section (the block up to the next
+        # top-level key), not another section's.
+        sed -i "/^redis:/,/^[^ #]/ s|^  url:.*|  url: $esc|" "$cfg"
     else
         sed -i "s|^redis:[[:space:]]*\$|redis:\n  url: $esc|" "$cfg"
     fi

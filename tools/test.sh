@@ -22,6 +22,7 @@ sh tools/build.sh
 if ! command -v go >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends golang-go
 fi
 work=$(mktemp -d)
@@ -67,11 +68,14 @@ stage "make check" "$top"
 echo "== make distcheck: the tarball's suite under ASan + UBSan"
 t0=$(date +%s)
 rm -f ratelimitd-*.tar.gz
+# The group runs in a subshell under set -e: the status is kept, not fatal,
+# so that a failure is recorded rather than hidden behind tee's 0.
 {
-    make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-sanitizers --enable-werror" 2>&1
-    echo $? >"$work/distcheck.rc"
+    st=0
+    make -j"$(nproc)" distcheck DISTCHECK_CONFIGURE_FLAGS="--enable-sanitizers --enable-werror" 2>&1 || st=$?
+    echo "$st" >"$work/distcheck.rc"
 } | tee "$work/distcheck.log"
-if [ "$(cat "$work/distcheck.rc")" -ne 0 ]; then
+if [ "$(cat "$work/distcheck.rc")" != 0 ]; then
     rc=1
     for d in ratelimitd-*/; do # distcheck leaves its tree when it fails
         [ -d "$d" ] || continue
@@ -99,10 +103,11 @@ if ! command -v mmdebstrap >/dev/null || ! command -v curl >/dev/null; then
 fi
 if deb=$(DEB_BUILD_OPTIONS=nocheck sh tools/package.sh "$work/deb" "$tarball"); then
     {
-        sh tests/integration/test_deb.sh "$deb"
-        echo $? >"$work/deb.rc"
+        st=0
+        sh tests/integration/test_deb.sh "$deb" || st=$?
+        echo "$st" >"$work/deb.rc"
     } | tee "$work/deb.tap"
-    [ "$(cat "$work/deb.rc")" -eq 0 ] || rc=1
+    [ "$(cat "$work/deb.rc")" = 0 ] || rc=1
 else
     echo "== the package build or lintian failed"
     rc=1

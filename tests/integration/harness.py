@@ -129,10 +129,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Fatal(Exception):
+    """An error no retry may swallow: wait_until raises it at once (an
+    answer the API contract does not describe is one, openapi_check.py)."""
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
     """Polls predicate() until it returns a true value, which is returned.
-    Exceptions from predicate count as "not yet". Raises TimeoutError after
-    timeout seconds, naming `what` and the last exception."""
+    Exceptions from predicate count as "not yet", but for Fatal ones, raised
+    at once. Raises TimeoutError after timeout seconds, naming `what` and the
+    last exception."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
@@ -140,6 +146,8 @@ def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
             v = predicate()
             if v:
                 return v
+        except Fatal:
+            raise
         except Exception as e:
             last = e
         if time.monotonic() >= deadline:

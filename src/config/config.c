@@ -176,7 +176,7 @@ static void changed_fields(const struct field *fields, const char *prefix, const
         else if (strcmp(path, "trusted_proxies") == 0)
             same = same_trust(&a->trusted_proxies, &b->trusted_proxies);
         else if (strcmp(path, "domains") == 0)
-            same = a->ndomains == b->ndomains;
+            same = domains_equal(a->domains, a->ndomains, b->domains, b->ndomains);
         else
             same = same_value(f, a, b);
         if (!same)

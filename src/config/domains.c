@@ -320,3 +320,46 @@ void domain_free(struct domain *d)
     free(d->file);
     memset(d, 0, sizeof *d);
 }
+
+static int same_text(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static int limits_equal(const struct domain_limit *a, const struct domain_limit *b)
+{
+    if (a->unlimited != b->unlimited || a->detailed_metric != b->detailed_metric ||
+        a->unit != b->unit || a->requests_per_unit != b->requests_per_unit ||
+        !same_text(a->name, b->name) || !same_text(a->path, b->path) ||
+        a->nreplaces != b->nreplaces || (a->policy == NULL) != (b->policy == NULL) ||
+        (a->policy != NULL && !policy_equal(a->policy, b->policy)))
+        return 0;
+    for (size_t i = 0; i < a->nreplaces; i++)
+        if (strcmp(a->replaces[i], b->replaces[i]) != 0)
+            return 0;
+    return 1;
+}
+
+static int nodes_equal(const struct domain_node *a, const struct domain_node *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct domain_node *x = &a[i], *y = &b[i];
+        if (strcmp(x->key, y->key) != 0 || !same_text(x->value, y->value) ||
+            x->value_prefix != y->value_prefix || x->has_limit != y->has_limit ||
+            (x->has_limit && !limits_equal(&x->limit, &y->limit)) || x->nchildren != y->nchildren ||
+            !nodes_equal(x->children, y->children, x->nchildren))
+            return 0;
+    }
+    return 1;
+}
+
+int domains_equal(const struct domain *a, size_t na, const struct domain *b, size_t nb)
+{
+    if (na != nb)
+        return 0;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i].name, b[i].name) != 0 || a[i].nchildren != b[i].nchildren ||
+            !nodes_equal(a[i].children, b[i].children, a[i].nchildren))
+            return 0;
+    return 1;
+}

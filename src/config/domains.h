@@ -96,6 +96,11 @@ const struct domain_limit *domains_match(const struct domain *domains, size_t nd
 const struct domain *domains_find(const struct domain *domains, size_t ndomains, const char *name,
                                   size_t len);
 
+/* Whether two snapshots' domains decide alike: the same names, trees,
+ * values and limits (policies compared with policy_equal). For the reload
+ * line's list of what changed; the file positions are not compared. */
+int domains_equal(const struct domain *a, size_t na, const struct domain *b, size_t nb);
+
 /* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
  * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
 int64_t rls_unit_seconds(enum rls_unit u);

@@ -584,6 +584,40 @@ static void test_shipped(const char *srcdir)
     config_unref(c);
 }
 
+/* domains_equal: the reload line's "domains changed" (config_changes). */
+static void test_equal(void)
+{
+    static const char base[] = PRE "  - domain: d\n"
+                                   "    descriptors:\n"
+                                   "      - key: a\n"
+                                   "        value: v\n"
+                                   "        rate_limit: {unit: minute, requests_per_unit: 5}\n"
+                                   "      - {key: c, policy: p}\n";
+    char err[1024], changed[sizeof base + 8];
+    struct config *a = load(base, err, sizeof err), *b = load(base, err, sizeof err);
+    ok(a && b, "two loads of one file (%s)", a && b ? "" : err);
+    if (!a || !b)
+        return;
+    ok(domains_equal(a->domains, a->ndomains, b->domains, b->ndomains), "the same file: equal");
+    static const char *const edits[][2] = {
+        {"requests_per_unit: 5", "requests_per_unit: 6"},
+        {"unit: minute", "unit: second"},
+        {"value: v", "value: w"},
+        {"policy: p", "policy: o"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        snprintf(changed, sizeof changed, "%s", base);
+        /* Each edit keeps the length: written over the text in place. */
+        memcpy(strstr(changed, edits[i][0]), edits[i][1], strlen(edits[i][0]));
+        struct config *c = load(changed, err, sizeof err);
+        ok(c && !domains_equal(a->domains, a->ndomains, c->domains, c->ndomains),
+           "%s -> %s: not equal (%s)", edits[i][0], edits[i][1], c ? "" : err);
+        config_unref(c);
+    }
+    config_unref(a);
+    config_unref(b);
+}
+
 int main(void)
 {
     const char *srcdir = getenv("RL_SRCDIR");
@@ -592,6 +626,7 @@ int main(void)
     test_depth();
     test_matching();
     test_limits();
+    test_equal();
     test_units();
     test_envoy_dir();
     test_shipped(srcdir ? srcdir : ".");

@@ -6,7 +6,9 @@
 -- the Function library registers decide itself (lua/embed.sh adds either).
 --
 -- argv[1]  now in µs (decimal), or "" for the Redis server's TIME
--- argv[2]  "1" for a dry run (decide and report, write nothing), else "0"
+-- argv[2]  "1" for a dry run (decide and report, write nothing), else "0";
+--          "2" for a dry run whose reply also carries the figures of a
+--          denied request (see the reply below)
 -- then two per check:
 --   cost     an integer >= 0
 --   policy   its settings, space-separated: shadow ("0"/"1"), then five
@@ -32,6 +34,11 @@
 -- A tier's figures are computed as if its cost were taken iff it is taken by
 -- a real (not dry) run of this request, so a dry run reports exactly what
 -- the real request would.
+-- With argv[2] "2", 2 more per tier follow, in tier order: remaining and
+-- reset_us as if nothing were taken, i.e. the tier's figures in a request
+-- that another node's checks deny (the Cluster backend's first phase,
+-- src/backend/redis/backend_cluster.c: allowed here, denied overall). The
+-- other 5 figures do not depend on whether the cost is taken.
 
 local ALGORITHMS = {
     fixed_window = fixed_window,
@@ -250,7 +257,8 @@ local function decide(keys, argv)
         bind_globals()
     end
     local now = arg_now(argv)
-    local dry_run = arg_flag(argv, 2)
+    local both = argv[2] == '2'
+    local dry_run = both or arg_flag(argv, 2)
     local nchecks, ntiers = parse(keys, argv, now)
     local checks, tiers = CHECKS, TIERS
 
@@ -272,6 +280,9 @@ local function decide(keys, argv)
     -- The figures, before anything is written. A non-shadow check of an
     -- allowed request is always allowed.
     local out, n = OUT, 2 + 7 * ntiers
+    if both then
+        n = n + 2 * ntiers
+    end
     for i = n + 1, nout do
         out[i] = nil -- the reply ends at its first nil
     end
@@ -282,6 +293,12 @@ local function decide(keys, argv)
         local consumed = request_allowed and check.allowed
         for i = check.first, check.last do
             report(out, 2 + 7 * (i - 1), tiers[i], consumed)
+        end
+    end
+    if both then
+        local base = 2 + 7 * ntiers
+        for i = 1, ntiers do
+            out[base + 2 * i - 1], out[base + 2 * i] = tiers[i].alg.figures(tiers[i], false)
         end
     end
 

@@ -4,7 +4,11 @@
 yet and while a slot is unserved; checks routed to every master; 10 000
 checks over 1 000 keys decided exactly as on a single Redis; a request
 whose checks live in two slots decided in two phases (a denial on one node
-consumes nothing on the other); a slot moved by hand (MOVED) and a slot in
+consumes nothing on the other); such a denied request answered, for every
+algorithm, with the figures one Redis gives for it (/check, /json and
+gRPC, side by side with a daemon on a single Redis); a denial in the second
+phase (a node kept busy while another request takes the room) reports what
+was really taken; a slot moved by hand (MOVED) and a slot in
 migration (ASK) followed with no error answer; the per-node metrics; a
 reset (admin DELETE) on the key's master, and the reset listener, killed
 again and again, back within a moment every time (its backoff starts
@@ -20,13 +24,15 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import promtext  # noqa: E402
 import redis_cluster  # noqa: E402
-from daemon import Daemon  # noqa: E402
+import rls_client  # noqa: E402
+from daemon import ALGORITHMS, Daemon  # noqa: E402
 
 POLICY = """policies:
   eq: {tiers: [{name: t, algorithm: fixed_window, limit: 7, window: 1h}]}
@@ -178,6 +184,225 @@ def two_phase(c, d):
     harness.eq(st, 200, "a dry run over two slots is allowed")
     with c.client(m[2]) as cl:
         harness.eq(cl.command("EXISTS", redis_key("a", ka2)), 0, "and wrote nothing")
+
+
+# Every algorithm behind a policy of limit 3, and a policy whose one
+# request uses it up: a request of both, in two slots, is denied by the
+# second, and the first must report what one Redis reports for it.
+XS_LIMIT = 3
+XS_POLICY = "policies:\n" + "".join(
+    "  x_%s: {tiers: [{name: t, algorithm: %s, limit: %d, window: 1h%s}]}\n"
+    % (a, a, XS_LIMIT, ALGORITHMS[a].replace("99", str(XS_LIMIT - 1))) for a in sorted(ALGORITHMS)
+) + """\
+  deny: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]}
+domains:
+  - domain: xs
+    descriptors:
+""" + "".join("      - {key: a_%s, policy: x_%s}\n" % (a, a) for a in sorted(ALGORITHMS)) + """\
+      - {key: over, policy: deny}
+"""
+# The figures that move with the clock, in ms (their unit's factor): the two
+# daemons see the same requests a few ms apart, so these may differ by as
+# much as the whole sequence took (and whole seconds by one more, rounded
+# up). Everything else must be equal. The figures a tentative answer gets
+# wrong are off by a unit (remaining) or by an emission interval (20 min).
+TIME_FIELDS = {"reset_ms": 1, "retry_after_ms": 1, "delay_ms": 1, "durationUntilReset": 1000,
+               "duration_until_reset": 1000, "x-ratelimit-reset": 1000, "retry-after": 1000}
+
+
+def _ms(v, factor):
+    """A duration in ms: 12 or "12" (times factor), "1.5s", or None."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return float(v[:-1]) * 1000 if v.endswith("s") else float(v) * factor
+    return v * factor
+
+
+def same_answer(want, got, slack_ms, path="answer"):
+    """[] if got is want (the time figures within slack_ms, see
+    TIME_FIELDS), else the differences."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        if set(got) != set(want):
+            return ["%s: fields %s, want %s" % (path, sorted(got), sorted(want))]
+        out = []
+        for k in got:
+            if k in TIME_FIELDS:
+                g, w = _ms(got[k], TIME_FIELDS[k]), _ms(want[k], TIME_FIELDS[k])
+                slack = slack_ms + (1000 if TIME_FIELDS[k] == 1000 else 1)
+                if (g is None) != (w is None) or (g is not None and abs(g - w) > slack):
+                    out.append("%s.%s: %r, want %r (+-%d ms)" % (path, k, got[k], want[k], slack))
+            else:
+                out += same_answer(want[k], got[k], slack_ms, "%s.%s" % (path, k))
+        return out
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
+        if len(got) != len(want):
+            return ["%s: %d items, want %d" % (path, len(got), len(want))]
+        out = []
+        for i, (w, g) in enumerate(zip(want, got)):
+            out += same_answer(w, g, slack_ms, "%s[%d]" % (path, i))
+        return out
+    return [] if got == want else ["%s: %r, want %r" % (path, got, want)]
+
+
+def rls_key(policy, domain, k, v, prefix="rl:"):
+    """The Redis key of a policy: descriptor's only tier (docs/envoy.md)."""
+    return "%s{%s:%s%%7C%s=%s}:t" % (prefix, policy, domain, k, v)
+
+
+def rls_value_on(c, policy, k, want_port, prefix):
+    for i in range(100000):
+        v = "%s%d" % (prefix, i)
+        if c.node_for_key(rls_key(policy, "xs", k, v)) == want_port:
+            return v
+    raise RuntimeError("no value on %d" % want_port)
+
+
+def grpc_answer(resp):
+    """A RateLimitResponse as a dict like /json's, to compare."""
+    return {
+        "overall": resp.overall_code,
+        "statuses": [{"code": s.code,
+                      "limit": [s.current_limit.requests_per_unit, s.current_limit.unit],
+                      "limit_remaining": s.limit_remaining,
+                      "duration_until_reset": s.duration_until_reset.seconds
+                      + s.duration_until_reset.nanos / 1e9}
+                     for s in resp.statuses],
+        "headers": {h.key.lower(): h.value for h in resp.response_headers_to_add},
+    }
+
+
+def headers_of(j):
+    """/json's responseHeadersToAdd as a dict (its order is not the point)."""
+    j = dict(j)
+    j["responseHeadersToAdd"] = {h["key"].lower(): h["value"]
+                                 for h in j.get("responseHeadersToAdd", [])}
+    return j
+
+
+def denied_figures(c):
+    """For every algorithm, a request of two checks in two slots (on two
+    masters), denied by the second, answered by the cluster exactly as by
+    one Redis with the same prior state: over /check, /json and gRPC."""
+    grpc_why = rls_client._missing()
+    if not grpc_why:
+        rls_client._load()
+    m = c.masters()
+    grpc_ports = (harness.free_port(), harness.free_port())
+    dc = ClusterDaemon(c.seeds(), XS_POLICY, timeout="2s", admin=True,
+                       extra="grpc_listen: 127.0.0.1:%d\n" % grpc_ports[0]).start()
+    single = harness.RedisServer().start()
+    d1 = Daemon("unix:" + single.socket_path, XS_POLICY, timeout="2s", admin=True,
+                extra="grpc_listen: 127.0.0.1:%d\n" % grpc_ports[1]).start()
+    daemons = (dc, d1)
+    channels = None if grpc_why else [rls_client.channel("127.0.0.1:%d" % p) for p in grpc_ports]
+
+    def check(d, checks):
+        r = d.check(checks=checks)
+        return r.status, json.loads(r.body)
+
+    def json_rls(d, descs):
+        body = {"domain": "xs", "descriptors": [{"entries": [{"key": k, "value": v}]}
+                                                for k, v in descs]}
+        r = d.request("POST", "/json", json.dumps(body))
+        return r.status, headers_of(json.loads(r.body))
+
+    def grpc_rls(i, descs):
+        return grpc_answer(rls_client.should_rate_limit(channels[i], "xs",
+                                                        [[(k, v)] for k, v in descs]))
+
+    for alg in sorted(ALGORITHMS):
+        pol = "x_" + alg
+        # /check: the keys on two masters, so in two slots.
+        ka, _ = key_on(c, pol, m[0], prefix="xc" + alg)
+        kd, _ = key_on(c, "deny", m[1], prefix="xcd" + alg)
+        a, both = [{"policy": pol, "key": ka}], [{"policy": pol, "key": ka},
+                                                 {"policy": "deny", "key": kd}]
+        t0 = time.monotonic()
+        for d in daemons:  # the same prior state on both
+            check(d, a)
+            check(d, [{"policy": "deny", "key": kd}])
+        got = check(dc, both)
+        want = check(d1, both)
+        slack = (time.monotonic() - t0) * 1000
+        harness.eq(got[0], 429, "%s, /check, two slots, the second over: denied" % alg)
+        harness.eq(same_answer(want, got, slack), [],
+                   "%s, /check: a denied cross-slot request has one Redis's figures (%s)"
+                   % (alg, json.dumps(got[1]["checks"][0]["tiers"][0])))
+        if alg == "fixed_window":
+            with c.client(m[0]) as cl:
+                harness.eq(harness.fixed_window_count(cl, redis_key(pol, ka)), "1",
+                           "%s: and the denial took nothing" % alg)
+        # Envoy RLS: /json, then gRPC, each on values of its own.
+        for via in ("json", "grpc"):
+            if via == "grpc" and grpc_why:
+                harness.skip("%s over gRPC: %s" % (alg, grpc_why))
+                continue
+            va = rls_value_on(c, pol, "a_" + alg, m[0], via + alg)
+            vd = rls_value_on(c, "deny", "over", m[1], via + "d" + alg)
+            descs = [("a_" + alg, va), ("over", vd)]
+            if via == "json":
+                ask = lambda i, ds: json_rls(daemons[i], ds)  # noqa: E731
+            else:
+                ask = grpc_rls
+            t0 = time.monotonic()
+            for i in (0, 1):
+                ask(i, descs[:1])
+                ask(i, descs[1:])
+            got = ask(0, descs)
+            want = ask(1, descs)
+            slack = (time.monotonic() - t0) * 1000
+            with c.client(m[0]) as cl:
+                harness.eq(cl.command("EXISTS", rls_key(pol, "xs", "a_" + alg, va)), 1,
+                           "%s, %s: the descriptor's key is where the test put it" % (alg, via))
+            harness.eq(same_answer(want, got, slack), [],
+                       "%s, %s: a denied cross-slot request has one Redis's figures (%r)"
+                       % (alg, via, got))
+    for ch in channels or ():
+        ch.close()
+    harness.eq(dc.stop(), 0, "cross-slot daemon exits 0")
+    d1.stop()
+    single.stop()
+
+
+BUSY_LUA = """local t = redis.call('TIME')
+local t0 = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 >= tonumber(ARGV[1])
+return 1"""
+
+
+def phase_two_denial(c, d):
+    """A denial in the second phase: a's node is kept busy (a script that
+    loops 0.5 s) while the request's dry runs are out, and meanwhile another
+    request takes b's only room. The request is then denied by b on the
+    re-check after a committed: a keeps what it took, and says so."""
+    m = c.masters()
+    ka, _ = key_on(c, "a", m[0], prefix="p2a")
+    kb, _ = key_on(c, "b", m[1], prefix="p2b")
+    busy = threading.Thread(target=lambda: c.command(m[0], "EVAL", BUSY_LUA, 0, 500000))
+    busy.start()
+    time.sleep(0.1)
+    out = {}
+    req = threading.Thread(target=lambda: out.update(r=d.check(checks=[
+        {"policy": "a", "key": ka}, {"policy": "b", "key": kb}])))
+    req.start()
+    time.sleep(0.15)
+    taker = d.check("b", kb)
+    req.join(10)
+    busy.join(10)
+    harness.eq(taker.status, 200, "phase 2: another request took b's room meanwhile")
+    r = out.get("r")
+    j = r and json.loads(r.body)
+    harness.eq(r and r.status, 429, "phase 2: the request is denied by b's re-check")
+    ta = j and j["checks"][0]["tiers"][0]
+    harness.eq(j and [x["allowed"] for x in j["checks"]], [True, False], "a allowed, b denied")
+    with c.client(m[0]) as cl:
+        harness.eq(harness.fixed_window_count(cl, redis_key("a", ka)), "1",
+                   "phase 2: a committed, and keeps it")
+    now = json.loads(d.check("a", ka, cost=0, dry_run=True).body)
+    harness.eq(ta and (ta["remaining"], ta["reset_ms"] > 0), (now["remaining"], True),
+               "phase 2: a's figures are those of the unit it really took (remaining %s)"
+               % (ta and ta["remaining"]))
 
 
 def moved(c, d):
@@ -365,6 +590,8 @@ def main():
     routing(c, d)
     equality(c, d)
     two_phase(c, d)
+    phase_two_denial(c, d)
+    denied_figures(c)
     moved(c, d)
     ask(c, d)
     unserved(c, d)

@@ -17,14 +17,20 @@
  * node, as on a single Redis. Several groups (Redis refuses keys of
  * different slots in one call, CROSSSLOT, even on one node): two phases.
  *   1. Every group runs as a dry run, in parallel. A group that denies
- *      makes the request denied, and nothing was written anywhere. A dry
- *      run request ends here.
+ *      makes the request denied, and nothing was written anywhere: every
+ *      tier then reports its figures as if nothing were taken, which the
+ *      dry run returns alongside those of an allowed request
+ *      (SCRIPTS_DRY_RUN_BOTH), so the answer is exactly one Redis's for
+ *      the same denied request, at no extra round trip. A dry run request
+ *      ends here.
  *   2. Otherwise every group runs for real, in parallel, re-checking on
  *      its node atomically. A group that now denies (another request took
  *      the room between the phases) writes nothing and the request is
  *      answered denied; groups that committed keep what they took (no
  *      refund: that can only make clients get fewer admissions than the
- *      limits allow, never more).
+ *      limits allow, never more), and their figures say so: each group
+ *      reports what its own run did (taken where it committed, untaken
+ *      where it denied).
  * The tier results are put back in the request's check order.
  *
  * Redirects and retries per group: MOVED counts on the node that sent it,
@@ -93,8 +99,10 @@ struct cgroup {
     size_t *index;            /* sub.checks[i] is the request's check index[i] */
     struct script_call sc;
     struct tier_result *res; /* sc.ntiers */
-    struct cnode *sent_to;   /* the node of the call in flight */
-    struct cnode *redirect;  /* MOVED/ASK target for the next send; NULL: the map's */
+    /* Phase 1: res with nothing taken, the figures if the request is denied */
+    struct tier_result *res_if_denied;
+    struct cnode *sent_to;  /* the node of the call in flight */
+    struct cnode *redirect; /* MOVED/ASK target for the next send; NULL: the map's */
     int asking;
     int redirects, retries;
     int allowed; /* the script's request_allowed for this group */
@@ -382,6 +390,7 @@ static void call_free(struct ccall *c)
         free(g->sub.checks);
         free(g->index);
         free(g->res);
+        free(g->res_if_denied);
         scripts_call_free(&g->sc);
     }
     free(c->groups);
@@ -399,17 +408,30 @@ static void call_unlink(struct ccall *c)
         c->next->prev = c->prev;
 }
 
-/* The request's results from its groups', in check order. */
+/* Whether every group's script allowed. */
+static int all_allowed(const struct ccall *c)
+{
+    for (size_t i = 0; i < c->ngroups; i++)
+        if (!c->groups[i].allowed)
+            return 0;
+    return 1;
+}
+
+/* The request's results from its groups', in check order. A request
+ * denied in phase 1 took nothing anywhere: every group reports its figures
+ * as if nothing were taken (a denying group's are those already). */
 static void complete_ok(struct ccall *c)
 {
     size_t n = request_tiers(c->req);
     struct tier_result *out = xcalloc(n ? n : 1, sizeof *out);
+    int untaken = c->phase == 1 && !all_allowed(c);
     for (size_t i = 0; i < c->ngroups; i++) {
         const struct cgroup *g = &c->groups[i];
+        const struct tier_result *res = untaken ? g->res_if_denied : g->res;
         size_t from = 0;
         for (size_t k = 0; k < g->sub.nchecks; k++) {
             size_t nt = g->sub.checks[k].policy->ntiers;
-            memcpy(out + c->offset[g->index[k]], g->res + from, nt * sizeof *out);
+            memcpy(out + c->offset[g->index[k]], res + from, nt * sizeof *out);
             from += nt;
         }
     }
@@ -439,14 +461,16 @@ static void call_fail(struct ccall *c, enum backend_status st, const char *msg)
     snprintf(c->err, sizeof c->err, "%s", msg);
 }
 
-static void start_phase(struct ccall *c, int phase, int dry_run)
+/* Sends every group with ARGV[2] = run (SCRIPTS_RUN...). */
+static void start_phase(struct ccall *c, int phase, const char *run)
 {
     c->phase = phase;
     c->outstanding = c->ngroups;
     for (size_t i = 0; i < c->ngroups; i++) {
         struct cgroup *g = &c->groups[i];
-        /* ARGV[2], right after the keys and the time. */
-        g->sc.args[g->sc.nkeys + 1] = dry_run ? "1" : "0";
+        /* ARGV[2], right after the keys and the time; each is one byte, as
+         * the argument scripts_build_call wrote there. */
+        g->sc.args[g->sc.nkeys + 1] = run;
         g->redirects = g->retries = 0;
         g->redirect = NULL;
         g->asking = 0;
@@ -460,16 +484,11 @@ static void group_done(struct cgroup *g)
     struct ccall *c = g->call;
     if (--c->outstanding > 0)
         return;
-    if (c->status == BACKEND_OK && c->phase == 1) {
-        int all_allowed = 1;
-        for (size_t i = 0; i < c->ngroups; i++)
-            all_allowed &= c->groups[i].allowed;
-        /* A dry run request, or a denial somewhere: phase 1 is the answer,
-         * and nothing was written. */
-        if (all_allowed && !c->req->dry_run) {
-            start_phase(c, 2, 0);
-            return;
-        }
+    /* A dry run request, or a denial somewhere: phase 1 is the answer,
+     * and nothing was written. */
+    if (c->status == BACKEND_OK && c->phase == 1 && all_allowed(c) && !c->req->dry_run) {
+        start_phase(c, 2, SCRIPTS_RUN);
+        return;
     }
     call_finish(c);
 }
@@ -514,8 +533,11 @@ static void decode_group(struct cgroup *g, const redisReply *r)
         ints[i] = r->element[i]->integer;
     if (i != r->elements || r->elements < SCRIPTS_RESULT_HEAD) {
         call_fail(g->call, BACKEND_ERROR, "script reply holds a non-integer");
-    } else if (scripts_decode_result(ints, r->elements, g->sc.ntiers, g->res, err, sizeof err) <
-               0) {
+    } else if ((g->call->phase == 1
+                    ? scripts_decode_dry_run_both(ints, r->elements, g->sc.ntiers, g->res,
+                                                  g->res_if_denied, err, sizeof err)
+                    : scripts_decode_result(ints, r->elements, g->sc.ntiers, g->res, err,
+                                            sizeof err)) < 0) {
         call_fail(g->call, BACKEND_ERROR, err);
     } else {
         g->allowed = ints[1] != 0;
@@ -652,8 +674,9 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
     }
     for (size_t g = 0; g < c->ngroups; g++) {
         scripts_build_call(cfg, &c->groups[g].sub, now_us, &c->groups[g].sc);
-        c->groups[g].res =
-            xcalloc(c->groups[g].sc.ntiers ? c->groups[g].sc.ntiers : 1, sizeof *c->groups[g].res);
+        size_t nt = c->groups[g].sc.ntiers ? c->groups[g].sc.ntiers : 1;
+        c->groups[g].res = xcalloc(nt, sizeof *c->groups[g].res);
+        c->groups[g].res_if_denied = xcalloc(nt, sizeof *c->groups[g].res_if_denied);
     }
 }
 
@@ -690,9 +713,9 @@ static int cluster_decide(struct backend *iface, const struct config *cfg,
         b->calls->prev = c;
     b->calls = c;
     if (c->ngroups == 1)
-        start_phase(c, 2, req->dry_run);
+        start_phase(c, 2, req->dry_run ? SCRIPTS_DRY_RUN : SCRIPTS_RUN);
     else
-        start_phase(c, 1, 1);
+        start_phase(c, 1, SCRIPTS_DRY_RUN_BOTH);
     return 0;
 }
 

@@ -4,13 +4,16 @@
  * and the calling convention they share (see the header comment of
  * lua/check.lua for the same contract from the Lua side):
  *
- *   ARGV: now_us or "" (Redis TIME), dry_run, then per check: cost and
+ *   ARGV: now_us or "" (Redis TIME), dry_run (SCRIPTS_RUN, SCRIPTS_DRY_RUN
+ *         or SCRIPTS_DRY_RUN_BOTH), then per check: cost and
  *         the policy's settings as one string, "shadow" then per tier
  *         "algorithm limit window_us burst precision_us", space-separated
  *         (the same string on every call: the Lua side parses it once).
  *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
  *   Reply: now_us, request_allowed, then per tier: allowed, limit,
- *          remaining, reset_us, retry_us (-1: none), delay_us, reason.
+ *          remaining, reset_us, retry_us (-1: none), delay_us, reason;
+ *          after SCRIPTS_DRY_RUN_BOTH, then per tier: remaining and
+ *          reset_us as if nothing were taken.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +155,10 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push_int(out, &used, now_us);
     else
         push(out, &used, "", 0);
-    push_int(out, &used, req->dry_run);
+    if (req->dry_run)
+        push(out, &used, SCRIPTS_DRY_RUN, 1);
+    else
+        push(out, &used, SCRIPTS_RUN, 1);
     for (size_t i = 0; i < req->nchecks; i++) {
         push_int(out, &used, req->checks[i].cost);
         push_policy(out, &used, req->checks[i].policy);
@@ -186,6 +192,28 @@ int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct
             .delay_us = v[5],
             .cost_exceeds_limit = v[6] == 1,
         };
+    }
+    return 0;
+}
+
+int scripts_decode_dry_run_both(const long long *ints, size_t n, size_t ntiers,
+                                struct tier_result *out, struct tier_result *if_denied, char *err,
+                                size_t errlen)
+{
+    size_t extra = SCRIPTS_RESULT_PER_TIER_IF_DENIED * ntiers;
+    size_t want = SCRIPTS_RESULT_HEAD +
+                  (SCRIPTS_RESULT_PER_TIER + SCRIPTS_RESULT_PER_TIER_IF_DENIED) * ntiers;
+    if (n != want) {
+        snprintf(err, errlen, "script returned %zu integers, expected %zu", n, want);
+        return -1;
+    }
+    if (scripts_decode_result(ints, n - extra, ntiers, out, err, errlen) < 0)
+        return -1;
+    const long long *v = ints + (n - extra);
+    for (size_t i = 0; i < ntiers; i++) {
+        if_denied[i] = out[i];
+        if_denied[i].remaining = v[2 * i];
+        if_denied[i].reset_us = v[2 * i + 1];
     }
     return 0;
 }

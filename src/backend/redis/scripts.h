@@ -41,6 +41,16 @@ const char *scripts_function_name(void);
 /* Integers the script returns per tier, after {now_us, request_allowed}. */
 #define SCRIPTS_RESULT_HEAD 2
 #define SCRIPTS_RESULT_PER_TIER 7
+/* And per tier after those, for a call whose ARGV[2] is SCRIPTS_DRY_RUN_BOTH. */
+#define SCRIPTS_RESULT_PER_TIER_IF_DENIED 2
+
+/* ARGV[2] of a call: a real run, a dry run, or a dry run that also reports
+ * every tier's figures in a request denied elsewhere (remaining and
+ * reset_us as if nothing were taken): what the Cluster backend's dry run
+ * phase needs to answer a denial with the figures one Redis gives. */
+#define SCRIPTS_RUN "0"
+#define SCRIPTS_DRY_RUN "1"
+#define SCRIPTS_DRY_RUN_BOTH "2"
 
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);
@@ -72,5 +82,15 @@ void scripts_call_free(struct script_call *call);
  */
 int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct tier_result *out,
                           char *err, size_t errlen) RL_WUR;
+
+/*
+ * Decodes the reply of a SCRIPTS_DRY_RUN_BOTH call: out as
+ * scripts_decode_result, and if_denied (ntiers entries) the same results
+ * with remaining and reset_us as if nothing were taken. Returns 0, or -1
+ * with a message if the reply does not have that shape.
+ */
+int scripts_decode_dry_run_both(const long long *ints, size_t n, size_t ntiers,
+                                struct tier_result *out, struct tier_result *if_denied, char *err,
+                                size_t errlen) RL_WUR;
 
 #endif

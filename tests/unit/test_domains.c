@@ -7,7 +7,8 @@
  * in written order, then key only; a limit applies only at the depth of the
  * request's last entry); units; loading a directory (order, duplicates,
  * --envoy-config winning over envoy_config:, a reload seeing new files);
- * and the shipped conf/envoy examples.
+ * the shipped conf/envoy examples; and the /rlconfig views (domains_dump.h),
+ * text to the byte and JSON read back with jansson.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,8 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "config/config.h"
 #include "config/domains.h"
+#include "config/domains_dump.h"
 #include "tap.h"
 
 /* One policy "p" (lines 1-3) and the start of `domains:` (line 4). */
@@ -618,6 +622,100 @@ static void test_equal(void)
     config_unref(b);
 }
 
+static void test_dump(void)
+{
+    static const char yaml[] =
+        PRE "  - domain: e\n"
+            "    descriptors:\n"
+            "      - key: tenant\n"
+            "        value: \"beta*\"\n"
+            "        rate_limit: {name: tenants, unit: hour, requests_per_unit: 3}\n"
+            "        descriptors:\n"
+            "          - key: user\n"
+            "            rate_limit: {unit: minute, requests_per_unit: 2, replaces: [{name: "
+            "tenants}, {name: x}]}\n"
+            "      - {key: free, rate_limit: {unlimited: true}}\n"
+            "      - {key: ip, policy: p, shadow_mode: true}\n"
+            "      - {key: path, value: /a, policy: o}\n"
+            "      - {key: nolimit, descriptors: [{key: k, value: v, policy: p}]}\n"
+            "  - domain: a\n"
+            "    descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 7}}]\n";
+    static const char want[] =
+        "a.k: unit=SECOND requests_per_unit=7, shadow_mode: false, unlimited: false, "
+        "detailed_metric: false\n"
+        "e.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: true, "
+        "detailed_metric: false\n"
+        "e.ip: unit=UNKNOWN requests_per_unit=0, shadow_mode: true, unlimited: false, "
+        "detailed_metric: false, policy: p{a: fixed_window limit=10 window_us=1000000}\n"
+        "e.nolimit.k_v: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: false, "
+        "detailed_metric: false, policy: p{a: fixed_window limit=10 window_us=1000000}\n"
+        "e.path_/a: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: false, "
+        "detailed_metric: false, policy: o{a: fixed_window limit=10 window_us=1000000}\n"
+        "e.tenant_beta*: unit=HOUR requests_per_unit=3, shadow_mode: false, unlimited: false, "
+        "name: tenants, detailed_metric: false\n"
+        "e.tenant_beta*.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, unlimited: "
+        "false, replaces: [tenants, x], detailed_metric: false\n";
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "a file for the dump loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    struct buf b = {0};
+    domains_dump_text(c->domains, c->ndomains, &b);
+    buf_append_char(&b, '\0');
+    is_str(b.data, want, "text: one line per limit, envoyproxy/ratelimit's start");
+
+    b.len = 0;
+    domains_dump_json(c->domains, c->ndomains, &b);
+    json_error_t jerr;
+    json_t *root = json_loadb(b.data, b.len, 0, &jerr);
+    ok(root != NULL, "JSON: valid (%s)", root ? "" : jerr.text);
+    json_t *doms = json_object_get(root, "domains");
+    json_t *e = json_array_get(doms, json_array_size(doms) - 1);
+    json_t *limits = json_object_get(e, "limits");
+    ok(json_is_string(json_object_get(e, "domain")) &&
+           strcmp(json_string_value(json_object_get(e, "domain")), "e") == 0 &&
+           json_array_size(limits) == 6,
+       "JSON: domain e with its 6 limits (%zu)", json_array_size(limits));
+    json_t *ip = json_array_get(limits, 1);
+    json_t *pol = json_object_get(ip, "policy");
+    json_t *tier = json_array_get(json_object_get(pol, "tiers"), 0);
+    ok(strcmp(json_string_value(json_object_get(ip, "key")), "e.ip") == 0 &&
+           json_is_true(json_object_get(ip, "shadow_mode")) &&
+           strcmp(json_string_value(json_object_get(pol, "name")), "p") == 0 &&
+           json_is_true(json_object_get(pol, "shadow")) &&
+           strcmp(json_string_value(json_object_get(tier, "algorithm")), "fixed_window") == 0 &&
+           json_integer_value(json_object_get(tier, "window_us")) == 1000000,
+       "JSON: a policy: descriptor names its policy, shadow copy, tiers");
+    json_t *free_ = json_array_get(limits, 0);
+    ok(json_is_null(json_object_get(free_, "policy")) &&
+           json_is_true(json_object_get(free_, "unlimited")),
+       "JSON: unlimited has no policy");
+    json_t *user = json_array_get(limits, 5);
+    json_t *entries = json_object_get(user, "descriptors");
+    ok(json_array_size(entries) == 2 &&
+           strcmp(json_string_value(json_object_get(json_array_get(entries, 0), "value")),
+                  "beta*") == 0 &&
+           json_is_null(json_object_get(json_array_get(entries, 1), "value")) &&
+           json_array_size(json_object_get(user, "replaces")) == 2 &&
+           strcmp(json_string_value(json_object_get(user, "unit")), "MINUTE") == 0 &&
+           json_integer_value(json_object_get(user, "requests_per_unit")) == 2 &&
+           strcmp(json_string_value(json_object_get(
+                      json_object_get(json_array_get(limits, 4), "policy"), "name")),
+                  "@envoy") == 0,
+       "JSON: entries from the root (prefix kept, null for any), replaces, unit, @envoy");
+    json_decref(root);
+    buf_free(&b);
+    config_unref(c);
+
+    struct buf none = {0};
+    domains_dump_text(NULL, 0, &none);
+    ok(none.len == 0, "text: no domains, nothing");
+    domains_dump_json(NULL, 0, &none);
+    ok(none.len == 14 && memcmp(none.data, "{\"domains\":[]}", 14) == 0, "JSON: no domains");
+    buf_free(&none);
+}
+
 int main(void)
 {
     const char *srcdir = getenv("RL_SRCDIR");
@@ -627,6 +725,7 @@ int main(void)
     test_matching();
     test_limits();
     test_equal();
+    test_dump();
     test_units();
     test_envoy_dir();
     test_shipped(srcdir ? srcdir : ".");

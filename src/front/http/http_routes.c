@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/domains_dump.h"
 #include "core/check.h"
 #include "core/metrics.h"
 #include "core/rls.h"
@@ -192,6 +193,57 @@ static void start_metrics(struct slot *s, const struct http_request *req)
     free(text);
 }
 
+/* ---- the loaded configuration (envoyproxy/ratelimit's /rlconfig) ---- */
+
+/* The value of the query parameter `name` in url (up to '&' or '#'), with
+ * its length in *len; NULL if absent. No percent-decoding: the values
+ * asked for here are plain words. */
+static const char *query_param(const char *url, const char *name, size_t *len)
+{
+    const char *p = strchr(url, '?');
+    size_t nlen = strlen(name);
+    while (p && *p && *p != '#') {
+        p++;
+        size_t plen = strcspn(p, "&#");
+        if (plen > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            *len = plen - nlen - 1;
+            return p + nlen + 1;
+        }
+        p += plen;
+    }
+    return NULL;
+}
+
+/* GET /rlconfig: the Envoy domains as understood (domains_dump.h), as
+ * text, or as JSON with ?format=json or an Accept naming application/json
+ * (?format=text wins over Accept). */
+static void start_rlconfig(struct slot *s, const struct http_request *req)
+{
+    const struct config *cfg = s->c->h->host->core->config;
+    size_t flen = 0;
+    const char *format = query_param(req->url, "format", &flen);
+    int json;
+    if (format && flen == 4 && strncmp(format, "json", 4) == 0) {
+        json = 1;
+    } else if (format && flen == 4 && strncmp(format, "text", 4) == 0) {
+        json = 0;
+    } else if (format) {
+        http_answer_error(s, 400, "invalid_format", "format must be json or text", NULL, NULL);
+        return;
+    } else {
+        const char *accept = http_parse_header(&s->c->parse, "Accept");
+        json = accept && strstr(accept, "application/json") != NULL;
+    }
+    struct buf b = {0};
+    if (json)
+        domains_dump_json(cfg->domains, cfg->ndomains, &b);
+    else
+        domains_dump_text(cfg->domains, cfg->ndomains, &b);
+    buf_append_char(&b, '\0');
+    http_answer_body(s, 200, json ? NULL : "text/plain; charset=utf-8", b.data);
+    buf_free(&b);
+}
+
 /* ---- the table ---- */
 
 #define M(m) HTTP_ROUTE_METHOD(HTTP_##m)
@@ -209,6 +261,8 @@ static const struct http_route routes[] = {
     {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
     {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},
+    /* Where and as the keys API is: it shows every limit. */
+    {"/rlconfig", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rlconfig},
 };
 
 unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen)

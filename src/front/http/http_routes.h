@@ -11,6 +11,9 @@
  *                      request; 200 or the policy's deny_status (same token)
  *   GET|HEAD|DELETE /v1/keys/<policy>/<key>
  *                   -> the admin API on keys (admin.c; same token)
+ *   GET|HEAD /rlconfig[?format=json|text]
+ *                   -> the Envoy domains as loaded (domains_dump.h), where
+ *                      and as the admin API on keys is served
  *   GET  /healthz   -> 200 while the event loop runs
  *   GET  /readyz    -> 200 when the worker can take checks
  *   GET  /metrics   -> Prometheus text
@@ -19,7 +22,7 @@
  * A row names the role of the listening socket that serves it: the check
  * port (listen) has HTTP_ROLE_CHECKS, admin_listen HTTP_ROLE_ADMIN and
  * HTTP_ROLE_KEYS; without admin_listen, listen has HTTP_ROLE_ADMIN too, and
- * HTTP_ROLE_KEYS_IF_GUARDED: the admin API on keys only while a token
+ * HTTP_ROLE_KEYS_IF_GUARDED: the admin API on keys (and /rlconfig) only while a token
  * guards it (auth_token_file) or the operator asked for it without one
  * (admin_on_listen), both read per request, so a reload applies them.
  * Otherwise anyone who may ask /check could reset their own counter.
@@ -36,8 +39,8 @@
 
 #define HTTP_ROLE_CHECKS 1u          /* /check, /json, /auth/: counts towards max_connections */
 #define HTTP_ROLE_ADMIN 2u           /* /healthz, /readyz, /metrics */
-#define HTTP_ROLE_KEYS 4u            /* /v1/keys/ */
-#define HTTP_ROLE_KEYS_IF_GUARDED 8u /* /v1/keys/ with a token or admin_on_listen */
+#define HTTP_ROLE_KEYS 4u            /* /v1/keys/, /rlconfig */
+#define HTTP_ROLE_KEYS_IF_GUARDED 8u /* those with a token or admin_on_listen */
 
 /* A route's methods: a bit per enum http_method. */
 #define HTTP_ROUTE_METHOD(m) ((uint64_t)1 << (m))

@@ -297,8 +297,8 @@ def denied_figures(c):
     daemons = (dc, d1)
     channels = None if grpc_why else [rls_client.channel("127.0.0.1:%d" % p) for p in grpc_ports]
 
-    def check(d, checks):
-        r = d.check(checks=checks)
+    def check(d, checks, dry_run=None):
+        r = d.check(checks=checks, dry_run=dry_run)
         return r.status, json.loads(r.body)
 
     def json_rls(d, descs):
@@ -324,11 +324,15 @@ def denied_figures(c):
             check(d, [{"policy": "deny", "key": kd}])
         got = check(dc, both)
         want = check(d1, both)
+        got_dry = check(dc, both, dry_run=True)
+        want_dry = check(d1, both, dry_run=True)
         slack = (time.monotonic() - t0) * 1000
         harness.eq(got[0], 429, "%s, /check, two slots, the second over: denied" % alg)
         harness.eq(same_answer(want, got, slack), [],
                    "%s, /check: a denied cross-slot request has one Redis's figures (%s)"
                    % (alg, json.dumps(got[1]["checks"][0]["tiers"][0])))
+        harness.eq(same_answer(want_dry, got_dry, slack), [],
+                   "%s, /check: and so does the same request as a dry run" % alg)
         if alg == "fixed_window":
             with c.client(m[0]) as cl:
                 harness.eq(harness.fixed_window_count(cl, redis_key(pol, ka)), "1",

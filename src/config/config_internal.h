@@ -198,7 +198,9 @@ int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const ch
                             void *slot);
 /* rate_limit: of a descriptor (config.c's walk over the rows names it). */
 int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
-/* Every domain, from the policy file and the envoy directory, sorted. */
-int cfg_load_all_domains(struct loader *ld, const char *envoy_dir);
+/* Every domain, from the policy file and the envoy directory, sorted (and
+ * merged with envoy_merge_domains; merge: the command line's switch, -1
+ * for the file's). */
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir, int merge);
 
 #endif

@@ -212,6 +212,10 @@ descriptors:
         harness.eq(rls.statuses("reload", [("block", "foo")]),
                    ([(OVER, (0, "SECOND", ""), 0)], OVER),
                    "requests_per_unit 0: OVER_LIMIT, current_limit 0/SECOND (gRPC)")
+    dur = rls.call("reload", [("block", "foo")]).statuses[0].duration_until_reset
+    harness.ok(0 < dur.seconds + dur.nanos / 1e9 <= 1,
+               "requests_per_unit 0: duration_until_reset is the time to the window's end (%r)"
+               % dur)
     r = rls.json("reload", [("block", "foo")])
     harness.eq((r.status, r.json["overallCode"], r.json["statuses"][0].get("currentLimit")),
                (429, OVER, {"unit": "SECOND"}),
@@ -226,6 +230,24 @@ descriptors:
         key = "mid" if value in ("bar*b", "barxb", "") else "order"
         harness.eq(rls.statuses("wild", [(key, value)])[0][0][1][0], rpu,
                    "wildcards: %s=%r meets the %d/minute node" % (key, value, rpu))
+    rls.close()
+    harness.eq(d.stop(), 0, "daemon exits 0")
+
+
+def test_rpu_zero_memory(redis):
+    """The same limit of 0 decided in this process's memory (backend:
+    memory, the local limiter that mirrors the scripts)."""
+    envoy = harness.make_tempdir("rl-mem-")
+    shutil.copy(os.path.join(PEER, "reload.yaml"), os.path.join(envoy, "reload.yaml"))
+    d = start(redis, envoy, extra="backend: memory\n")
+    rls = Rls(d)
+    r = rls.call("reload", [("block", "foo")])
+    dur = r.statuses[0].duration_until_reset
+    harness.ok(CODES[r.overall_code] == OVER and r.statuses[0].current_limit.requests_per_unit == 0
+               and 0 < dur.seconds + dur.nanos / 1e9 <= 1,
+               "backend: memory: requests_per_unit 0 is OVER_LIMIT until the window's end")
+    harness.eq(rls.codes("reload", [("one_per_minute", "x")], 2), [OK, OVER],
+               "backend: memory: one_per_minute, 1 then OVER_LIMIT")
     rls.close()
     harness.eq(d.stop(), 0, "daemon exits 0")
 
@@ -618,6 +640,7 @@ def main():
     redis = harness.RedisServer().start()
     test_shipped(redis)
     test_rpu_zero_and_wildcards(redis)
+    test_rpu_zero_memory(redis)
     test_reload(redis)
     test_merge(redis)
     test_schema_fields(redis)

@@ -189,6 +189,42 @@ __attribute__((format(printf, 4, 5))) static void warn(struct loader *ld, const 
     snprintf(c->warning + old, strlen(line) + 2, "%s%s", old ? "\n" : "", line);
 }
 
+/* envoyproxy/ratelimit checks the keys of its files against one list, not
+ * per mapping: a key of that list in another place (name: beside key:,
+ * unit: outside rate_limit:) loads there, and is ignored. So here, with a
+ * warning; any other unknown key is refused, as there. */
+static int tolerate_peer_key(struct loader *ld, const yaml_node_t *key, const char *path,
+                             const char *name)
+{
+    static const char *const peer_keys[] = {
+        "domain",
+        "key",
+        "value",
+        "descriptors",
+        "rate_limit",
+        "unit",
+        "requests_per_unit",
+        "unlimited",
+        "shadow_mode",
+        "name",
+        "replaces",
+        "detailed_metric",
+        "value_to_metric",
+        "share_threshold",
+        "quota_mode",
+        "metadata",
+    };
+    for (size_t i = 0; i < sizeof peer_keys / sizeof peer_keys[0]; i++)
+        if (strcmp(name, peer_keys[i]) == 0) {
+            warn(ld, key, path,
+                 "\"%s\" is not a field here: read and ignored (as envoyproxy/ratelimit "
+                 "does)",
+                 name);
+            return 0;
+        }
+    return -1;
+}
+
 /* A field of envoyproxy/ratelimit's schema that ratelimitd reads and does
  * not act on: any value, accepted with a warning naming it. */
 static int parse_ignored(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
@@ -601,14 +637,18 @@ static int load_domains(struct loader *ld)
     if (node->type != YAML_SEQUENCE_NODE)
         return cfg_fail(ld, node, "domains", "expected a sequence of domains, got %s",
                         cfg_kind(node));
+    ld->unknown = tolerate_peer_key;
     for (i = 0, item = node->data.sequence.items.start; item < node->data.sequence.items.top;
          item++, i++) {
         struct domain *d = add_domain(ld->c);
         snprintf(child, sizeof child, "domains[%zu]", i);
-        if (parse_domain(ld, cfg_node_at(ld, *item), child, d) < 0)
+        if (parse_domain(ld, cfg_node_at(ld, *item), child, d) < 0) {
+            ld->unknown = NULL;
             return -1;
+        }
         set_domain_paths(d);
     }
+    ld->unknown = NULL;
     return 0;
 }
 
@@ -620,7 +660,8 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
                         .err = policy_ld->err,
                         .errlen = policy_ld->errlen,
                         .c = policy_ld->c,
-                        .envoy_file = 1};
+                        .envoy_file = 1,
+                        .unknown = tolerate_peer_key};
     yaml_parser_t parser;
     int rc;
 

@@ -49,6 +49,9 @@ struct loader {
     const yaml_node_t *domains; /* `domains:`, parsed once the policies are final */
     int envoy_file;             /* an envoyproxy/ratelimit file: no `policy:` */
     int depth;                  /* of the descriptors being parsed */
+    /* When set, asked about a key no field of the table names: 0 to skip
+     * it (the callee warns), -1 to refuse it as unknown. */
+    int (*unknown)(struct loader *ld, const yaml_node_t *key, const char *path, const char *name);
 };
 
 /* ---- the field tables -------------------------------------------------------- */

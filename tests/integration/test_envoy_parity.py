@@ -366,6 +366,14 @@ def test_schema_fields(redis):
                               ("18:7", "descriptors[1].metadata"))]
     harness.eq((rc, err.splitlines()), (0, want),
                "-t: metadata loads, one warning each naming file:line:col")
+    # A key of the peer's list out of its place: the peer ignores it, so do we (warned).
+    put(envoy, "zmisplaced.yaml", "domain: misplaced\ndescriptors:\n  - key: k\n    name: n\n"
+                                  "    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+    rc, out, err = check_config(envoy)
+    harness.ok(rc == 0 and ("%s:4:5: descriptors[0]: \"name\" is not a field here: read and "
+                            "ignored" % os.path.join(envoy, "zmisplaced.yaml")) in err,
+               "-t: name: beside key: (ignored by the peer too) loads with a warning: %r" % err)
+    os.remove(os.path.join(envoy, "zmisplaced.yaml"))
     d = start(redis, envoy)
     harness.ok(all(w.split("warning: ", 1)[1] in d.logs() for w in want),
                "the daemon logs the same warnings at start")

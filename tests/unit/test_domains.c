@@ -839,7 +839,10 @@ static void test_schema_fields(void)
             "        rate_limit: {unit: minute, requests_per_unit: 20, unit_multiplier: 5}\n"
             "      - key: b\n"
             "        metadata:\n"
-            "          service_with_quota: {name: service_2}\n";
+            "          service_with_quota: {name: service_2}\n"
+            "      - key: c\n"
+            "        name: misplaced\n"
+            "        rate_limit: {unit: hour, requests_per_unit: 3, shadow_mode: true}\n";
     char err[1024];
     struct config *c = load(yaml, err, sizeof err);
     ok(c != NULL, "metadata and unit_multiplier load (%s)", c ? "" : err);
@@ -849,8 +852,16 @@ static void test_schema_fields(void)
            "t.yaml:8:19: domains[0].descriptors[0].metadata: read and ignored: ratelimitd does "
            "not act on this field\n"
            "t.yaml:12:11: domains[0].descriptors[1].metadata: read and ignored: ratelimitd does "
-           "not act on this field",
-           "metadata: one warning each, at its place");
+           "not act on this field\n"
+           "t.yaml:14:9: domains[0].descriptors[2]: \"name\" is not a field here: read and ignored "
+           "(as envoyproxy/ratelimit does)\n"
+           "t.yaml:15:56: domains[0].descriptors[2].rate_limit: \"shadow_mode\" is not a field "
+           "here: read and ignored (as envoyproxy/ratelimit does)",
+           "metadata, and keys of the peer's list out of their place: one warning each");
+    const struct descriptor_entry cq = {"c", 1, "x", 1};
+    const struct domain_limit *lc = snap_match(c, "m", 1, &cq, 1);
+    ok(lc && lc->requests_per_unit == 3 && lc->name == NULL && lc->policy && !lc->policy->shadow,
+       "misplaced keys change nothing (no name, not shadow)");
     const struct descriptor_entry a = {"a", 1, "x", 1};
     const struct domain_limit *l = snap_match(c, "m", 1, &a, 1);
     ok(l && l->policy && l->policy->tiers[0].window_us == 300000000LL &&

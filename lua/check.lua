@@ -98,13 +98,16 @@ local function parse_tier(s, words, i)
         error('ratelimitd: unknown algorithm ' .. tostring(words[i]) .. ' in "' .. s .. '"')
     end
     local t = { alg = alg, nkeys = alg.nkeys }
-    t.limit = int_of(words[i + 1], 1)
+    -- A fixed window may have a limit of 0 (envoyproxy/ratelimit's
+    -- requests_per_unit: 0, which denies every request); other algorithms
+    -- divide by it.
+    t.limit = int_of(words[i + 1], alg == fixed_window and 0 or 1)
     t.window = int_of(words[i + 2], 1)
     t.burst = int_of(words[i + 3], 0)
     t.precision = int_of(words[i + 4], 0)
     if not (t.limit and t.window and t.burst and t.precision) then
         error('ratelimitd: limit, window_us, burst and precision_us must be integers'
-            .. ' (limit and window >= 1) in "' .. s .. '"')
+            .. ' (window >= 1, limit >= 1, or >= 0 for fixed_window) in "' .. s .. '"')
     end
     if alg == sliding_window_buckets
         and (t.precision < 1 or fmod(t.window, t.precision) ~= 0) then

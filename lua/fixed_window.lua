@@ -43,7 +43,9 @@ function fixed_window.figures(t, consumed)
     if consumed then
         n = n + t.cost
     end
-    if n == 0 then
+    -- A limit of 0 (envoyproxy/ratelimit's requests_per_unit: 0) is
+    -- always full: it resets when the window ends, as there.
+    if n == 0 and t.limit > 0 then
         return t.limit, 0
     end
     -- n > limit after a cut of the limit (a reload): none remaining.

@@ -49,6 +49,9 @@ static void usage(FILE *out)
             "      --envoy-config DIR\n"
             "                        envoyproxy/ratelimit's YAML files, one domain each\n"
             "                        (default: the policy file's envoy_config)\n"
+            "      --envoy-merge-domains[=true|false]\n"
+            "                        merge a domain defined in several files (default: the\n"
+            "                        policy file's envoy_merge_domains, false)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -200,6 +203,7 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, 't'},
         {"envoy-config", required_argument, NULL, 'E'},
+        {"envoy-merge-domains", optional_argument, NULL, 'M'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -217,7 +221,19 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             o->check_only = 1;
             break;
         case 'E':
-            srv->envoy_config_cli = optarg;
+            srv->cli.envoy_dir = optarg;
+            break;
+        case 'M':
+            if (optarg == NULL || strcmp(optarg, "true") == 0)
+                srv->cli.envoy_merge_domains = 1;
+            else if (strcmp(optarg, "false") == 0)
+                srv->cli.envoy_merge_domains = 0;
+            else {
+                fprintf(stderr,
+                        "ratelimitd: --envoy-merge-domains takes true or false, not \"%s\"\n",
+                        optarg);
+                return EX_USAGE;
+            }
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv->log.level) < 0) {
@@ -260,7 +276,7 @@ static int load(struct server *srv, const struct options *o)
     char err[RL_ERRLEN * 2];
     if (check_permissions(srv, NULL, o->strict_perms) < 0)
         return 1;
-    srv->config = config_load_envoy(srv->config_path, srv->envoy_config_cli, err, sizeof err);
+    srv->config = config_load_cli(srv->config_path, &srv->cli, err, sizeof err);
     if (!srv->config) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
@@ -269,8 +285,12 @@ static int load(struct server *srv, const struct options *o)
         return 1;
     if (!srv->log_level_from_cli)
         srv->log.level = srv->config->log_level;
-    if (srv->config->warning && o->check_only)
-        fprintf(stderr, "ratelimitd: warning: %s\n", srv->config->warning);
+    for (const char *s = srv->config->warning; s && *s && o->check_only;) {
+        const char *end = strchr(s, '\n');
+        int len = end ? (int)(end - s) : (int)strlen(s);
+        fprintf(stderr, "ratelimitd: warning: %.*s\n", len, s);
+        s += len + (end != NULL);
+    }
     if (!o->check_only)
         return -1;
     size_t np = srv->config->npolicies, nd = srv->config->ndomains;
@@ -380,9 +400,7 @@ static int run(struct server *srv)
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "commit",
               RATELIMITD_COMMIT, "policies", npol, "workers", nw, kv[0], kv[1], kv[2], kv[3], kv[4],
               kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11], NULL);
-    if (cfg->warning)
-        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
-                  cfg->warning, NULL);
+    reload_log_warnings(srv, cfg);
     if (!cfg->admin_listen && !cfg->auth_token_file && !cfg->admin_on_listen)
         log_event(&srv->log, LOG_LVL_WARN,
                   "the admin API (/v1/keys/) is not served: listen has no auth_token_file to "
@@ -433,8 +451,10 @@ static void stop(struct server *srv, struct main_events *ev)
 
 int main(int argc, char **argv)
 {
-    struct server srv = {
-        .log = {.level = LOG_LVL_INFO}, .config_path = DEFAULT_CONFIG, .state_pipe = {-1, -1}};
+    struct server srv = {.log = {.level = LOG_LVL_INFO},
+                         .config_path = DEFAULT_CONFIG,
+                         .cli = {NULL, -1},
+                         .state_pipe = {-1, -1}};
     struct options o = {0, 0};
     struct main_events ev = {NULL, NULL, NULL};
     int rc;

@@ -18,7 +18,7 @@ int reload_config(struct server *srv, const char *trigger)
 {
     char err[RL_ERRLEN * 2];
     notify_reloading(srv->notify);
-    struct config *c = config_load_envoy(srv->config_path, srv->envoy_config_cli, err, sizeof err);
+    struct config *c = config_load_cli(srv->config_path, &srv->cli, err, sizeof err);
     if (!c) {
         log_event(&srv->log, LOG_LVL_ERROR, "reload failed, keeping the old policies", "trigger",
                   trigger, "error", err, NULL);
@@ -66,9 +66,20 @@ int reload_config(struct server *srv, const char *trigger)
         kv[k++] = "changes", kv[k++] = "none";
     log_event(&srv->log, LOG_LVL_INFO, "policies reloaded", "trigger", trigger, "policies", n,
               "domains", nd, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5], kv[6], kv[7], NULL);
-    if (c->warning)
-        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
-                  c->warning, NULL);
+    reload_log_warnings(srv, c);
     notify_state(srv->notify, srv);
     return 0;
+}
+
+void reload_log_warnings(struct server *srv, const struct config *c)
+{
+    char line[RL_ERRLEN * 3];
+    for (const char *s = c->warning; s != NULL && *s != '\0';) {
+        const char *end = strchr(s, '\n');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        snprintf(line, sizeof line, "%.*s", (int)len, s);
+        log_event(&srv->log, LOG_LVL_WARN, "a part of the policy file does nothing", "warning",
+                  line, NULL);
+        s = end ? end + 1 : s + len;
+    }
 }

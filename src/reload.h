@@ -18,4 +18,8 @@
  */
 int reload_config(struct server *srv, const char *trigger);
 
+/* Logs each of c's warnings (config.h: one a line), at start and on
+ * reload. */
+void reload_log_warnings(struct server *srv, const struct config *c);
+
 #endif

@@ -275,10 +275,10 @@ static void config_free(struct config *c)
     free(c);
 }
 
-/* config_load_string, with the envoy directory of --envoy-config (NULL:
- * the file's envoy_config:, if any). */
+/* config_load_string, with the command line's settings (cli; NULL:
+ * none). */
 static struct config *load_string(const char *name, const char *yaml, size_t len,
-                                  const char *envoy_dir, char *err, size_t errlen)
+                                  const struct config_cli *cli, char *err, size_t errlen)
 {
     struct loader ld = {.name = name, .err = err, .errlen = errlen};
     yaml_parser_t parser;
@@ -309,7 +309,8 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
             policy_overrides_inherit(&c->policies[i]);
         /* Last: the domains' policies are copies of final ones, or take
          * the top-level defaults. */
-        if (cfg_load_all_domains(&ld, envoy_dir) < 0) {
+        if (cfg_load_all_domains(&ld, cli ? cli->envoy_dir : NULL,
+                                 cli ? cli->envoy_merge_domains : -1) < 0) {
             config_free(c);
             c = NULL;
         }
@@ -331,6 +332,13 @@ struct config *config_load(const char *path, char *err, size_t errlen)
 }
 
 struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err, size_t errlen)
+{
+    struct config_cli cli = {envoy_dir, -1};
+    return config_load_cli(path, &cli, err, errlen);
+}
+
+struct config *config_load_cli(const char *path, const struct config_cli *cli, char *err,
+                               size_t errlen)
 {
     struct config *c = NULL;
     size_t len = 0, cap = 4096, got;
@@ -354,7 +362,7 @@ struct config *config_load_envoy(const char *path, const char *envoy_dir, char *
     else if (len > FILE_MAX)
         snprintf(err, errlen, "%s: larger than %d bytes", path, FILE_MAX);
     else
-        c = load_string(path, buf, len, envoy_dir, err, errlen);
+        c = load_string(path, buf, len, cli, err, errlen);
     fclose(f); /* read-only: nothing to lose if close fails */
     free(buf);
     return c;

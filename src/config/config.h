@@ -78,8 +78,9 @@ struct config {
     int access_log;       /* one log line per check */
     char *admin_listen;   /* NULL: /metrics, /healthz, /readyz on `listen` */
     int admin_on_listen;  /* /v1/keys/ on `listen` without a token (no admin_listen) */
-    char *warning;        /* NULL, or "file:line:col: path: message" of a part that does
-                           * nothing (a redis: section with backend: memory): logged */
+    char *warning;        /* NULL, or "file:line:col: path: message" lines ('\n' between)
+                           * of parts that do nothing (a redis: section with backend:
+                           * memory, an envoy file's metadata:): each logged */
     int watch;            /* reload when the file (or its directory) changes */
     int64_t max_inflight; /* checks waiting for Redis at once */
     enum overload_action overload;
@@ -100,7 +101,8 @@ struct config {
     char *grpc_listen;        /* NULL: none */
     int64_t grpc_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
 
-    char *envoy_config; /* envoyproxy/ratelimit's YAML directory; NULL: none */
+    char *envoy_config;      /* envoyproxy/ratelimit's YAML directory; NULL: none */
+    int envoy_merge_domains; /* a domain in several files (or domains:): merged, not an error */
     size_t ndomains;
     struct domain *domains; /* Envoy domains (domains.h), sorted by name */
 };
@@ -138,6 +140,16 @@ struct config *config_load(const char *path, char *err, size_t errlen) RL_WUR;
  * them and -t validates them. */
 struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err,
                                  size_t errlen) RL_WUR;
+
+/* What the command line says over the policy file, for config_load_cli. */
+struct config_cli {
+    const char *envoy_dir;   /* --envoy-config DIR; NULL: the file's envoy_config */
+    int envoy_merge_domains; /* --envoy-merge-domains[=BOOL]; -1: the file's */
+};
+
+/* config_load_envoy with every command-line setting of c (NULL: none). */
+struct config *config_load_cli(const char *path, const struct config_cli *cli, char *err,
+                               size_t errlen) RL_WUR;
 
 /* Same, from a buffer; `name` stands for the file in messages (for tests). */
 struct config *config_load_string(const char *name, const char *yaml, size_t len, char *err,

@@ -21,6 +21,7 @@
 #include "config/domains.h"
 #include "config/envoy_config.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,11 @@
 
 /* ---- Envoy domains ------------------------------------------------------------------ */
 
-#define DOMAINS_DEPTH_MAX 16 /* nested descriptors; Envoy's are a few entries long */
-
 static int parse_descriptors(struct loader *ld, const yaml_node_t *node, const char *path,
                              void *slot);
 static int parse_unit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_replaces(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_ignored(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 
 /* Envoy domains (domains.h): the policy file's `domains:` items and
  * envoyproxy/ratelimit's files share these tables, so both accept exactly
@@ -56,6 +56,7 @@ struct node_list {
 struct rate_limit_entry {
     enum rls_unit unit;
     int64_t requests_per_unit;
+    int64_t unit_multiplier; /* the window is this many units (0: not given, 1) */
     int unlimited;
     char *name;
     size_t nreplaces;
@@ -72,6 +73,10 @@ struct node_entry {
     struct rate_limit_entry rl;
     int shadow_mode;
     int detailed_metric;
+    int value_to_metric;
+    int share_threshold;
+    int quota_mode;
+    int ignored; /* a slot for the fields read and ignored (parse_ignored) */
     struct node_list children;
 };
 
@@ -93,8 +98,12 @@ static const struct field replaces_fields[] = {
 
 static const struct field rate_limit_fields[] = {
     {"unit", F_CUSTOM, .offset = offsetof(struct rate_limit_entry, unit), .parse = parse_unit},
+    /* 0 denies every request, as in envoyproxy/ratelimit (whose reload
+     * test relies on it); a policy's `limit:` stays at least 1. */
     {"requests_per_unit", F_INT, .offset = offsetof(struct rate_limit_entry, requests_per_unit),
-     .min = 1, .max = 1000000000},
+     .min = 0, .max = 1000000000},
+    {"unit_multiplier", F_INT, .offset = offsetof(struct rate_limit_entry, unit_multiplier),
+     .min = 1, .max = 1000000},
     {"unlimited", F_BOOL, .offset = offsetof(struct rate_limit_entry, unlimited)},
     {"name", F_STRING, .offset = offsetof(struct rate_limit_entry, name), .check = check_not_empty},
     {"replaces", F_CUSTOM, .offset = 0 /* the whole rate_limit */, .parse = parse_replaces,
@@ -112,6 +121,12 @@ static const struct field descriptor_fields[] = {
      .section = rate_limit_fields},
     {"shadow_mode", F_BOOL, .offset = offsetof(struct node_entry, shadow_mode)},
     {"detailed_metric", F_BOOL, .offset = offsetof(struct node_entry, detailed_metric)},
+    {"value_to_metric", F_BOOL, .offset = offsetof(struct node_entry, value_to_metric)},
+    {"share_threshold", F_BOOL, .offset = offsetof(struct node_entry, share_threshold)},
+    {"quota_mode", F_BOOL, .offset = offsetof(struct node_entry, quota_mode)},
+    /* envoyproxy/ratelimit sends it to Envoy with an answer; read (any
+     * mapping) and ignored here, with a warning. */
+    {"metadata", F_CUSTOM, .offset = offsetof(struct node_entry, ignored), .parse = parse_ignored},
     {"descriptors", F_CUSTOM, .offset = offsetof(struct node_entry, children),
      .parse = parse_descriptors, .section = descriptor_fields},
     {.name = NULL},
@@ -135,6 +150,89 @@ int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const ch
 {
     (void)path, (void)slot;
     ld->domains = node;
+    return 0;
+}
+
+/* Warnings kept in a snapshot past which the rest are only counted. */
+#define WARNINGS_MAX 64
+
+/* Adds "file:line:col: path: message" to the snapshot's warnings (one a
+ * line; main.c and reload.c log each): a part of a file that loads but
+ * does nothing. Past WARNINGS_MAX of them, one more line counts the rest. */
+__attribute__((format(printf, 4, 5))) static void warn(struct loader *ld, const yaml_node_t *node,
+                                                       const char *path, const char *fmt, ...)
+{
+    struct config *c = ld->c;
+    char msg[RL_ERRLEN], line[2 * RL_ERRLEN + 4096];
+    size_t lines = 0, old = c->warning ? strlen(c->warning) : 0;
+    unsigned long more = 1;
+    va_list ap;
+
+    for (size_t i = 0; i < old; i++)
+        lines += c->warning[i] == '\n';
+    if (old > 0 && lines + 1 >= WARNINGS_MAX) {
+        char *last = strrchr(c->warning, '\n');
+        if (last != NULL && sscanf(last + 1, "... and %lu more", &more) == 1) {
+            *last = '\0';
+            more++;
+        }
+        snprintf(line, sizeof line, "... and %lu more", more);
+    } else {
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(line, sizeof line, "%s:%zu:%zu: %s%s%s", ld->name, node->start_mark.line + 1,
+                 node->start_mark.column + 1, path, *path ? ": " : "", msg);
+    }
+    old = c->warning ? strlen(c->warning) : 0;
+    c->warning = xrealloc(c->warning, old + strlen(line) + 2);
+    snprintf(c->warning + old, strlen(line) + 2, "%s%s", old ? "\n" : "", line);
+}
+
+/* envoyproxy/ratelimit checks the keys of its files against one list, not
+ * per mapping: a key of that list in another place (name: beside key:,
+ * unit: outside rate_limit:) loads there, and is ignored. So here, with a
+ * warning; any other unknown key is refused, as there. */
+static int tolerate_peer_key(struct loader *ld, const yaml_node_t *key, const char *path,
+                             const char *name)
+{
+    static const char *const peer_keys[] = {
+        "domain",
+        "key",
+        "value",
+        "descriptors",
+        "rate_limit",
+        "unit",
+        "requests_per_unit",
+        "unlimited",
+        "shadow_mode",
+        "name",
+        "replaces",
+        "detailed_metric",
+        "value_to_metric",
+        "share_threshold",
+        "quota_mode",
+        "metadata",
+    };
+    for (size_t i = 0; i < sizeof peer_keys / sizeof peer_keys[0]; i++)
+        if (strcmp(name, peer_keys[i]) == 0) {
+            warn(ld, key, path,
+                 "\"%s\" is not a field here: read and ignored (as envoyproxy/ratelimit "
+                 "does)",
+                 name);
+            return 0;
+        }
+    return -1;
+}
+
+/* A field of envoyproxy/ratelimit's schema that ratelimitd reads and does
+ * not act on: any value, accepted with a warning naming it. */
+static int parse_ignored(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    (void)slot;
+    if (node->type != YAML_MAPPING_NODE)
+        return cfg_fail(ld, node, path, "expected a mapping, got %s", cfg_kind(node));
+    warn(ld, node, path, "read and ignored: ratelimitd does not act on this field");
     return 0;
 }
 
@@ -272,7 +370,9 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
     /* requests_per_unit's bounds and the units' lengths keep this true;
      * policy.c stays the judge all the same. */
     if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c->headers,
-                             ld->c->deny_status, msg, sizeof msg) < 0) {
+                             ld->c->deny_status, msg, sizeof msg) < 0 ||
+        (rl->unit_multiplier > 1 &&
+         domains_envoy_multiply(p, rl->unit_multiplier, msg, sizeof msg) < 0)) {
         cfg_fail(ld, cfg_field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;
@@ -294,6 +394,7 @@ static int build_limit(struct loader *ld, const yaml_node_t *map, const char *pa
     char buf[SHOWN_LEN];
 
     l->detailed_metric = e->detailed_metric;
+    l->quota_mode = e->quota_mode;
     if (e->policy != NULL) {
         if (ld->envoy_file)
             return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path,
@@ -342,7 +443,14 @@ static int parse_descriptor(struct loader *ld, const yaml_node_t *map, const cha
     struct node_entry e = {.key = NULL};
     int rc = cfg_parse_fields(ld, map, path, descriptor_fields, &e);
 
+    /* As envoyproxy/ratelimit: share_threshold only on a wildcard. */
+    if (rc == 0 && e.share_threshold &&
+        (e.value == NULL || e.value[0] == '\0' || e.value[strlen(e.value) - 1] != '*'))
+        rc = cfg_fail(ld, cfg_field_node(ld, map, "share_threshold"), path,
+                      "share_threshold: true needs a wildcard value (one ending in '*')");
     if (rc == 0) {
+        node->share_threshold = e.share_threshold;
+        node->value_to_metric = e.value_to_metric;
         node->key = e.key;
         e.key = NULL;
         if (e.value != NULL && e.value[0] == '\0') {
@@ -438,23 +546,74 @@ static int parse_domain(struct loader *ld, const yaml_node_t *map, const char *p
     return rc;
 }
 
+/* A node's name in a stats path: "key", "key_value" or "key_prefix*". */
+static char *level_name(const struct domain_node *d)
+{
+    size_t len = strlen(d->key) + (d->value ? strlen(d->value) : 0) + 3;
+    char *s = xmalloc(len);
+
+    snprintf(s, len, "%s%s%s%s", d->key, d->value ? "_" : "", d->value ? d->value : "",
+             d->value_prefix ? "*" : "");
+    return s;
+}
+
+/* What a limited node's limit makes of a request (domains.h): its depth,
+ * the patterns of the share_threshold levels on its way, the
+ * value_to_metric levels and, with those, every level's name. up[0..depth)
+ * are the nodes from the top down to the limited one. */
+static void set_request_rules(struct domain_limit *l, const struct domain_node *const *up,
+                              size_t depth)
+{
+    l->depth = depth;
+    for (size_t i = 0; i < depth; i++) {
+        const struct domain_node *u = up[i];
+        if (u->share_threshold) {
+            size_t len = strlen(u->value) + 2;
+            if (l->share == NULL)
+                l->share = xcalloc(depth, sizeof *l->share);
+            l->share[i] = xmalloc(len);
+            snprintf(l->share[i], len, "%s*", u->value); /* as written */
+        } else if (u->value_to_metric && (u->value == NULL || u->value_prefix)) {
+            l->metric_values |= UINT32_C(1) << i;
+        }
+    }
+    if (l->metric_values != 0) {
+        l->names = xcalloc(depth, sizeof *l->names);
+        for (size_t i = 0; i < depth; i++)
+            l->names[i] = level_name(up[i]);
+    }
+}
+
 /* The `limit.path` of every limited node: "key_value.key..." as
- * envoyproxy/ratelimit names its stats (a prefix value keeps its '*'). */
-static void set_paths(struct domain_node *nodes, size_t n, const char *prefix)
+ * envoyproxy/ratelimit names its stats (a prefix value keeps its '*'),
+ * and its request rules. up[0..depth) are the nodes above this level. */
+static void set_paths(struct domain_node *nodes, size_t n, const char *prefix,
+                      const struct domain_node **up, size_t depth)
 {
     for (size_t i = 0; i < n; i++) {
         struct domain_node *d = &nodes[i];
-        size_t len = strlen(prefix) + strlen(d->key) + (d->value ? strlen(d->value) : 0) + 4;
+        char *name = level_name(d);
+        size_t len = strlen(prefix) + strlen(name) + 2;
         char *path = xmalloc(len);
 
-        snprintf(path, len, "%s%s%s%s%s%s", prefix, *prefix ? "." : "", d->key, d->value ? "_" : "",
-                 d->value ? d->value : "", d->value_prefix ? "*" : "");
-        set_paths(d->children, d->nchildren, path);
-        if (d->has_limit)
+        snprintf(path, len, "%s%s%s", prefix, *prefix ? "." : "", name);
+        free(name);
+        up[depth] = d;
+        set_paths(d->children, d->nchildren, path, up, depth + 1);
+        if (d->has_limit) {
             d->limit.path = path;
-        else
+            set_request_rules(&d->limit, up, depth + 1);
+        } else {
             free(path);
+        }
     }
+}
+
+/* set_paths over a whole domain. */
+static void set_domain_paths(struct domain *d)
+{
+    const struct domain_node *up[DOMAINS_DEPTH_MAX + 1];
+    set_paths(d->children, d->nchildren, "", up, 0);
 }
 
 /* Appends a domain to c's array. */
@@ -478,14 +637,18 @@ static int load_domains(struct loader *ld)
     if (node->type != YAML_SEQUENCE_NODE)
         return cfg_fail(ld, node, "domains", "expected a sequence of domains, got %s",
                         cfg_kind(node));
+    ld->unknown = tolerate_peer_key;
     for (i = 0, item = node->data.sequence.items.start; item < node->data.sequence.items.top;
          item++, i++) {
         struct domain *d = add_domain(ld->c);
         snprintf(child, sizeof child, "domains[%zu]", i);
-        if (parse_domain(ld, cfg_node_at(ld, *item), child, d) < 0)
+        if (parse_domain(ld, cfg_node_at(ld, *item), child, d) < 0) {
+            ld->unknown = NULL;
             return -1;
-        set_paths(d->children, d->nchildren, "");
+        }
+        set_domain_paths(d);
     }
+    ld->unknown = NULL;
     return 0;
 }
 
@@ -497,7 +660,8 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
                         .err = policy_ld->err,
                         .errlen = policy_ld->errlen,
                         .c = policy_ld->c,
-                        .envoy_file = 1};
+                        .envoy_file = 1,
+                        .unknown = tolerate_peer_key};
     yaml_parser_t parser;
     int rc;
 
@@ -509,7 +673,7 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
         struct domain *d = add_domain(ld.c);
         rc = parse_domain(&ld, yaml_document_get_root_node(&ld.doc), "", d);
         if (rc == 0)
-            set_paths(d->children, d->nchildren, "");
+            set_domain_paths(d);
         yaml_document_delete(&ld.doc);
     }
     yaml_parser_delete(&parser);
@@ -517,26 +681,43 @@ static int load_envoy_file(const char *file, const char *text, size_t len, void 
 }
 
 /* Every domain, from the policy file and the envoy directory (envoy_dir,
- * else the file's envoy_config:), sorted by name; a name twice is an error
- * naming both places. */
-int cfg_load_all_domains(struct loader *ld, const char *envoy_dir)
+ * else the file's envoy_config:), sorted by name. A name twice is an error
+ * naming both places, or with envoy_merge_domains (merge: -1 for the
+ * file's, else the command line's) one domain of all their top-level
+ * descriptors, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG. */
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir, int merge)
 {
     struct config *c = ld->c;
-    size_t first, second;
+    size_t first, second, node;
+    char buf[SHOWN_LEN], what[2 * SHOWN_LEN + 32];
 
     if (envoy_dir != NULL) {
         free(c->envoy_config);
         c->envoy_config = xstrdup(envoy_dir);
     }
+    if (merge >= 0)
+        c->envoy_merge_domains = merge;
     if (load_domains(ld) < 0)
         return -1;
     if (c->envoy_config != NULL &&
         envoy_config_each(c->envoy_config, load_envoy_file, ld, ld->err, ld->errlen) < 0)
         return -1;
-    if (domains_sort(c->domains, c->ndomains, &first, &second) < 0) {
-        char buf[SHOWN_LEN];
-        snprintf(ld->err, ld->errlen, "%s: domain \"%s\" is defined twice: also at %s",
+    if (domains_sort(c->domains, c->ndomains, &first, &second) == 0)
+        return 0;
+    if (!c->envoy_merge_domains) {
+        snprintf(ld->err, ld->errlen,
+                 "%s: domain \"%s\" is defined twice: also at %s (envoy_merge_domains: true "
+                 "merges them)",
                  c->domains[second].file, cfg_shown(c->domains[second].name, buf),
+                 c->domains[first].file);
+        return -1;
+    }
+    if (domains_merge(c->domains, &c->ndomains, &first, &second, &node) < 0) {
+        selector_text(&c->domains[second].children[node], what, sizeof what);
+        snprintf(ld->err, ld->errlen,
+                 "%s: domain \"%s\": duplicate descriptor: %s at the top of both this domain "
+                 "and the one at %s (envoy_merge_domains merges domains, not descriptors)",
+                 c->domains[second].file, cfg_shown(c->domains[second].name, buf), what,
                  c->domains[first].file);
         return -1;
     }

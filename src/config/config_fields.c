@@ -309,6 +309,8 @@ const struct field cfg_top_fields[] = {
      .parse = cfg_parse_domains_later, .section = cfg_domain_fields},
     {"envoy_config", F_STRING, .offset = offsetof(struct config, envoy_config),
      .check = check_absolute},
+    {"envoy_merge_domains", F_BOOL, .offset = offsetof(struct config, envoy_merge_domains),
+     .def = 0},
     {.name = NULL},
 };
 

@@ -49,6 +49,9 @@ struct loader {
     const yaml_node_t *domains; /* `domains:`, parsed once the policies are final */
     int envoy_file;             /* an envoyproxy/ratelimit file: no `policy:` */
     int depth;                  /* of the descriptors being parsed */
+    /* When set, asked about a key no field of the table names: 0 to skip
+     * it (the callee warns), -1 to refuse it as unknown. */
+    int (*unknown)(struct loader *ld, const yaml_node_t *key, const char *path, const char *name);
 };
 
 /* ---- the field tables -------------------------------------------------------- */
@@ -198,7 +201,9 @@ int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const ch
                             void *slot);
 /* rate_limit: of a descriptor (config.c's walk over the rows names it). */
 int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
-/* Every domain, from the policy file and the envoy directory, sorted. */
-int cfg_load_all_domains(struct loader *ld, const char *envoy_dir);
+/* Every domain, from the policy file and the envoy directory, sorted (and
+ * merged with envoy_merge_domains; merge: the command line's switch, -1
+ * for the file's). */
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir, int merge);
 
 #endif

@@ -268,6 +268,8 @@ int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path
             return -1;
         for (f = fields; f->name != NULL && strcmp(f->name, name) != 0; f++)
             ;
+        if (f->name == NULL && ld->unknown != NULL && ld->unknown(ld, key, path, name) == 0)
+            continue;
         if (f->name == NULL) {
             for (f = fields; f->name != NULL; f++)
                 cfg_list_add(known, sizeof known, f->name);

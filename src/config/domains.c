@@ -12,10 +12,18 @@
  * value, prefix value ("beta*"), then no value. Exact values sort by
  * value; prefix values keep the order they were written in, because
  * envoyproxy/ratelimit tries its wildcards in that order and the first one
- * that matches wins.
+ * that matches wins. A '*' anywhere but at the end of a value is a plain
+ * character, as there: envoyproxy/ratelimit's only wildcard is a trailing
+ * one (its "bar*b" matches the value "bar*b" alone).
+ *
+ * Also owns what a matched limit makes of the request's values: the
+ * entries its counter is keyed by (share_threshold) and its metric name
+ * (detailed_metric, value_to_metric), and the merging of a domain defined
+ * in several files.
  */
 #include "config/domains.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +66,22 @@ int rls_unit_from_name(const char *name, enum rls_unit *out)
     return -1;
 }
 
+/* policy.c's judgement of an @envoy tier, where a limit of 0 (every
+ * request denied, as envoyproxy/ratelimit's requests_per_unit: 0) is
+ * valid: policies written in the policy file keep their `limit:` of at
+ * least 1, and only these fixed windows reach the scripts with 0. */
+static int envoy_tier_validate(struct tier *t, char *err, size_t errlen)
+{
+    int64_t limit = t->limit;
+    int rc;
+
+    if (limit == 0)
+        t->limit = 1;
+    rc = policy_tier_validate(t, err, errlen);
+    t->limit = limit;
+    return rc;
+}
+
 int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
                          int shadow, enum header_mode headers, int64_t deny_status, char *err,
                          size_t errlen)
@@ -77,7 +101,16 @@ int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_
     t->algorithm = ALG_FIXED_WINDOW;
     t->limit = requests_per_unit;
     t->window_us = units[unit].seconds * 1000000;
-    return policy_tier_validate(t, err, errlen);
+    return envoy_tier_validate(t, err, errlen);
+}
+
+int domains_envoy_multiply(struct policy *p, int64_t multiplier, char *err, size_t errlen)
+{
+    struct tier *t = &p->tiers[0];
+    if (multiplier < 1 || t->window_us > INT64_MAX / multiplier)
+        return snprintf(err, errlen, "unit_multiplier %" PRId64 " is out of range", multiplier), -1;
+    t->window_us *= multiplier;
+    return envoy_tier_validate(t, err, errlen);
 }
 
 /* ---- ordering ------------------------------------------------------------- */
@@ -175,16 +208,17 @@ int domains_sort(struct domain *domains, size_t n, size_t *first, size_t *second
     for (size_t i = 0; i < n; i++)
         o[i] = (struct ordered_domain){domains[i], i};
     qsort(o, n, sizeof *o, ordered_domain_cmp);
-    *second = SIZE_MAX;
+    /* The pair loaded first, by the later one's load position. */
+    size_t later = SIZE_MAX;
     for (size_t i = 1; i < n; i++)
-        if (strcmp(o[i].domain.name, o[i - 1].domain.name) == 0 && o[i].index < *second) {
-            *first = o[i - 1].index;
-            *second = o[i].index;
+        if (strcmp(o[i].domain.name, o[i - 1].domain.name) == 0 && o[i].index < later) {
+            later = o[i].index;
+            *first = i - 1;
+            *second = i;
             rc = -1;
         }
-    if (rc == 0)
-        for (size_t i = 0; i < n; i++)
-            domains[i] = o[i].domain;
+    for (size_t i = 0; i < n; i++)
+        domains[i] = o[i].domain;
     free(o);
     return rc;
 }
@@ -306,6 +340,14 @@ void domain_node_free(struct domain_node *n)
         free(n->limit.replaces[i]);
     free(n->limit.replaces);
     free(n->limit.path);
+    for (size_t i = 0; i < n->limit.depth; i++) {
+        if (n->limit.share != NULL)
+            free(n->limit.share[i]);
+        if (n->limit.names != NULL)
+            free(n->limit.names[i]);
+    }
+    free(n->limit.share);
+    free(n->limit.names);
     memset(n, 0, sizeof *n);
 }
 
@@ -329,13 +371,18 @@ static int same_text(const char *a, const char *b)
 static int limits_equal(const struct domain_limit *a, const struct domain_limit *b)
 {
     if (a->unlimited != b->unlimited || a->detailed_metric != b->detailed_metric ||
-        a->unit != b->unit || a->requests_per_unit != b->requests_per_unit ||
-        !same_text(a->name, b->name) || !same_text(a->path, b->path) ||
-        a->nreplaces != b->nreplaces || (a->policy == NULL) != (b->policy == NULL) ||
+        a->quota_mode != b->quota_mode || a->metric_values != b->metric_values ||
+        a->depth != b->depth || (a->share == NULL) != (b->share == NULL) || a->unit != b->unit ||
+        a->requests_per_unit != b->requests_per_unit || !same_text(a->name, b->name) ||
+        !same_text(a->path, b->path) || a->nreplaces != b->nreplaces ||
+        (a->policy == NULL) != (b->policy == NULL) ||
         (a->policy != NULL && !policy_equal(a->policy, b->policy)))
         return 0;
     for (size_t i = 0; i < a->nreplaces; i++)
         if (strcmp(a->replaces[i], b->replaces[i]) != 0)
+            return 0;
+    for (size_t i = 0; a->share != NULL && i < a->depth; i++)
+        if (!same_text(a->share[i], b->share[i]))
             return 0;
     return 1;
 }
@@ -345,7 +392,8 @@ static int nodes_equal(const struct domain_node *a, const struct domain_node *b,
     for (size_t i = 0; i < n; i++) {
         const struct domain_node *x = &a[i], *y = &b[i];
         if (strcmp(x->key, y->key) != 0 || !same_text(x->value, y->value) ||
-            x->value_prefix != y->value_prefix || x->has_limit != y->has_limit ||
+            x->value_prefix != y->value_prefix || x->share_threshold != y->share_threshold ||
+            x->value_to_metric != y->value_to_metric || x->has_limit != y->has_limit ||
             (x->has_limit && !limits_equal(&x->limit, &y->limit)) || x->nchildren != y->nchildren ||
             !nodes_equal(x->children, y->children, x->nchildren))
             return 0;
@@ -362,4 +410,124 @@ int domains_equal(const struct domain *a, size_t na, const struct domain *b, siz
             !nodes_equal(a[i].children, b[i].children, a[i].nchildren))
             return 0;
     return 1;
+}
+
+/* ---- what a matched limit makes of the request ------------------------------------ */
+
+void domains_share_entries(const struct domain_limit *l, const struct descriptor_entry *in,
+                           size_t n, struct descriptor_entry *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i] = in[i];
+        if (l->share != NULL && i < l->depth && l->share[i] != NULL) {
+            out[i].value = l->share[i];
+            out[i].valuelen = strlen(l->share[i]);
+        }
+    }
+}
+
+/* Appends len bytes of s at buf + *at (room checked by the caller). */
+static void put(char *buf, size_t *at, const char *s, size_t len)
+{
+    memcpy(buf + *at, s, len);
+    *at += len;
+}
+
+char *domains_metric_name(const struct domain_limit *l, const struct descriptor_entry *in, size_t n,
+                          size_t *len)
+{
+    struct descriptor_entry e[DOMAINS_DEPTH_MAX];
+    size_t size = 1, at = 0;
+    char *out;
+
+    if ((!l->detailed_metric && l->metric_values == 0) || n > DOMAINS_DEPTH_MAX ||
+        (!l->detailed_metric && (l->names == NULL || n != l->depth)))
+        return NULL;
+    domains_share_entries(l, in, n, e);
+    for (size_t i = 0; i < n; i++)
+        size += e[i].keylen + 2 + e[i].valuelen + (l->names ? strlen(l->names[i]) : 0);
+    out = xmalloc(size);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            put(out, &at, ".", 1);
+        if (!l->detailed_metric && !(l->metric_values & (UINT32_C(1) << i))) {
+            put(out, &at, l->names[i], strlen(l->names[i])); /* as the config names it */
+            continue;
+        }
+        put(out, &at, e[i].key, e[i].keylen);
+        /* detailed_metric spells every level key_value, as
+         * envoyproxy/ratelimit does; value_to_metric leaves out an empty
+         * value's '_'. */
+        if (l->detailed_metric || e[i].valuelen > 0) {
+            put(out, &at, "_", 1);
+            put(out, &at, e[i].value, e[i].valuelen);
+        }
+    }
+    out[at] = '\0';
+    *len = at;
+    return out;
+}
+
+/* ---- merging ------------------------------------------------------------------------ */
+
+/* Merges domains[lo..hi) (one name, hi - lo >= 2) into domains[lo]; see
+ * domains_merge. */
+static int merge_run(struct domain *domains, size_t lo, size_t hi, size_t *first, size_t *second,
+                     size_t *node)
+{
+    size_t total = 0, at = 0, a, b;
+    struct domain_node *all;
+
+    for (size_t i = lo; i < hi; i++)
+        total += domains[i].nchildren;
+    all = xcalloc(total ? total : 1, sizeof *all);
+    for (size_t i = lo; i < hi; i++) {
+        memcpy(all + at, domains[i].children, domains[i].nchildren * sizeof *all);
+        at += domains[i].nchildren;
+    }
+    if (domains_sort_level(all, total, &a, &b) < 0) {
+        /* Positions in the concatenation back to (domain, descriptor). */
+        size_t i;
+        for (i = lo; a >= domains[i].nchildren; i++)
+            a -= domains[i].nchildren;
+        *first = i;
+        for (i = lo; b >= domains[i].nchildren; i++)
+            b -= domains[i].nchildren;
+        *second = i;
+        *node = b;
+        free(all);
+        return -1;
+    }
+    free(domains[lo].children);
+    domains[lo].children = all;
+    domains[lo].nchildren = total;
+    for (size_t i = lo + 1; i < hi; i++) {
+        free(domains[i].children); /* the nodes moved to domains[lo] */
+        domains[i].children = NULL;
+        domains[i].nchildren = 0;
+        domain_free(&domains[i]);
+    }
+    return 0;
+}
+
+int domains_merge(struct domain *domains, size_t *n, size_t *first, size_t *second, size_t *node)
+{
+    size_t out = 0;
+
+    for (size_t lo = 0, hi; lo < *n; lo = hi) {
+        for (hi = lo + 1; hi < *n && strcmp(domains[hi].name, domains[lo].name) == 0; hi++)
+            ;
+        if (hi - lo > 1 && merge_run(domains, lo, hi, first, second, node) < 0) {
+            /* Leave the array whole for the caller's message and free:
+             * close the gap the merged runs before this one left. */
+            memmove(&domains[out], &domains[lo], (*n - lo) * sizeof *domains);
+            *first -= lo - out;
+            *second -= lo - out;
+            *n -= lo - out;
+            return -1;
+        }
+        domains[out++] = domains[lo];
+    }
+    *n = out;
+    return 0;
 }

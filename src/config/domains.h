@@ -50,6 +50,7 @@ struct domain_limit {
     struct policy *owned;
     int unlimited;       /* rate_limit.unlimited: always OK, nothing counted */
     int detailed_metric; /* metrics name the request's values, not the config's */
+    int quota_mode;      /* quota_mode: true on the descriptor (soft limit) */
     char *name;          /* rate_limit.name (NULL: none), what `replaces` names */
     size_t nreplaces;
     char **replaces; /* names of limits this one replaces when both match */
@@ -58,13 +59,32 @@ struct domain_limit {
     enum rls_unit unit;
     int64_t requests_per_unit;
     char *path; /* "key_value.key..." as envoyproxy/ratelimit's stats name it */
+    /* The depth of the node (the number of entries a descriptor has when
+     * it meets this limit), and per level what replaces the request's
+     * value, set at load (config_domains.c):
+     *   share[i]: share_threshold on that level's wildcard node: the
+     *     pattern as written ("files/" then a star), which takes the place of the
+     *     value in the counter's key and in the metric name, so that every
+     *     value the wildcard matches shares one counter; NULL elsewhere.
+     *     share itself is NULL when no level shares.
+     *   metric_values: bit i set when level i's node has value_to_metric
+     *     and matched by wildcard or by key alone: the metric names the
+     *     request's value there rather than the config's; names (NULL when
+     *     metric_values is 0) then holds every level's name as the config
+     *     spells it ("key_value", "key_prefix*", "key") for the others. */
+    size_t depth;
+    char **share;
+    uint32_t metric_values;
+    char **names;
 };
 
 /* A node of a domain's descriptor tree. */
 struct domain_node {
     char *key;
-    char *value;      /* NULL: any value */
-    int value_prefix; /* value was written "prefix*": matches values starting with it */
+    char *value;         /* NULL: any value */
+    int value_prefix;    /* value was written "prefix*": matches values starting with it */
+    int share_threshold; /* share_threshold: every value the prefix matches, one counter */
+    int value_to_metric; /* value_to_metric: metrics name the request's value here */
     int has_limit;
     struct domain_limit limit;
     size_t nchildren;
@@ -101,6 +121,44 @@ const struct domain *domains_find(const struct domain *domains, size_t ndomains,
  * line's list of what changed; the file positions are not compared. */
 int domains_equal(const struct domain *a, size_t na, const struct domain *b, size_t nb);
 
+/* Nested descriptors at most (a domain's tree is at most this deep). */
+#define DOMAINS_DEPTH_MAX 16
+
+/*
+ * The entries a matched limit l counts under: in[0..n) copied to out, with
+ * the value of each level l->share names replaced by its pattern, so that
+ * share_threshold's wildcard values share one key. out has room for n
+ * entries; n is l->depth whenever l came from domains_match (a limit
+ * without share copies in unchanged).
+ */
+void domains_share_entries(const struct domain_limit *l, const struct descriptor_entry *in,
+                           size_t n, struct descriptor_entry *out);
+
+/*
+ * The metric name of a request's descriptor (in, n entries) that matched
+ * l, when it depends on the request: detailed_metric ("key_value" of every
+ * entry, shared levels as their pattern) or a value_to_metric level; the
+ * name is "key_value.key..." as envoyproxy/ratelimit's stats spell it.
+ * Returns a new string (the caller frees it) with its length in *len, or
+ * NULL when the config's own l->path names it.
+ */
+char *domains_metric_name(const struct domain_limit *l, const struct descriptor_entry *in, size_t n,
+                          size_t *len);
+
+/*
+ * Merges the domains defined more than once (adjacent after domains_sort,
+ * in the order they were loaded) into the first of each name, as
+ * envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their top-level
+ * descriptors are put together (a wildcard's place in the order it is
+ * tried follows the order of loading), and the same selector at the top
+ * of two of them is an error: returns -1 with *first and *second the two
+ * domains holding it (positions in the array as left, *n updated, that
+ * name's domains unmerged) and *node its position among *second's
+ * top-level descriptors. Returns 0 with *n the domains left.
+ */
+int domains_merge(struct domain *domains, size_t *n, size_t *first, size_t *second,
+                  size_t *node) RL_WUR;
+
 /* The number of seconds in unit (MONTH 30 days, YEAR 365 days, as
  * envoyproxy/ratelimit counts them); 0 for UNKNOWN. */
 int64_t rls_unit_seconds(enum rls_unit u);
@@ -119,13 +177,19 @@ int rls_unit_from_name(const char *lower, enum rls_unit *out) RL_WUR;
  * Fills *p with the policy of an envoyproxy/ratelimit limit of
  * requests_per_unit per unit, as that project counts it: one fixed_window
  * tier named for the unit ("minute"), failure_mode open, the config's
- * top-level headers and deny_status. Used for the files' `rate_limit:` and
- * for Envoy's per-request limit override. Returns 0, or -1 with a message
- * (an unknown unit, a limit policy.c refuses).
+ * top-level headers and deny_status. requests_per_unit 0 is valid: a limit
+ * that denies every request (policies' own `limit:` stays at least 1). Used for the files'
+ * `rate_limit:` and for Envoy's per-request limit override. Returns 0, or -1 with a message (an
+ * unknown unit, a limit policy.c refuses).
  */
 int domains_envoy_policy(struct policy *p, enum rls_unit unit, int64_t requests_per_unit,
                          int shadow, enum header_mode headers, int64_t deny_status, char *err,
                          size_t errlen) RL_WUR;
+
+/* Makes *p's window (domains_envoy_policy's) multiplier units long:
+ * rate_limit.unit_multiplier. Returns 0, or -1 with a message (a window
+ * policy.c refuses). */
+int domains_envoy_multiply(struct policy *p, int64_t multiplier, char *err, size_t errlen) RL_WUR;
 
 /* Frees a domain's tree (not the struct itself); called by config_free. */
 void domain_free(struct domain *d);
@@ -143,9 +207,11 @@ void domain_node_free(struct domain_node *n);
  */
 int domains_sort_level(struct domain_node *nodes, size_t n, size_t *first, size_t *second) RL_WUR;
 
-/* Sorts c's domains by name for domains_match. Two of the same name:
- * returns -1 with *first and *second their positions before the sort
- * (*second the later one); 0 otherwise. */
+/* Sorts c's domains by name for domains_match, those of one name in the
+ * order they were loaded. Two of the same name: returns -1 with *first
+ * and *second their positions after the sort (adjacent; *second loaded
+ * later; of all such pairs, the one whose second was loaded first); 0
+ * otherwise. Sorted either way. */
 int domains_sort(struct domain *domains, size_t n, size_t *first, size_t *second) RL_WUR;
 
 #endif

@@ -42,6 +42,7 @@ static const struct dump_field FIELDS[] = {
     {"name", DUMP_STR, AT(name), 0, NULL},
     {"replaces", DUMP_STRS, AT(replaces), AT(nreplaces), NULL},
     {"detailed_metric", DUMP_BOOL, AT(detailed_metric), 0, NULL},
+    {"quota_mode", DUMP_BOOL, AT(quota_mode), 0, NULL},
 };
 
 #define NFIELDS (sizeof FIELDS / sizeof FIELDS[0])

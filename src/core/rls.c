@@ -41,7 +41,7 @@ struct entry {
     enum entry_kind kind;
     const struct domain_limit *limit; /* NULL when unmatched */
     size_t check;                     /* ENTRY_LIMITED: its check in the request */
-    char *metric;                     /* detailed_metric: the request's own "key_value..." path */
+    char *metric; /* detailed_metric, value_to_metric: the metric name from the request's values */
     size_t metriclen;
     char name[2 * POLICY_NAME_MAX + 2]; /* "<policy>/<tier>" of a policy: limit */
     struct domain_limit override;       /* Envoy's per-request limit: limit points here */
@@ -197,27 +197,6 @@ static int is_replaced(const struct rls_call *c, size_t i)
     return 0;
 }
 
-/* The request's own "key_value.key_value" path of a descriptor, for a
- * detailed_metric limit (metrics.c bounds and cleans it). */
-static void detailed_path(struct entry *e, const struct rls_descriptor *d)
-{
-    size_t len = 0;
-    for (size_t j = 0; j < d->nentries; j++)
-        len += d->entries[j].keylen + 1 + d->entries[j].valuelen + 1;
-    e->metric = xmalloc(len);
-    size_t n = 0;
-    for (size_t j = 0; j < d->nentries; j++) {
-        if (j)
-            e->metric[n++] = '.';
-        memcpy(e->metric + n, d->entries[j].key, d->entries[j].keylen);
-        n += d->entries[j].keylen;
-        e->metric[n++] = '_';
-        memcpy(e->metric + n, d->entries[j].value, d->entries[j].valuelen);
-        n += d->entries[j].valuelen;
-    }
-    e->metriclen = n;
-}
-
 /* Matches every descriptor and applies `replaces`. */
 static void match_all(struct rls_call *c, const struct config *cfg, const struct rls_request *req)
 {
@@ -242,8 +221,10 @@ static void match_all(struct rls_call *c, const struct config *cfg, const struct
         e->kind = !e->limit             ? ENTRY_UNMATCHED
                   : e->limit->unlimited ? ENTRY_UNLIMITED
                                         : ENTRY_LIMITED;
-        if (e->limit && e->limit->detailed_metric)
-            detailed_path(e, d);
+        /* A name from the request's values (metrics.c bounds and cleans
+         * it), or NULL for the config's path. */
+        if (e->limit)
+            e->metric = domains_metric_name(e->limit, d->entries, d->nentries, &e->metriclen);
     }
     for (size_t i = 0; i < c->n; i++)
         if (c->entries[i].limit && is_replaced(c, i))
@@ -267,7 +248,16 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
 {
     const struct rls_descriptor *d = &req->descriptors[i];
     char key[POLICY_KEY_MAX];
-    long len = rls_key(req->domain, req->domainlen, d->entries, d->nentries, key, sizeof key);
+    /* share_threshold: the wildcard's pattern stands for the value, so
+     * that all the values it matches count together. */
+    const struct domain_limit *l = c->entries[i].limit;
+    struct descriptor_entry shared[DOMAINS_DEPTH_MAX];
+    const struct descriptor_entry *ents = d->entries;
+    if (l->share != NULL && d->nentries <= DOMAINS_DEPTH_MAX) {
+        domains_share_entries(l, d->entries, d->nentries, shared);
+        ents = shared;
+    }
+    long len = rls_key(req->domain, req->domainlen, ents, d->nentries, key, sizeof key);
     if (len < 0)
         return request_fail(err, "invalid_key", "a descriptor's key is over 1024 bytes");
     int64_t cost = d->hits_addend >= 0    ? d->hits_addend

@@ -332,7 +332,9 @@ static void fw_figures(const struct tier_state *ts, int64_t now, int consumed,
                        struct tier_result *r)
 {
     int64_t n = ts->n + (consumed ? ts->cost : 0);
-    r->reset_us = n > 0 ? ts->window_end - now : 0;
+    /* A limit of 0 (requests_per_unit: 0) is always full: it resets when
+     * the window ends, as fixed_window.lua says. */
+    r->reset_us = n > 0 || ts->t->limit == 0 ? ts->window_end - now : 0;
     r->remaining = max64(0, ts->t->limit - n);
 }
 

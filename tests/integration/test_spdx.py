@@ -24,7 +24,10 @@ SRCDIR = os.environ.get("RL_SRCDIR", ".")
 OURS = ("src/", "lua/", "tests/", "tools/", "bench/", "deploy/", "docker/", "debian/", ".ci/")
 # Data that cannot carry a comment, or that a tool writes.
 NO_COMMENT_SUFFIXES = (".json", ".png", ".dat", ".tsv", ".md", ".svg")
-NO_COMMENT_FOLDERS = ("tests/fuzz/corpus/", "bench/results/", "deploy/test/node_modules/")
+NO_COMMENT_FOLDERS = ("tests/fuzz/corpus/", "bench/results/", "deploy/test/node_modules/",
+                      # envoyproxy/ratelimit's test configuration, kept byte for byte
+                      # (its README and NOTICE name the origin and licence).
+                      "tests/envoy-ratelimit/")
 GENERATED = ("_lua.c", ".pb-c.c", ".pb-c.h")
 # Debian's files that are data read whole (a format, a changelog, lists of
 # files), and the two that state the licence in Debian's own form.

@@ -82,10 +82,32 @@ static const struct error_case {
      "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: "
      "unknown, requests_per_unit: 1}\n",
      "8:28", "invalid value \"unknown\""},
-    {"requests_per_unit 0",
+    {"requests_per_unit -1",
      "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: second, "
-     "requests_per_unit: 0}\n",
-     "8:55", "requests_per_unit: invalid value \"0\""},
+     "requests_per_unit: -1}\n",
+     "8:55", "requests_per_unit: invalid value \"-1\""},
+    {"unit_multiplier 0",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: second, "
+     "requests_per_unit: 1, unit_multiplier: 0}\n",
+     "8:75", "unit_multiplier: invalid value \"0\""},
+    {"unit_multiplier past 366 days",
+     "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: year, "
+     "requests_per_unit: 1, unit_multiplier: 2}\n",
+     "8:21", "window: must be between 1ms and 366d"},
+    {"share_threshold without a wildcard",
+     "  - domain: d\n    descriptors:\n      - {key: a, value: v, share_threshold: true}\n", "7:45",
+     "share_threshold: true needs a wildcard value"},
+    {"share_threshold without a value",
+     "  - domain: d\n    descriptors:\n      - {key: a, share_threshold: true}\n", "7:35",
+     "share_threshold: true needs a wildcard value"},
+    {"share_threshold not a bool",
+     "  - domain: d\n    descriptors:\n      - {key: a, value: 'v*', share_threshold: 1}\n", "7:48",
+     "share_threshold: invalid value \"1\""},
+    {"metadata not a mapping", "  - domain: d\n    descriptors:\n      - {key: a, metadata: [x]}\n",
+     "7:28", "descriptors[0].metadata: expected a mapping, got a sequence"},
+    {"a field outside envoyproxy/ratelimit's schema",
+     "  - domain: d\n    descriptors:\n      - {key: a, soft_requests_per_unit: 1}\n", "7:18",
+     "unknown field \"soft_requests_per_unit\""},
     {"requests_per_unit missing",
      "  - domain: d\n    descriptors:\n      - key: a\n        rate_limit: {unit: second}\n",
      "8:21", "missing required field \"requests_per_unit\""},
@@ -125,7 +147,14 @@ static const struct error_case {
      "b}\n          - {key: b}\n",
      "10:13", "domains[0].descriptors[0].descriptors[1]: duplicate descriptor"},
     {"domain twice", "  - domain: d\n  - domain: e\n  - domain: d\n", "7:13",
-     "domain \"d\" is defined twice: also at t.yaml:5:13"},
+     "domain \"d\" is defined twice: also at t.yaml:5:13 (envoy_merge_domains: true merges "
+     "them)"},
+    {"merged domains with one descriptor twice",
+     "  - domain: d\n    descriptors: [{key: a, value: v}]\n  - domain: d\n    descriptors: "
+     "[{key: b}, {key: a, value: v, policy: p}]\nenvoy_merge_domains: true\n",
+     "7:13",
+     "domain \"d\": duplicate descriptor: key \"a\" value \"v\" at the top of both this domain "
+     "and the one at t.yaml:5:13"},
     {"envoy_config relative", "  []\nenvoy_config: envoy\n", "6:15",
      "envoy_config: must be an absolute path"},
     {"envoy_config missing dir", "  []\nenvoy_config: /nonexistent-ratelimitd-dir\n", "",
@@ -524,7 +553,9 @@ static void test_envoy_dir(void)
     fputs(PRE "  - domain: beta\n", f);
     fclose(f);
     c = config_load_envoy(text, tmpdir, err, sizeof err);
-    snprintf(want, sizeof want, "%s/b.yaml:1:9: domain \"beta\" is defined twice: also at %s:5:13",
+    snprintf(want, sizeof want,
+             "%s/b.yaml:1:9: domain \"beta\" is defined twice: also at %s:5:13 "
+             "(envoy_merge_domains: true merges them)",
              tmpdir, text);
     ok(c == NULL && strcmp(err, want) == 0, "domains: and a file: both places named (%s)", err);
     config_unref(c);
@@ -642,19 +673,22 @@ static void test_dump(void)
             "    descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 7}}]\n";
     static const char want[] =
         "a.k: unit=SECOND requests_per_unit=7, shadow_mode: false, unlimited: false, "
-        "detailed_metric: false\n"
+        "detailed_metric: false, quota_mode: false\n"
         "e.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: true, "
-        "detailed_metric: false\n"
+        "detailed_metric: false, quota_mode: false\n"
         "e.ip: unit=UNKNOWN requests_per_unit=0, shadow_mode: true, unlimited: false, "
-        "detailed_metric: false, policy: p{a: fixed_window limit=10 window_us=1000000}\n"
+        "detailed_metric: false, quota_mode: false, policy: p{a: fixed_window limit=10 "
+        "window_us=1000000}\n"
         "e.nolimit.k_v: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: false, "
-        "detailed_metric: false, policy: p{a: fixed_window limit=10 window_us=1000000}\n"
+        "detailed_metric: false, quota_mode: false, policy: p{a: fixed_window limit=10 "
+        "window_us=1000000}\n"
         "e.path_/a: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, unlimited: false, "
-        "detailed_metric: false, policy: o{a: fixed_window limit=10 window_us=1000000}\n"
+        "detailed_metric: false, quota_mode: false, policy: o{a: fixed_window limit=10 "
+        "window_us=1000000}\n"
         "e.tenant_beta*: unit=HOUR requests_per_unit=3, shadow_mode: false, unlimited: false, "
-        "name: tenants, detailed_metric: false\n"
+        "name: tenants, detailed_metric: false, quota_mode: false\n"
         "e.tenant_beta*.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, unlimited: "
-        "false, replaces: [tenants, x], detailed_metric: false\n";
+        "false, replaces: [tenants, x], detailed_metric: false, quota_mode: false\n";
     char err[1024];
     struct config *c = load(yaml, err, sizeof err);
     ok(c != NULL, "a file for the dump loads (%s)", c ? "" : err);
@@ -716,6 +750,268 @@ static void test_dump(void)
     buf_free(&none);
 }
 
+/* The key entries ("k=v,...") a matched limit counts under, "-" if none
+ * matches. */
+static const char *shared_key(const struct config *c, const char *d, const char *desc)
+{
+    static char text[256], out[256];
+    struct descriptor_entry e[8], shared[DOMAINS_DEPTH_MAX];
+    snprintf(text, sizeof text, "%s", desc);
+    size_t n = entries_of(text, e, 8), at = 0;
+    const struct domain_limit *l = snap_match(c, d, strlen(d), e, n);
+    if (l == NULL)
+        return "-";
+    domains_share_entries(l, e, n, shared);
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(out + at, sizeof out - at, "%s%.*s=%.*s", i ? "," : "",
+                               (int)shared[i].keylen, shared[i].key, (int)shared[i].valuelen,
+                               shared[i].value);
+    return out;
+}
+
+/* The metric name of "k=v,..." in d: the request's ("+name"), the
+ * config's path ("=path"), or "-" for no match. */
+static const char *metric_of(const struct config *c, const char *d, const char *desc)
+{
+    static char text[256], out[300];
+    struct descriptor_entry e[8];
+    size_t len;
+    snprintf(text, sizeof text, "%s", desc);
+    size_t n = entries_of(text, e, 8);
+    const struct domain_limit *l = snap_match(c, d, strlen(d), e, n);
+    if (l == NULL)
+        return "-";
+    char *name = domains_metric_name(l, e, n, &len);
+    if (name == NULL) {
+        snprintf(out, sizeof out, "=%s", l->path);
+    } else {
+        ok(strlen(name) == len, "%s: the name's length (%zu)", desc, len);
+        snprintf(out, sizeof out, "+%s", name);
+    }
+    free(name);
+    return out;
+}
+
+/* envoyproxy/ratelimit's wildcard is a trailing '*' only: one anywhere
+ * else is a plain character; several wildcards of a key are tried in the
+ * order written, after the exact value and before the key alone; nested
+ * levels the same. */
+static void test_wildcards(void)
+{
+    static const char yaml[] = PRE "  - domain: w\n"
+                                   "    descriptors:\n"
+                                   "      - {key: m, value: 'bar*b', policy: p}\n"
+                                   "      - {key: m, value: 'a*b*', policy: p}\n"
+                                   "      - {key: m, value: '*', policy: p}\n"
+                                   "      - {key: o, value: 'ab*', policy: p}\n"
+                                   "      - {key: o, value: 'a*', policy: p}\n"
+                                   "      - {key: o, value: 'abc', policy: p}\n"
+                                   "      - {key: o, policy: p}\n"
+                                   "      - key: n\n"
+                                   "        value: 'x*'\n"
+                                   "        descriptors:\n"
+                                   "          - {key: s, value: 'y*', policy: p}\n"
+                                   "          - {key: s, value: yes, policy: p}\n"
+                                   "          - {key: s, policy: p}\n";
+    static const struct {
+        const char *desc, *want;
+    } cases[] = {
+        {"m=bar*b", "m_bar*b"}, /* the middle '*' literal: an exact value */
+        {"m=barxb", "m_*"},     /* ... so anything else falls to the catch-all */
+        {"m=a*bcd", "m_a*b*"},  /* prefix "a*b", its '*' literal */
+        {"m=axb", "m_*"},
+        {"m=", "m_*"},      /* '*' alone matches every value, the empty one too */
+        {"o=abc", "o_abc"}, /* exact first */
+        {"o=abd", "o_ab*"}, /* then the first written wildcard that matches */
+        {"o=ab", "o_ab*"},  /* a wildcard matches its prefix itself */
+        {"o=azz", "o_a*"},  /* the second written */
+        {"o=b", "o"},       /* then the key alone */
+        {"n=x1,s=yes", "n_x*.s_yes"},
+        {"n=x1,s=yup", "n_x*.s_y*"},
+        {"n=x1,s=no", "n_x*.s"},
+        {"n=z,s=yes", "-"},
+    };
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "wildcards config loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        is_str(match(c, "w", cases[i].desc), cases[i].want, "wildcard: %s", cases[i].desc);
+    config_unref(c);
+
+    /* The order written decides between two wildcards of one key, whatever
+     * their lengths: written the other way round, "a*" wins. */
+    static const char swapped[] = PRE "  - domain: w\n"
+                                      "    descriptors:\n"
+                                      "      - {key: o, value: 'a*', policy: p}\n"
+                                      "      - {key: o, value: 'ab*', policy: p}\n";
+    c = load(swapped, err, sizeof err);
+    ok(c != NULL, "swapped wildcards load (%s)", c ? "" : err);
+    if (c)
+        is_str(match(c, "w", "o=abd"), "o_a*", "wildcards: the first written wins");
+    config_unref(c);
+}
+
+/* share_threshold: the keys of every value a shared wildcard matches are
+ * one; metrics of detailed_metric and value_to_metric. */
+static void test_share_and_metrics(void)
+{
+    static const char yaml[] = PRE
+        "  - domain: s\n"
+        "    descriptors:\n"
+        "      - {key: files, value: 'files/*', share_threshold: true,\n"
+        "         rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+        "      - {key: noshare, value: 'n/*', rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+        "      - key: outer\n"
+        "        value: 'o*'\n"
+        "        share_threshold: true\n"
+        "        descriptors:\n"
+        "          - {key: user, rate_limit: {unit: hour, requests_per_unit: 1}}\n"
+        "          - {key: d, value: 'x*', share_threshold: true, detailed_metric: true,\n"
+        "             rate_limit: {unit: hour, requests_per_unit: 1}}\n"
+        "      - key: route\n"
+        "        value_to_metric: true\n"
+        "        descriptors:\n"
+        "          - key: method\n"
+        "            value_to_metric: true\n"
+        "            descriptors:\n"
+        "              - {key: subject, rate_limit: {unit: minute, requests_per_unit: 60}}\n"
+        "      - {key: grpc_path, value_to_metric: true,\n"
+        "         rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+        "      - {key: wild, value: 'w*', value_to_metric: true,\n"
+        "         rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+        "      - {key: fixed, value: f, value_to_metric: true,\n"
+        "         rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+        "      - {key: detailed_path, detailed_metric: true,\n"
+        "         rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+        "      - {key: quota, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: "
+        "0}}\n";
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "share_threshold config loads (%s)", c ? "" : err);
+    if (!c)
+        return;
+    /* kind 'k': the key's entries; 'm': the metric name. */
+    static const struct {
+        char kind;
+        const char *desc, *want, *what;
+    } cases[] = {
+        {'k', "files=files/a.pdf", "files=files/*", "share_threshold: a.pdf counts as the pattern"},
+        {'k', "files=files/b.csv", "files=files/*", "share_threshold: b.csv too: one counter"},
+        {'k', "noshare=n/a", "noshare=n/a", "no share_threshold: the value"},
+        {'k', "outer=o1,user=ann", "outer=o*,user=ann",
+         "share_threshold on a parent level: that level shared, the leaf's value kept"},
+        {'k', "outer=o2,d=x9", "outer=o*,d=x*", "two shared levels"},
+        {'m', "files=files/a.pdf", "=files_files/*", "share_threshold's metric: the pattern"},
+        {'m', "outer=o2,d=x9", "+outer_o*.d_x*", "detailed_metric, shared levels: their patterns"},
+        {'m', "route=api,method=GET,subject=123", "+route_api.method_GET.subject",
+         "value_to_metric on two levels: their values, the leaf's key alone"},
+        {'m', "grpc_path=/a.B/C", "+grpc_path_/a.B/C", "value_to_metric, key-only leaf: the value"},
+        {'m', "grpc_path=", "+grpc_path", "value_to_metric, empty value: the key"},
+        {'m', "wild=w42", "+wild_w42", "value_to_metric on a wildcard: the whole value"},
+        {'m', "fixed=f", "=fixed_f", "value_to_metric on an exact value: as is"},
+        {'m', "detailed_path=/x", "+detailed_path_/x", "detailed_metric: the request's value"},
+        {'m', "noshare=n/a", "=noshare_n/*", "neither: the config's path"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        is_str(cases[i].kind == 'k' ? shared_key(c, "s", cases[i].desc)
+                                    : metric_of(c, "s", cases[i].desc),
+               cases[i].want, "%s", cases[i].what);
+    const struct descriptor_entry q = {"quota", 5, "v", 1};
+    const struct domain_limit *l = snap_match(c, "s", 1, &q, 1);
+    ok(l && l->quota_mode == 1, "quota_mode: stored on the limit");
+    ok(l && l->requests_per_unit == 0 && l->policy && l->policy->tiers[0].limit == 0 &&
+           l->policy->tiers[0].window_us == 60000000,
+       "requests_per_unit 0: a fixed window of limit 0 (every request over it)");
+    config_unref(c);
+}
+
+/* Fields of envoyproxy/ratelimit's schema ratelimitd does not act on load
+ * with a warning that names them (file:line:col); unit_multiplier makes
+ * the window that many units. */
+static void test_schema_fields(void)
+{
+    static const char yaml[] =
+        PRE "  - domain: m\n"
+            "    descriptors:\n"
+            "      - key: a\n"
+            "        metadata: {name: service_1}\n"
+            "        rate_limit: {unit: minute, requests_per_unit: 20, unit_multiplier: 5}\n"
+            "      - key: b\n"
+            "        metadata:\n"
+            "          service_with_quota: {name: service_2}\n"
+            "      - key: c\n"
+            "        name: misplaced\n"
+            "        rate_limit: {unit: hour, requests_per_unit: 3, shadow_mode: true}\n";
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "metadata and unit_multiplier load (%s)", c ? "" : err);
+    if (!c)
+        return;
+    is_str(c->warning,
+           "t.yaml:8:19: domains[0].descriptors[0].metadata: read and ignored: ratelimitd does "
+           "not act on this field\n"
+           "t.yaml:12:11: domains[0].descriptors[1].metadata: read and ignored: ratelimitd does "
+           "not act on this field\n"
+           "t.yaml:14:9: domains[0].descriptors[2]: \"name\" is not a field here: read and ignored "
+           "(as envoyproxy/ratelimit does)\n"
+           "t.yaml:15:56: domains[0].descriptors[2].rate_limit: \"shadow_mode\" is not a field "
+           "here: read and ignored (as envoyproxy/ratelimit does)",
+           "metadata, and keys of the peer's list out of their place: one warning each");
+    const struct descriptor_entry cq = {"c", 1, "x", 1};
+    const struct domain_limit *lc = snap_match(c, "m", 1, &cq, 1);
+    ok(lc && lc->requests_per_unit == 3 && lc->name == NULL && lc->policy && !lc->policy->shadow,
+       "misplaced keys change nothing (no name, not shadow)");
+    const struct descriptor_entry a = {"a", 1, "x", 1};
+    const struct domain_limit *l = snap_match(c, "m", 1, &a, 1);
+    ok(l && l->policy && l->policy->tiers[0].window_us == 300000000LL &&
+           l->unit == RLS_UNIT_MINUTE && l->requests_per_unit == 20,
+       "unit_multiplier 5 of minute: a 5-minute window, answered as 20 per MINUTE");
+    config_unref(c);
+
+    /* Past 64 warnings (WARNINGS_MAX), one more line counts the rest. */
+    char big[16384];
+    size_t at = (size_t)snprintf(big, sizeof big, PRE "  - domain: many\n    descriptors:\n");
+    for (int i = 0; i < 70; i++)
+        at += (size_t)snprintf(big + at, sizeof big - at, "      - {key: k%d, metadata: {}}\n", i);
+    c = load(big, err, sizeof err);
+    ok(c != NULL, "70 metadata fields load (%s)", c ? "" : err);
+    if (c) {
+        size_t lines = 1;
+        for (const char *p = c->warning; *p; p++)
+            lines += *p == '\n';
+        const char *last = strrchr(c->warning, '\n');
+        is_str(last ? last + 1 : "", "... and 6 more", "the warnings past 64 counted");
+        ok(lines == 65, "64 warnings and the count (%zu lines)", lines);
+    }
+    config_unref(c);
+}
+
+/* envoy_merge_domains: a domain in several places becomes one, top-level
+ * descriptors put together; the command line's switch wins. */
+static void test_merge(void)
+{
+    static const char yaml[] = PRE "  - domain: d\n"
+                                   "    descriptors: [{key: a, value: 'v*', policy: p}]\n"
+                                   "  - domain: e\n"
+                                   "  - domain: d\n"
+                                   "    descriptors: [{key: a, value: 'w*', policy: p}, {key: b, "
+                                   "policy: p}]\n"
+                                   "envoy_merge_domains: true\n";
+    char err[1024];
+    struct config *c = load(yaml, err, sizeof err);
+    ok(c != NULL, "merged domains load (%s)", c ? "" : err);
+    if (!c)
+        return;
+    ok(c->ndomains == 2 && strcmp(c->domains[0].name, "d") == 0 && c->domains[0].nchildren == 3,
+       "d and e: d's descriptors from both places");
+    is_str(match(c, "d", "a=v1"), "a_v*", "the first place's wildcard");
+    is_str(match(c, "d", "a=w1"), "a_w*", "the second's");
+    is_str(match(c, "d", "b=1"), "b", "the second's key");
+    config_unref(c);
+}
+
 int main(void)
 {
     const char *srcdir = getenv("RL_SRCDIR");
@@ -723,6 +1019,10 @@ int main(void)
     test_errors();
     test_depth();
     test_matching();
+    test_wildcards();
+    test_share_and_metrics();
+    test_schema_fields();
+    test_merge();
     test_limits();
     test_equal();
     test_dump();

@@ -49,6 +49,12 @@ static void usage(FILE *out)
             "      --envoy-config DIR\n"
             "                        envoyproxy/ratelimit's YAML files, one domain each\n"
             "                        (default: the policy file's envoy_config)\n"
+            "      --envoy-shadow-mode\n"
+            "                        Envoy's answers are never OVER_LIMIT (as the file's\n"
+            "                        envoy_shadow_mode: true)\n"
+            "      --envoy-quota-mode\n"
+            "                        every Envoy descriptor is a quota descriptor (as the\n"
+            "                        file's envoy_quota_mode: true)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -200,6 +206,8 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, 't'},
         {"envoy-config", required_argument, NULL, 'E'},
+        {"envoy-shadow-mode", no_argument, NULL, 'W'},
+        {"envoy-quota-mode", no_argument, NULL, 'Q'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -218,6 +226,12 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             break;
         case 'E':
             srv->envoy_config_cli = optarg;
+            break;
+        case 'W':
+            srv->envoy_shadow_mode_cli = 1;
+            break;
+        case 'Q':
+            srv->envoy_quota_mode_cli = 1;
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv->log.level) < 0) {
@@ -265,6 +279,7 @@ static int load(struct server *srv, const struct options *o)
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
     }
+    server_apply_cli(srv, srv->config);
     if (check_permissions(srv, srv->config, o->strict_perms) < 0)
         return 1;
     if (!srv->log_level_from_cli)

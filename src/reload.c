@@ -14,6 +14,12 @@
 #include "watch.h"
 #include "worker.h"
 
+void server_apply_cli(const struct server *srv, struct config *c)
+{
+    c->envoy_shadow_mode |= srv->envoy_shadow_mode_cli;
+    c->envoy_quota_mode |= srv->envoy_quota_mode_cli;
+}
+
 int reload_config(struct server *srv, const char *trigger)
 {
     char err[RL_ERRLEN * 2];
@@ -26,6 +32,7 @@ int reload_config(struct server *srv, const char *trigger)
         metrics_reload(srv->workers[0].core.metrics, 0);
         return -1;
     }
+    server_apply_cli(srv, c);
     char field[128];
     if (config_restart_field(srv->config, c, field, sizeof field)) {
         log_event(&srv->log, LOG_LVL_ERROR,

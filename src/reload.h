@@ -18,4 +18,10 @@
  */
 int reload_config(struct server *srv, const char *trigger);
 
+/* Puts the command line's switches over a fresh load c (before it is
+ * published, at start and on every reload): --envoy-shadow-mode and
+ * --envoy-quota-mode turn their field on whatever the file says, so they
+ * last across reloads. */
+void server_apply_cli(const struct server *srv, struct config *c);
+
 #endif

@@ -26,8 +26,12 @@ struct server {
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
     const char *envoy_config_cli; /* --envoy-config DIR; NULL: the file's envoy_config */
-    struct config *config;        /* current snapshot; one reference held here */
-    struct watch *watch;          /* NULL unless `watch: true` */
+    /* --envoy-shadow-mode, --envoy-quota-mode: on whatever every load of the
+     * file says (server_apply_cli) */
+    int envoy_shadow_mode_cli;
+    int envoy_quota_mode_cli;
+    struct config *config; /* current snapshot; one reference held here */
+    struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */

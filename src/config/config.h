@@ -101,6 +101,11 @@ struct config {
     int64_t grpc_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
 
     char *envoy_config; /* envoyproxy/ratelimit's YAML directory; NULL: none */
+    /* envoyproxy/ratelimit's SHADOW_MODE and global quota mode, for Envoy's
+     * requests (rls.c): an OVER_LIMIT answer is sent as OK; every descriptor
+     * is a quota descriptor. Set by the file or the command line. */
+    int envoy_shadow_mode;
+    int envoy_quota_mode;
     size_t ndomains;
     struct domain *domains; /* Envoy domains (domains.h), sorted by name */
 };

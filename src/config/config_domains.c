@@ -72,6 +72,7 @@ struct node_entry {
     struct rate_limit_entry rl;
     int shadow_mode;
     int detailed_metric;
+    int quota_mode;
     struct node_list children;
 };
 
@@ -112,6 +113,7 @@ static const struct field descriptor_fields[] = {
      .section = rate_limit_fields},
     {"shadow_mode", F_BOOL, .offset = offsetof(struct node_entry, shadow_mode)},
     {"detailed_metric", F_BOOL, .offset = offsetof(struct node_entry, detailed_metric)},
+    {"quota_mode", F_BOOL, .offset = offsetof(struct node_entry, quota_mode)},
     {"descriptors", F_CUSTOM, .offset = offsetof(struct node_entry, children),
      .parse = parse_descriptors, .section = descriptor_fields},
     {.name = NULL},
@@ -294,6 +296,7 @@ static int build_limit(struct loader *ld, const yaml_node_t *map, const char *pa
     char buf[SHOWN_LEN];
 
     l->detailed_metric = e->detailed_metric;
+    l->quota_mode = e->quota_mode;
     if (e->policy != NULL) {
         if (ld->envoy_file)
             return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path,

@@ -309,6 +309,8 @@ const struct field cfg_top_fields[] = {
      .parse = cfg_parse_domains_later, .section = cfg_domain_fields},
     {"envoy_config", F_STRING, .offset = offsetof(struct config, envoy_config),
      .check = check_absolute},
+    {"envoy_shadow_mode", F_BOOL, .offset = offsetof(struct config, envoy_shadow_mode), .def = 0},
+    {"envoy_quota_mode", F_BOOL, .offset = offsetof(struct config, envoy_quota_mode), .def = 0},
     {.name = NULL},
 };
 

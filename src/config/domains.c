@@ -329,9 +329,10 @@ static int same_text(const char *a, const char *b)
 static int limits_equal(const struct domain_limit *a, const struct domain_limit *b)
 {
     if (a->unlimited != b->unlimited || a->detailed_metric != b->detailed_metric ||
-        a->unit != b->unit || a->requests_per_unit != b->requests_per_unit ||
-        !same_text(a->name, b->name) || !same_text(a->path, b->path) ||
-        a->nreplaces != b->nreplaces || (a->policy == NULL) != (b->policy == NULL) ||
+        a->quota_mode != b->quota_mode || a->unit != b->unit ||
+        a->requests_per_unit != b->requests_per_unit || !same_text(a->name, b->name) ||
+        !same_text(a->path, b->path) || a->nreplaces != b->nreplaces ||
+        (a->policy == NULL) != (b->policy == NULL) ||
         (a->policy != NULL && !policy_equal(a->policy, b->policy)))
         return 0;
     for (size_t i = 0; i < a->nreplaces; i++)

@@ -555,13 +555,14 @@ static void on_verdict(void *ctx, const struct verdict *v)
         /* A denied second round consumed nothing either: OVER_LIMIT, as
          * any request that took nothing (a race lost to other callers). */
         a.overall = !v->sum.allowed && c->round ? RLS_CODE_OVER_LIMIT : overall_code(c);
-        /* envoyproxy/ratelimit's SHADOW_MODE: the statuses say what was
-         * decided, the overall code is never OVER_LIMIT. */
-        if (c->global_shadow)
-            a.overall = RLS_CODE_OK;
-        if (!v->sum.allowed && a.overall == RLS_CODE_OK && try_allowed_only(c, v))
+        if (!v->sum.allowed && (a.overall == RLS_CODE_OK || c->global_shadow) &&
+            try_allowed_only(c, v))
             return;
     }
+    /* envoyproxy/ratelimit's SHADOW_MODE: the statuses say what was decided,
+     * the overall code is never OVER_LIMIT. */
+    if (c->global_shadow)
+        a.overall = RLS_CODE_OK;
     a.headers = c->headers;
     a.nheaders = answer_headers(c, v, a.overall);
     for (size_t i = 0; i < c->n; i++)
@@ -620,7 +621,11 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
                                .nstatuses = c->n};
         reply_and_free(c, &a);
     } else {
-        c->check = check_start(core, &creq, on_verdict, c);
+        /* NULL when answered within the call; a second round started
+         * then (try_allowed_only) has set c->check itself. */
+        struct check *h = check_start(core, &creq, on_verdict, c);
+        if (h)
+            c->check = h;
     }
     c->starting = 0;
     if (c->answered) {

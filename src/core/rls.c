@@ -8,7 +8,12 @@
  *     cost; put them all in ONE check_request (duplicates add up, as on
  *     /check) so the backend decides them atomically; check_start.
  *   on_verdict: map the core's verdict to Envoy's answer (overall code, one
- *     status per descriptor, the /check headers), count the metrics, reply.
+ *     status per descriptor, the headers of the `headers:` mode), count the
+ *     metrics, reply. The overall code follows envoyproxy/ratelimit's rule
+ *     for quota descriptors and its global shadow mode; when it is OK
+ *     although the backend denied the request (which then took nothing),
+ *     try_allowed_only decides the checks that allowed once more, in a
+ *     second atomic call, so that they take their cost.
  *
  * The struct rls_call owns what the answer needs past rls_start (one entry
  * per descriptor, the derived limit names, the header list) and is freed

@@ -7,7 +7,10 @@
  * every descriptor is decided atomically: if any is over limit, nothing is
  * consumed anywhere), hands it to the core (check.c) and maps the verdict
  * back to Envoy's answer: overall code, one status per descriptor, and the
- * same X-RateLimit-* / Retry-After (or IETF) headers /check sends.
+ * X-RateLimit-* / Retry-After (or IETF) headers of the `headers:` mode.
+ * Quota descriptors (quota_mode, envoy_quota_mode) and envoy_shadow_mode
+ * may make the answer OK while a status is OVER_LIMIT: what allowed is then
+ * taken in a second atomic call (rls.c).
  */
 #ifndef RATELIMITD_RLS_H
 #define RATELIMITD_RLS_H

@@ -512,16 +512,17 @@ static int try_allowed_only(struct rls_call *c, const struct verdict *v)
 }
 
 /* response_headers_to_add from the verdict, as the policy's mode says;
- * without Retry-After when the answer is OK (the request goes through). */
-static size_t answer_headers(struct rls_call *c, const struct verdict *v, enum rls_code overall)
+ * without Retry-After when the answer is OK (the request goes through).
+ * The values point into hs, which must outlive the reply. */
+static size_t answer_headers(struct rls_call *c, struct rate_headers *hs, const struct verdict *v,
+                             enum rls_code overall)
 {
-    struct rate_headers hs;
     size_t n = 0;
-    rate_headers_init(&hs);
-    rate_headers_verdict_envoy(&hs, v);
-    for (size_t i = 0; i < hs.n; i++)
-        if (overall == RLS_CODE_OVER_LIMIT || strcmp(hs.h[i].name, "Retry-After") != 0)
-            c->headers[n++] = (struct rls_header){hs.h[i].name, hs.h[i].value, hs.h[i].len};
+    rate_headers_init(hs);
+    rate_headers_verdict_envoy(hs, v);
+    for (size_t i = 0; i < hs->n; i++)
+        if (overall == RLS_CODE_OVER_LIMIT || strcmp(hs->h[i].name, "Retry-After") != 0)
+            c->headers[n++] = (struct rls_header){hs->h[i].name, hs->h[i].value, hs->h[i].len};
     return n;
 }
 
@@ -568,8 +569,9 @@ static void on_verdict(void *ctx, const struct verdict *v)
      * the overall code is never OVER_LIMIT. */
     if (c->global_shadow)
         a.overall = RLS_CODE_OK;
+    struct rate_headers hs;
     a.headers = c->headers;
-    a.nheaders = answer_headers(c, v, a.overall);
+    a.nheaders = answer_headers(c, &hs, v, a.overall);
     for (size_t i = 0; i < c->n; i++)
         count_descriptors_one(c, i, (shadow_over >> i) & 1);
     reply_and_free(c, &a);

@@ -64,7 +64,9 @@ def envoy_dir():
 
 def start(redis, headers, prefix):
     port = harness.free_port()
-    d = Daemon("unix:" + redis.socket_path, POLICY, prefix=prefix,
+    # A Redis timeout long enough for a daemon under valgrind: no answer
+    # by the failure mode.
+    d = Daemon("unix:" + redis.socket_path, POLICY, prefix=prefix, timeout="2s",
                extra="grpc_listen: 127.0.0.1:%d\nheaders: %s\n" % (port, headers))
     d.start(args=("--envoy-config", envoy_dir()))
     return d, rls_client.channel("127.0.0.1:%d" % port)

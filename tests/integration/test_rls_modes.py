@@ -81,7 +81,7 @@ def start(redis, extra="", args=(), prefix="rl-modes:"):
     if redis is None:
         d = Daemon(None, POLICY, extra="backend: memory\ngrpc_listen: 127.0.0.1:%d\n%s" % (port, extra))
     else:
-        d = Daemon("unix:" + redis.socket_path, POLICY, prefix=prefix,
+        d = Daemon("unix:" + redis.socket_path, POLICY, prefix=prefix, timeout="2s",
                    extra="grpc_listen: 127.0.0.1:%d\n%s" % (port, extra))
     d.start(args=args)
     return Rls(d, port, prefix)
@@ -148,6 +148,10 @@ def test_quota(rls, tag):
     harness.eq(got, [(OK, [(OK, 0), (OK, 3)]), (OVER, [(OVER, 0), (OK, 3)])],
                "%s: a limit override (1/hour) on a quota node is a normal limit: over it, OVER_LIMIT "
                "and soft2 not taken" % tag)
+    ov = {"entries": [("softshadow", tag + "7")], "limit": (1, HOUR)}
+    got = [brief(rls.call([ov])) for _ in range(2)]
+    harness.eq([g[0] for g in got], [OK, OVER],
+               "%s: a limit override on a shadow_mode quota node is neither: OVER_LIMIT when over" % tag)
 
 
 def test_json(rls):
@@ -178,6 +182,12 @@ def test_global_shadow(rls, how):
     ov = {"entries": [("hard", how + "ov")], "limit": (1, HOUR)}
     got = [brief(rls.call([ov])) for _ in range(2)]
     harness.eq(got, [(OK, [(OK, 0)]), (OK, [(OVER, 0)])], "%s: a limit override in shadow too" % how)
+    big = {"entries": [("soft2", how + "big")], "hits_addend": 9}
+    zero = {"entries": [("hard", how + "a")], "hits_addend": 0}
+    r = rls.call([big, zero])
+    harness.eq(brief(r), (OK, [(OVER, 4), (OK, 0)]),
+               "%s: hits_addend 9 over a limit of 4 and a 0 at the limit: OK overall, the first "
+               "OVER_LIMIT taking nothing, the 0 a check" % how)
     # /check is not Envoy's: its policies' own shadow rule only.
     c1 = rls.d.check(policy="two", key=how)
     c2 = rls.d.check(policy="two", key=how)
@@ -207,7 +217,7 @@ def reload_with(rls, extra):
     d = rls.d
     before = d.logs().count("policies reloaded")
     d.write_config(POLICY, extra="grpc_listen: 127.0.0.1:%d\n%s" % (rls_port(rls), extra),
-                   prefix=rls.prefix)
+                   prefix=rls.prefix, timeout="2s")
     d.send_signal(signal.SIGHUP)
     harness.wait_until(lambda: d.logs().count("policies reloaded") > before, what="the reload")
 

@@ -52,6 +52,12 @@ static void usage(FILE *out)
             "      --envoy-merge-domains[=true|false]\n"
             "                        merge a domain defined in several files (default: the\n"
             "                        policy file's envoy_merge_domains, false)\n"
+            "      --envoy-shadow-mode\n"
+            "                        Envoy's answers are never OVER_LIMIT (as the file's\n"
+            "                        envoy_shadow_mode: true)\n"
+            "      --envoy-quota-mode\n"
+            "                        every Envoy descriptor is a quota descriptor (as the\n"
+            "                        file's envoy_quota_mode: true)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -204,6 +210,8 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
         {"check-config", no_argument, NULL, 't'},
         {"envoy-config", required_argument, NULL, 'E'},
         {"envoy-merge-domains", optional_argument, NULL, 'M'},
+        {"envoy-shadow-mode", no_argument, NULL, 'W'},
+        {"envoy-quota-mode", no_argument, NULL, 'Q'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -234,6 +242,12 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
                         optarg);
                 return EX_USAGE;
             }
+            break;
+        case 'W':
+            srv->cli.envoy_shadow_mode = 1;
+            break;
+        case 'Q':
+            srv->cli.envoy_quota_mode = 1;
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv->log.level) < 0) {

@@ -313,6 +313,9 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
                                  cli ? cli->envoy_merge_domains : -1) < 0) {
             config_free(c);
             c = NULL;
+        } else if (cli) {
+            c->envoy_shadow_mode |= cli->envoy_shadow_mode;
+            c->envoy_quota_mode |= cli->envoy_quota_mode;
         }
     }
     yaml_document_delete(&ld.doc);
@@ -333,7 +336,7 @@ struct config *config_load(const char *path, char *err, size_t errlen)
 
 struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err, size_t errlen)
 {
-    struct config_cli cli = {envoy_dir, -1};
+    struct config_cli cli = {envoy_dir, -1, 0, 0};
     return config_load_cli(path, &cli, err, errlen);
 }
 

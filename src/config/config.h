@@ -103,6 +103,11 @@ struct config {
 
     char *envoy_config;      /* envoyproxy/ratelimit's YAML directory; NULL: none */
     int envoy_merge_domains; /* a domain in several files (or domains:): merged, not an error */
+    /* envoyproxy/ratelimit's SHADOW_MODE and global quota mode, for Envoy's
+     * requests (rls.c): an OVER_LIMIT answer is sent as OK; every descriptor
+     * is a quota descriptor. Set by the file or the command line. */
+    int envoy_shadow_mode;
+    int envoy_quota_mode;
     size_t ndomains;
     struct domain *domains; /* Envoy domains (domains.h), sorted by name */
 };
@@ -145,6 +150,10 @@ struct config *config_load_envoy(const char *path, const char *envoy_dir, char *
 struct config_cli {
     const char *envoy_dir;   /* --envoy-config DIR; NULL: the file's envoy_config */
     int envoy_merge_domains; /* --envoy-merge-domains[=BOOL]; -1: the file's */
+    /* --envoy-shadow-mode, --envoy-quota-mode: 1 turns the field on whatever
+     * the file says, at start and on every reload */
+    int envoy_shadow_mode;
+    int envoy_quota_mode;
 };
 
 /* config_load_envoy with every command-line setting of c (NULL: none). */

@@ -311,6 +311,8 @@ const struct field cfg_top_fields[] = {
      .check = check_absolute},
     {"envoy_merge_domains", F_BOOL, .offset = offsetof(struct config, envoy_merge_domains),
      .def = 0},
+    {"envoy_shadow_mode", F_BOOL, .offset = offsetof(struct config, envoy_shadow_mode), .def = 0},
+    {"envoy_quota_mode", F_BOOL, .offset = offsetof(struct config, envoy_quota_mode), .def = 0},
     {.name = NULL},
 };
 

@@ -50,7 +50,8 @@ struct domain_limit {
     struct policy *owned;
     int unlimited;       /* rate_limit.unlimited: always OK, nothing counted */
     int detailed_metric; /* metrics name the request's values, not the config's */
-    int quota_mode;      /* quota_mode: true on the descriptor (soft limit) */
+    int quota_mode;      /* a soft limit: over it, the request is denied only when
+                          * every quota descriptor of the request is over (rls.c) */
     char *name;          /* rate_limit.name (NULL: none), what `replaces` names */
     size_t nreplaces;
     char **replaces; /* names of limits this one replaces when both match */

@@ -160,12 +160,14 @@ static const struct tier *tier_of(const struct check_request *req,
  * so both name the same moment (as the draft asks), else the binding
  * tier's reset, as X-RateLimit-Reset.
  */
-static void decision_headers(struct rate_headers *hs, const struct verdict *v)
+static void decision_headers(struct rate_headers *hs, const struct verdict *v, int envoy)
 {
     const struct decision_summary *sum = &v->sum;
     const struct tier_result *bind = sum->binding;
     const struct check_item *c = decision_check_of(v->req, v->results, bind);
     enum header_mode mode = c->policy->headers;
+    if (envoy && mode == HEADERS_NONE)
+        return;
     int64_t reset_s = us_to_s(bind->reset_us);
     int64_t retry_s = 0;
     if (!sum->allowed && sum->retry_us >= 0) {
@@ -197,11 +199,14 @@ static void decision_headers(struct rate_headers *hs, const struct verdict *v)
  * and its policy's RateLimit-Policy. No Remaining, Reset or RateLimit:
  * they would be guesses. Retry-After: 1 when the request is refused.
  */
-static void config_headers(struct rate_headers *hs, const struct check_request *req, int refused)
+static void config_headers(struct rate_headers *hs, const struct check_request *req, int refused,
+                           int envoy)
 {
     const struct tier *t;
     const struct check_item *c = decision_unknown_binding(req, &t);
     enum header_mode mode = c->policy->headers;
+    if (envoy && mode == HEADERS_NONE)
+        return;
     if (wants_x(mode))
         add_header_int(hs, "X-RateLimit-Limit", policy_tier_capacity(t));
     if (refused)
@@ -210,18 +215,28 @@ static void config_headers(struct rate_headers *hs, const struct check_request *
         ietf_policy(hs, c->policy);
 }
 
-void rate_headers_verdict(struct rate_headers *hs, const struct verdict *v)
+static void verdict_headers(struct rate_headers *hs, const struct verdict *v, int envoy)
 {
     switch (v->kind) {
     case VERDICT_DECIDED:
     case VERDICT_LOCAL:
-        decision_headers(hs, v);
+        decision_headers(hs, v, envoy);
         return;
     case VERDICT_UNAVAILABLE:
-        config_headers(hs, v->req, request_failure_mode(v->req) == FAILURE_CLOSED);
+        config_headers(hs, v->req, request_failure_mode(v->req) == FAILURE_CLOSED, envoy);
         return;
     case VERDICT_OVERLOADED:
-        config_headers(hs, v->req, 1);
+        config_headers(hs, v->req, 1, envoy);
         return;
     }
+}
+
+void rate_headers_verdict(struct rate_headers *hs, const struct verdict *v)
+{
+    verdict_headers(hs, v, 0);
+}
+
+void rate_headers_verdict_envoy(struct rate_headers *hs, const struct verdict *v)
+{
+    verdict_headers(hs, v, 1);
 }

@@ -67,6 +67,12 @@ void rate_headers_add_ref(struct rate_headers *hs, const char *name, const char 
  */
 void rate_headers_verdict(struct rate_headers *hs, const struct verdict *v);
 
+/* The same for Envoy's response_headers_to_add (rls.c), where the mode says
+ * everything that is added: with `headers: none` nothing at all, not even
+ * Retry-After (envoyproxy/ratelimit adds no header unless asked; Envoy's
+ * own enable_x_ratelimit_headers may be the one asked). */
+void rate_headers_verdict_envoy(struct rate_headers *hs, const struct verdict *v);
+
 /* Microseconds as the whole milliseconds every answer reports: rounded up
  * (a wait of 1 µs is 1 ms, never 0), negative as 0. */
 int64_t rate_headers_ms(int64_t us);

@@ -8,7 +8,12 @@
  *     cost; put them all in ONE check_request (duplicates add up, as on
  *     /check) so the backend decides them atomically; check_start.
  *   on_verdict: map the core's verdict to Envoy's answer (overall code, one
- *     status per descriptor, the /check headers), count the metrics, reply.
+ *     status per descriptor, the headers of the `headers:` mode), count the
+ *     metrics, reply. The overall code follows envoyproxy/ratelimit's rule
+ *     for quota descriptors and its global shadow mode; when it is OK
+ *     although the backend denied the request (which then took nothing),
+ *     try_allowed_only decides the checks that allowed once more, in a
+ *     second atomic call, so that they take their cost.
  *
  * The struct rls_call owns what the answer needs past rls_start (one entry
  * per descriptor, the derived limit names, the header list) and is freed
@@ -43,6 +48,8 @@ struct entry {
     size_t check;                     /* ENTRY_LIMITED: its check in the request */
     char *metric; /* detailed_metric, value_to_metric: the metric name from the request's values */
     size_t metriclen;
+    int quota;                          /* a quota descriptor: over it, the request is still allowed
+                                         * unless every quota descriptor of the request is over */
     char name[2 * POLICY_NAME_MAX + 2]; /* "<policy>/<tier>" of a policy: limit */
     struct domain_limit override;       /* Envoy's per-request limit: limit points here */
 };
@@ -56,6 +63,14 @@ struct rls_call {
     struct check *check; /* while the core decides */
     int starting;        /* inside rls_start: the caller gets the handle */
     int answered;
+    /* Held when a second round may be needed (quota descriptors, or the
+     * global shadow mode): the limits and the first round's policies point
+     * into this snapshot, which must outlive the first round's check. */
+    struct config *cfg;
+    int round;         /* 1 in the second round (try_allowed_only) */
+    int global_shadow; /* the config's envoy_shadow_mode */
+    uint64_t dropped;  /* descriptors left out of the second round: their
+                        * first-round status stands */
     size_t n;
     struct entry *entries;     /* n */
     struct rls_status *status; /* n */
@@ -64,6 +79,7 @@ struct rls_call {
 
 static void call_free(struct rls_call *c)
 {
+    config_unref(c->cfg);
     for (size_t i = 0; i < c->n; i++)
         free(c->entries[i].metric);
     free(c->entries);
@@ -221,6 +237,12 @@ static void match_all(struct rls_call *c, const struct config *cfg, const struct
         e->kind = !e->limit             ? ENTRY_UNMATCHED
                   : e->limit->unlimited ? ENTRY_UNLIMITED
                                         : ENTRY_LIMITED;
+        /* As envoyproxy/ratelimit: the global switch makes every descriptor
+         * but an unlimited one a quota descriptor (an unmatched or replaced
+         * one is one that is never over); an override is never one of its
+         * own, as it is never shadow. */
+        e->quota = e->kind != ENTRY_UNLIMITED &&
+                   (cfg->envoy_quota_mode || (e->kind == ENTRY_LIMITED && e->limit->quota_mode));
         /* A name from the request's values (metrics.c bounds and cleans
          * it), or NULL for the config's path. */
         if (e->limit)
@@ -310,6 +332,11 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
 
 /* ---- the answer ---- */
 
+int64_t rls_whole_seconds(int64_t us)
+{
+    return us <= 0 ? 0 : (us + 999999) / 1000000;
+}
+
 /* Counts descriptor i (after its status is set); shadow_over: a shadow
  * limit would have denied it. */
 static void count_descriptors_one(struct rls_call *c, size_t i, int shadow_over)
@@ -349,9 +376,11 @@ static void reply_and_free(struct rls_call *c, const struct rls_answer *a)
 static void statuses_ok(struct rls_call *c)
 {
     for (size_t i = 0; i < c->n; i++)
-        c->status[i] = (struct rls_status){
-            .code = RLS_CODE_OK,
-            .limit_remaining = c->entries[i].kind == ENTRY_UNLIMITED ? RLS_REMAINING_UNLIMITED : 0};
+        if (!((c->dropped >> i) & 1))
+            c->status[i] = (struct rls_status){
+                .code = RLS_CODE_OK,
+                .limit_remaining =
+                    c->entries[i].kind == ENTRY_UNLIMITED ? RLS_REMAINING_UNLIMITED : 0};
 }
 
 /* Descriptor i's status from its check's tiers (results of that check
@@ -377,7 +406,7 @@ static void status_decided(struct rls_call *c, size_t i, const struct verdict *v
         .limit_remaining = b->remaining < 0                ? 0
                            : b->remaining > RLS_UINT32_MAX ? RLS_UINT32_MAX
                                                            : b->remaining,
-        .until_reset_us = b->reset_us < 0 ? 0 : b->reset_us,
+        .until_reset_s = rls_whole_seconds(b->reset_us),
     };
     *shadow_over = denied && p->shadow;
     if (l->unit == RLS_UNIT_UNKNOWN) {
@@ -386,6 +415,105 @@ static void status_decided(struct rls_call *c, size_t i, const struct verdict *v
         snprintf(c->entries[i].name, sizeof c->entries[i].name, "%s/%s", p->name, t->name);
         s->limit_name = c->entries[i].name;
     }
+}
+
+/* The overall code from the statuses, with envoyproxy/ratelimit's rule:
+ * OVER_LIMIT when a descriptor that is not a quota descriptor is over, or
+ * when the request has quota descriptors and every one of them is over. */
+static enum rls_code overall_code(const struct rls_call *c)
+{
+    int normal_over = 0, nquota = 0, quota_ok = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->entries[i].kind == ENTRY_UNLIMITED)
+            continue;
+        int over = c->status[i].code == RLS_CODE_OVER_LIMIT;
+        if (c->entries[i].quota) {
+            nquota++;
+            quota_ok |= !over;
+        } else {
+            normal_over |= over;
+        }
+    }
+    return normal_over || (nquota > 0 && !quota_ok) ? RLS_CODE_OVER_LIMIT : RLS_CODE_OK;
+}
+
+static void on_verdict(void *ctx, const struct verdict *v);
+
+/*
+ * The first round was denied as a whole (so it consumed nothing), but the
+ * answer is OK all the same (a quota descriptor over while another is not,
+ * or the global shadow mode). Decides again, atomically, the checks that
+ * allowed, so that the request takes what it would have taken had the
+ * checks that denied been shadow: they take nothing, and their first-round
+ * status stands. Returns 1 when the second round is under way (or already
+ * answered), 0 when there is nothing to decide again.
+ */
+static int try_allowed_only(struct rls_call *c, const struct verdict *v)
+{
+    const struct check_request *r = v->req;
+    size_t map[REQUEST_MAX_CHECKS];
+    struct check_request creq = {0};
+    if (c->round || !c->cfg)
+        return 0;
+    creq.checks = xcalloc(r->nchecks, sizeof *creq.checks);
+    for (size_t k = 0; k < r->nchecks; k++) {
+        const struct check_item *it = &r->checks[k];
+        map[k] = SIZE_MAX;
+        if (!decision_check_allowed(&v->sum, k))
+            continue;
+        struct check_item *n = &creq.checks[creq.nchecks];
+        *n = (struct check_item){.policy = it->policy,
+                                 .key = xstrndup(it->key, it->keylen),
+                                 .keylen = it->keylen,
+                                 .cost = it->cost};
+        if (it->owned) { /* a per-request limit: no pointer in it is owned */
+            n->owned = xmalloc(sizeof *n->owned);
+            *n->owned = *it->owned;
+            n->policy = n->owned;
+        }
+        map[k] = creq.nchecks++;
+    }
+    if (creq.nchecks == 0) {
+        request_free(&creq);
+        return 0;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->entries[i].kind != ENTRY_LIMITED)
+            continue;
+        if (map[c->entries[i].check] == SIZE_MAX)
+            c->dropped |= (uint64_t)1 << i;
+        else
+            c->entries[i].check = map[c->entries[i].check];
+    }
+    c->round = 1;
+    /* The reply may come within check_start (memory backend): as in
+     * rls_start, the call is freed here then. */
+    int was_starting = c->starting;
+    c->starting = 1;
+    struct check *h = check_start(c->core, &creq, on_verdict, c);
+    c->starting = was_starting;
+    if (c->answered) {
+        if (!was_starting)
+            call_free(c);
+    } else {
+        c->check = h;
+    }
+    return 1;
+}
+
+/* response_headers_to_add from the verdict, as the policy's mode says;
+ * without Retry-After when the answer is OK (the request goes through).
+ * The values point into hs, which must outlive the reply. */
+static size_t answer_headers(struct rls_call *c, struct rate_headers *hs, const struct verdict *v,
+                             enum rls_code overall)
+{
+    size_t n = 0;
+    rate_headers_init(hs);
+    rate_headers_verdict_envoy(hs, v);
+    for (size_t i = 0; i < hs->n; i++)
+        if (overall == RLS_CODE_OVER_LIMIT || strcmp(hs->h[i].name, "Retry-After") != 0)
+            c->headers[n++] = (struct rls_header){hs->h[i].name, hs->h[i].value, hs->h[i].len};
+    return n;
 }
 
 static void on_verdict(void *ctx, const struct verdict *v)
@@ -406,12 +534,12 @@ static void on_verdict(void *ctx, const struct verdict *v)
     statuses_ok(c);
     uint64_t shadow_over = 0; /* descriptors (< 64) a shadow limit would have denied */
     if (v->kind == VERDICT_UNAVAILABLE) {
-        a.degraded = 1; /* failure_mode open */
+        a.degraded = 1;              /* failure_mode open */
+        a.overall = overall_code(c); /* dropped quota descriptors stay over */
     } else {
         a.degraded = v->kind == VERDICT_LOCAL;
-        a.overall = v->sum.allowed ? RLS_CODE_OK : RLS_CODE_OVER_LIMIT;
         for (size_t i = 0; i < c->n; i++) {
-            if (c->entries[i].kind != ENTRY_LIMITED)
+            if (c->entries[i].kind != ENTRY_LIMITED || ((c->dropped >> i) & 1))
                 continue;
             const struct tier_result *r = v->results;
             for (size_t k = 0; k < c->entries[i].check; k++)
@@ -420,14 +548,20 @@ static void on_verdict(void *ctx, const struct verdict *v)
             status_decided(c, i, v, r, &so);
             shadow_over |= (uint64_t)so << i;
         }
+        /* A denied second round consumed nothing either: OVER_LIMIT, as
+         * any request that took nothing (a race lost to other callers). */
+        a.overall = !v->sum.allowed && c->round ? RLS_CODE_OVER_LIMIT : overall_code(c);
+        if (!v->sum.allowed && (a.overall == RLS_CODE_OK || c->global_shadow) &&
+            try_allowed_only(c, v))
+            return;
     }
+    /* envoyproxy/ratelimit's SHADOW_MODE: the statuses say what was decided,
+     * the overall code is never OVER_LIMIT. */
+    if (c->global_shadow)
+        a.overall = RLS_CODE_OK;
     struct rate_headers hs;
-    rate_headers_init(&hs);
-    rate_headers_verdict(&hs, v);
-    for (size_t i = 0; i < hs.n; i++)
-        c->headers[i] = (struct rls_header){hs.h[i].name, hs.h[i].value, hs.h[i].len};
     a.headers = c->headers;
-    a.nheaders = hs.n;
+    a.nheaders = answer_headers(c, &hs, v, a.overall);
     for (size_t i = 0; i < c->n; i++)
         count_descriptors_one(c, i, (shadow_over >> i) & 1);
     reply_and_free(c, &a);
@@ -454,6 +588,12 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
     c->entries = xcalloc(c->n, sizeof *c->entries);
     c->status = xcalloc(c->n, sizeof *c->status);
     match_all(c, cfg, req);
+    c->global_shadow = cfg->envoy_shadow_mode;
+    int may_retry = c->global_shadow;
+    for (size_t i = 0; i < c->n; i++)
+        may_retry |= c->entries[i].quota;
+    if (may_retry)
+        c->cfg = config_ref(core->config);
 
     struct check_request creq = {0};
     creq.checks = xcalloc(c->n, sizeof *creq.checks);
@@ -478,7 +618,11 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
                                .nstatuses = c->n};
         reply_and_free(c, &a);
     } else {
-        c->check = check_start(core, &creq, on_verdict, c);
+        /* NULL when answered within the call; a second round started
+         * then (try_allowed_only) has set c->check itself. */
+        struct check *h = check_start(core, &creq, on_verdict, c);
+        if (h)
+            c->check = h;
     }
     c->starting = 0;
     if (c->answered) {

@@ -7,7 +7,10 @@
  * every descriptor is decided atomically: if any is over limit, nothing is
  * consumed anywhere), hands it to the core (check.c) and maps the verdict
  * back to Envoy's answer: overall code, one status per descriptor, and the
- * same X-RateLimit-* / Retry-After (or IETF) headers /check sends.
+ * X-RateLimit-* / Retry-After (or IETF) headers of the `headers:` mode.
+ * Quota descriptors (quota_mode, envoy_quota_mode) and envoy_shadow_mode
+ * may make the answer OK while a status is OVER_LIMIT: what allowed is then
+ * taken in a second atomic call (rls.c).
  */
 #ifndef RATELIMITD_RLS_H
 #define RATELIMITD_RLS_H
@@ -58,7 +61,7 @@ struct rls_status {
     enum rls_unit unit;
     const char *limit_name; /* rate_limit.name, or NULL */
     int64_t limit_remaining;
-    int64_t until_reset_us;
+    int64_t until_reset_s; /* whole seconds, rounded up (rls_whole_seconds) */
 };
 
 struct rls_header {
@@ -119,6 +122,10 @@ void rls_cancel(struct rls_call *c);
  * when the key would be longer than outlen. */
 long rls_key(const char *domain, size_t domainlen, const struct descriptor_entry *entries, size_t n,
              char *out, size_t outlen) RL_WUR;
+
+/* duration_until_reset from a tier's reset in microseconds: whole seconds,
+ * rounded up (0.2 s is 1 s, 0 stays 0), as envoyproxy/ratelimit sends them. */
+int64_t rls_whole_seconds(int64_t us);
 
 /* current_limit for a `policy:` limit, from its binding tier t: the
  * smallest unit at least as long as the window, and the limit scaled to it,

@@ -197,7 +197,7 @@ static void check_answers(const struct rls_request *r, uint64_t seed)
             .unit = (enum rls_unit)((x >> 8) % 8),
             .limit_name = (x >> 11) & 1 ? "name\"with\\quotes" : NULL,
             .limit_remaining = edge[(x >> 12) % 10],
-            .until_reset_us = edge[(x >> 16) % 10],
+            .until_reset_s = edge[(x >> 16) % 10],
         };
         over |= st[i].code == RLS_CODE_OVER_LIMIT;
     }

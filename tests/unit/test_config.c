@@ -69,7 +69,8 @@ static const struct error_case {
      "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
-     "deny_status, policies, domains, envoy_config, envoy_merge_domains)"},
+     "deny_status, policies, domains, envoy_config, envoy_merge_domains,\n     envoy_shadow_mode, "
+     "envoy_quota_mode)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
@@ -1398,6 +1399,7 @@ static void test_reload_rule(void)
         {"deny_cache_max_keys: 0\n", NULL},
         {"headers: ietf\n", NULL},
         {"deny_status: 403\n", NULL},
+        {"envoy_shadow_mode: true\nenvoy_quota_mode: true\n", NULL},
         {"trusted_proxies: [\"10.0.0.0/8\"]\n", NULL},
         {"redis: {timeout: 1s, key_prefix: \"x:\"}\nclock: local\nlog_level: debug\n", NULL},
         {"", NULL},

@@ -2,11 +2,14 @@
 /*
  * test_rls.c: the pure parts of the Envoy rate limit service: the check's
  * key of a descriptor, the unit a `policy:` limit reports, the decoding of
- * POST /json bodies and the protojson answer.
+ * POST /json bodies and the protojson answer; durations in whole seconds
+ * and response_headers_to_add as the `headers:` mode says.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config.h"
+#include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
@@ -208,14 +211,14 @@ static void test_render(void)
          .unit = RLS_UNIT_MINUTE,
          .limit_name = "login",
          .limit_remaining = 0,
-         .until_reset_us = 42000000},
+         .until_reset_s = 42},
         {.code = RLS_CODE_OK},
         {.code = RLS_CODE_OK,
          .has_limit = 1,
          .requests_per_unit = 10,
          .unit = RLS_UNIT_SECOND,
          .limit_remaining = 4,
-         .until_reset_us = 1500000},
+         .until_reset_s = 2},
     };
     struct rls_header h[1] = {{"X-RateLimit-Limit", "5", 1}};
     struct rls_answer a = {.outcome = RLS_DECIDED,
@@ -233,18 +236,17 @@ static void test_render(void)
         "{\"requestsPerUnit\":5,\"unit\":\"MINUTE\",\"name\":\"login\"},"
         "\"durationUntilReset\":\"42s\"},{\"code\":\"OK\"},{\"code\":\"OK\",\"currentLimit\":"
         "{\"requestsPerUnit\":10,\"unit\":\"SECOND\"},\"limitRemaining\":4,"
-        "\"durationUntilReset\":\"1.500s\"}],\"responseHeadersToAdd\":[{\"key\":"
+        "\"durationUntilReset\":\"2s\"}],\"responseHeadersToAdd\":[{\"key\":"
         "\"X-RateLimit-Limit\",\"value\":\"5\"}]}\n",
-        "protojson: zero fields left out, enums by name, durations in seconds");
+        "protojson: zero fields left out, enums by name, durations in whole seconds");
     b.len = 0;
-    st[0].until_reset_us = 1000001;
+    st[0].until_reset_s = 1;
     a.overall = RLS_CODE_OK;
     a.nstatuses = 1;
     a.nheaders = 0;
     is_int(response_rls(&b, &a, 0), 200, "OK is 200");
     buf_append_char(&b, '\0');
-    ok(strstr(body_of(&b), "\"durationUntilReset\":\"1.000001s\"") != NULL,
-       "microseconds: 6 decimals");
+    ok(strstr(body_of(&b), "\"durationUntilReset\":\"1s\"") != NULL, "1 s: \"1s\"");
     ok(strstr(body_of(&b), "responseHeadersToAdd") == NULL, "no headers: field left out");
     b.len = 0;
     struct rls_answer u = {.outcome = RLS_UNAVAILABLE, .message = "redis is unavailable"};
@@ -255,6 +257,82 @@ static void test_render(void)
     buf_free(&b);
 }
 
+static void test_whole_seconds(void)
+{
+    static const struct {
+        int64_t us, s;
+    } cases[] = {
+        {0, 0},       {-5, 0},      {1, 1},         {637000, 1},    {999999, 1},
+        {1000000, 1}, {1000001, 2}, {37620000, 38}, {60000000, 60}, {3600000000LL, 3600},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        is_int(rls_whole_seconds(cases[i].us), cases[i].s, "%lld us is %lld s",
+               (long long)cases[i].us, (long long)cases[i].s);
+}
+
+/* The headers of a one-check verdict of policy `name` (one tier). */
+static size_t verdict_headers(const struct config *c, const char *name, int allowed, int envoy,
+                              struct rate_headers *hs)
+{
+    struct check_item it = {
+        .policy = config_find_policy(c, name), .key = "k", .keylen = 1, .cost = 1};
+    struct check_request req = {.nchecks = 1, .checks = &it};
+    struct tier_result r = {.allowed = allowed,
+                            .limit = 5,
+                            .remaining = allowed ? 3 : 0,
+                            .reset_us = 1200000,
+                            .retry_us = allowed ? 0 : 1200000};
+    struct verdict v = {.kind = VERDICT_DECIDED, .req = &req, .results = &r};
+    decision_summarize(&req, &r, &v.sum);
+    rate_headers_init(hs);
+    if (envoy)
+        rate_headers_verdict_envoy(hs, &v);
+    else
+        rate_headers_verdict(hs, &v);
+    return hs->n;
+}
+
+static int has_header(const struct rate_headers *hs, const char *name)
+{
+    for (size_t i = 0; i < hs->n; i++)
+        if (strcmp(hs->h[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
+static void test_envoy_headers(void)
+{
+    static const char yaml[] = "policies:\n"
+                               "  x: {tiers: [{name: t, algorithm: fixed_window, limit: 5, "
+                               "window: 1m}]}\n"
+                               "  none: {headers: none, tiers: [{name: t, algorithm: "
+                               "fixed_window, limit: 5, window: 1m}]}\n"
+                               "  ietf: {headers: ietf, tiers: [{name: t, algorithm: "
+                               "fixed_window, limit: 5, window: 1m}]}\n";
+    char err[512];
+    struct config *c = config_load_string("t.yaml", yaml, sizeof yaml - 1, err, sizeof err);
+    if (!c) {
+        printf("# %s\n", err);
+        exit(1);
+    }
+    struct rate_headers hs;
+    is_int(verdict_headers(c, "none", 0, 1, &hs), 0,
+           "Envoy, headers: none, denied: nothing at all (no Retry-After)");
+    is_int(verdict_headers(c, "none", 1, 1, &hs), 0, "Envoy, headers: none, allowed: nothing");
+    is_int(verdict_headers(c, "none", 0, 0, &hs), 1, "/check, headers: none, denied: one header");
+    ok(has_header(&hs, "Retry-After"), "/check keeps Retry-After in every mode");
+    is_int(verdict_headers(c, "x", 0, 1, &hs), 4, "Envoy, x-ratelimit, denied: 4 headers");
+    ok(has_header(&hs, "X-RateLimit-Limit") && has_header(&hs, "Retry-After"),
+       "X-RateLimit-* with Retry-After");
+    is_int(verdict_headers(c, "x", 1, 1, &hs), 3, "Envoy, x-ratelimit, allowed: 3 headers");
+    ok(!has_header(&hs, "Retry-After"), "no Retry-After when allowed");
+    verdict_headers(c, "ietf", 0, 1, &hs);
+    ok(has_header(&hs, "RateLimit") && has_header(&hs, "RateLimit-Policy") &&
+           has_header(&hs, "Retry-After") && !has_header(&hs, "X-RateLimit-Limit"),
+       "Envoy, ietf, denied: RateLimit, RateLimit-Policy, Retry-After");
+    config_unref(c);
+}
+
 int main(void)
 {
     test_keys();
@@ -262,5 +340,7 @@ int main(void)
     test_json_bad();
     test_json_good();
     test_render();
+    test_whole_seconds();
+    test_envoy_headers();
     return tap_done();
 }

@@ -283,9 +283,7 @@ static void answer_rls(struct stream *st, const struct rls_answer *a)
             lims[i].name = (char *)(r->limit_name ? r->limit_name : "");
             s->current_limit = &lims[i];
             google__protobuf__duration__init(&durs[i]);
-            int64_t us = r->until_reset_us < 0 ? 0 : r->until_reset_us;
-            durs[i].seconds = us / 1000000;
-            durs[i].nanos = (int32_t)(us % 1000000) * 1000;
+            durs[i].seconds = r->until_reset_s < 0 ? 0 : r->until_reset_s;
             s->duration_until_reset = &durs[i];
         }
         stp[i] = s;

@@ -338,19 +338,11 @@ int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
 
 /* A protobuf Duration as protojson writes it: seconds with 0, 3, 6 or 9
  * decimals ("42s", "1.500s"). */
-static void json_duration(struct json_out *j, int64_t us)
+/* protojson's Duration of whole seconds: "42s". */
+static void json_duration(struct json_out *j, int64_t s)
 {
-    char text[UTIL_INT_CHARS + 16];
-    size_t n = util_format_int(text, us / 1000000);
-    int64_t frac = us % 1000000;
-    if (frac) {
-        int digits = frac % 1000 ? 6 : 3;
-        int64_t v = digits == 6 ? frac : frac / 1000;
-        text[n++] = '.';
-        for (int d = digits - 1; d >= 0; d--, v /= 10)
-            text[n + (size_t)d] = (char)('0' + v % 10);
-        n += (size_t)digits;
-    }
+    char text[UTIL_INT_CHARS + 1];
+    size_t n = util_format_int(text, s < 0 ? 0 : s);
     text[n++] = 's';
     json_out_str(j, text, n);
 }
@@ -390,7 +382,7 @@ static void rls_status_json(struct json_out *j, const struct rls_status *st)
     }
     if (st->has_limit) {
         json_out_key(j, "durationUntilReset");
-        json_duration(j, st->until_reset_us);
+        json_duration(j, st->until_reset_s);
     }
     json_out_end(j, '}');
 }

@@ -69,7 +69,7 @@ static const struct error_case {
      "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
-     "deny_status, policies, domains, envoy_config, envoy_merge_domains,\n     envoy_shadow_mode, "
+     "deny_status, policies, domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, "
      "envoy_quota_mode)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",

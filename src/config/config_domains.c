@@ -443,11 +443,11 @@ static int parse_descriptor(struct loader *ld, const yaml_node_t *map, const cha
     struct node_entry e = {.key = NULL};
     int rc = cfg_parse_fields(ld, map, path, descriptor_fields, &e);
 
-    /* As envoyproxy/ratelimit: share_threshold only on a wildcard. */
-    if (rc == 0 && e.share_threshold &&
-        (e.value == NULL || e.value[0] == '\0' || e.value[strlen(e.value) - 1] != '*'))
+    /* As envoyproxy/ratelimit: share_threshold only on a wildcard (here
+     * any pattern, wherever its '*' stands). */
+    if (rc == 0 && e.share_threshold && (e.value == NULL || strchr(e.value, '*') == NULL))
         rc = cfg_fail(ld, cfg_field_node(ld, map, "share_threshold"), path,
-                      "share_threshold: true needs a wildcard value (one ending in '*')");
+                      "share_threshold: true needs a wildcard value (one with a '*')");
     if (rc == 0) {
         node->share_threshold = e.share_threshold;
         node->value_to_metric = e.value_to_metric;
@@ -458,11 +458,8 @@ static int parse_descriptor(struct loader *ld, const yaml_node_t *map, const cha
             e.value = NULL;
         }
         if (e.value != NULL) {
-            size_t n = strlen(e.value);
-            /* envoyproxy/ratelimit's wildcard: only a trailing '*'. */
-            node->value_prefix = e.value[n - 1] == '*';
-            if (node->value_prefix)
-                e.value[n - 1] = '\0';
+            /* Kept as written: a '*' anywhere makes it a pattern. */
+            node->value_pattern = strchr(e.value, '*') != NULL;
             node->value = e.value;
             e.value = NULL;
         }
@@ -482,8 +479,8 @@ static const char *selector_text(const struct domain_node *n, char *buf, size_t 
     if (n->value == NULL)
         snprintf(buf, size, "key \"%s\" with no value", cfg_shown(n->key, k));
     else
-        snprintf(buf, size, "key \"%s\" value \"%s%s\"", cfg_shown(n->key, k),
-                 cfg_shown(n->value, v), n->value_prefix ? "*" : "");
+        snprintf(buf, size, "key \"%s\" value \"%s\"", cfg_shown(n->key, k),
+                 cfg_shown(n->value, v));
     return buf;
 }
 
@@ -546,14 +543,14 @@ static int parse_domain(struct loader *ld, const yaml_node_t *map, const char *p
     return rc;
 }
 
-/* A node's name in a stats path: "key", "key_value" or "key_prefix*". */
+/* A node's name in a stats path: "key", or "key_value" with the value as
+ * written ("tenant_beta*"). */
 static char *level_name(const struct domain_node *d)
 {
-    size_t len = strlen(d->key) + (d->value ? strlen(d->value) : 0) + 3;
+    size_t len = strlen(d->key) + (d->value ? strlen(d->value) : 0) + 2;
     char *s = xmalloc(len);
 
-    snprintf(s, len, "%s%s%s%s", d->key, d->value ? "_" : "", d->value ? d->value : "",
-             d->value_prefix ? "*" : "");
+    snprintf(s, len, "%s%s%s", d->key, d->value ? "_" : "", d->value ? d->value : "");
     return s;
 }
 
@@ -568,12 +565,10 @@ static void set_request_rules(struct domain_limit *l, const struct domain_node *
     for (size_t i = 0; i < depth; i++) {
         const struct domain_node *u = up[i];
         if (u->share_threshold) {
-            size_t len = strlen(u->value) + 2;
             if (l->share == NULL)
                 l->share = xcalloc(depth, sizeof *l->share);
-            l->share[i] = xmalloc(len);
-            snprintf(l->share[i], len, "%s*", u->value); /* as written */
-        } else if (u->value_to_metric && (u->value == NULL || u->value_prefix)) {
+            l->share[i] = xstrdup(u->value); /* the pattern as written */
+        } else if (u->value_to_metric && (u->value == NULL || u->value_pattern)) {
             l->metric_values |= UINT32_C(1) << i;
         }
     }
@@ -585,7 +580,7 @@ static void set_request_rules(struct domain_limit *l, const struct domain_node *
 }
 
 /* The `limit.path` of every limited node: "key_value.key..." as
- * envoyproxy/ratelimit names its stats (a prefix value keeps its '*'),
+ * envoyproxy/ratelimit names its stats (a pattern as written, '*' kept),
  * and its request rules. up[0..depth) are the nodes above this level. */
 static void set_paths(struct domain_node *nodes, size_t n, const char *prefix,
                       const struct domain_node **up, size_t depth)

@@ -9,12 +9,13 @@
  * not the other way): it is given the domains and the top-level defaults.
  *
  * A level's children are sorted by (key, kind, ...), kind being exact
- * value, prefix value ("beta*"), then no value. Exact values sort by
- * value; prefix values keep the order they were written in, because
- * envoyproxy/ratelimit tries its wildcards in that order and the first one
- * that matches wins. A '*' anywhere but at the end of a value is a plain
- * character, as there: envoyproxy/ratelimit's only wildcard is a trailing
- * one (its "bar*b" matches the value "bar*b" alone).
+ * value, pattern (a value with a '*': "beta*", "*.example.com",
+ * "a*b*c"), then no value. Exact values sort by value; patterns
+ * keep the order they were written in, because envoyproxy/ratelimit tries
+ * its wildcards in that order and the first one that matches wins. A
+ * trailing '*' alone is envoyproxy/ratelimit's prefix wildcard; a '*'
+ * anywhere else is ratelimitd's extension of it (docs/envoy.md), matched
+ * by domains_glob.
  *
  * Also owns what a matched limit makes of the request's values: the
  * entries its counter is keyed by (share_threshold) and its metric name
@@ -29,7 +30,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum node_kind { KIND_EXACT, KIND_PREFIX, KIND_ANY };
+enum node_kind { KIND_EXACT, KIND_PATTERN, KIND_ANY };
 
 static const struct {
     const char *upper, *lower;
@@ -117,7 +118,7 @@ int domains_envoy_multiply(struct policy *p, int64_t multiplier, char *err, size
 
 static enum node_kind node_kind(const struct domain_node *n)
 {
-    return n->value == NULL ? KIND_ANY : n->value_prefix ? KIND_PREFIX : KIND_EXACT;
+    return n->value == NULL ? KIND_ANY : n->value_pattern ? KIND_PATTERN : KIND_EXACT;
 }
 
 /* Compares len bytes at a (any bytes) with the NUL-terminated b, as memcmp
@@ -165,7 +166,7 @@ int domains_sort_level(struct domain_node *nodes, size_t n, size_t *first, size_
     for (size_t i = 0; i < n; i++)
         o[i] = (struct ordered){nodes[i], i};
     qsort(o, n, sizeof *o, ordered_cmp);
-    /* Equal selectors sort next to each other, except prefixes, which keep
+    /* Equal selectors sort next to each other, except patterns, which keep
      * their written order within their key: compare those pairwise. */
     *second = SIZE_MAX;
     for (size_t i = 0; i < n; i++)
@@ -226,7 +227,7 @@ int domains_sort(struct domain *domains, size_t n, size_t *first, size_t *second
 /* ---- lookup ------------------------------------------------------------------ */
 
 /* Orders node against (key, kind, value): the sort order above, with all
- * prefix nodes of a key equal to each other. */
+ * pattern nodes of a key equal to each other. */
 static int probe_cmp(const struct domain_node *node, const struct descriptor_entry *e,
                      enum node_kind kind)
 {
@@ -256,8 +257,36 @@ static size_t lower_bound(const struct domain_node *nodes, size_t n,
     return lo;
 }
 
+int domains_glob(const char *pattern, const char *s, size_t len)
+{
+    const char *p = pattern, *star = NULL;
+    size_t i = 0, mark = 0;
+
+    /* Each '*' first matches nothing; on a mismatch, the last '*' met takes
+     * one more byte and the rest of the pattern is tried again from there.
+     * Going back to an earlier '*' never helps: whatever it could still
+     * take, the later one can take as well. */
+    while (i < len) {
+        if (*p == '*') {
+            star = ++p;
+            mark = i;
+        } else if (*p != '\0' && *p == s[i]) {
+            p++;
+            i++;
+        } else if (star != NULL) {
+            p = star;
+            i = ++mark;
+        } else {
+            return 0;
+        }
+    }
+    while (*p == '*')
+        p++;
+    return *p == '\0';
+}
+
 /* envoyproxy/ratelimit's order: exactly that value, else the first written
- * prefix the value starts with, else the key with no value. */
+ * pattern that matches it, else the key with no value. */
 static const struct domain_node *match_level(const struct domain_node *nodes, size_t n,
                                              const struct descriptor_entry *e)
 {
@@ -265,12 +294,10 @@ static const struct domain_node *match_level(const struct domain_node *nodes, si
 
     if (i < n && probe_cmp(&nodes[i], e, KIND_EXACT) == 0)
         return &nodes[i];
-    for (i = lower_bound(nodes, n, e, KIND_PREFIX);
-         i < n && probe_cmp(&nodes[i], e, KIND_PREFIX) == 0; i++) {
-        size_t plen = strlen(nodes[i].value);
-        if (plen <= e->valuelen && memcmp(e->value, nodes[i].value, plen) == 0)
+    for (i = lower_bound(nodes, n, e, KIND_PATTERN);
+         i < n && probe_cmp(&nodes[i], e, KIND_PATTERN) == 0; i++)
+        if (domains_glob(nodes[i].value, e->value, e->valuelen))
             return &nodes[i];
-    }
     i = lower_bound(nodes, n, e, KIND_ANY);
     if (i < n && probe_cmp(&nodes[i], e, KIND_ANY) == 0)
         return &nodes[i];
@@ -392,7 +419,7 @@ static int nodes_equal(const struct domain_node *a, const struct domain_node *b,
     for (size_t i = 0; i < n; i++) {
         const struct domain_node *x = &a[i], *y = &b[i];
         if (strcmp(x->key, y->key) != 0 || !same_text(x->value, y->value) ||
-            x->value_prefix != y->value_prefix || x->share_threshold != y->share_threshold ||
+            x->value_pattern != y->value_pattern || x->share_threshold != y->share_threshold ||
             x->value_to_metric != y->value_to_metric || x->has_limit != y->has_limit ||
             (x->has_limit && !limits_equal(&x->limit, &y->limit)) || x->nchildren != y->nchildren ||
             !nodes_equal(x->children, y->children, x->nchildren))

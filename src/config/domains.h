@@ -72,7 +72,7 @@ struct domain_limit {
      *     and matched by wildcard or by key alone: the metric names the
      *     request's value there rather than the config's; names (NULL when
      *     metric_values is 0) then holds every level's name as the config
-     *     spells it ("key_value", "key_prefix*", "key") for the others. */
+     *     spells it ("key_value", "key_pattern*", "key") for the others. */
     size_t depth;
     char **share;
     uint32_t metric_values;
@@ -82,9 +82,12 @@ struct domain_limit {
 /* A node of a domain's descriptor tree. */
 struct domain_node {
     char *key;
-    char *value;         /* NULL: any value */
-    int value_prefix;    /* value was written "prefix*": matches values starting with it */
-    int share_threshold; /* share_threshold: every value the prefix matches, one counter */
+    /* The value as written; NULL: any value. With a '*' in it, a pattern
+     * (value_pattern): each '*' matches any run of bytes, the empty one too
+     * ("beta*", "*.example.com", "a*b*c"). */
+    char *value;
+    int value_pattern;   /* value holds a '*': matched as a pattern, not exactly */
+    int share_threshold; /* share_threshold: every value the pattern matches, one counter */
     int value_to_metric; /* value_to_metric: metrics name the request's value here */
     int has_limit;
     struct domain_limit limit;
@@ -102,8 +105,9 @@ struct domain {
 /*
  * The limit descriptor `entries` (n >= 1) of `domain` matches in c, with
  * envoyproxy/ratelimit's rules: entry by entry, a child with that key and
- * exactly that value wins, then one whose value prefix matches, then one
- * with that key and no value; the limit is that of the node reached by the
+ * exactly that value wins, then the first written of that key whose
+ * pattern matches the value (domains_glob), then one with that key and no
+ * value; the limit is that of the node reached by the
  * last entry (a limit on a node reached earlier does not apply to a longer
  * descriptor). NULL when nothing matches (unknown domain, no path, or no
  * limit at the end of it).
@@ -121,6 +125,15 @@ const struct domain *domains_find(const struct domain *domains, size_t ndomains,
  * values and limits (policies compared with policy_equal). For the reload
  * line's list of what changed; the file positions are not compared. */
 int domains_equal(const struct domain *a, size_t na, const struct domain *b, size_t nb);
+
+/*
+ * Whether the NUL-terminated pattern matches len bytes at s (any bytes):
+ * every '*' in it matches any run of bytes, possibly empty, every other
+ * byte itself; there is no escape. Greedy, with one point to go back to
+ * (the last '*' met): at most strlen(pattern) * len steps, however many
+ * '*' there are, and no allocation.
+ */
+int domains_glob(const char *pattern, const char *s, size_t len);
 
 /* Nested descriptors at most (a domain's tree is at most this deep). */
 #define DOMAINS_DEPTH_MAX 16
@@ -200,7 +213,7 @@ void domain_node_free(struct domain_node *n);
 
 /*
  * Makes a level of the tree ready for domains_match: sorts the n nodes by
- * key, then exact values (by value), then prefix values (in the order they
+ * key, then exact values (by value), then patterns (in the order they
  * were written, which is the order envoyproxy/ratelimit tries them), then
  * the value-less node. Two nodes with the same key and value are
  * ambiguous: returns -1 with *first and *second set to their positions

@@ -260,26 +260,19 @@ static void json_policy(struct json_out *j, const struct policy *p)
 }
 
 /* The entries from the root down to f's node. */
-static void json_entries(struct json_out *j, struct buf *b, const struct frame *f)
+static void json_entries(struct json_out *j, const struct frame *f)
 {
     if (f->up)
-        json_entries(j, b, f->up);
+        json_entries(j, f->up);
     const struct domain_node *d = f->node;
     json_out_begin(j, '{');
     json_out_key(j, "key");
     json_out_cstr(j, d->key);
     json_out_key(j, "value");
-    if (!d->value) {
+    if (!d->value)
         json_out_null(j);
-    } else if (!d->value_prefix) {
-        json_out_cstr(j, d->value);
-    } else {
-        /* As written: a prefix keeps its '*'. */
-        b->len = 0;
-        buf_append_str(b, d->value);
-        buf_append_char(b, '*');
-        json_out_str(j, b->data, b->len);
-    }
+    else
+        json_out_cstr(j, d->value); /* as written: a pattern keeps its '*'s */
     json_out_end(j, '}');
 }
 
@@ -300,7 +293,7 @@ static void json_nodes(struct json_out *j, struct buf *scratch, const char *doma
             json_out_str(j, scratch->data, scratch->len);
             json_out_key(j, "descriptors");
             json_out_begin(j, '[');
-            json_entries(j, scratch, &f);
+            json_entries(j, &f);
             json_out_end(j, ']');
             for (size_t k = 0; k < NFIELDS; k++)
                 json_field(j, l, &FIELDS[k]);

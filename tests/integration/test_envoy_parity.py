@@ -8,8 +8,11 @@ and README say (issue 22, configuration parity), over gRPC and POST /json:
 - share_threshold: every value a shared wildcard matches counts on one
   counter (the peer's testShareThreshold), a wildcard without it one
   counter per value;
-- wildcards: a trailing '*' only, '*' elsewhere a plain character; exact
-  value first, then wildcards in the order written, then the key alone;
+- wildcards: a '*' anywhere in a value matches any run of bytes (a
+  trailing one alone the peer's prefix wildcard; leading, middle and
+  several are ratelimitd's extension), with and without share_threshold;
+  exact value first, then wildcards in the order written, then the key
+  alone;
 - requests_per_unit: 0 denies every request (current_limit 0);
 - the peer's reload test: reload.yaml copied into the watched directory
   makes the domain `reload` answer; removing it unloads it;
@@ -205,6 +208,16 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
   - key: order
     rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: path
+    value: /api/*/users
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: spath
+    value: /api/*/users
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: host
+    value: "*.example.com"
+    rate_limit: {unit: minute, requests_per_unit: 7}
 """)
     d = start(redis, envoy)
     rls = Rls(d)
@@ -225,13 +238,42 @@ descriptors:
                "a blocked descriptor denies the call, the other's status OK")
     harness.eq(rls.statuses("reload", [("key1", "foo")])[0], [(OK, (50, "SECOND", ""), 49)],
                "... and the denied call took nothing from key1")
-    want = {"bar*b": 1, "barxb": 2, "": 2, "abc": 5, "abd": 3, "ab": 3, "azz": 4, "b": 6}
+    want = {"bar*b": 1, "barxb": 1, "barb": 1, "barbx": 2, "": 2,
+            "abc": 5, "abd": 3, "ab": 3, "azz": 4, "b": 6}
     for value, rpu in sorted(want.items()):
-        key = "mid" if value in ("bar*b", "barxb", "") else "order"
+        key = "mid" if value.startswith("bar") or value == "" else "order"
         harness.eq(rls.statuses("wild", [(key, value)])[0][0][1][0], rpu,
                    "wildcards: %s=%r meets the %d/minute node" % (key, value, rpu))
+    test_mid_wildcards(d, rls)
     rls.close()
     harness.eq(d.stop(), 0, "daemon exits 0")
+
+
+def test_mid_wildcards(d, rls):
+    """'*' in the middle or at the start of a value, over gRPC and /json:
+    without share_threshold one counter per value, with it one for all."""
+    harness.eq([rls.statuses("wild", [("path", "/api/v1/users")])[0][0][2] for _ in range(3)],
+               [2, 1, 0], "/api/*/users: /api/v1/users meets the 3/minute node (gRPC)")
+    r = rls.json("wild", [("path", "/api/v2/users")])
+    harness.eq((r.status, r.json["statuses"][0].get("limitRemaining"),
+                r.json["statuses"][0].get("currentLimit")),
+               (200, 2, {"requestsPerUnit": 3, "unit": "MINUTE"}),
+               "/api/*/users without share_threshold: /api/v2/users its own counter (/json)")
+    harness.eq(rls.statuses("wild", [("path", "/api/v1/users/7")]), ([(OK, None, 0)], OK),
+               "/api/*/users does not match /api/v1/users/7: the end counts (no limit)")
+    got = [rls.statuses("wild", [("spath", "/api/%s/users" % v)])[0][0] for v in ("a", "b", "c")]
+    harness.eq([(code, left) for code, _, left in got], [(OK, 2), (OK, 1), (OK, 0)],
+               "share_threshold on /api/*/users: three values take from one counter (gRPC)")
+    r = rls.json("wild", [("spath", "/api//users")])
+    harness.eq((r.status, r.json["overallCode"]), (429, OVER),
+               "share_threshold: /api//users (the empty run) is over too (/json)")
+    harness.eq(rls.statuses("wild", [("host", "a.example.com")])[0][0][1], (7, "MINUTE", ""),
+               "*.example.com: a leading '*' (gRPC)")
+    r = rls.json("wild", [("host", "example.com")])
+    harness.eq((r.status, r.json["statuses"][0].get("currentLimit")), (200, None),
+               "*.example.com does not match example.com (/json)")
+    harness.ok(metric(d, domain="wild", descriptor="spath_/api/*/users", result="over_limit") >= 1,
+               "share_threshold's metric names the pattern as written")
 
 
 def test_rpu_zero_memory(redis):

@@ -37,6 +37,7 @@ domains:
     descriptors:
       - {key: path, value: /login, policy: login}
       - {key: ip, policy: drip, shadow_mode: true}
+      - {key: host, value: "*.example.*", rate_limit: {unit: hour, requests_per_unit: 4}}
       - key: tenant
         value: "beta*"
         rate_limit: {name: tenants, unit: hour, requests_per_unit: 100}
@@ -70,7 +71,7 @@ descriptors:
 # envoyproxy/ratelimit's line: "%s: unit=%s requests_per_unit=%d, shadow_mode: %t"
 PEER_LINE = re.compile(r"^(\S+): unit=([A-Z]+) requests_per_unit=(\d+), shadow_mode: (true|false)")
 
-WANT_KEYS = ["edge.ip", "edge.path_/login", "edge.tenant_beta*", "edge.tenant_beta*.user",
+WANT_KEYS = ["edge.host_*.example.*", "edge.ip", "edge.path_/login", "edge.tenant_beta*", "edge.tenant_beta*.user",
              "mongo_cps.database_default", "mongo_cps.database_users", "mongo_cps.free"]
 
 
@@ -176,6 +177,9 @@ def main():
                ([{"key": "tenant", "value": "beta*"}, {"key": "user", "value": None}], "MINUTE",
                 2, ["tenants"], "@envoy"),
                "JSON view: nested entries (prefix kept, any value null), a rate_limit's fields")
+    host = limits.get("edge.host_*.example.*", {})
+    harness.eq(host.get("descriptors"), [{"key": "host", "value": "*.example.*"}],
+               "JSON view: a pattern with a leading and a later '*' as written")
     free = limits.get("mongo_cps.free", {})
     harness.eq((free.get("unlimited"), free.get("policy")), (True, None),
                "JSON view: unlimited, no policy")

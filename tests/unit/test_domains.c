@@ -3,7 +3,7 @@
  * test_domains.c: Envoy domains (domains.h). The policy file's `domains:`
  * and envoyproxy/ratelimit's files: every error with its file:line:col,
  * what each field becomes (the @envoy policy, shadow copies, replaces,
- * paths); envoyproxy/ratelimit's matching rules (exact value, then prefix
+ * paths); envoyproxy/ratelimit's matching rules (exact value, then pattern
  * in written order, then key only; a limit applies only at the depth of the
  * request's last entry); units; loading a directory (order, duplicates,
  * --envoy-config winning over envoy_config:, a reload seeing new files);
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -97,6 +98,9 @@ static const struct error_case {
     {"share_threshold without a wildcard",
      "  - domain: d\n    descriptors:\n      - {key: a, value: v, share_threshold: true}\n", "7:45",
      "share_threshold: true needs a wildcard value"},
+    {"share_threshold on a value with no '*'",
+     "  - domain: d\n    descriptors:\n      - {key: a, value: 'v.x', share_threshold: true}\n",
+     "7:49", "share_threshold: true needs a wildcard value (one with a '*')"},
     {"share_threshold without a value",
      "  - domain: d\n    descriptors:\n      - {key: a, share_threshold: true}\n", "7:35",
      "share_threshold: true needs a wildcard value"},
@@ -792,17 +796,22 @@ static const char *metric_of(const struct config *c, const char *d, const char *
     return out;
 }
 
-/* envoyproxy/ratelimit's wildcard is a trailing '*' only: one anywhere
- * else is a plain character; several wildcards of a key are tried in the
- * order written, after the exact value and before the key alone; nested
- * levels the same. */
+/* A '*' anywhere in a value is a wildcard matching any run of bytes (a
+ * trailing one alone: envoyproxy/ratelimit's prefix wildcard); several
+ * patterns of a key are tried in the order written, after the exact value
+ * and before the key alone; nested levels the same. */
 static void test_wildcards(void)
 {
     static const char yaml[] = PRE "  - domain: w\n"
                                    "    descriptors:\n"
                                    "      - {key: m, value: 'bar*b', policy: p}\n"
-                                   "      - {key: m, value: 'a*b*', policy: p}\n"
+                                   "      - {key: m, value: 'a*b*c', policy: p}\n"
                                    "      - {key: m, value: '*', policy: p}\n"
+                                   "      - {key: h, value: '*.example.com', policy: p}\n"
+                                   "      - {key: h, value: 'api.*', policy: p}\n"
+                                   "      - {key: h, value: 'api.example.com', policy: p}\n"
+                                   "      - {key: h, policy: p}\n"
+                                   "      - {key: path, value: '/api/*/users', policy: p}\n"
                                    "      - {key: o, value: 'ab*', policy: p}\n"
                                    "      - {key: o, value: 'a*', policy: p}\n"
                                    "      - {key: o, value: 'abc', policy: p}\n"
@@ -810,24 +819,40 @@ static void test_wildcards(void)
                                    "      - key: n\n"
                                    "        value: 'x*'\n"
                                    "        descriptors:\n"
-                                   "          - {key: s, value: 'y*', policy: p}\n"
+                                   "          - {key: s, value: '*y', policy: p}\n"
                                    "          - {key: s, value: yes, policy: p}\n"
                                    "          - {key: s, policy: p}\n";
     static const struct {
         const char *desc, *want;
     } cases[] = {
-        {"m=bar*b", "m_bar*b"}, /* the middle '*' literal: an exact value */
-        {"m=barxb", "m_*"},     /* ... so anything else falls to the catch-all */
-        {"m=a*bcd", "m_a*b*"},  /* prefix "a*b", its '*' literal */
-        {"m=axb", "m_*"},
-        {"m=", "m_*"},      /* '*' alone matches every value, the empty one too */
-        {"o=abc", "o_abc"}, /* exact first */
+        {"m=barxb", "m_bar*b"},    /* a middle '*' */
+        {"m=barb", "m_bar*b"},     /* ... matching the empty run */
+        {"m=bar*b", "m_bar*b"},    /* ... or a '*' itself */
+        {"m=bar/x/yb", "m_bar*b"}, /* ... or any bytes */
+        {"m=barbx", "m_*"},        /* not a prefix: the end must match too */
+        {"m=abc", "m_a*b*c"},      /* several, every run empty */
+        {"m=a1b2c", "m_a*b*c"},    /* several, none empty */
+        {"m=abcbcbc", "m_a*b*c"},  /* the last 'c' at the end */
+        {"m=acb", "m_*"},          /* the order of the pieces counts */
+        {"m=abcx", "m_*"},         /* ... and the end */
+        {"m=", "m_*"},             /* '*' alone matches every value, the empty one too */
+        {"h=foo.example.com", "h_*.example.com"},   /* a leading '*' */
+        {"h=.example.com", "h_*.example.com"},      /* ... the empty run */
+        {"h=example.com", "h"},                     /* the '.' is no wildcard: the key alone */
+        {"h=api.example.com", "h_api.example.com"}, /* exact before every pattern */
+        {"h=api.example.org", "h_api.*"},
+        {"h=api.x.example.com", "h_*.example.com"}, /* both match: the first written */
+        {"path=/api/v1/users", "path_/api/*/users"},
+        {"path=/api//users", "path_/api/*/users"},
+        {"path=/api/a/b/users", "path_/api/*/users"}, /* '*' crosses '/' */
+        {"path=/api/v1/users/7", "-"},                /* not a prefix match */
+        {"o=abc", "o_abc"},                           /* exact first */
         {"o=abd", "o_ab*"}, /* then the first written wildcard that matches */
-        {"o=ab", "o_ab*"},  /* a wildcard matches its prefix itself */
+        {"o=ab", "o_ab*"},  /* a trailing wildcard matches its prefix itself */
         {"o=azz", "o_a*"},  /* the second written */
         {"o=b", "o"},       /* then the key alone */
         {"n=x1,s=yes", "n_x*.s_yes"},
-        {"n=x1,s=yup", "n_x*.s_y*"},
+        {"n=x1,s=joy", "n_x*.s_*y"},
         {"n=x1,s=no", "n_x*.s"},
         {"n=z,s=yes", "-"},
     };
@@ -853,6 +878,64 @@ static void test_wildcards(void)
     config_unref(c);
 }
 
+/* domains_glob on its own: bytes, not characters; and a pattern built to
+ * make a backtracking matcher exponential finishes in O(pattern * value). */
+static void test_glob(void)
+{
+    static const struct {
+        const char *pattern, *value;
+        int want;
+    } cases[] = {
+        {"", "", 1},
+        {"", "a", 0},
+        {"*", "", 1},
+        {"**", "x", 1},
+        {"a", "a", 1},
+        {"a", "A", 0},
+        {"a*", "a", 1},
+        {"a*", "ab", 1},
+        {"a*", "ba", 0},
+        {"*a", "ba", 1},
+        {"*a", "ab", 0},
+        {"a*b", "ab", 1},
+        {"a*b", "axxb", 1},
+        {"a*b", "axxbx", 0},
+        {"*a*", "xxaxx", 1},
+        {"*a*", "xxx", 0},
+        {"a*b*c", "aXbYbZc", 1},
+        {"a*b*c", "aXcYb", 0},
+        {"a**b", "ab", 1},
+        {"*ab", "aab", 1},
+        {"*aab", "aaab", 1},
+        {"a*ab", "aaab", 1},
+        {"*x*y", "xyxy", 1},
+        {"*x*y", "yx", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ok(domains_glob(cases[i].pattern, cases[i].value, strlen(cases[i].value)) == cases[i].want,
+           "glob: \"%s\" %s \"%s\"", cases[i].pattern, cases[i].want ? "matches" : "does not match",
+           cases[i].value);
+    /* Bytes: a NUL in the value is a byte like any other, never the end. */
+    ok(domains_glob("a*c", "a\0c", 3) == 1, "glob: a NUL byte in the value matched by '*'");
+    ok(domains_glob("a", "a\0", 2) == 0, "glob: a NUL byte after the pattern's end: no match");
+
+    /* a*a*a*a*a*b against 100 000 'a's: no match, and no exponential
+     * search (a naive backtracking matcher takes C(100000, 5) steps). */
+    size_t n = 100000;
+    char *v = xmalloc(n);
+    memset(v, 'a', n);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int m = domains_glob("a*a*a*a*a*b", v, n);
+    v[n - 1] = 'b';
+    int m2 = domains_glob("a*a*a*a*a*b", v, n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ok(m == 0 && m2 == 1, "glob: a*a*a*a*a*b against 100000 bytes: no, then (ending in b) yes");
+    ok(ms < 2000, "glob: the pathological pattern is linear-ish (%.1f ms)", ms);
+    free(v);
+}
+
 /* share_threshold: the keys of every value a shared wildcard matches are
  * one; metrics of detailed_metric and value_to_metric. */
 static void test_share_and_metrics(void)
@@ -863,6 +946,10 @@ static void test_share_and_metrics(void)
         "      - {key: files, value: 'files/*', share_threshold: true,\n"
         "         rate_limit: {unit: hour, requests_per_unit: 10}}\n"
         "      - {key: noshare, value: 'n/*', rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+        "      - {key: mid, value: 'api/*/files', share_threshold: true,\n"
+        "         rate_limit: {unit: hour, requests_per_unit: 10}}\n"
+        "      - {key: host, value: '*.example.com', value_to_metric: true,\n"
+        "         rate_limit: {unit: hour, requests_per_unit: 10}}\n"
         "      - key: outer\n"
         "        value: 'o*'\n"
         "        share_threshold: true\n"
@@ -900,6 +987,11 @@ static void test_share_and_metrics(void)
         {'k', "files=files/a.pdf", "files=files/*", "share_threshold: a.pdf counts as the pattern"},
         {'k', "files=files/b.csv", "files=files/*", "share_threshold: b.csv too: one counter"},
         {'k', "noshare=n/a", "noshare=n/a", "no share_threshold: the value"},
+        {'k', "mid=api/v1/files", "mid=api/*/files", "share_threshold on a middle '*'"},
+        {'k', "mid=api/v2/files", "mid=api/*/files", "... every value it matches: one counter"},
+        {'m', "mid=api/v1/files", "=mid_api/*/files", "a middle pattern's metric: as written"},
+        {'m', "host=a.example.com", "+host_a.example.com",
+         "value_to_metric on a leading '*': the whole value"},
         {'k', "outer=o1,user=ann", "outer=o*,user=ann",
          "share_threshold on a parent level: that level shared, the leaf's value kept"},
         {'k', "outer=o2,d=x9", "outer=o*,d=x*", "two shared levels"},
@@ -1020,6 +1112,7 @@ int main(void)
     test_depth();
     test_matching();
     test_wildcards();
+    test_glob();
     test_share_and_metrics();
     test_schema_fields();
     test_merge();

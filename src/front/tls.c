@@ -136,13 +136,14 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
     while (got < len && rounds++ < TLS_READ_ROUNDS) {
         int n = SSL_read(io->ssl, (char *)buf + got,
                          len - got > INT32_MAX ? INT32_MAX : (int)(len - got));
+        /* Asked before handshake_done's SSL_write, which would answer it. */
+        int e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(io->ssl, n);
         if (io->state == IO_HANDSHAKING && SSL_is_init_finished(io->ssl))
             handshake_done(io);
         if (n > 0) {
             got += (size_t)n;
             continue;
         }
-        int e = SSL_get_error(io->ssl, n);
         if (e == SSL_ERROR_WANT_READ) {
             if ((r = pull(io)) > 0)
                 continue;

@@ -30,6 +30,8 @@ past).
   rotation is noticed by watch: true alone; a garbage certificate then is
   refused with the file's name and OpenSSL's reason, and new connections
   keep the old serial.
+- admin_tls added by a reload: the admin port answers over HTTPS and no
+  longer in plain text; removed again, plain text again.
 - Slowloris: a connection sending nothing, and one sending half a
   ClientHello, on listen and grpc_listen, are closed at idle_timeout;
   counted as aborted handshakes.
@@ -302,6 +304,7 @@ def check_https(pki, tmp):
 
     check_rotation(d, pki)
     check_slowloris(d.port, "listen", d)
+    check_admin_tls(d, pki, extra)
     if harness.failed_count() > failed:
         harness.diag(harness.tail(d.logfile))
     d.stop()
@@ -312,10 +315,15 @@ def check_rotation(d, pki):
     rot.thread.start()
     harness.wait_until(lambda: rot.last_serial() == 0x1001, what="a first request")
     time.sleep(0.3)
+    n = d.logs().count("policies reloaded")
     replace(pki, "srv2", "live")
     d.send_signal(signal.SIGHUP)
     harness.wait_until(lambda: rot.last_serial() == 0x1002, timeout=10,
                        what="new connections with the new certificate")
+    # (the watch may reload after SIGHUP did, with nothing left to change)
+    lines = [x for x in d.logs().splitlines() if "policies reloaded" in x][n:]
+    harness.ok(any("fields_changed=tls.cert_file" in x for x in lines),
+               "the reload's line says the certificate changed (same path)")
     time.sleep(0.3)
     # watch: true notices the next one alone.
     replace(pki, "srv3", "live")
@@ -347,6 +355,35 @@ def check_rotation(d, pki):
                "the refused reload names the certificate file and OpenSSL's reason")
     harness.diag(line[0] if line else d.logs()[-2000:])
     replace(pki, "srv3", "live")  # something valid for the rest
+
+
+def check_admin_tls(d, pki, extra):
+    """admin_tls added by a reload: the admin port moves to HTTPS for new
+    connections; removed again, back to plain text."""
+    block = tls_block("admin_tls", pki.path("srv1.pem"), pki.path("srv1.key"))
+    n = d.logs().count("policies reloaded")
+    d.write_config(POLICY, extra=extra + block)
+    d.send_signal(signal.SIGHUP)
+    harness.wait_until(lambda: d.logs().count("policies reloaded") > n, what="the reload")
+    p = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time",
+                        "10", "--cacert", pki.path("ca.pem"),
+                        "https://localhost:%d/healthz" % d.admin_port], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    harness.eq(p.stdout, b"200", "admin_tls added by a reload: /healthz over HTTPS")
+    lines = [x for x in d.logs().splitlines() if "policies reloaded" in x][n:]
+    harness.ok(any("admin_tls.cert_file" in x for x in lines),
+               "the reload's line names admin_tls's fields")
+    try:
+        d.admin("/healthz", timeout=5)
+        plain = "answered"
+    except (OSError, http.client.HTTPException):
+        plain = "refused"
+    harness.eq(plain, "refused", "admin_tls: plain HTTP on the admin port gets no answer")
+    n = d.logs().count("policies reloaded")
+    d.write_config(POLICY, extra=extra)
+    d.send_signal(signal.SIGHUP)
+    harness.wait_until(lambda: d.logs().count("policies reloaded") > n, what="the reload")
+    harness.eq(d.admin("/healthz").status, 200, "admin_tls removed by a reload: plain again")
 
 
 def client_hello_half():

@@ -130,6 +130,15 @@ static ssize_t pull(struct front_io *io)
     return r;
 }
 
+void front_io_kick(struct front_io *io)
+{
+    /* Only while the front reads: a front that stopped (a full pipeline, a
+     * full output) keeps its backpressure, and kicks again when it
+     * resumes. */
+    if (io->more && event_pending(io->rd, EV_READ, NULL))
+        event_active(io->rd, EV_READ, 0);
+}
+
 ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
 {
     if (io->ssl == NULL)
@@ -173,11 +182,11 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
      * it (the session tickets after a handshake) in one segment. */
     if (got == 0 && front_io_flush(io) < 0)
         return errno = EPIPE, -1;
-    /* Stopped by our own bounds with plaintext left inside OpenSSL: the
-     * socket may have nothing more to say, so its event would not come. */
-    if ((got == len || rounds > TLS_READ_ROUNDS) && io->state == IO_OPEN &&
-        (SSL_pending(io->ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(io->ssl)) > 0))
-        event_active(io->rd, EV_READ, 0);
+    /* Stopped by our own bounds with bytes left inside OpenSSL: the socket
+     * may have nothing more to say, so its event would not come. */
+    io->more = (got == len || rounds > TLS_READ_ROUNDS) && io->state == IO_OPEN &&
+               (SSL_pending(io->ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(io->ssl)) > 0);
+    front_io_kick(io);
     if (got > 0)
         return (ssize_t)got;
     if (err == 0)

@@ -43,6 +43,7 @@ struct front_io {
     struct buf early;        /* sent by the front before the handshake ended */
     unsigned char listener;  /* enum tls_listener */
     unsigned char state;     /* handshaking, open, failed (tls.c) */
+    unsigned char more;      /* front_io_recv stopped with bytes left inside OpenSSL */
 };
 
 /* A connection accepted on fd: plain if server is NULL, else TLS with
@@ -63,6 +64,11 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len);
  * handshake ends: kept until it does), -1 with errno (EAGAIN: the socket
  * and the output buffer are full). */
 ssize_t front_io_send(struct front_io *io, const void *data, size_t len);
+
+/* The front has (re)added its read event: if OpenSSL still holds bytes
+ * the socket will not announce, the read event runs now. A no-op on plain
+ * text. */
+void front_io_kick(struct front_io *io);
 
 /* Writes what TLS holds for the socket. Returns 0 (all of it, or the
  * socket is full: front_io_pending says which), -1 if the connection

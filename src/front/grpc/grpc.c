@@ -685,6 +685,7 @@ static void settle(struct gconn *c)
     /* A full output buffer stops reading: the peer must read first. */
     front_event_want(&c->rd, &c->reading,
                      c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
+    front_io_kick(&c->io);
     arm_timer(c);
     c->g->host->maybe_idle(c->g->host->arg);
 }

@@ -102,8 +102,8 @@ static void conn_free(struct conn *c)
 /* Nothing read of a next request, nothing to answer, nothing to write. */
 static int conn_quiet(const struct conn *c)
 {
-    return c->count == 0 && c->out_off == c->out.len && c->in.len == 0 &&
-           !http_parse_started(&c->parse);
+    return c->count == 0 && c->out_off == c->out.len && !front_io_pending(&c->io) &&
+           c->in.len == 0 && !http_parse_started(&c->parse);
 }
 
 struct slot *http_slot_new(struct conn *c)
@@ -355,6 +355,7 @@ static void settle(struct conn *c)
     }
     front_event_want(&c->rd, &c->reading,
                      c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+    front_io_kick(&c->io);
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     h->host->maybe_idle(h->host->arg);
@@ -489,7 +490,7 @@ static int http_idle(const struct front *f)
 {
     const struct http *h = (const struct http *)f;
     for (const struct conn *c = h->conns; c; c = c->next)
-        if (c->count || c->out_off < c->out.len)
+        if (c->count || c->out_off < c->out.len || front_io_pending(&c->io))
             return 0;
     return 1;
 }

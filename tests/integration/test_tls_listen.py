@@ -30,6 +30,8 @@ past).
   rotation is noticed by watch: true alone; a garbage certificate then is
   refused with the file's name and OpenSSL's reason, and new connections
   keep the old serial.
+- 300 pipelined requests in one TLS write (more than the pipeline holds):
+  every one answered.
 - admin_tls added by a reload: the admin port answers over HTTPS and no
   longer in plain text; removed again, plain text again.
 - Slowloris: a connection sending nothing, and one sending half a
@@ -302,6 +304,7 @@ def check_https(pki, tmp):
     d.send_signal(signal.SIGHUP)
     harness.wait_until(lambda: d.logs().count("policies reloaded") >= 2, what="the reload")
 
+    check_pipelined(d.port, pki)
     check_rotation(d, pki)
     check_slowloris(d.port, "listen", d)
     check_admin_tls(d, pki, extra)
@@ -355,6 +358,32 @@ def check_rotation(d, pki):
                "the refused reload names the certificate file and OpenSSL's reason")
     harness.diag(line[0] if line else d.logs()[-2000:])
     replace(pki, "srv3", "live")  # something valid for the rest
+
+
+def check_pipelined(port, pki, n=300):
+    """n requests in one write over TLS: more than the pipeline holds, so
+    the daemon stops reading with requests decrypted and waiting inside
+    OpenSSL, and must take them up again when answers have gone."""
+    body = json.dumps({"policy": "p", "key": "pipe"})
+    one = ("POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode()
+    s = client_context(pki).wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                        server_hostname="localhost")
+    got = b""
+    try:
+        s.sendall(one * n)
+        deadline = time.monotonic() + 20
+        while got.count(b"HTTP/1.1 200") < n and time.monotonic() < deadline:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except OSError as e:
+        harness.diag("pipelined: %r" % e)
+    finally:
+        s.close()
+    harness.eq(got.count(b"HTTP/1.1 200"), n,
+               "%d pipelined requests in one TLS write: every one answered" % n)
 
 
 def check_admin_tls(d, pki, extra):

@@ -14,7 +14,7 @@ past).
   file:line:col; a key that is not the certificate's, a garbage
   certificate, grpc_tls without grpc_listen: refused, naming the file and
   OpenSSL's reason; an expired certificate passes with a warning.
-- HTTPS (client_auth: request): curl without and with a client
+- HTTPS (client_auth: request, two workers): curl without and with a client
   certificate gets 200, ALPN http/1.1; curl trusting the other CA refuses
   the server; a client certificate of the other CA is refused. A reload
   to client_auth: require: a new connection without a certificate is
@@ -267,7 +267,8 @@ def check_https(pki, tmp):
         shutil.copy(pki.path("srv1.pem"), pki.path(name + ".pem"))
         shutil.copy(pki.path("srv1.key"), pki.path(name + ".key"))
     cert, key = pki.path("live.pem"), pki.path("live.key")
-    extra = ("backend: memory\nwatch: true\nidle_timeout: %gs\n" % IDLE
+    # Two workers: each takes the new snapshot's context on a reload.
+    extra = ("backend: memory\nworkers: 2\nwatch: true\nidle_timeout: %gs\n" % IDLE
              + tls_block("tls", cert, key, pki.path("ca.pem"), "request"))
     d = Daemon(None, POLICY, extra=extra, admin=True)
     d.start()

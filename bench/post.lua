@@ -5,6 +5,9 @@
 --   BENCH_MODE=spread  K is "user:<n>", n uniform in 1..BENCH_KEYS (100000)
 --   BENCH_MODE=hot     K is "user:hot" on every request
 --   BENCH_POLICY       policy name in the body (fw)
+--   BENCH_CLOSE=1      "Connection: close" on every request: a new connection
+--                      (and TLS handshake) per request (bench/tls.sh); wrk's
+--                      -H is not used, since wrk.format is given its headers
 -- All request strings are built in init(), before wrk starts its clock, so
 -- the per-request cost inside wrk is one random number and a table lookup.
 --
@@ -16,13 +19,16 @@
 local mode   = os.getenv("BENCH_MODE") or "spread"
 local nkeys  = tonumber(os.getenv("BENCH_KEYS") or "100000")
 local policy = os.getenv("BENCH_POLICY") or "fw"
+local close  = os.getenv("BENCH_CLOSE") == "1"
 
 local pool = {}
 local npool = 0
 
 local function build(key)
   local body = '{"policy":"' .. policy .. '","key":"' .. key .. '","cost":1}'
-  return wrk.format("POST", "/check", { ["Content-Type"] = "application/json" }, body)
+  local headers = { ["Content-Type"] = "application/json" }
+  if close then headers["Connection"] = "close" end
+  return wrk.format("POST", "/check", headers, body)
 end
 
 function init(args)

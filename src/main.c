@@ -305,6 +305,8 @@ static int load(struct server *srv, const struct options *o)
         fprintf(stderr, "ratelimitd: warning: %.*s\n", len, s);
         s += len + (end != NULL);
     }
+    if (o->check_only)
+        reload_loaded(srv, srv->config, 1); /* no watch yet: the certificates' warnings */
     if (!o->check_only)
         return -1;
     size_t np = srv->config->npolicies, nd = srv->config->ndomains;
@@ -380,6 +382,7 @@ static int start(struct server *srv, struct main_events *ev)
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
+    reload_loaded(srv, srv->config, 0);
     for (size_t i = 0; i < srv->nworkers; i++) {
         if (worker_start(&srv->workers[i], err, sizeof err) < 0) {
             fprintf(stderr, "ratelimitd: %s\n", err);
@@ -411,6 +414,13 @@ static int run(struct server *srv)
     kv[n++] = srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend);
     kv[n++] = "clock";
     kv[n++] = memory || cfg->clock == CLOCK_SOURCE_LOCAL ? "local" : "redis";
+    char tls[48] = "";
+    for (int i = 0; i < TLS_NLISTENERS; i++)
+        if (cfg->listen_tls[i].server)
+            snprintf(tls + strlen(tls), sizeof tls - strlen(tls), "%s%s", tls[0] ? "," : "",
+                     tls_listener_names[i]);
+    if (tls[0])
+        kv[n++] = "tls", kv[n++] = tls;
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "commit",
               RATELIMITD_COMMIT, "policies", npol, "workers", nw, kv[0], kv[1], kv[2], kv[3], kv[4],
               kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11], NULL);

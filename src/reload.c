@@ -7,12 +7,46 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/metrics.h"
 #include "notify.h"
 #include "reload.h"
 #include "watch.h"
 #include "worker.h"
+
+void reload_loaded(struct server *srv, const struct config *c, int to_stderr)
+{
+    const char *files[WATCH_MAX_FILES];
+    size_t n = 0;
+    char when[32];
+    watch_follow(srv->watch, c->envoy_config);
+    for (int i = 0; i < TLS_NLISTENERS; i++) {
+        const struct listen_tls_config *t = &c->listen_tls[i];
+        if (t->server == NULL)
+            continue;
+        files[n++] = t->cert_file;
+        files[n++] = t->key_file;
+        if (t->client_ca_file)
+            files[n++] = t->client_ca_file;
+        const char *bad = tls_server_validity(t->server, (int64_t)time(NULL));
+        if (bad == NULL)
+            continue;
+        time_t at =
+            (time_t)(strcmp(bad, "expired") == 0 ? t->server->not_after : t->server->not_before);
+        struct tm tm;
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&at, &tm));
+        log_event(&srv->log, LOG_LVL_WARN,
+                  "a listener's TLS certificate is not valid now: clients will refuse it",
+                  "listener", tls_listener_names[i], "cert_file", t->cert_file, "certificate", bad,
+                  strcmp(bad, "expired") == 0 ? "not_after" : "not_before", when, NULL);
+        if (to_stderr)
+            fprintf(stderr, "ratelimitd: warning: %s: certificate %s %s (%s %s)\n",
+                    tls_listener_names[i], t->cert_file, bad,
+                    strcmp(bad, "expired") == 0 ? "notAfter" : "notBefore", when);
+    }
+    watch_follow_files(srv->watch, files, n);
+}
 
 int reload_config(struct server *srv, const char *trigger)
 {
@@ -47,8 +81,8 @@ int reload_config(struct server *srv, const char *trigger)
         worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)
         srv->log.level = c->log_level;
-    /* envoy_config may now name another directory. */
-    watch_follow(srv->watch, c->envoy_config);
+    /* envoy_config may now name another directory, TLS other files. */
+    reload_loaded(srv, c, 0);
     char n[24], nd[24];
     snprintf(n, sizeof n, "%zu", c->npolicies);
     snprintf(nd, sizeof nd, "%zu", c->ndomains);

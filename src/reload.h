@@ -22,4 +22,11 @@ int reload_config(struct server *srv, const char *trigger);
  * reload. */
 void reload_log_warnings(struct server *srv, const struct config *c);
 
+/* What a load in force (at start, after a reload) means beyond the
+ * workers: the watch follows c's envoy_config directory and TLS files,
+ * and a listener's certificate that is expired or not yet valid is
+ * warned about (served all the same: see docs/configuration.md's TLS
+ * section), on stderr too with to_stderr (-t). */
+void reload_loaded(struct server *srv, const struct config *c, int to_stderr);
+
 #endif

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * watch.c: reloads on a change of the policy file's content, or of the
- * envoyproxy/ratelimit files in the envoy_config directory.
+ * watch.c: reloads on a change of the policy file's content, of the
+ * envoyproxy/ratelimit files in the envoy_config directory, or of the
+ * files the listeners' TLS blocks name (certificates, keys, client CAs).
  *
- * Any event in either directory arms a short timer (editors and ConfigMap
+ * Any event in one of the directories arms a short timer (editors and ConfigMap
  * updates come as bursts of events); when it fires, the policy file's
- * content and each domain file's name and content are hashed, and the
+ * content, each domain file's name and content and each TLS file's are hashed, and the
  * policies are reloaded only if the hash differs from the last one seen,
  * so unrelated files in the directories cause no reload.
  *
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,11 @@ struct watch {
     int file_wd;     /* the policy file's directory */
     int envoy_wd;    /* the envoy directory's, -1 if none (or file_wd's) */
     char *envoy_dir; /* the directory envoy_wd watches */
+    /* Files a load reads besides (the listeners' certificates, keys and
+     * CAs), and the watches of their directories (-1: none). */
+    size_t nfiles;
+    char *files[WATCH_MAX_FILES];
+    int file_wds[WATCH_MAX_FILES];
 };
 
 #define WATCH_MASK                                                                                 \
@@ -88,16 +95,31 @@ static int add_to_listing(const char *path, const char *text, size_t len, void *
 static void hash_inputs(const struct watch *w, char out[41])
 {
     struct listing l = {NULL, 0};
-    char err[256];
+    char err[256], sha[41];
 
     hash_file(w->config_path, out);
-    if (!out[0] || !w->envoy_dir)
+    if (!out[0] || (!w->envoy_dir && w->nfiles == 0))
         return;
     add_to_listing(w->config_path, out, strlen(out), &l);
-    if (envoy_config_each(w->envoy_dir, add_to_listing, &l, err, sizeof err) < 0)
+    if (w->envoy_dir && envoy_config_each(w->envoy_dir, add_to_listing, &l, err, sizeof err) < 0)
         add_to_listing(err, "", 0, &l);
+    /* A file that cannot be read counts as "" (the load will say why). */
+    for (size_t i = 0; i < w->nfiles; i++) {
+        hash_file(w->files[i], sha);
+        add_to_listing(w->files[i], sha, strlen(sha), &l);
+    }
     sha1_hex(l.buf, l.len, out);
     free(l.buf);
+}
+
+/* Whether another of the files' watches (not the one at skip) is wd:
+ * inotify gives a directory one watch, however often it is added. */
+static int shared_wd(const struct watch *w, int wd, size_t skip)
+{
+    for (size_t i = 0; i < w->nfiles; i++)
+        if (i != skip && w->file_wds[i] == wd)
+            return 1;
+    return 0;
 }
 
 static void on_settled(evutil_socket_t fd, short what, void *arg)
@@ -162,7 +184,7 @@ void watch_follow(struct watch *w, const char *want)
         (!want && !w->envoy_dir))
         return;
     /* The same directory as the policy file's has the same watch: keep it. */
-    if (w->envoy_wd >= 0 && w->envoy_wd != w->file_wd)
+    if (w->envoy_wd >= 0 && w->envoy_wd != w->file_wd && !shared_wd(w, w->envoy_wd, SIZE_MAX))
         (void)inotify_rm_watch(w->fd, w->envoy_wd); /* gone with its directory: nothing to undo */
     w->envoy_wd = -1;
     free(w->envoy_dir);
@@ -173,10 +195,39 @@ void watch_follow(struct watch *w, const char *want)
                   "directory", want, "error", strerror(errno), NULL);
 }
 
+void watch_follow_files(struct watch *w, const char *const *files, size_t n)
+{
+    if (w == NULL)
+        return;
+    if (n > WATCH_MAX_FILES)
+        n = WATCH_MAX_FILES;
+    for (size_t i = 0; i < w->nfiles; i++) {
+        if (w->file_wds[i] >= 0 && w->file_wds[i] != w->file_wd && w->file_wds[i] != w->envoy_wd &&
+            !shared_wd(w, w->file_wds[i], i))
+            (void)inotify_rm_watch(w->fd, w->file_wds[i]); /* as in watch_follow */
+        free(w->files[i]);
+    }
+    w->nfiles = n;
+    for (size_t i = 0; i < n; i++) {
+        w->files[i] = xstrdup(files[i]);
+        char *copy = xstrdup(files[i]);
+        /* The directory, not the file: a rotation renames a new file over
+         * the old one, or swaps a symlinked directory (a Kubernetes
+         * Secret's ..data), and the old file's watch would see neither. */
+        if ((w->file_wds[i] = inotify_add_watch(w->fd, dirname(copy), WATCH_MASK)) < 0)
+            log_event(w->log, LOG_LVL_WARN,
+                      "watch: cannot watch a certificate's directory; SIGHUP still reloads it",
+                      "file", files[i], "error", strerror(errno), NULL);
+        free(copy);
+    }
+}
+
 void watch_free(struct watch *w)
 {
     if (!w)
         return;
+    for (size_t i = 0; i < w->nfiles; i++)
+        free(w->files[i]);
     if (w->readable)
         event_free(w->readable);
     if (w->settle)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.h: `watch: true`: reload the policy file when it, or a file of its
- * envoy_config directory, changes, with inotify on their directories, so
+ * envoy_config directory, or a listener's certificate, key or client CA,
+ * changes, with inotify on their directories, so
  * that an edit in place, a rename over it and the swap of a symlinked
  * directory (a Kubernetes ConfigMap's ..data) are all seen.
  */
@@ -34,6 +35,15 @@ struct watch *watch_new(const struct watch_target *t, char *err, size_t errlen) 
  * directory: called after every reload, since it may name another. NULL
  * is a no-op. */
 void watch_follow(struct watch *w, const char *envoy_dir);
+
+/* At most this many other files. */
+#define WATCH_MAX_FILES 9
+
+/* Watches these files too (their directories), instead of the previous
+ * list: the listeners' certificates, keys and client CAs, which a load
+ * reads and a rotation replaces (at most WATCH_MAX_FILES; copied). Called
+ * after every load. NULL is a no-op. */
+void watch_follow_files(struct watch *w, const char *const *files, size_t n);
 
 /* NULL is a no-op. */
 void watch_free(struct watch *w);

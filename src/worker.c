@@ -89,6 +89,11 @@ static char *metrics_text(void *arg)
         .config_loaded_us = srv->config_loaded_us,
         .policies = w->core.config->npolicies,
     };
+    _Static_assert(METRICS_TLS_LISTENERS == TLS_NLISTENERS, "one TLS label per listener");
+    for (size_t l = 0; l < TLS_NLISTENERS; l++) {
+        const struct tls_server *t = w->core.config->listen_tls[l].server;
+        g.tls_not_after[l] = t ? t->not_after : 0;
+    }
     char *text = metrics_render(sum, &g);
     metrics_free(sum);
     return text;

@@ -13,7 +13,7 @@ export RATELIMITD_WRAPPER="valgrind --leak-check=full --show-leak-kinds=definite
 # python3-grpcio.
 py=$(command -v /usr/bin/python3 || command -v python3)
 rc=0
-for t in ${*:-tests/integration/test_http.py tests/integration/test_redis_faults.py tests/integration/test_ops.py tests/integration/test_limits.py tests/integration/test_concurrency.py tests/integration/test_gateways.py tests/integration/test_rls_json.py tests/integration/test_grpc.py tests/integration/test_rls_grpc.py tests/integration/test_envoy_basic.py tests/integration/test_rls_modes.py tests/integration/test_tls.py}; do
+for t in ${*:-tests/integration/test_http.py tests/integration/test_redis_faults.py tests/integration/test_ops.py tests/integration/test_limits.py tests/integration/test_concurrency.py tests/integration/test_gateways.py tests/integration/test_rls_json.py tests/integration/test_grpc.py tests/integration/test_rls_grpc.py tests/integration/test_envoy_basic.py tests/integration/test_rls_modes.py tests/integration/test_tls.py tests/integration/test_tls_listen.py}; do
     if RATELIMITD="$PWD/ratelimitd" RL_SRCDIR="$PWD" "$py" "$t" > "$logs/$(basename "$t").tap" 2>&1; then
         echo "$t: $(grep -c '^ok' "$logs/$(basename "$t").tap") ok"
     else

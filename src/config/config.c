@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,13 @@ static int same_trust(const struct client_trust *a, const struct client_trust *b
     return 1;
 }
 
+/* The listener TLS block whose field f is (f one of its rows). */
+static const struct listen_tls_config *listener_tls(const struct config *c, const struct field *f)
+{
+    size_t i = (f->offset - offsetof(struct config, listen_tls)) / sizeof c->listen_tls[0];
+    return &c->listen_tls[i];
+}
+
 /* The rows of fields (sections walked, by dotted path) whose values
  * differ; rows without a stored value are compared by hand, the policies
  * and domains left to their own lists. */
@@ -175,6 +183,11 @@ static void changed_fields(const struct field *fields, const char *prefix, const
                    same_string(a->auth_token, b->auth_token);
         else if (strcmp(path, "trusted_proxies") == 0)
             same = same_trust(&a->trusted_proxies, &b->trusted_proxies);
+        else if (strcmp(f->name, "cert_file") == 0 &&
+                 f->offset != offsetof(struct config, redis_tls.cert_file))
+            /* a listener's certificate, rotated under the same name */
+            same = same_value(f, a, b) &&
+                   tls_server_same(listener_tls(a, f)->server, listener_tls(b, f)->server);
         else if (strcmp(path, "domains") == 0)
             same = domains_equal(a->domains, a->ndomains, b->domains, b->ndomains);
         else
@@ -254,6 +267,7 @@ static void config_free(struct config *c)
     if (c == NULL)
         return;
     free_redis_modes(c);
+    cfg_free_listen_tls(c);
     free(c->path);
     free(c->listen);
     free(c->listen_group);
@@ -299,7 +313,7 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
     root = yaml_document_get_root_node(&ld.doc);
     if (cfg_parse_fields(&ld, root, "", cfg_top_fields, c) < 0 ||
         cfg_check_unix_fields(&ld, root, c) < 0 || cfg_check_admin_on_listen(&ld, root, c) < 0 ||
-        cfg_check_redis_modes(&ld, root, c) < 0) {
+        cfg_check_redis_modes(&ld, root, c) < 0 || cfg_load_listen_tls(&ld, root, c) < 0) {
         config_free(c);
         c = NULL;
     } else {

@@ -20,6 +20,7 @@
 #include "config/policy.h"
 #include "lib/client_ip.h"
 #include "lib/log.h"
+#include "lib/tls_server.h"
 #include "lib/util.h"
 
 #define CONFIG_PREFIX_MAX 128
@@ -51,6 +52,15 @@ struct redis_sentinel_config {
     char **addresses;  /* "host:port", "[v6]:port" */
     char *master_name;
     char *password; /* the sentinels' own; NULL: none */
+};
+
+/* tls, admin_tls, grpc_tls: TLS on one of the daemon's listeners. */
+struct listen_tls_config {
+    char *cert_file;           /* NULL: the block is absent, the listener is plain text */
+    char *key_file;            /* set iff cert_file is */
+    char *client_ca_file;      /* NULL: none (client_auth none) */
+    int client_auth;           /* enum tls_client_auth */
+    struct tls_server *server; /* made at load from the files above; NULL: plain */
 };
 
 #define CONFIG_WORKERS_MAX 64
@@ -100,6 +110,9 @@ struct config {
     /* The gRPC front (grpc.h). */
     char *grpc_listen;        /* NULL: none */
     int64_t grpc_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS per connection */
+
+    /* By enum tls_listener: listen's, admin_listen's, grpc_listen's. */
+    struct listen_tls_config listen_tls[TLS_NLISTENERS];
 
     char *envoy_config;      /* envoyproxy/ratelimit's YAML directory; NULL: none */
     int envoy_merge_domains; /* a domain in several files (or domains:): merged, not an error */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config_fields.c: the rows of struct config, the top level of the policy
- * file and its redis, redis.tls and redis.sentinel sections: each row's
+ * file and its redis, redis.tls, redis.sentinel, tls, admin_tls and
+ * grpc_tls sections: each row's
  * name, type, bounds, default and reload rule (applied on reload, or needs
  * a restart), the value checkers its strings pass, and the custom parsers
  * of the values a type alone cannot read (workers, listen_mode,
@@ -225,6 +226,32 @@ static const struct field redis_tls_fields[] = {
     {.name = NULL},
 };
 
+/* tls, admin_tls, grpc_tls: the same rows, each into its listener's
+ * struct listen_tls_config. A reload applies them, block added or removed
+ * included, to the connections accepted after it (config_tls.c reads the
+ * files again every time). */
+const char *const cfg_client_auth_names[] = {[TLS_CLIENT_AUTH_NONE] = "none",
+                                             [TLS_CLIENT_AUTH_REQUEST] = "request",
+                                             [TLS_CLIENT_AUTH_REQUIRE] = "require",
+                                             NULL};
+
+#define LISTEN_TLS_FIELDS(table, i)                                                                \
+    static const struct field table[] = {                                                          \
+        {"cert_file", F_STRING, .required = 1,                                                     \
+         .offset = offsetof(struct config, listen_tls[i].cert_file), .check = check_readable},     \
+        {"key_file", F_STRING, .required = 1,                                                      \
+         .offset = offsetof(struct config, listen_tls[i].key_file), .check = check_readable},      \
+        {"client_ca_file", F_STRING,                                                               \
+         .offset = offsetof(struct config, listen_tls[i].client_ca_file),                          \
+         .check = check_readable},                                                                 \
+        {"client_auth", F_CHOICE, .offset = offsetof(struct config, listen_tls[i].client_auth),    \
+         .choices = cfg_client_auth_names, .def = TLS_CLIENT_AUTH_NONE},                           \
+        {.name = NULL},                                                                            \
+    }
+LISTEN_TLS_FIELDS(tls_fields, TLS_LISTEN);
+LISTEN_TLS_FIELDS(admin_tls_fields, TLS_ADMIN_LISTEN);
+LISTEN_TLS_FIELDS(grpc_tls_fields, TLS_GRPC_LISTEN);
+
 static const struct field redis_sentinel_fields[] = {
     {"addresses", F_CUSTOM, .required = 1, .offset = offsetof(struct config, redis_sentinel),
      .parse = cfg_parse_sentinel_addresses,
@@ -313,12 +340,15 @@ const struct field cfg_top_fields[] = {
      .def = 0},
     {"envoy_shadow_mode", F_BOOL, .offset = offsetof(struct config, envoy_shadow_mode), .def = 0},
     {"envoy_quota_mode", F_BOOL, .offset = offsetof(struct config, envoy_quota_mode), .def = 0},
+    {"tls", F_SECTION, .section = tls_fields},
+    {"admin_tls", F_SECTION, .section = admin_tls_fields},
+    {"grpc_tls", F_SECTION, .section = grpc_tls_fields},
     {.name = NULL},
 };
 
 _Static_assert(NROWS(redis_fields) <= MAX_FIELDS && NROWS(cfg_top_fields) <= MAX_FIELDS &&
                    NROWS(redis_tls_fields) <= MAX_FIELDS &&
-                   NROWS(redis_sentinel_fields) <= MAX_FIELDS,
+                   NROWS(redis_sentinel_fields) <= MAX_FIELDS && NROWS(tls_fields) <= MAX_FIELDS,
                "raise MAX_FIELDS");
 
 /* ---- custom parsers and the rule between listen's fields --------------------------- */

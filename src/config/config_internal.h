@@ -15,6 +15,7 @@
  *                      between redis's fields
  *   config_policies.c  policies, tiers, overrides (and their tables)
  *   config_domains.c   `domains:` and envoyproxy/ratelimit's files
+ *   config_tls.c       tls, admin_tls, grpc_tls: their rules, their contexts
  *
  * What one of those files defines for another carries the prefix cfg_: the
  * library is linked whole, and a name such as join or kind must not reach
@@ -34,7 +35,7 @@
 
 #define PATH_LEN 256  /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48  /* a value quoted in a message */
-#define MAX_FIELDS 32 /* rows in the largest field table */
+#define MAX_FIELDS 40 /* rows in the largest field table */
 #define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
 
 struct config;
@@ -169,6 +170,16 @@ int cfg_check_host_port(const char *s, int port_required, char *err, size_t errl
 int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
 /* admin_on_listen: true needs no admin_listen. */
 int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root, const struct config *c);
+/* client_auth's words: none, request, require. */
+extern const char *const cfg_client_auth_names[];
+
+/* ---- config_tls.c: tls, admin_tls, grpc_tls ----------------------------------- */
+
+/* The rules between a TLS block's fields and its listener, once the file
+ * is read; then each block's context made from its files (tls_server.h). */
+int cfg_load_listen_tls(struct loader *ld, const yaml_node_t *root, struct config *c);
+/* Frees what cfg_load_listen_tls and the fields made. */
+void cfg_free_listen_tls(struct config *c);
 
 /* ---- config_redis.c: redis.sentinel, redis.cluster, the rules between them ---- */
 

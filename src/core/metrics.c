@@ -142,6 +142,7 @@ struct metrics {
     uint64_t latency_count;
     uint64_t counters[METRICS_NCOUNTERS];
     uint64_t reloads[2]; /* [0] failure, [1] success */
+    uint64_t tls[METRICS_TLS_LISTENERS][METRICS_TLS_NRESULTS];
     uint64_t rls_requests[METRICS_RLS_NFRONTS][METRICS_RLS_NCODES];
     /* The series in order of first sight (the render order), found through
      * an open-addressing index of series number + 1 (0: empty), of
@@ -398,6 +399,15 @@ void metrics_node_up(struct metrics *m, const char *node, int up)
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_tls_handshake(struct metrics *m, unsigned listener, enum metrics_tls_result r)
+{
+    if (listener >= METRICS_TLS_LISTENERS || (unsigned)r >= METRICS_TLS_NRESULTS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->tls[listener][r]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_reload(struct metrics *m, int ok)
 {
     pthread_mutex_lock(&m->lock);
@@ -425,6 +435,9 @@ void metrics_add(struct metrics *into, struct metrics *from)
         into->counters[i] += from->counters[i];
     for (size_t i = 0; i < 2; i++)
         into->reloads[i] += from->reloads[i];
+    for (size_t l = 0; l < METRICS_TLS_LISTENERS; l++)
+        for (size_t r = 0; r < METRICS_TLS_NRESULTS; r++)
+            into->tls[l][r] += from->tls[l][r];
     for (size_t f = 0; f < METRICS_RLS_NFRONTS; f++)
         for (size_t c = 0; c < METRICS_RLS_NCODES; c++)
             into->rls_requests[f][c] += from->rls_requests[f][c];
@@ -629,6 +642,37 @@ static void put_reloads(struct buf *b, const struct metrics *m)
     put(b, "%s{result=\"failure\"} %" PRIu64 "\n", name, m->reloads[0]);
 }
 
+/* The TLS series of the listeners that serve TLS now or have counted a
+ * handshake (a counter never vanishes once it has a value). */
+static void put_tls(struct buf *b, const struct metrics *m, const struct metrics_gauges *g)
+{
+    static const char *const listeners[METRICS_TLS_LISTENERS] = {"listen", "admin_listen",
+                                                                 "grpc_listen"};
+    static const char *const results[METRICS_TLS_NRESULTS] = {"ok", "client_certificate",
+                                                              "protocol", "aborted"};
+    const char *name = PREFIX "tls_handshakes_total";
+    int shown[METRICS_TLS_LISTENERS], any = 0;
+    for (size_t l = 0; l < METRICS_TLS_LISTENERS; l++) {
+        shown[l] = g->tls_not_after[l] != 0;
+        for (size_t r = 0; r < METRICS_TLS_NRESULTS; r++)
+            shown[l] |= m->tls[l][r] != 0;
+        any |= shown[l];
+    }
+    if (!any)
+        return;
+    put_family(b, name, "counter", "TLS handshakes ended, by listener and result.");
+    for (size_t l = 0; l < METRICS_TLS_LISTENERS; l++)
+        for (size_t r = 0; shown[l] && r < METRICS_TLS_NRESULTS; r++)
+            put(b, "%s{listener=\"%s\",result=\"%s\"} %" PRIu64 "\n", name, listeners[l],
+                results[r], m->tls[l][r]);
+    name = PREFIX "tls_certificate_not_after_seconds";
+    put_family(b, name, "gauge",
+               "Unix time at which the listener's certificate expires (notAfter).");
+    for (size_t l = 0; l < METRICS_TLS_LISTENERS; l++)
+        if (g->tls_not_after[l] != 0)
+            put(b, "%s{listener=\"%s\"} %" PRId64 "\n", name, listeners[l], g->tls_not_after[l]);
+}
+
 char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 {
     static const struct metrics_gauges zero;
@@ -667,6 +711,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
         if (!(g->no_redis && counter_info[i].redis))
             put_u64_scalar(&b, counter_info[i].name, "counter", counter_info[i].help,
                            m->counters[i]);
+    put_tls(&b, m, g);
     put_reloads(&b, m);
     put_scalar(&b, PREFIX "config_loaded_timestamp_seconds", "gauge",
                "Unix time of the last successful policy file load.",

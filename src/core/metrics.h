@@ -80,6 +80,18 @@ enum metrics_rls_result {
 #define METRICS_MAX_RLS_DETAILED 1000
 #define METRICS_MAX_RLS_SERIES 10000
 
+/* TLS handshakes on the daemon's listeners (ratelimitd_tls_handshakes_total),
+ * by listener (enum tls_listener's order: listen, admin_listen,
+ * grpc_listen) and result. */
+#define METRICS_TLS_LISTENERS 3
+enum metrics_tls_result {
+    METRICS_TLS_OK,                 /* completed */
+    METRICS_TLS_CLIENT_CERTIFICATE, /* failed: none given under require, or not verified */
+    METRICS_TLS_PROTOCOL,           /* failed: anything else (version, cipher, garbage) */
+    METRICS_TLS_ABORTED,            /* closed before it ended (by the client, or a timeout) */
+    METRICS_TLS_NRESULTS
+};
+
 /* Values that live elsewhere in the daemon, read at render time. */
 struct metrics_gauges {
     const char *version;      /* ratelimitd_build_info{version}; NULL renders "" */
@@ -90,6 +102,9 @@ struct metrics_gauges {
     int no_redis;             /* backend: memory: no ratelimitd_redis_* series at all */
     int64_t config_loaded_us; /* wall clock, µs since the epoch, of the last good load */
     size_t policies;          /* ratelimitd_policies: in the current config */
+    /* By listener: its certificate's notAfter (seconds since the epoch), or
+     * 0 when it serves plain text. */
+    int64_t tls_not_after[METRICS_TLS_LISTENERS];
 };
 
 struct metrics;
@@ -132,6 +147,9 @@ void metrics_redis_latency(struct metrics *m, int64_t us);
 
 /* Adds one to counter c (out of range: ignored). */
 void metrics_count(struct metrics *m, enum metrics_counter c);
+
+/* Counts one TLS handshake's end on a listener (out of range: ignored). */
+void metrics_tls_handshake(struct metrics *m, unsigned listener, enum metrics_tls_result r);
 
 /* Counts one config reload: ok nonzero for success, 0 for failure. */
 void metrics_reload(struct metrics *m, int ok);

@@ -39,6 +39,7 @@ struct listener_socket {
     char *path;     /* a unix socket file to unlink at the end (worker 0's), or NULL */
     unsigned roles; /* the front's: what it serves here */
     int counted;    /* its connections count towards max_connections */
+    int tls;        /* enum tls_listener: the config's block that may make it TLS */
     struct event ev;
 };
 

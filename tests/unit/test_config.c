@@ -70,7 +70,7 @@ static const struct error_case {
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
      "deny_status, policies, domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, "
-     "envoy_quota_mode)"},
+     "envoy_quota_mode, tls, admin_tls, grpc_tls)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
@@ -475,6 +475,36 @@ static const struct error_case {
      "redis.tls: applies only to rediss:// URLs, and redis.cluster is not one"},
     {"rediss url with a bad port", "redis:\n  url: rediss://h:x\n" POLICY_P, "2:8",
      "redis.url: invalid port"},
+
+    /* tls, admin_tls, grpc_tls (readable files that are no certificates:
+     * the rules between the fields come first) */
+    {"listen tls: no key_file", "tls:\n  cert_file: /etc/passwd\n" POLICY_P, "2:3",
+     "tls: missing required field \"key_file\""},
+    {"listen tls: require without a CA",
+     "tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n  client_auth: require\n" POLICY_P,
+     "4:16", "tls.client_auth: require needs client_ca_file"},
+    {"listen tls: request without a CA",
+     "tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n  client_auth: request\n" POLICY_P,
+     "4:16", "tls.client_auth: request needs client_ca_file"},
+    {"listen tls: a CA with client_auth none",
+     "tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n  client_ca_file: "
+     "/etc/passwd\n" POLICY_P,
+     "4:19", "tls.client_ca_file: does nothing with client_auth: none"},
+    {"listen tls: unknown client_auth",
+     "tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n  client_auth: optional\n" POLICY_P,
+     "4:16", "tls.client_auth: invalid value \"optional\""},
+    {"listen tls: missing cert_file",
+     "tls:\n  cert_file: /nonexistent.pem\n  key_file: /x\n" POLICY_P, "2:14",
+     "tls.cert_file: cannot read /nonexistent.pem: No such file or directory"},
+    {"listen tls: not a certificate",
+     "tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n" POLICY_P, "2:3",
+     "tls: cert_file /etc/passwd: error:"},
+    {"admin_tls without admin_listen",
+     "admin_tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n" POLICY_P, "2:3",
+     "admin_tls: applies only with admin_listen, which is not set"},
+    {"grpc_tls without grpc_listen",
+     "grpc_tls:\n  cert_file: /etc/passwd\n  key_file: /etc/passwd\n" POLICY_P, "2:3",
+     "grpc_tls: applies only with grpc_listen, which is not set"},
 
     /* redis.sentinel */
     {"sentinel: no master_name", SENTINEL("    addresses: [\"127.0.0.1:26379\"]\n"), "3:5",

@@ -49,6 +49,7 @@
 #include "front/front.h"
 #include "front/grpc/grpc.h"
 #include "front/listener.h"
+#include "front/tls.h"
 #include "lib/buf.h"
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
@@ -115,6 +116,7 @@ struct stream {
 struct gconn {
     struct grpc *g;
     int fd;
+    struct front_io io; /* fd's bytes, plain or TLS */
     nghttp2_session *s;
     struct event rd, wr, timer;
     struct buf out; /* bytes from nghttp2 not yet written; out_off of them are */
@@ -578,6 +580,7 @@ static void conn_free(struct gconn *c)
     event_del(&c->rd);
     event_del(&c->wr);
     event_del(&c->timer);
+    front_io_fini(&c->io);
     close(c->fd);
     buf_free(&c->out);
     if (c->counted)
@@ -589,13 +592,16 @@ static void conn_free(struct gconn *c)
 
 static int conn_active(const struct gconn *c)
 {
-    return !LIST_EMPTY(&c->streams) || c->out_off < c->out.len || nghttp2_session_want_write(c->s);
+    return !LIST_EMPTY(&c->streams) || c->out_off < c->out.len || front_io_pending(&c->io) ||
+           nghttp2_session_want_write(c->s);
 }
 
 /* Pulls what nghttp2 wants to send while the output holds less than
  * GRPC_OUT_MAX, then writes. Returns -1 if the connection must close. */
 static int flush(struct gconn *c)
 {
+    if (front_io_flush(&c->io) < 0)
+        return -1;
     for (;;) {
         while (!c->mute && c->out.len - c->out_off < GRPC_OUT_MAX) {
             const uint8_t *data;
@@ -610,7 +616,7 @@ static int flush(struct gconn *c)
         }
         if (c->out_off == c->out.len)
             return 0;
-        ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        ssize_t n = front_io_send(&c->io, c->out.data + c->out_off, c->out.len - c->out_off);
         if (n > 0) {
             c->out_off += (size_t)n;
             c->last_us = util_monotonic_us();
@@ -660,11 +666,12 @@ static void settle(struct gconn *c)
         conn_free(c);
         return;
     }
-    int pending = c->out_off < c->out.len;
+    int pending = c->out_off < c->out.len || front_io_pending(&c->io);
     if (!pending && !c->lingering &&
         (c->closing || (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)))) {
         /* The last frame is written (a GOAWAY after a drain, an error, a
          * flood, or idle_timeout) and no stream is left to answer. */
+        front_io_shutdown(&c->io);
         if (shutdown(c->fd, SHUT_WR) < 0) {
             conn_free(c);
             return;
@@ -676,6 +683,7 @@ static void settle(struct gconn *c)
     /* A full output buffer stops reading: the peer must read first. */
     front_event_want(&c->rd, &c->reading,
                      c->lingering || !pending || c->out.len - c->out_off < GRPC_OUT_MAX);
+    front_io_kick(&c->io);
     arm_timer(c);
     c->g->host->maybe_idle(c->g->host->arg);
 }
@@ -684,9 +692,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct gconn *c = arg;
     uint8_t data[GRPC_READ_CHUNK];
-    ssize_t n = recv(fd, data, sizeof data, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    ssize_t n = front_io_recv(&c->io, data, sizeof data);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        /* Only a handshake moved, its answer maybe still to write. */
+        if (front_io_pending(&c->io))
+            front_event_want(&c->wr, &c->writing, 1);
         return;
+    }
     if (n <= 0) {
         conn_free(c); /* pending calls are cancelled: nobody would read them */
         return;
@@ -787,6 +799,9 @@ static void on_accept(void *arg, const struct listener_socket *s, int fd,
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
         evtimer_assign(&c->timer, base, on_timer, c) < 0)
         abort(); /* only with bad arguments */
+    /* The context of the snapshot in force now (see http.c). */
+    front_io_init(&c->io, fd, g->host->core->config->listen_tls[s->tls].server,
+                  (enum tls_listener)s->tls, &c->rd, g->host->core);
     LIST_INIT(&c->streams);
     LIST_INSERT_HEAD(&g->conns, c, link);
     metrics_count(g->host->core->metrics, METRICS_GRPC_CONNECTIONS);
@@ -848,10 +863,13 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
     listener_init(&g->l, host, on_accept, g);
     grpc_apply_config(&g->base, cfg);
     const struct listener *first_l = first ? &((const struct grpc *)first)->l : NULL;
-    if (!listener_open(&g->l, cfg, cfg->grpc_listen, first_l, 0, 1, err, errlen)) {
+    struct listener_socket *s =
+        listener_open(&g->l, cfg, cfg->grpc_listen, first_l, 0, 1, err, errlen);
+    if (!s) {
         grpc_free(&g->base);
         return NULL;
     }
+    s->tls = TLS_GRPC_LISTEN;
     if (listener_start(&g->l) < 0) {
         snprintf(err, errlen, "cannot watch the grpc_listen socket");
         grpc_free(&g->base);

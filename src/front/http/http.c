@@ -82,6 +82,7 @@ static void conn_free(struct conn *c)
     event_del(&c->rd);
     event_del(&c->wr);
     event_del(&c->timer);
+    front_io_fini(&c->io);
     close(c->fd);
     http_parse_free(&c->parse);
     buf_free(&c->in);
@@ -101,8 +102,8 @@ static void conn_free(struct conn *c)
 /* Nothing read of a next request, nothing to answer, nothing to write. */
 static int conn_quiet(const struct conn *c)
 {
-    return c->count == 0 && c->out_off == c->out.len && c->in.len == 0 &&
-           !http_parse_started(&c->parse);
+    return c->count == 0 && c->out_off == c->out.len && !front_io_pending(&c->io) &&
+           c->in.len == 0 && !http_parse_started(&c->parse);
 }
 
 struct slot *http_slot_new(struct conn *c)
@@ -212,9 +213,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
     char data[HTTP_READ_CHUNK];
-    ssize_t n = recv(fd, data, sizeof data, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    ssize_t n = front_io_recv(&c->io, data, sizeof data);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        /* Only a handshake moved, its answer maybe still to write. */
+        if (front_io_pending(&c->io))
+            front_event_want(&c->wr, &c->writing, 1);
         return;
+    }
     if (n <= 0) {
         /* The client is gone or has stopped sending: answers still due
          * are written (a half-closed client may read them), then close. */
@@ -249,8 +254,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 /* Writes what c->out holds. Returns -1 if the connection broke. */
 static int write_out(struct conn *c)
 {
+    if (front_io_flush(&c->io) < 0)
+        return -1;
     while (c->out_off < c->out.len) {
-        ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        ssize_t n = front_io_send(&c->io, c->out.data + c->out_off, c->out.len - c->out_off);
         if (n > 0) {
             c->out_off += (size_t)n;
             c->last_us = util_monotonic_us();
@@ -330,10 +337,11 @@ static void settle(struct conn *c)
         parse_buffered(c);
         c->busy = 0;
     }
-    int written = c->out_off == c->out.len;
+    int written = c->out_off == c->out.len && !front_io_pending(&c->io);
     front_event_want(&c->wr, &c->writing, !written);
     if (written && c->count == 0 && c->closing && !c->lingering) {
         /* Shut our side, then drop what the client still sends. */
+        front_io_shutdown(&c->io);
         if (shutdown(c->fd, SHUT_WR) < 0) {
             conn_free(c);
             return;
@@ -347,6 +355,7 @@ static void settle(struct conn *c)
     }
     front_event_want(&c->rd, &c->reading,
                      c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
+    front_io_kick(&c->io);
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     h->host->maybe_idle(h->host->arg);
@@ -374,6 +383,10 @@ static void on_accept(void *arg, const struct listener_socket *s, int fd,
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
         evtimer_assign(&c->timer, base, on_timer, c) < 0)
         abort(); /* only with bad arguments */
+    /* The context of the snapshot in force now: a reload's serves only
+     * the connections accepted after it. */
+    front_io_init(&c->io, fd, h->host->core->config->listen_tls[s->tls].server,
+                  (enum tls_listener)s->tls, &c->rd, h->host->core);
     http_parse_init(&c->parse);
     c->over_limit = !listener_admit(&h->l, s, &c->counted);
     c->next = h->conns;
@@ -440,12 +453,17 @@ static struct front *http_new(const struct front_host *host, const struct front 
      * connections count towards max_connections. */
     unsigned main_roles =
         HTTP_ROLE_CHECKS | (cfg->admin_listen ? 0 : HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS_IF_GUARDED);
-    if (!listener_open(&h->l, cfg, cfg->listen, first_l, main_roles, 1, err, errlen) ||
-        (cfg->admin_listen && !listener_open(&h->l, cfg, cfg->admin_listen, first_l,
-                                             HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS, 0, err, errlen))) {
+    struct listener_socket *main_s, *admin_s = NULL;
+    if (!(main_s = listener_open(&h->l, cfg, cfg->listen, first_l, main_roles, 1, err, errlen)) ||
+        (cfg->admin_listen &&
+         !(admin_s = listener_open(&h->l, cfg, cfg->admin_listen, first_l,
+                                   HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS, 0, err, errlen)))) {
         http_free(&h->base);
         return NULL;
     }
+    main_s->tls = TLS_LISTEN;
+    if (admin_s)
+        admin_s->tls = TLS_ADMIN_LISTEN;
     if (listener_start(&h->l) < 0) {
         snprintf(err, errlen, "cannot watch the listening sockets");
         http_free(&h->base);
@@ -472,7 +490,7 @@ static int http_idle(const struct front *f)
 {
     const struct http *h = (const struct http *)f;
     for (const struct conn *c = h->conns; c; c = c->next)
-        if (c->count || c->out_off < c->out.len)
+        if (c->count || c->out_off < c->out.len || front_io_pending(&c->io))
             return 0;
     return 1;
 }

@@ -18,6 +18,7 @@
 #include "front/front.h"
 #include "front/http/http_parse.h"
 #include "front/listener.h"
+#include "front/tls.h"
 #include "lib/buf.h"
 #include "lib/client_ip.h"
 
@@ -43,6 +44,7 @@ struct conn {
     struct http *h;
     const struct listener_socket *sock; /* accepted there: its roles (http_routes.h) */
     int fd;
+    struct front_io io;      /* fd's bytes, plain or TLS */
     struct client_addr peer; /* AF_UNSPEC: a unix-socket peer */
     struct event rd, wr, timer;
     struct http_parse parse;

@@ -187,11 +187,11 @@ static int validate(const struct rls_request *req, struct request_error *err)
             if (d->entries[j].keylen == 0)
                 return request_fail(err, "invalid_key", "a descriptor entry has an empty key");
         if (d->has_limit &&
-            (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 1 ||
+            (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 0 ||
              d->limit_requests_per_unit > RLS_UINT32_MAX))
             return request_fail(err, "invalid_limit",
                                 "a descriptor's limit override needs a known unit and "
-                                "requests_per_unit of at least 1");
+                                "requests_per_unit of at most 4294967295");
     }
     return 0;
 }

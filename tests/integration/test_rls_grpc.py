@@ -448,8 +448,10 @@ def test_limit_override(rls):
                "the override is the status's current_limit")
     harness.eq([code(r) for r in call("no_such_domain", (1, 3), 2)], [OK, OK],
                "no override in an unknown domain")
-    harness.eq(rpc_code(lambda: call("edge", (0, 3), 1)), grpc.StatusCode.INVALID_ARGUMENT,
-               "an override of 0 requests: INVALID_ARGUMENT")
+    got = call("edge", (0, 3), 2)  # 0 per HOUR
+    harness.eq([(code(r), r.statuses[0].current_limit.requests_per_unit, r.statuses[0].limit_remaining)
+                for r in got], [(OVER, 0, 0)] * 2,
+               "an override of 0 requests denies every request, as a file's requests_per_unit: 0")
     harness.eq(rpc_code(lambda: call("edge", (1, 0), 1)), grpc.StatusCode.INVALID_ARGUMENT,
                "an override with unit UNKNOWN: INVALID_ARGUMENT")
 

@@ -368,7 +368,13 @@ def test_limit_override(d, tag):
     r = call("edge", [desc("free", "twice-" + tag, lim), desc("free", "twice-" + tag, lim)])
     harness.eq([remaining(r, 0), remaining(r, 1)], [1, 1],
                "%s: two equal descriptors with one override are one check of cost 2" % tag)
-    for limit, what in (({"requests_per_unit": 0, "unit": "HOUR"}, "requests_per_unit 0"),
+    got = [call("edge", [desc("free", "zero-" + tag, {"requests_per_unit": 0, "unit": "HOUR"})])
+           for _ in range(2)]
+    harness.eq([(r.status, status(r)["code"], status(r).get("currentLimit")) for r in got],
+               [(429, "OVER_LIMIT", {"unit": "HOUR"})] * 2,
+               "%s: an override of 0 requests denies every request, as a file's "
+               "requests_per_unit: 0 (current_limit 0, left out by protojson)" % tag)
+    for limit, what in (({"requests_per_unit": -1, "unit": "HOUR"}, "requests_per_unit -1"),
                         ({"requests_per_unit": 1, "unit": "UNKNOWN"}, "unit UNKNOWN"),
                         ({"requests_per_unit": 1, "unit": 0}, "unit 0"),
                         ({"requests_per_unit": 1}, "no unit"),

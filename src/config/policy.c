@@ -100,6 +100,27 @@ int policy_algorithm_has_delay(enum algorithm a)
     return info(a) ? info(a)->has_delay : 0;
 }
 
+/* What a report (POST /report) may do to each algorithm: 2 charge and give
+ * back, 1 charge only, 0 (an algorithm without a row) nothing. A table of
+ * its own beside `algorithms`: lua/<algorithm>.lua's `report` and
+ * `refunds` and limiter_local.c's report_table say the same. */
+static const int report_rule[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = 2,           [ALG_SLIDING_WINDOW_LOG] = 1,
+    [ALG_SLIDING_WINDOW_COUNTER] = 1, [ALG_SLIDING_WINDOW_BUCKETS] = 1,
+    [ALG_TOKEN_BUCKET] = 2,           [ALG_GCRA] = 2,
+    [ALG_LEAKY_BUCKET] = 2,
+};
+
+int policy_algorithm_reports(enum algorithm a)
+{
+    return info(a) ? report_rule[a] >= 1 : 0;
+}
+
+int policy_algorithm_refunds(enum algorithm a)
+{
+    return info(a) ? report_rule[a] >= 2 : 0;
+}
+
 int policy_name_valid(const char *s)
 {
     size_t n;

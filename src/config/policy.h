@@ -87,6 +87,14 @@ int policy_algorithm_nkeys(enum algorithm a);
  * may be told to wait (delay_us > 0; leaky_bucket), else 0. */
 int policy_algorithm_has_delay(enum algorithm a);
 
+/* 1 if a report (POST /report) can charge a tier of this algorithm a cost
+ * with no decision, past its limit (a debt later checks wait out), else 0. */
+int policy_algorithm_reports(enum algorithm a);
+
+/* 1 if a report can also give back (a cost < 0) exactly, never below
+ * nothing used: fixed_window, token_bucket, gcra, leaky_bucket; else 0. */
+int policy_algorithm_refunds(enum algorithm a);
+
 /* True if s is a valid policy or tier name: [A-Za-z0-9_.-]{1,64}. */
 int policy_name_valid(const char *s);
 

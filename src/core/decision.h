@@ -21,7 +21,7 @@
 #include "config/config.h"
 
 #define REQUEST_MAX_CHECKS 64
-#define REQUEST_MAX_COST 1000000000LL
+#define REQUEST_MAX_COST 1000000000LL /* a report's cost is within +-this */
 
 /* One (policy, key, cost) of a request. */
 struct check_item {
@@ -41,6 +41,9 @@ struct check_request {
     int use_deny_status; /* forward-auth: a denial answers the binding check's
                           * policy's deny_status, not 429 (response_status) */
     int inspect;         /* the admin API looking (a dry run): not counted as checks */
+    int report;          /* POST /report: every cost is charged with no decision
+                          * (a cost < 0 gives back), and every tier then reports
+                          * what a check of cost 1 would see; never a dry run */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };

@@ -33,6 +33,13 @@ static const char *const decision_label[METRICS_NDECISIONS] = {
     [METRICS_LOCAL] = "local",
 };
 
+static const char *const report_label[METRICS_NREPORTS] = {
+    [METRICS_REPORT_RECORDED] = "recorded",
+    [METRICS_REPORT_LOCAL] = "local",
+    [METRICS_REPORT_NOT_RECORDED] = "not_recorded",
+    [METRICS_REPORT_UNAVAILABLE] = "unavailable",
+};
+
 static const struct {
     const char *name;
     const char *help;
@@ -86,6 +93,7 @@ _Static_assert(METRICS_MAX_POLICIES + 1 <= UINT16_MAX, "index entries are 16 bit
 struct policy_slot {
     char name[POLICY_NAME_MAX + 1];
     uint64_t checks[METRICS_NDECISIONS];
+    uint64_t reports[METRICS_NREPORTS];
 };
 
 /* One (domain, descriptor) series of ratelimitd_rls_descriptors_total. */
@@ -230,6 +238,15 @@ void metrics_check(struct metrics *m, const char *policy, enum metrics_decision 
         return;
     pthread_mutex_lock(&m->lock);
     policy_slot(m, policy)->checks[d]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_report(struct metrics *m, const char *policy, enum metrics_report r)
+{
+    if ((unsigned)r >= METRICS_NREPORTS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    policy_slot(m, policy)->reports[r]++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -424,6 +441,8 @@ void metrics_add(struct metrics *into, struct metrics *from)
         struct policy_slot *t = policy_slot(into, f->name);
         for (size_t d = 0; d < METRICS_NDECISIONS; d++)
             t->checks[d] += f->checks[d];
+        for (size_t r = 0; r < METRICS_NREPORTS; r++)
+            t->reports[r] += f->reports[r];
     }
     for (size_t i = 0; i < sizeof into->http / sizeof into->http[0]; i++)
         into->http[i] += from->http[i];
@@ -550,6 +569,21 @@ static void put_checks(struct buf *b, const struct metrics *m)
             put_label_value(b, m->policies[i].name);
             put(b, "\",decision=\"%s\"} %" PRIu64 "\n", decision_label[d],
                 m->policies[i].checks[d]);
+        }
+    }
+}
+
+static void put_reports(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "reports_total";
+    put_family(b, name, "counter",
+               "Checks of POST /report (usage charged after the answer), by policy and what "
+               "became of the charge.");
+    for (size_t i = 0; i < m->npolicies; i++) {
+        for (size_t r = 0; r < METRICS_NREPORTS; r++) {
+            put(b, "%s{policy=\"", name);
+            put_label_value(b, m->policies[i].name);
+            put(b, "\",result=\"%s\"} %" PRIu64 "\n", report_label[r], m->policies[i].reports[r]);
         }
     }
 }
@@ -694,6 +728,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
     put(&b, "\"} 1\n");
 
     put_checks(&b, m);
+    put_reports(&b, m);
     put_u64_scalar(&b, PREFIX "checks_in_flight", "gauge", "Checks accepted and not yet answered.",
                    g->checks_in_flight);
     put_http(&b, m);

@@ -38,6 +38,16 @@ enum metrics_decision {
     METRICS_NDECISIONS
 };
 
+/* What became of one check of a report (POST /report), the `result` label
+ * of ratelimitd_reports_total. */
+enum metrics_report {
+    METRICS_REPORT_RECORDED,     /* charged by the backend (Redis, or memory) */
+    METRICS_REPORT_LOCAL,        /* Redis could not: charged in memory (failure_mode local) */
+    METRICS_REPORT_NOT_RECORDED, /* Redis could not: answered 200 uncharged (open) */
+    METRICS_REPORT_UNAVAILABLE,  /* Redis could not: answered 503 (closed) */
+    METRICS_NREPORTS
+};
+
 /* The unlabelled counters, each a family of its own. */
 enum metrics_counter {
     METRICS_REDIS_RECONNECTS,       /* ratelimitd_redis_reconnects_total */
@@ -125,6 +135,10 @@ void metrics_policy_seen(struct metrics *m, const char *policy);
 
 /* Counts one check of policy with decision d (out of range: ignored). */
 void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d);
+
+/* Counts one check of a report of policy with result r (out of range:
+ * ignored); its series exist from metrics_policy_seen on, as checks'. */
+void metrics_report(struct metrics *m, const char *policy, enum metrics_report r);
 
 /* Counts one rate limit service request by front and answer (out of
  * range: ignored). */

@@ -37,9 +37,10 @@
 
 __extension__ typedef __int128 i128;
 
-#define EXPIRY_SLACK_MS 1000 /* EXPIRY_SLACK_MS in lua/common.lua */
-#define SWEEP_SLOTS 4        /* hash slots checked for expired entries per call */
-#define TAIL_CHECKS 2        /* LRU tail entries checked for expiry per call */
+#define EXPIRY_SLACK_MS 1000  /* EXPIRY_SLACK_MS in lua/common.lua */
+#define EXACT_MAX (1LL << 53) /* EXACT_MAX in lua/common.lua */
+#define SWEEP_SLOTS 4         /* hash slots checked for expired entries per call */
+#define TAIL_CHECKS 2         /* LRU tail entries checked for expiry per call */
 
 /* ------------------------------------------------------------ arithmetic */
 
@@ -350,6 +351,14 @@ static void fw_commit(const struct tier_state *ts, struct entry *e, int64_t now)
     expire_in(e, now, ts->window_end - now);
 }
 
+/* fixed_window.report: n += cost (past the limit if so), never below 0. */
+static void fw_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    e->u.fw.e = ts->window_end;
+    e->u.fw.n = min64(max64(0, ts->n + ts->cost), EXACT_MAX);
+    expire_in(e, now, ts->window_end - now);
+}
+
 /* ---------------------------------------------------- sliding_window_log */
 
 /* The first live run with score > x (the ZSET's "(x" bound), or len. */
@@ -497,6 +506,13 @@ static void log_commit(const struct tier_state *ts, struct entry *e, int64_t now
     expire_in(e, now, max64(top, now) + W - now);
 }
 
+/* sliding_window_log.report: commit with at most `limit` members. */
+static void log_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    ts->cost = min64(ts->cost, ts->t->limit);
+    log_commit(ts, e, now);
+}
+
 /* ------------------------------------------------ sliding_window_counter */
 
 static void swc_load(struct tier_state *ts, int64_t now)
@@ -557,6 +573,14 @@ static void swc_commit(const struct tier_state *ts, struct entry *e, int64_t now
     e->u.swc.c = ts->cur + ts->cost;
     e->u.swc.p = ts->prev;
     expire_in(e, now, ts->start + 2 * W - now);
+}
+
+/* sliding_window_counter.report: commit, the count saturating at
+ * floor(2^53 / W). */
+static void swc_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    ts->cost = max64(0, min64(ts->cost, EXACT_MAX / ts->t->window_us - ts->cur));
+    swc_commit(ts, e, now);
 }
 
 /* ------------------------------------------------ sliding_window_buckets */
@@ -674,7 +698,7 @@ static void tb_load(struct tier_state *ts, int64_t now)
     int64_t s = ts->e->u.tb.s, last = ts->e->u.tb.t;
     /* Scaled by another window (a reload): whole tokens, at most C. */
     if (ts->e->u.tb.w != W)
-        s = (int64_t)((i128)min64(idiv(s, ts->e->u.tb.w), ts->capacity) * W);
+        s = (int64_t)((i128)max64(0, min64(idiv(s, ts->e->u.tb.w), ts->capacity)) * W);
     int64_t elapsed = max64(0, now - last);
     if (elapsed >= idiv_ceil(ts->full - s, limit))
         s = ts->full;
@@ -696,7 +720,7 @@ static void tb_figures(const struct tier_state *ts, int64_t now, int consumed,
     r->reset_us = 0;
     if (s < ts->full)
         r->reset_us = (ts->last - now) + idiv_ceil(ts->full - s, ts->t->limit);
-    r->remaining = idiv(s, ts->t->window_us);
+    r->remaining = max64(0, idiv(s, ts->t->window_us));
 }
 
 static int64_t tb_retry(const struct tier_state *ts, int64_t now)
@@ -704,13 +728,29 @@ static int64_t tb_retry(const struct tier_state *ts, int64_t now)
     return (ts->last - now) + idiv_ceil(ts->cost * ts->t->window_us - ts->s, ts->t->limit);
 }
 
-static void tb_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+/* token_bucket_write: S = s as of ts->last; expires when full again. */
+static void tb_write(const struct tier_state *ts, struct entry *e, int64_t now, int64_t s)
 {
-    int64_t s = ts->s - ts->cost * ts->t->window_us;
     e->u.tb.s = s;
     e->u.tb.t = ts->last;
     e->u.tb.w = ts->t->window_us;
     expire_in(e, now, (ts->last - now) + idiv_ceil(ts->full - s, ts->t->limit));
+}
+
+static void tb_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    tb_write(ts, e, now, ts->s - ts->cost * ts->t->window_us);
+}
+
+/* token_bucket.report: S -= cost * W, at most full, at least full - 2^53. */
+static void tb_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    i128 s = (i128)ts->s - (i128)ts->cost * ts->t->window_us;
+    if (s > ts->full)
+        s = ts->full;
+    if (s < (i128)ts->full - EXACT_MAX)
+        s = (i128)ts->full - EXACT_MAX;
+    tb_write(ts, e, now, (int64_t)s);
 }
 
 /* ------------------------------------------------- gcra and leaky_bucket */
@@ -764,13 +804,24 @@ static int64_t leaky_delay(const struct tier_state *ts)
 }
 
 /* gcra_write: d as of now, scaled by this window; expires when TAT passes. */
-static void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+static void gcra_write(const struct tier_state *ts, struct entry *e, int64_t now, i128 d)
 {
-    i128 d = ts->d + (i128)ts->cost * ts->t->window_us;
     e->u.gc.d = (int64_t)d;
     e->u.gc.t = now;
     e->u.gc.w = ts->t->window_us;
     expire_in(e, now, (int64_t)idiv_ceil128(d, ts->t->limit));
+}
+
+static void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    gcra_write(ts, e, now, ts->d + (i128)ts->cost * ts->t->window_us);
+}
+
+/* gcra.report (and leaky_bucket's): d += cost * W, in [0, 2^53]. */
+static void gcra_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    i128 d = ts->d + (i128)ts->cost * ts->t->window_us;
+    gcra_write(ts, e, now, d < 0 ? 0 : d > EXACT_MAX ? EXACT_MAX : d);
 }
 
 /* ------------------------------------------------------------ ops table */
@@ -799,6 +850,27 @@ static const struct alg_ops {
     [ALG_GCRA] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, NULL, gcra_commit},
     [ALG_LEAKY_BUCKET] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, leaky_delay,
                           gcra_commit},
+};
+
+/* The algorithms' report step (the script's `report`, POST /report): charges
+ * ts->cost with no decision, after load, and writes e. A separate table
+ * from ops_table, as policy_algorithm_reports/_refunds say which rows have
+ * one and which take a cost < 0. */
+typedef void report_fn(struct tier_state *ts, struct entry *e, int64_t now);
+
+static void swb_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    swb_commit(ts, e, now);
+}
+
+static report_fn *const report_table[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = fw_report,
+    [ALG_SLIDING_WINDOW_LOG] = log_report,
+    [ALG_SLIDING_WINDOW_COUNTER] = swc_report,
+    [ALG_SLIDING_WINDOW_BUCKETS] = swb_report,
+    [ALG_TOKEN_BUCKET] = tb_report,
+    [ALG_GCRA] = gcra_report,
+    [ALG_LEAKY_BUCKET] = gcra_report,
 };
 
 /* The tier's row; a tier that passed validation has one of the seven. */
@@ -843,19 +915,101 @@ static size_t tier_key(const char *prefix, const struct check_item *c, const str
     return (size_t)n;
 }
 
+/* Pass 1 for tier j of check c: reads its state (x->e: the live entry of
+ * its algorithm, or NULL) and decides a cost of x->cost. */
+static void tier_read(struct local_store *s, const char *key_prefix, const struct check_item *c,
+                      size_t j, int64_t cost, int64_t now, struct tier_state *x)
+{
+    char key[POLICY_KEY_BUF];
+    memset(x, 0, sizeof *x);
+    x->t = &c->policy->tiers[j];
+    x->cost = cost;
+    x->capacity = policy_tier_capacity(x->t);
+    size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
+    x->ops = ops_of(x->t);
+    x->e = lookup(s, key, len, now);
+    if (x->e && x->e->kind != x->ops->kind)
+        x->e = NULL; /* another algorithm's state: as absent */
+    x->ops->load(x, now);
+    if (x->cost == 0) {
+        x->allowed = 1;
+    } else if (x->cost > x->capacity) {
+        x->allowed = 0;
+        x->exceeds = 1;
+    } else {
+        x->allowed = x->ops->allows(x);
+    }
+}
+
+/* One tier's figures into r, from the state tier_read read. */
+static void tier_figures(const struct tier_state *x, int64_t now, int consumed,
+                         struct tier_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->allowed = x->allowed;
+    r->limit = x->capacity;
+    r->cost_exceeds_limit = x->exceeds;
+    x->ops->figures(x, now, consumed, r);
+    if (x->exceeds)
+        r->retry_us = -1;
+    else if (!x->allowed)
+        r->retry_us = x->ops->retry(x, now);
+    else if (x->cost > 0 && x->ops->delay)
+        r->delay_us = x->ops->delay(x);
+}
+
+/* Makes room for n tier states in the store's scratch array. */
+static struct tier_state *scratch(struct local_store *s, size_t n)
+{
+    if (n > s->scratch_cap) {
+        free(s->scratch);
+        s->scratch = xcalloc(n, sizeof *s->scratch);
+        s->scratch_cap = n;
+    }
+    return s->scratch;
+}
+
+/* A report (check.lua's charge): every tier takes its cost with no
+ * decision, then reports the figures of a dry run of cost 1. The caller
+ * (check_json.c) refused what the algorithms cannot take. */
+static int local_report(struct local_store *s, const char *key_prefix,
+                        const struct check_request *req, int64_t now, struct tier_result *out)
+{
+    char key[POLICY_KEY_BUF];
+    struct tier_state *x = scratch(s, 1);
+    int request_allowed = 1;
+    size_t k = 0;
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
+            const struct tier *t = &c->policy->tiers[j];
+            if (c->cost != 0 && report_table[t->algorithm]) {
+                tier_read(s, key_prefix, c, j, c->cost, now, x);
+                size_t len = tier_key(key_prefix, c, t, key, sizeof key);
+                struct entry *e = get_or_create(s, key, len, now);
+                entry_become(e, x->ops->kind);
+                report_table[t->algorithm](x, e, now);
+            }
+            tier_read(s, key_prefix, c, j, 1, now, x);
+            tier_figures(x, now, 0, &out[k]);
+            if (!x->allowed && !c->policy->shadow)
+                request_allowed = 0;
+        }
+    }
+    reclaim(s, now);
+    return request_allowed;
+}
+
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now, struct tier_result *out)
 {
     char key[POLICY_KEY_BUF];
     size_t ntiers = 0, k;
+    if (req->report)
+        return local_report(s, key_prefix, req, now, out);
     for (size_t i = 0; i < req->nchecks; i++)
         ntiers += req->checks[i].policy->ntiers;
-    if (ntiers > s->scratch_cap) {
-        free(s->scratch);
-        s->scratch = xcalloc(ntiers, sizeof *s->scratch);
-        s->scratch_cap = ntiers;
-    }
-    struct tier_state *ts = s->scratch;
+    struct tier_state *ts = scratch(s, ntiers);
 
     /* Pass 1: read every tier and decide; every tier is read even after one
      * has denied, because every tier reports its figures. */
@@ -865,26 +1019,8 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
         const struct check_item *c = &req->checks[i];
         int check_allowed = 1;
         for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
-            struct tier_state *x = &ts[k];
-            memset(x, 0, sizeof *x);
-            x->t = &c->policy->tiers[j];
-            x->cost = c->cost;
-            x->capacity = policy_tier_capacity(x->t);
-            size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
-            x->ops = ops_of(x->t);
-            x->e = lookup(s, key, len, now);
-            if (x->e && x->e->kind != x->ops->kind)
-                x->e = NULL; /* another algorithm's state: as absent */
-            x->ops->load(x, now);
-            if (x->cost == 0) {
-                x->allowed = 1;
-            } else if (x->cost > x->capacity) {
-                x->allowed = 0;
-                x->exceeds = 1;
-            } else {
-                x->allowed = x->ops->allows(x);
-            }
-            check_allowed = check_allowed && x->allowed;
+            tier_read(s, key_prefix, c, j, c->cost, now, &ts[k]);
+            check_allowed = check_allowed && ts[k].allowed;
         }
         if (!c->policy->shadow && !check_allowed)
             request_allowed = 0;
@@ -900,23 +1036,9 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
         for (size_t j = 0; j < c->policy->ntiers; j++)
             check_allowed = check_allowed && ts[k + j].allowed;
         int consumed = request_allowed && check_allowed;
-        for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
-            const struct tier_state *x = &ts[k];
-            struct tier_result *r = &out[k];
-            memset(r, 0, sizeof *r);
-            r->allowed = x->allowed;
-            r->limit = x->capacity;
-            r->cost_exceeds_limit = x->exceeds;
-            x->ops->figures(x, now, consumed, r);
-            if (x->exceeds)
-                r->retry_us = -1;
-            else if (!x->allowed)
-                r->retry_us = x->ops->retry(x, now);
-            else if (x->cost > 0 && x->ops->delay)
-                r->delay_us = x->ops->delay(x);
-        }
+        for (size_t j = 0; j < c->policy->ntiers; j++, k++)
+            tier_figures(&ts[k], now, consumed, &out[k]);
     }
-
     /* Pass 2: take the cost, only for a real run of an allowed request, on
      * the checks that allowed (a denied shadow check takes nothing). */
     if (request_allowed && !req->dry_run) {

@@ -31,6 +31,11 @@
  *      limits allow, never more), and their figures say so: each group
  *      reports what its own run did (taken where it committed, untaken
  *      where it denied).
+ * A report (check_request.report) decides nothing, so it has no phase 1:
+ * every group is charged at once, atomically on its node; a group that
+ * fails leaves the others charged (the request is answered per
+ * failure_mode, and a caller that retries a 503 may charge those twice:
+ * an overcount, never an undercount).
  * The tier results are put back in the request's check order.
  *
  * Redirects and retries per group: MOVED counts on the node that sent it,
@@ -663,6 +668,7 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
             c->groups[g].sub.checks = xcalloc(n, sizeof *c->groups[g].sub.checks);
             c->groups[g].index = xcalloc(n, sizeof *c->groups[g].index);
             c->groups[g].sub.dry_run = req->dry_run;
+            c->groups[g].sub.report = req->report;
             c->ngroups++;
         }
         struct cgroup *grp = &c->groups[g];
@@ -712,7 +718,9 @@ static int cluster_decide(struct backend *iface, const struct config *cfg,
     if (b->calls)
         b->calls->prev = c;
     b->calls = c;
-    if (c->ngroups == 1)
+    if (req->report)
+        start_phase(c, 2, SCRIPTS_REPORT); /* no decision: nothing to agree on first */
+    else if (c->ngroups == 1)
         start_phase(c, 2, req->dry_run ? SCRIPTS_DRY_RUN : SCRIPTS_RUN);
     else
         start_phase(c, 1, SCRIPTS_DRY_RUN_BOTH);

@@ -4,8 +4,8 @@
  * and the calling convention they share (see the header comment of
  * lua/check.lua for the same contract from the Lua side):
  *
- *   ARGV: now_us or "" (Redis TIME), dry_run (SCRIPTS_RUN, SCRIPTS_DRY_RUN
- *         or SCRIPTS_DRY_RUN_BOTH), then per check: cost and
+ *   ARGV: now_us or "" (Redis TIME), dry_run (SCRIPTS_RUN, SCRIPTS_DRY_RUN,
+ *         SCRIPTS_DRY_RUN_BOTH or SCRIPTS_REPORT), then per check: cost and
  *         the policy's settings as one string, "shadow" then per tier
  *         "algorithm limit window_us burst precision_us", space-separated
  *         (the same string on every call: the Lua side parses it once).
@@ -155,7 +155,9 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push_int(out, &used, now_us);
     else
         push(out, &used, "", 0);
-    if (req->dry_run)
+    if (req->report)
+        push(out, &used, SCRIPTS_REPORT, 1);
+    else if (req->dry_run)
         push(out, &used, SCRIPTS_DRY_RUN, 1);
     else
         push(out, &used, SCRIPTS_RUN, 1);

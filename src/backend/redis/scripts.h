@@ -51,6 +51,9 @@ const char *scripts_function_name(void);
 #define SCRIPTS_RUN "0"
 #define SCRIPTS_DRY_RUN "1"
 #define SCRIPTS_DRY_RUN_BOTH "2"
+/* ARGV[2] of a report (check_request.report): costs charged with no
+ * decision, then every tier's figures for a cost of 1 (lua/check.lua). */
+#define SCRIPTS_REPORT "3"
 
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);

@@ -52,18 +52,33 @@ static int authorized(const struct conn *c)
     return listener_bearer_ok(&c->h->l, v, v ? strlen(v) : 0);
 }
 
-static void start_check(struct slot *s, const struct http_request *req)
+typedef int check_parse_fn(const struct config *cfg, const char *body, size_t len,
+                           struct check_request *out, struct request_error *err);
+
+/* A body decoded by parse, then through the core. */
+static void start_parsed(struct slot *s, const struct http_request *req, check_parse_fn *parse)
 {
     struct core *core = s->c->h->host->core;
     struct check_request creq;
     struct request_error rerr;
-    if (check_json_parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
+    if (parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
         http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }
     struct check *ch = check_start(core, &creq, on_check_reply, s);
     if (s->state == SLOT_WAITING)
         s->check = ch;
+}
+
+static void start_check(struct slot *s, const struct http_request *req)
+{
+    start_parsed(s, req, check_json_parse);
+}
+
+/* POST /report: usage charged after the answer (check_json_parse_report). */
+static void start_report(struct slot *s, const struct http_request *req)
+{
+    start_parsed(s, req, check_json_parse_report);
 }
 
 static void start_auth(struct slot *s, const struct http_request *req)
@@ -253,6 +268,7 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
 static const struct http_route routes[] = {
     {"/check", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /check", "POST", 1, start_check},
     {"/json", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /json", "POST", 1, start_json},
+    {"/report", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /report", "POST", 1, start_report},
     /* Gateways ask with the original request's method (Envoy ext_authz,
      * Traefik) and the body is never read: every method is a question. */
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},

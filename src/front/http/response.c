@@ -232,6 +232,10 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
         json_out_key(&j, "dry_run");
         json_out_bool(&j, 1);
     }
+    if (v->req->report) {
+        json_out_key(&j, "reported");
+        json_out_bool(&j, 1);
+    }
     if (local) {
         json_out_key(&j, "degraded");
         json_out_bool(&j, 1);
@@ -266,6 +270,12 @@ static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
     } else {
         json_out_key(&j, "degraded");
         json_out_bool(&j, 1);
+    }
+    if (req->report) {
+        /* open: answered, not charged; closed: 503, for the caller to
+         * send again */
+        json_out_key(&j, "reported");
+        json_out_bool(&j, 0);
     }
     json_out_key(&j, "message");
     json_out_cstr(&j, v->why ? v->why : "the backend could not decide");
@@ -304,6 +314,10 @@ static void error_answer(struct buf *out, int status, const char *code, const ch
 
 int response_status(const struct verdict *v)
 {
+    /* A report always succeeds once charged: its figures say what now
+     * applies, a denial of later checks included. */
+    if (v->req->report && (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL))
+        return 200;
     switch (verdict_outcome(v)) {
     case OUTCOME_ALLOWED:
         return 200;

@@ -39,7 +39,7 @@
 
 #include "front/http/http_parse.h"
 
-#define HTTP_ROLE_CHECKS 1u          /* /check, /report, /json, /auth/: counts towards max_connections */
+#define HTTP_ROLE_CHECKS 1u          /* /check, /report, /json, /auth/: max_connections */
 #define HTTP_ROLE_ADMIN 2u           /* /healthz, /readyz, /metrics */
 #define HTTP_ROLE_KEYS 4u            /* /v1/keys/, /rlconfig */
 #define HTTP_ROLE_KEYS_IF_GUARDED 8u /* those with a token or admin_on_listen */

@@ -4,7 +4,8 @@
 the Lua script, request for request.
 
 The same pseudo-random sequences (fixed seeds) of requests (time, key, cost,
-dry_run, several checks) go to both:
+dry_run, several checks, reports: POST /report's charges with no decision,
+past the limit, and refunds where the algorithm takes them) go to both:
 - the C implementation, through tests/unit/local_driver ($LOCAL_DRIVER),
   which reads JSON lines and prints every tier's figures and the expiry of
   every key it holds;
@@ -159,9 +160,13 @@ def redis_key(pol, key, tier_name, suffix=None):
     return k + ":" + suffix if suffix else k
 
 
+REFUNDS = ("fixed_window", "token_bucket", "gcra", "leaky_bucket")  # policy_algorithm_refunds
+
+
 def script_call(now, dry, checks):
-    """KEYS and ARGV as scripts_build_call builds them."""
-    keys, argv = [], [str(now), "1" if dry else "0"]
+    """KEYS and ARGV as scripts_build_call builds them (dry "report": a
+    report, SCRIPTS_REPORT)."""
+    keys, argv = [], [str(now), "3" if dry == "report" else "1" if dry else "0"]
     for pol, key, cost in checks:
         p = POLICIES[pol]
         words = ["1" if p["shadow"] else "0"]
@@ -231,8 +236,19 @@ def random_cost(rng, cap):
     return cap + rng.randint(1, 3)
 
 
-def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
-    """n requests as (now, dry, [(policy, key, cost)...])."""
+def report_cost(rng, pol):
+    """A report's cost: up to 3 capacities (past the limit), or a refund
+    where every tier of pol takes one."""
+    tiers = POLICIES[pol]["tiers"]
+    cap = min(capacity(t) for t in tiers)
+    if all(t["algorithm"] in REFUNDS for t in tiers) and rng.random() < 0.4:
+        return -rng.randint(1, 2 * cap)
+    return rng.randint(0, 3 * cap)
+
+
+def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None, reports=0.0):
+    """n requests as (now, dry, [(policy, key, cost)...]); dry is "report"
+    for a report (a share `reports` of them)."""
     rng = random.Random(seed)
     tiers = [t for p in policies for t in POLICIES[p]["tiers"]]
     out = []
@@ -248,6 +264,9 @@ def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
             pairs.add((pol, key))
             cap = min(capacity(t) for t in POLICIES[pol]["tiers"])
             checks.append((pol, key, random_cost(rng, cap)))
+        if reports and rng.random() < reports:
+            out.append((now, "report", [(p, k, report_cost(rng, p)) for p, k, _ in checks]))
+            continue
         out.append((now, rng.random() < 0.1, checks))
     return out
 
@@ -261,11 +280,12 @@ class Diff:
         self.expiry = {}  # key -> the C expiry last seen (µs, -1 none)
         self.max_seen = 0  # the latest now_us so far
         # How much of the ground the sequences covered.
-        self.stats = dict.fromkeys(("allowed", "denied", "dry", "cost_exceeds", "retry",
+        self.stats = dict.fromkeys(("allowed", "denied", "dry", "report", "refund",
+                                    "cost_exceeds", "retry",
                                     "delay", "expiry_compared", "stale_in_redis"), 0)
 
     def local(self, now, dry, checks):
-        req = {"now_us": now, "dry_run": dry,
+        req = {"now_us": now, "dry_run": dry is True, "report": dry == "report",
                "checks": [{"policy": p, "key": k, "cost": c} for p, k, c in checks]}
         self.driver.stdin.write(json.dumps(req) + "\n")
         self.driver.stdin.flush()
@@ -300,7 +320,9 @@ class Diff:
                         diffs.append("%s.%s %s: lua %r, C %r" % (pol, name, f, a, b))
         st = self.stats
         st["allowed" if lua[1] else "denied"] += 1
-        st["dry"] += dry
+        st["dry"] += dry is True
+        st["report"] += dry == "report"
+        st["refund"] += dry == "report" and any(c < 0 for _, _, c in checks)
         for t in loc["tiers"]:
             st["cost_exceeds"] += t[6]
             st["retry"] += t[4] > 0
@@ -412,6 +434,15 @@ def main():
         keys = ["s%d" % seed, "t%d" % seed]
         total += diff.run("clock behind: %s (seed %d)" % ("+".join(pols), seed),
                           scenario(seed, pols, 200, keys, max_checks=2, skew=True, clock=clock))
+    # Reports (POST /report): charges past the limit, then checks that wait
+    # the debt out, and refunds; every algorithm, then several checks.
+    for pols in [[p] for p in sorted(POLICIES) if not POLICIES[p]["shadow"]
+                 and p.endswith(("_0", "_1"))] + mixes:
+        seed += 1
+        keys = ["r%d" % seed, HOSTILE_KEYS[seed % len(HOSTILE_KEYS)] + str(seed)]
+        total += diff.run("reports: %s (seed %d)" % ("+".join(pols), seed),
+                          scenario(seed, pols, 150, keys, max_checks=min(3, len(pols) * len(keys)),
+                                   clock=clock, reports=0.3))
     driver.stdin.close()
     eq(driver.wait(10), 0, "local_driver exits 0")
     diag("%d requests in %.1f s" % (total, time.monotonic() - started))

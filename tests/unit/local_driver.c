@@ -12,7 +12,8 @@
  *
  * Reads one request per line on stdin:
  *     {"now_us": N, "dry_run": false, "checks": [{"policy": P, "key": K, "cost": C}]}
- * (dry_run and cost optional; checks are taken as given, not merged) and
+ * (dry_run and cost optional; checks are taken as given, not merged; with
+ * "report": true a report, whose costs may be negative) and
  * writes one line per request:
  *     {"allowed": 0|1, "tiers": [[allowed, limit, remaining, reset_us,
  *      retry_us, delay_us, reason], ...], "keys": [[redis_key, expiry], ...],
@@ -43,6 +44,7 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
 {
     json_t *now = json_object_get(root, "now_us");
     json_t *dry = json_object_get(root, "dry_run");
+    json_t *report = json_object_get(root, "report");
     json_t *checks = json_object_get(root, "checks");
     if (!json_is_integer(now) || json_integer_value(now) < 0)
         die("now_us must be an integer >= 0", NULL);
@@ -50,7 +52,11 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
         die("dry_run must be a boolean", NULL);
     if (!json_is_array(checks) || json_array_size(checks) == 0)
         die("checks must be a non-empty array", NULL);
+    if (report && !json_is_boolean(report))
+        die("report must be a boolean", NULL);
     req->dry_run = dry && json_is_true(dry);
+    req->report = report && json_is_true(report);
+    json_int_t least = req->report ? -REQUEST_MAX_COST : 0;
     req->nchecks = json_array_size(checks);
     req->checks = calloc(req->nchecks, sizeof *req->checks);
     if (!req->checks)
@@ -72,9 +78,9 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
             die("bad key length", NULL);
         it->cost = 1;
         if (cost) {
-            if (!json_is_integer(cost) || json_integer_value(cost) < 0 ||
+            if (!json_is_integer(cost) || json_integer_value(cost) < least ||
                 json_integer_value(cost) > REQUEST_MAX_COST)
-                die("cost must be an integer in [0, 1e9]", NULL);
+                die("cost must be an integer in [0, 1e9] ([-1e9, 1e9] in a report)", NULL);
             it->cost = json_integer_value(cost);
         }
     }

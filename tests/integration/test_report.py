@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """test_report.py: POST /report, usage charged after the answer.
 
-1. The decision code (the EVAL script the daemon carries) called directly in
-   report mode (ARGV[2] "3") at chosen timestamps, for every algorithm: a
+1. The decision code, in both its forms (the EVAL script the daemon carries,
+   by EVALSHA; the Function library, by FCALL), called directly in report
+   mode (ARGV[2] "3") at chosen timestamps, for every algorithm: a
    report past the limit makes the next check wait exactly the debt out
    (the retry time it answers, to the µs: denied 1 µs before, allowed at
    it); refunds give back exactly and never below nothing used; a refund
@@ -53,8 +54,8 @@ ALGS = {
 
 
 class Script:
-    def __init__(self, r, sha):
-        self.r, self.sha, self.n = r, sha, 0
+    def __init__(self, r, sha, function=None):
+        self.r, self.sha, self.function = r, sha, function
 
     def call(self, mode, now, checks):
         """checks: [(alg, key, cost)]; returns the reply or raises RedisError."""
@@ -64,6 +65,8 @@ class Script:
             if alg == "sliding_window_log":
                 keys.append("rep:{%s:%s}:t:seq" % (alg, key))
             argv += [str(cost), "0 " + ALGS[alg][0]]
+        if self.function:
+            return self.r.command("FCALL", self.function, len(keys), *keys, *argv)
         return self.r.command("EVALSHA", self.sha, len(keys), *keys, *argv)
 
     def tier(self, mode, now, alg, key, cost):
@@ -72,57 +75,66 @@ class Script:
                          "reason"), reply[2:9]))
 
 
-def script_tests(exe):
+def script_tests(exe, driver):
     script = subprocess.run([exe, "--print-script"], stdout=subprocess.PIPE, check=True).stdout
+    library = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE,
+                             check=True).stdout
     server = harness.RedisServer().start()
     r = server.client()
-    s = Script(r, r.command("SCRIPT", "LOAD", script))
+    function = r.command("FUNCTION", "LOAD", "REPLACE", library)
+    for caller in ("evalsha", "fcall"):
+        r.command("FLUSHDB")
+        script_run(r, Script(r, r.command("SCRIPT", "LOAD", script),
+                             function if caller == "fcall" else None), caller)
+    server.stop()
+
+
+def script_run(r, s, caller):
     for alg, (_, limit, retry, refunds) in ALGS.items():
         t = s.tier("3", T0, alg, "debt", 25)
         harness.eq((t["allowed"], t["limit"], t["remaining"], t["retry_us"]),
                    (0, limit, 0, retry),
-                   "script %s: a report of 25 over %d answers retry %d us" % (alg, limit, retry))
+                   "%s %s: a report of 25 over %d answers retry %d us" % (caller, alg, limit, retry))
         before = s.tier("1", T0 + retry - 1, alg, "debt", 1)
         at = s.tier("0", T0 + retry, alg, "debt", 1)
         harness.eq((before["allowed"], before["retry_us"], at["allowed"]), (0, 1, 1),
-                   "script %s: the debt is paid off exactly at its retry time" % alg)
+                   "%s %s: the debt is paid off exactly at its retry time" % (caller, alg))
 
         # A report with cost 0 charges nothing and reports a unit's figures.
         t = s.tier("3", T0, alg, "zero", 0)
         harness.eq((t["allowed"], t["remaining"], t["reset_us"]), (1, limit, 0),
-                   "script %s: a report of 0 writes nothing" % alg)
+                   "%s %s: a report of 0 writes nothing" % (caller, alg))
         harness.eq(r.command("EXISTS", "rep:{%s:zero}:t" % alg), 0,
-                   "script %s: no key for a report of 0" % alg)
+                   "%s %s: no key for a report of 0" % (caller, alg))
 
         if refunds:
             s.tier("0", T0, alg, "refund", 3)
             t = s.tier("3", T0 + 5, alg, "refund", -3)
             harness.eq((t["remaining"], t["reset_us"]), (limit, 0),
-                       "script %s: a refund of the whole cost restores a fresh key" % alg)
+                       "%s %s: a refund of the whole cost restores a fresh key" % (caller, alg))
             s.tier("0", T0, alg, "partial", 3)
             t = s.tier("3", T0, alg, "partial", -1)
-            harness.eq(t["remaining"], limit - 2, "script %s: a partial refund gives back 1" % alg)
+            harness.eq(t["remaining"], limit - 2, "%s %s: a partial refund gives back 1" % (caller, alg))
             t = s.tier("3", T0, alg, "never", -50)
             harness.eq((t["remaining"], t["reset_us"]), (limit, 0),
-                       "script %s: a refund never goes below nothing used" % alg)
+                       "%s %s: a refund never goes below nothing used" % (caller, alg))
             s.tier("3", T0, alg, "over", 25)
             t = s.tier("3", T0, alg, "over", -25)
             harness.eq((t["allowed"], t["remaining"]), (1, limit),
-                       "script %s: a refund pays a debt back" % alg)
+                       "%s %s: a refund pays a debt back" % (caller, alg))
         else:
             try:
                 s.call("3", T0, [("fixed_window", "atomic", 2), (alg, "atomic", -1)])
-                harness.ok(False, "script %s: a refund is refused" % alg)
+                harness.ok(False, "%s %s: a refund is refused" % (caller, alg))
             except harness.RedisError as e:
-                harness.ok("cannot give back" in e.message, "script %s: a refund is refused (%s)"
-                           % (alg, e.message[:60]))
+                harness.ok("cannot give back" in e.message, "%s %s: a refund is refused (%s)"
+                           % (caller, alg, e.message[:60]))
             harness.eq(r.command("EXISTS", "rep:{fixed_window:atomic}:t"), 0,
-                       "script %s: the refused report wrote nothing of its other check" % alg)
+                       "%s %s: the refused report wrote nothing of its other check" % (caller, alg))
     # The figures of a multi-check report: every check charged in one call.
     reply = s.call("3", T0, [("gcra", "m1", 4), ("fixed_window", "m2", 12)])
     harness.eq((reply[1], reply[2 + 2], reply[9 + 2]), (0, 6, 0),
-               "script: a report of two checks charges both in one call")
-    server.stop()
+               "%s: a report of two checks charges both in one call" % caller)
 
 
 POLICY = """\
@@ -259,7 +271,10 @@ def main():
     exe = os.environ.get("RATELIMITD")
     if not exe:
         harness.bail_out("set RATELIMITD to the built daemon")
-    script_tests(exe)
+    driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver:
+        harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    script_tests(exe, os.path.abspath(driver))
 
     redis = harness.RedisServer().start()
     d = Daemon("unix:" + redis.socket_path, POLICY, timeout="2s", admin=True).start()

@@ -15,6 +15,8 @@
    denied with the same Retry-After; a refund restores; a multi-check
    report is atomic (refused whole); a refund drops this daemon's cached
    denial; ratelimitd_reports_total counts.
+   The same on a Redis Cluster, where a report's checks in several slots
+   are charged in one phase (each slot atomically).
 3. Redis stopped: failure_mode open answers 200 `reported: false`, closed
    503 with Retry-After, local charges the memory store (later local
    checks see the debt).
@@ -31,7 +33,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import promtext  # noqa: E402
-from daemon import Daemon  # noqa: E402
+import redis_cluster  # noqa: E402
+from daemon import ClusterDaemon, Daemon  # noqa: E402
 
 SEC = 1_000_000
 W = 10 * SEC
@@ -285,6 +288,16 @@ def main():
     m.stop()
     deny_cache_test(redis)
     failure_tests(redis)
+
+    why = redis_cluster.why_unsupported()
+    if why:
+        harness.diag("no Redis Cluster test: " + why)
+        return
+    c = redis_cluster.RedisCluster(nmasters=3, replicas=0)
+    c.start()
+    d = ClusterDaemon(c.seeds(), POLICY, timeout="2s", admin=True).start()
+    daemon_tests(d, "cluster")
+    d.stop()
 
 
 if __name__ == "__main__":

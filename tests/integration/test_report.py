@@ -26,6 +26,7 @@ test_local_diff.py.)
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -243,6 +244,30 @@ def deny_cache_test(redis):
     d.stop()
 
 
+def slow_tests(redis):
+    """Redis paused (SIGSTOP): the deadline answers per failure_mode; the
+    charge sent before it may still land once Redis resumes, at most once."""
+    d = Daemon("unix:" + redis.socket_path, POLICY, timeout="200ms", admin=True).start()
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = report(d, "closed", "slow", 5)
+        waited = time.monotonic() - t0
+        harness.ok(r.status == 503 and r.json.get("reported") is False and waited < 2,
+                   "Redis paused, failure_mode closed: 503 reported false at the deadline "
+                   "(%.2f s)" % waited)
+        r = report(d, "open", "slow", 5)
+        harness.eq((r.status, r.json.get("reported")), (200, False),
+                   "Redis paused, failure_mode open: 200 reported false")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: d.admin("/readyz").status == 200, what="ready again")
+    left = d.check("closed", "slow", dry_run=True).json["remaining"]
+    harness.ok(left in (4, 9), "the late charge landed at most once (%d of 10 left after a "
+               "dry run of 1)" % left)
+    d.stop()
+
+
 def failure_tests(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY, timeout="200ms", admin=True).start()
     redis.stop()
@@ -287,6 +312,7 @@ def main():
     daemon_tests(m, "memory")
     m.stop()
     deny_cache_test(redis)
+    slow_tests(redis)
     failure_tests(redis)
 
     why = redis_cluster.why_unsupported()

@@ -41,6 +41,11 @@ struct backend_reply {
     enum backend_status status;
     const struct tier_result *results; /* OK: request_tiers(req) entries */
     const char *errmsg;                /* ERROR, UNAVAILABLE */
+    /* OK and denied: the checks (bit i: check i) whose cost was taken all
+     * the same, by a backend that decides a request in several atomic
+     * steps (a Redis Cluster request spanning slots, denied in its second
+     * phase after other slots committed); 0 everywhere else. */
+    uint64_t taken;
 };
 
 /* reply and what it points to are valid only during the callback. */

@@ -214,7 +214,7 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     }
     switch (r->status) {
     case BACKEND_OK: {
-        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results};
+        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results, .taken = r->taken};
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);

@@ -131,6 +131,8 @@ struct verdict {
     struct decision_summary sum;       /* DECIDED, LOCAL */
     const char *why;                   /* UNAVAILABLE: a short reason */
     int cached;                        /* DECIDED by the local deny cache */
+    uint64_t taken; /* DECIDED and denied: checks whose cost was taken all the same
+                     * (bit i: check i; backend_reply.taken), else 0 */
 };
 
 /* What a verdict means for the caller, whatever the front: each front maps

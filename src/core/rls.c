@@ -440,13 +440,15 @@ static enum rls_code overall_code(const struct rls_call *c)
 static void on_verdict(void *ctx, const struct verdict *v);
 
 /*
- * The first round was denied as a whole (so it consumed nothing), but the
- * answer is OK all the same (a quota descriptor over while another is not,
- * or the global shadow mode). Decides again, atomically, the checks that
- * allowed, so that the request takes what it would have taken had the
- * checks that denied been shadow: they take nothing, and their first-round
- * status stands. Returns 1 when the second round is under way (or already
- * answered), 0 when there is nothing to decide again.
+ * The first round was denied as a whole (so it consumed nothing, but for
+ * the checks in verdict.taken: a Redis Cluster request denied in its
+ * second phase), but the answer is OK all the same (a quota descriptor
+ * over while another is not, or the global shadow mode). Decides again,
+ * atomically, the checks that allowed and took nothing, so that the
+ * request takes what it would have taken had the checks that denied been
+ * shadow: they take nothing, and their first-round status stands, as does
+ * that of a check already taken. Returns 1 when the second round is under
+ * way (or already answered), 0 when there is nothing to decide again.
  */
 static int try_allowed_only(struct rls_call *c, const struct verdict *v)
 {
@@ -459,7 +461,9 @@ static int try_allowed_only(struct rls_call *c, const struct verdict *v)
     for (size_t k = 0; k < r->nchecks; k++) {
         const struct check_item *it = &r->checks[k];
         map[k] = SIZE_MAX;
-        if (!decision_check_allowed(&v->sum, k))
+        /* A check the first round took already (a Cluster's second-phase
+         * denial, verdict.taken) keeps what it took and its status. */
+        if (!decision_check_allowed(&v->sum, k) || ((v->taken >> k) & 1))
             continue;
         struct check_item *n = &creq.checks[creq.nchecks];
         *n = (struct check_item){.policy = it->policy,

@@ -30,7 +30,9 @@
  *      refund: that can only make clients get fewer admissions than the
  *      limits allow, never more), and their figures say so: each group
  *      reports what its own run did (taken where it committed, untaken
- *      where it denied).
+ *      where it denied), and the reply names the checks that committed
+ *      (backend_reply.taken: the Envoy service's second round, rls.c,
+ *      must not decide them again).
  * The tier results are put back in the request's check order.
  *
  * Redirects and retries per group: MOVED counts on the node that sent it,
@@ -425,6 +427,11 @@ static void complete_ok(struct ccall *c)
     size_t n = request_tiers(c->req);
     struct tier_result *out = xcalloc(n ? n : 1, sizeof *out);
     int untaken = c->phase == 1 && !all_allowed(c);
+    /* Denied in phase 2 (more than one group): the groups that allowed
+     * committed, and the caller must know it (rls.c must not decide them
+     * again). A single group's run is atomic: denied, it took nothing. */
+    int partial = c->phase == 2 && c->ngroups > 1 && !all_allowed(c);
+    uint64_t taken = 0;
     for (size_t i = 0; i < c->ngroups; i++) {
         const struct cgroup *g = &c->groups[i];
         const struct tier_result *res = untaken ? g->res_if_denied : g->res;
@@ -433,9 +440,11 @@ static void complete_ok(struct ccall *c)
             size_t nt = g->sub.checks[k].policy->ntiers;
             memcpy(out + c->offset[g->index[k]], res + from, nt * sizeof *out);
             from += nt;
+            if (partial && g->allowed)
+                taken |= (uint64_t)1 << g->index[k];
         }
     }
-    struct backend_reply reply = {.status = BACKEND_OK, .results = out};
+    struct backend_reply reply = {.status = BACKEND_OK, .results = out, .taken = taken};
     c->done(c->arg, &reply);
     free(out);
 }

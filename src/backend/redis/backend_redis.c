@@ -183,9 +183,10 @@ static void complete_ok(struct pending *p, const redisReply *r)
         ints[i] = r->element[i]->integer;
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
     if (i != r->elements) {
-        reply = (struct backend_reply){BACKEND_ERROR, NULL, "script reply holds a non-integer"};
+        reply = (struct backend_reply){.status = BACKEND_ERROR,
+                                       .errmsg = "script reply holds a non-integer"};
     } else if (scripts_decode_result(ints, r->elements, ntiers, res, err, sizeof err) < 0) {
-        reply = (struct backend_reply){BACKEND_ERROR, NULL, err};
+        reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = err};
     }
     p->done(p->arg, &reply);
     if (ints != ints_buf)

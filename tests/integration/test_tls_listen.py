@@ -13,7 +13,9 @@ past).
 - -t: a client_auth: require without client_ca_file is refused at its
   file:line:col; a key that is not the certificate's, a garbage
   certificate, grpc_tls without grpc_listen: refused, naming the file and
-  OpenSSL's reason; an expired certificate passes with a warning.
+  OpenSSL's reason; an expired certificate passes with a warning; an
+  encrypted key is refused at once, without a passphrase prompt on the
+  terminal (-t run on a pty).
 - HTTPS (client_auth: request, two workers): curl without and with a client
   certificate gets 200, ALPN http/1.1; curl trusting the other CA refuses
   the server; a client certificate of the other CA is refused. A reload
@@ -49,7 +51,9 @@ when python3-grpcio or nginx is missing.
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import socket
@@ -173,6 +177,36 @@ def check_only(config_text, tmp, name):
     return p.returncode, p.stdout.decode("utf-8", "replace"), path
 
 
+def check_only_tty(config_text, tmp, name, timeout=10):
+    """ratelimitd -t on a file, on a terminal of its own (a pty): (exit code
+    or None if it was still running after timeout, what it wrote)."""
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(config_text)
+    pid, fd = pty.fork()
+    if pid == 0:
+        binary = harness.find_program("RATELIMITD", "./ratelimitd")
+        os.execv(binary, [binary, "-t", "-c", path])
+    out, rc, deadline = b"", None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed its side
+                data = b""
+            out += data
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+    if rc is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    return rc, out.decode("utf-8", "replace")
+
+
 def check_validation(pki, tmp):
     cert, key = pki.path("srv1.pem"), pki.path("srv1.key")
     base = "listen: 127.0.0.1:1\nbackend: memory\n" + POLICY
@@ -195,6 +229,15 @@ def check_validation(pki, tmp):
     harness.ok(rc == 1 and "cert_file %s" % pki.path("garbage.pem") in out and "error:" in out,
                "-t: a garbage certificate is refused, naming the file and OpenSSL's reason")
     harness.diag(out.strip())
+    # An encrypted key: refused at once, even with a terminal OpenSSL would
+    # otherwise prompt on for a passphrase (and wait there).
+    pki.run("pkey", "-in", "srv1.key", "-aes256", "-passout", "pass:secret", "-out", "enc.key")
+    rc, out = check_only_tty(base + tls_block("tls", cert, pki.path("enc.key")), tmp, "encrypted")
+    harness.ok(rc == 1 and "key_file %s: the key is encrypted" % pki.path("enc.key") in out
+               and "pass phrase" not in out,
+               "-t on a terminal: an encrypted key is refused at once, no passphrase prompt")
+    if rc != 1:
+        harness.diag("rc %r: %r" % (rc, out))
     rc, out, _ = check_only(base + tls_block("grpc_tls", cert, key), tmp, "nogrpc")
     harness.ok(rc == 1 and "grpc_tls: applies only with grpc_listen" in out,
                "-t: grpc_tls without grpc_listen is refused")

@@ -43,9 +43,15 @@ static struct tls_server *fail(struct tls_server *t, char *err, size_t errlen, c
     return NULL;
 }
 
+static const unsigned char alpn_h2[] = "\x02h2";
+static const unsigned char alpn_http11[] = "\x08http/1.1";
+
 /* The ALPN protocol of the listener, when the client offers it. A client
- * offering others only goes on without one (ALPN's "no overlap" is for the
- * client to judge: a gRPC client refuses, curl speaks HTTP/1.1 anyway). */
+ * offering others only: on the gRPC listener (h2, which can speak nothing
+ * else) the handshake ends with no_application_protocol, as RFC 7301 asks
+ * (a client sent there by mistake is told so, rather than answered a
+ * garbled HTTP/2 GOAWAY); on the HTTP listener it goes on without one
+ * (curl and older clients speak HTTP/1.1 anyway). */
 static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
@@ -60,7 +66,7 @@ static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outle
             return SSL_TLSEXT_ERR_OK;
         }
     }
-    return SSL_TLSEXT_ERR_NOACK;
+    return want == alpn_h2 ? SSL_TLSEXT_ERR_ALERT_FATAL : SSL_TLSEXT_ERR_NOACK;
 }
 
 /* OpenSSL's password callback: no passphrase. Without it OpenSSL asks for
@@ -74,9 +80,6 @@ static int no_passphrase(char *buf, int size, int rwflag, void *arg)
         *(int *)arg = 1;
     return -1;
 }
-
-static const unsigned char alpn_h2[] = "\x02h2";
-static const unsigned char alpn_http11[] = "\x08http/1.1";
 
 static int64_t asn1_seconds(const ASN1_TIME *t)
 {

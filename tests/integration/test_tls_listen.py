@@ -24,7 +24,9 @@ past).
   certificate's notAfter.
 - gRPC with mTLS (grpc_tls, require): ShouldRateLimit answers OK over a
   secure channel (ALPN h2); without a client certificate, or with one of
-  the other CA, the call fails UNAVAILABLE.
+  the other CA, the call fails UNAVAILABLE; a client offering ALPN without
+  h2 is refused in the handshake (no_application_protocol), one offering
+  no ALPN gets HTTP/2 all the same.
 - Rotation under load: a thread keeps one keep-alive connection and opens
   new ones without pause while the certificate and key files are
   replaced and SIGHUP sent: no request fails, the keep-alive connection
@@ -588,6 +590,29 @@ def check_grpc(pki):
         ch.close()
     rc_, status, err = curl(gport, pki, path="/", cert="client", verbose=True)
     harness.ok("ALPN: server accepted h2" in err, "ALPN on grpc_listen: h2")
+    # A client offering ALPN without h2 (HTTP/1.1 sent to the gRPC port):
+    # refused in the handshake (RFC 7301's no_application_protocol), where
+    # it used to go on and be answered a GOAWAY it cannot read.
+    ctx = client_context(pki, cert="client")
+    ctx.set_alpn_protocols(["http/1.1"])
+    try:
+        with socket.create_connection(("127.0.0.1", gport), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                tls.recv(100)
+        refused = ""
+    except (ssl.SSLError, OSError) as e:
+        refused = str(e)
+    harness.ok("NO APPLICATION PROTOCOL" in refused.upper().replace("_", " "),
+               "grpc_listen: a client offering ALPN without h2 is refused "
+               "(no_application_protocol): %r" % refused)
+    ctx = client_context(pki, cert="client")  # no ALPN at all: h2 with prior knowledge
+    with socket.create_connection(("127.0.0.1", gport), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = tls.recv(9)
+    harness.ok(len(head) == 9 and head[3] == 4,
+               "grpc_listen: a client offering no ALPN speaks h2 all the same (SETTINGS back)")
     check_slowloris(gport, "grpc_listen", d)
     d.stop()
 

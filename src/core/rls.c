@@ -489,6 +489,10 @@ static int try_allowed_only(struct rls_call *c, const struct verdict *v)
             c->entries[i].check = map[c->entries[i].check];
     }
     c->round = 1;
+    /* Each check was counted by the first round (allowed, or denied where
+     * it denied): counted again, one Envoy request would count an allowed
+     * check twice in ratelimitd_checks_total. */
+    creq.inspect = 1;
     /* The reply may come within check_start (memory backend): as in
      * rls_start, the call is freed here then. */
     int was_starting = c->starting;

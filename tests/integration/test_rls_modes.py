@@ -9,7 +9,8 @@ whose answer comes within the call) and POST /json:
   takes: every descriptor that allowed, and nothing from a quota descriptor
   that is over (it takes nothing, as a shadow one); a denied call takes
   nothing anywhere; a shadow descriptor left out of the second round is
-  still counted shadow_over_limit in the metrics;
+  still counted shadow_over_limit in the metrics, and a check decided in
+  both rounds is counted once in ratelimitd_checks_total;
 - shadow_mode on a quota descriptor: never over; a per-request limit
   override is never a quota descriptor; hits_addend (0, over the limit)
   with quota descriptors;
@@ -187,6 +188,30 @@ def test_quota_shadow_metric(rls, tag):
                "shadow_over_limit" % tag)
 
 
+def checks_count(rls, policy, decision):
+    """ratelimitd_checks_total of a named policy (0 when absent)."""
+    m = promtext.parse(rls.d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(m, "ratelimitd_checks_total", policy=policy,
+                              decision=decision) or 0
+    except KeyError:
+        return 0
+
+
+def test_quota_check_metric(rls, tag):
+    """A call decided in two rounds counts each of its checks once in
+    ratelimitd_checks_total: the second round's are the first's again."""
+    s, p = ("soft", tag + "9"), ("softpol", tag + "9")
+    rls.call([s])
+    rls.call([s])
+    allowed, denied = checks_count(rls, "two", "allowed"), checks_count(rls, "two", "denied")
+    r = rls.call([s, p])
+    harness.eq(brief(r)[0], OK, "%s: soft over, softpol (policy two) fine: OK" % tag)
+    harness.eq((checks_count(rls, "two", "allowed") - allowed,
+                checks_count(rls, "two", "denied") - denied), (1, 0),
+               "%s: a call of two rounds counts policy two's check once, allowed" % tag)
+
+
 def test_json(rls):
     body = {"domain": "q", "descriptors": [{"entries": [{"key": "soft", "value": "json"}]},
                                            {"entries": [{"key": "soft2", "value": "json"}]}]}
@@ -298,6 +323,7 @@ def main():
     for backend in ("redis", "memory"):
         rls = run(test_quota, redis if backend == "redis" else None, backend)
         test_quota_shadow_metric(rls, backend)
+        test_quota_check_metric(rls, backend)
         if backend == "redis":
             test_json(rls)
         stop(rls, backend)

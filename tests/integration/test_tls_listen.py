@@ -35,7 +35,8 @@ past).
   refused with the file's name and OpenSSL's reason, and new connections
   keep the old serial.
 - 300 pipelined requests in one TLS write (more than the pipeline holds):
-  every one answered.
+  every one answered. A request and the client's close_notify in one
+  segment: answered, then the connection closed at once.
 - admin_tls added by a reload: the admin port answers over HTTPS and no
   longer in plain text; removed again, plain text again.
 - Slowloris: a connection sending nothing, and one sending half a
@@ -351,6 +352,7 @@ def check_https(pki, tmp):
     harness.wait_until(lambda: d.logs().count("policies reloaded") >= 2, what="the reload")
 
     check_pipelined(d.port, pki)
+    check_close_notify(d.port, pki)
     check_rotation(d, pki)
     check_slowloris(d.port, "listen", d)
     check_admin_tls(d, pki, extra)
@@ -404,6 +406,49 @@ def check_rotation(d, pki):
                "the refused reload names the certificate file and OpenSSL's reason")
     harness.diag(line[0] if line else d.logs()[-2000:])
     replace(pki, "srv3", "live")  # something valid for the rest
+
+
+def check_close_notify(port, pki):
+    """A request and the client's close_notify in one segment: the answer,
+    then the daemon closes at once (not at idle_timeout, as when the
+    close_notify read with the request was forgotten)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(pki).wrap_bio(inc, out, server_hostname="localhost")
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(out.read())
+            data = raw.recv(65536)
+            if not data:
+                raise RuntimeError("the daemon closed during the handshake")
+            inc.write(data)
+    raw.sendall(out.read())
+    body = json.dumps({"policy": "p", "key": "notify"})
+    tls.write(("POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    try:
+        tls.unwrap()  # queues close_notify, then would wait for the daemon's
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(out.read())  # the request and the close_notify together
+    t0, got, closed = time.monotonic(), b"", None
+    while time.monotonic() - t0 < 5:
+        data = raw.recv(65536)
+        if not data:
+            closed = time.monotonic() - t0
+            break
+        inc.write(data)
+        try:
+            got += tls.read(65536)
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass
+    raw.close()
+    harness.ok(b"HTTP/1.1 200" in got and closed is not None and closed < IDLE / 2,
+               "a request with the client's close_notify in one segment: answered, then closed "
+               "at once (%r s, idle_timeout %g s)" % (closed, IDLE))
 
 
 def check_pipelined(port, pki, n=300):

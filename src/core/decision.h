@@ -40,7 +40,9 @@ struct check_request {
     int dry_run;
     int use_deny_status; /* forward-auth: a denial answers the binding check's
                           * policy's deny_status, not 429 (response_status) */
-    int inspect;         /* the admin API looking (a dry run): not counted as checks */
+    int inspect;         /* not counted as checks: the admin API looking (a dry run), or
+                          * an Envoy request's second round (rls.c), whose checks the
+                          * first round counted already */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };

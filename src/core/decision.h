@@ -41,6 +41,9 @@ struct check_request {
     int use_deny_status; /* forward-auth: a denial answers the binding check's
                           * policy's deny_status, not 429 (response_status) */
     int inspect;         /* the admin API looking (a dry run): not counted as checks */
+    /* The random part of every lease the request takes (core/lease.h),
+     * set by check_start when a check has a concurrency tier; "" if none. */
+    char lease_nonce[23];
     size_t nchecks;
     struct check_item *checks; /* owned */
 };
@@ -64,6 +67,8 @@ struct tier_result {
     int64_t retry_us; /* -1: no finite wait */
     int64_t delay_us; /* leaky_bucket only */
     int cost_exceeds_limit;
+    int64_t now_us; /* the decider's clock (a concurrency lease expires at
+                     * now_us + lease_timeout); 0: unknown */
 };
 
 /*

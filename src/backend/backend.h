@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "core/decision.h"
-#include "core/lease.h"
+#include "core/lease_id.h"
 #include "lib/util.h"
 
 enum backend_status {

@@ -19,7 +19,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/deny_cache.h"
-#include "core/lease.h"
+#include "core/lease_id.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 

@@ -64,7 +64,7 @@
 
 #include "config/policy.h"
 #include "core/decision.h"
-#include "core/lease.h"
+#include "core/lease_id.h"
 
 struct local_store;
 

@@ -211,15 +211,18 @@ static const struct error_case {
     {"concurrency with a window",
      TIER("name: a\n        algorithm: concurrency\n        limit: 2\n        window: 1s\n"
           "        lease_timeout: 30s\n"),
-     "7:17", "policies.p.tiers[0].window: not allowed for concurrency (a lease lives "
+     "7:17",
+     "policies.p.tiers[0].window: not allowed for concurrency (a lease lives "
      "lease_timeout)"},
     {"lease_timeout of another algorithm",
      TIER("name: a\n        algorithm: gcra\n        limit: 2\n        window: 1s\n"
           "        lease_timeout: 30s\n"),
-     "8:24", "policies.p.tiers[0].lease_timeout: not allowed for gcra (only concurrency takes "
+     "8:24",
+     "policies.p.tiers[0].lease_timeout: not allowed for gcra (only concurrency takes "
      "one)"},
     {"lease_timeout too long",
-     TIER("name: a\n        algorithm: concurrency\n        limit: 2\n        lease_timeout: 367d\n"),
+     TIER("name: a\n        algorithm: concurrency\n        limit: 2\n        lease_timeout: "
+          "367d\n"),
      "7:24", "policies.p.tiers[0].lease_timeout: must be between 1ms and 366d, got 367d"},
     {"concurrency limit too large",
      TIER("name: a\n        algorithm: concurrency\n        limit: 100001\n"
@@ -228,18 +231,21 @@ static const struct error_case {
     {"concurrency policy with a forward-auth key",
      "policies:\n  p:\n    key: \"${header:X-User}\"\n    tiers:\n"
      "      - {name: a, algorithm: concurrency, limit: 2, lease_timeout: 30s}\n",
-     "3:10", "policies.p: key: a policy with a concurrency tier cannot serve forward-auth "
+     "3:10",
+     "policies.p: key: a policy with a concurrency tier cannot serve forward-auth "
      "(/auth/<policy> has no way to release a lease)"},
     {"concurrency override with deny_status",
      "policies:\n  p:\n    deny_status: 403\n    tiers:\n" TIER_A "    overrides:\n"
      "      - {key: a, tiers: [{name: c, algorithm: concurrency, limit: 1, lease_timeout: 1s}]}\n",
-     "3:18", "policies.p: deny_status: a policy with a concurrency tier cannot serve forward-auth "
+     "3:18",
+     "policies.p: deny_status: a policy with a concurrency tier cannot serve forward-auth "
      "(/auth/<policy> has no way to release a lease)"},
     {"concurrency policy named by an Envoy descriptor",
      "policies:\n  p:\n    tiers:\n"
      "      - {name: a, algorithm: concurrency, limit: 2, lease_timeout: 30s}\n"
      "domains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: p}\n",
-     "8:26", "domains[0].descriptors[0]: policy \"p\" has a concurrency tier, which Envoy's rate "
+     "8:26",
+     "domains[0].descriptors[0]: policy \"p\" has a concurrency tier, which Envoy's rate "
      "limit service cannot use (it has no way to release a lease)"},
     {"no policies", "policies: {}\n", "1:11", "policies: at least one policy is required"},
     {"no tiers", "policies:\n  p:\n    tiers: []\n", "3:12", "policies.p.tiers: at least one tier"},

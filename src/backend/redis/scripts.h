@@ -22,7 +22,7 @@
 
 #include "config/config.h"
 #include "core/decision.h"
-#include "core/lease.h"
+#include "core/lease_id.h"
 
 extern const char scripts_lua_source[]; /* generated: src/backend/redis/scripts_lua.c */
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/lease.h"
+#include "core/lease_id.h"
 #include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/http/response.h"

@@ -42,7 +42,9 @@ struct check_request {
                           * policy's deny_status, not 429 (response_status) */
     int inspect;         /* the admin API looking (a dry run): not counted as checks */
     /* The random part of every lease the request takes (core/lease.h),
-     * set by check_start when a check has a concurrency tier; "" if none. */
+     * set by check_start when a check has a concurrency tier; "" if none.
+     * LEASE_NONCE_LEN + 1 bytes (asserted in lease_id.h, which includes
+     * this header). */
     char lease_nonce[23];
     size_t nchecks;
     struct check_item *checks; /* owned */

@@ -129,8 +129,8 @@ static int64_t renew_timeout(const struct config *cfg, const struct lease_ref *r
     return 0;
 }
 
-/* Gathers the refs for which want(ref) holds into l->batch (and their
- * indexes into l->sent); returns how many. */
+/* Gathers the decoded refs that are local (1) or the backend's (0) into
+ * l->batch, their indexes into l->sent; returns how many. */
 static size_t gather(struct lease_call *l, int local)
 {
     l->nsent = 0;

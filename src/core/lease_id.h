@@ -34,6 +34,8 @@
 
 #define LEASE_NONCE_LEN 22 /* 16 random bytes in base64url */
 #define LEASE_MAX_IDS 100  /* per /release or /renew */
+_Static_assert(sizeof(((struct check_request *)0)->lease_nonce) == LEASE_NONCE_LEN + 1,
+               "decision.h's lease_nonce holds one nonce and its NUL");
 /* The longest id: 5 dots, where, base64url of two names and a key, units. */
 #define LEASE_ID_MAX                                                                               \
     (2 + 5 + 4 * ((2 * POLICY_NAME_MAX + POLICY_KEY_MAX) / 3 + 3) + 20 + LEASE_NONCE_LEN)

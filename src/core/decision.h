@@ -43,6 +43,11 @@ struct check_request {
     int inspect;         /* not counted as checks: the admin API looking (a dry run), or
                           * an Envoy request's second round (rls.c), whose checks the
                           * first round counted already */
+    /* The random part of every lease the request takes (core/lease.h),
+     * set by check_start when a check has a concurrency tier; "" if none.
+     * LEASE_NONCE_LEN + 1 bytes (asserted in lease_id.h, which includes
+     * this header). */
+    char lease_nonce[23];
     size_t nchecks;
     struct check_item *checks; /* owned */
 };
@@ -66,6 +71,8 @@ struct tier_result {
     int64_t retry_us; /* -1: no finite wait */
     int64_t delay_us; /* leaky_bucket only */
     int cost_exceeds_limit;
+    int64_t now_us; /* the decider's clock (a concurrency lease expires at
+                     * now_us + lease_timeout); 0: unknown */
 };
 
 /*

@@ -195,6 +195,20 @@ static const char *const expected_scenario[] = {
     "protocol error or a flood (SETTINGS, PING, RST_STREAM).",
     "# TYPE ratelimitd_grpc_protocol_errors_total counter",
     "ratelimitd_grpc_protocol_errors_total 0",
+    "# HELP ratelimitd_leases_acquired_total Concurrency leases this daemon handed out (allowed "
+    "/check answers, one per concurrency tier).",
+    "# TYPE ratelimitd_leases_acquired_total counter",
+    "ratelimitd_leases_acquired_total 0",
+    "# HELP ratelimitd_leases_released_total Leases freed by POST /release on this daemon.",
+    "# TYPE ratelimitd_leases_released_total counter",
+    "ratelimitd_leases_released_total 0",
+    "# HELP ratelimitd_leases_renewed_total Leases extended by POST /renew on this daemon.",
+    "# TYPE ratelimitd_leases_renewed_total counter",
+    "ratelimitd_leases_renewed_total 0",
+    "# HELP ratelimitd_leases_expired_total Leases that POST /release or /renew on this daemon "
+    "found already expired.",
+    "# TYPE ratelimitd_leases_expired_total counter",
+    "ratelimitd_leases_expired_total 0",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -288,8 +302,8 @@ static void test_empty(void)
     /* build_info + checks + in_flight + http + rls requests + rls
      * descriptors + redis_up + histogram + 6 counters + 3 grpc counters +
      * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 27, "empty: 27 families");
-    is_int(count_substr(text, "# HELP "), 27, "empty: 27 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 31, "empty: 31 families");
+    is_int(count_substr(text, "# HELP "), 31, "empty: 31 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,
@@ -642,8 +656,8 @@ static void test_no_redis(void)
     char *text = metrics_render(m, &g);
     ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
     is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
-    is_int(count_substr(text, "# TYPE "), 14,
-           "no_redis: 14 families (27 less redis_up, the histogram, 7 per node, 4 counters)");
+    is_int(count_substr(text, "# TYPE "), 18,
+           "no_redis: 18 families (31 less redis_up, the histogram, 7 per node, 4 counters)");
     free(text);
     metrics_free(m);
 }

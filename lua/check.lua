@@ -15,7 +15,10 @@
 --   policy   its settings, space-separated: shadow ("0"/"1"), then five
 --            per tier: algorithm, limit, window_us, burst (0 = default),
 --            precision_us (0 unless sliding_window_buckets); e.g.
---            "0 fixed_window 100 60000000 0 0"
+--            "0 fixed_window 100 60000000 0 0" (concurrency: window_us is
+--            the lease timeout)
+--   then, iff the count of ARGV is odd, the lease nonce: the random part
+--            of every lease this request takes (22 of [A-Za-z0-9_-])
 -- keys     per check, per tier, in order: sliding_window_log takes two (the
 --          ZSET, then its sequence counter), every other algorithm one.
 --
@@ -58,6 +61,7 @@ local ALGORITHMS = {
     token_bucket = token_bucket,
     gcra = gcra,
     leaky_bucket = leaky_bucket,
+    concurrency = concurrency,
 }
 
 local REASON_NONE = 0
@@ -184,9 +188,19 @@ local CHECKS, TIERS = {}, {}
 -- number of tiers in all.
 local function parse(keys, argv, now, least_cost)
     local nargs = #argv
-    if nargs < 2 or nargs % 2 ~= 0 then
-        error('ratelimitd: ARGV is now, dry_run, then cost and policy per check; got '
-            .. nargs .. ' arguments')
+    -- An odd count: the last is the lease nonce (concurrency.lua).
+    local nonce = nil
+    if nargs % 2 == 1 then
+        nonce = argv[nargs]
+        nargs = nargs - 1
+        if #nonce ~= 22 or not match(nonce, '^[%w_-]+$') then
+            error('ratelimitd: the lease nonce must be 22 of [A-Za-z0-9_-], got '
+                .. tostring(nonce))
+        end
+    end
+    if nargs < 2 then
+        error('ratelimitd: ARGV is now, dry_run, then cost and policy per check'
+            .. ' (and the lease nonce); got ' .. #argv .. ' arguments')
     end
     ncalls = ncalls + 1
     local nkeys, ntiers = 0, 0
@@ -208,6 +222,7 @@ local function parse(keys, argv, now, least_cost)
         for i = 1, policy.ntiers do
             local t = policy[i]
             t.now, t.cost, t.key, t.key2 = now, cost, keys[nkeys + 1], keys[nkeys + 2]
+            t.nonce = nonce
             nkeys = nkeys + t.nkeys
             ntiers = ntiers + 1
             TIERS[ntiers] = t
@@ -304,6 +319,25 @@ local function charge(nchecks, ntiers, tiers)
     return request_allowed
 end
 
+-- ARGV[2] "r" (release) or "n" (renew): not a decision but lease
+-- operations (concurrency.lua), one per key: ARGV[2 + 2i - 1] the lease's
+-- member, ARGV[2 + 2i] the renewal's timeout in µs ("0" for a release).
+-- Returns {now_us, then per lease: status (1 done, 2 expired, 0 unknown),
+-- expires_us (renewed: the new expiry, else 0)}.
+local function lease_ops(keys, argv, now, op)
+    if #argv ~= 2 + 2 * #keys then
+        error('ratelimitd: a lease operation takes a member and a timeout per key; got '
+            .. #argv .. ' arguments for ' .. #keys .. ' keys')
+    end
+    local out = { now }
+    for i = 1, #keys do
+        local timeout = int_of(argv[2 + 2 * i], 0) or bad_int(argv, 2 + 2 * i, 0)
+        local status, expires = concurrency.lease_op(keys[i], argv[1 + 2 * i], op, timeout, now)
+        out[2 * i], out[2 * i + 1] = status, expires
+    end
+    return out
+end
+
 local function decide(keys, argv)
     if not fmod then
         bind_globals()
@@ -317,6 +351,9 @@ local function decide(keys, argv)
             report(out, 2 + 7 * (i - 1), TIERS[i], false)
         end
         return out
+    end
+    if argv[2] == 'r' or argv[2] == 'n' then
+        return lease_ops(keys, argv, now, argv[2])
     end
     local both = argv[2] == '2'
     local dry_run = both or arg_flag(argv, 2)

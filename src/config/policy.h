@@ -28,6 +28,7 @@ enum algorithm {
     ALG_TOKEN_BUCKET,
     ALG_GCRA,
     ALG_LEAKY_BUCKET,
+    ALG_CONCURRENCY,
     ALG__COUNT
 };
 
@@ -51,7 +52,9 @@ struct tier {
     int64_t limit;     /* requests per window; > 0 */
     int64_t window_us; /* > 0 */
     int64_t burst;     /* token_bucket/gcra: capacity (0 = limit); leaky_bucket: queue (0 = none) */
-    int64_t precision_us; /* sliding_window_buckets only; divides window_us */
+    int64_t precision_us;     /* sliding_window_buckets only; divides window_us */
+    int64_t lease_timeout_us; /* concurrency only (its window_us is 0): how long a
+                               * lease lives unless renewed or released */
 };
 
 struct policy_overrides;
@@ -94,6 +97,16 @@ int policy_algorithm_reports(enum algorithm a);
 /* 1 if a report can also give back (a cost < 0) exactly, never below
  * nothing used: fixed_window, token_bucket, gcra, leaky_bucket; else 0. */
 int policy_algorithm_refunds(enum algorithm a);
+/* The span the scripts receive as a tier's window_us: the lease timeout for
+ * concurrency, the window for every other algorithm. */
+int64_t policy_tier_span_us(const struct tier *t);
+
+/* 1 if p (not its overrides) has a concurrency tier, else 0. */
+int policy_has_concurrency(const struct policy *p);
+
+/* 1 if p or one of its overrides' variants has a concurrency tier: a
+ * policy whose checks may take leases. */
+int policy_may_lease(const struct policy *p);
 
 /* True if s is a valid policy or tier name: [A-Za-z0-9_.-]{1,64}. */
 int policy_name_valid(const char *s);

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/deny_cache.h"
+#include "core/lease_id.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 
@@ -105,6 +106,19 @@ static void forget_refunded(struct check *c, const struct verdict *v)
     }
 }
 
+/* Counts the leases the answer hands out. */
+static void count_leases(struct check *c, const struct verdict *v)
+{
+    for (size_t i = 0; c->req.lease_nonce[0] && i < c->req.nchecks; i++) {
+        if (!lease_taken(v, i))
+            continue;
+        const struct policy *p = c->req.checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++)
+            if (p->tiers[j].algorithm == ALG_CONCURRENCY)
+                metrics_count(c->core->metrics, METRICS_LEASES_ACQUIRED);
+    }
+}
+
 /* The one place a check answers. */
 static void finish(struct check *c, struct verdict *v)
 {
@@ -119,6 +133,7 @@ static void finish(struct check *c, struct verdict *v)
     } else if (v->kind != VERDICT_OVERLOADED && !c->req.inspect) {
         count_checks(c, v);
     }
+    count_leases(c, v);
     if (c->cfg->access_log)
         access_log(c, v);
     c->core->inflight--;
@@ -184,9 +199,11 @@ static void backend_failed(struct check *c, const char *what)
 static int cacheable(const struct check *c)
 {
     const struct check_item *it = &c->req.checks[0];
+    /* Never a concurrency denial: a release frees room at any moment, so
+     * no retry time bounds it from below. */
     return c->core->deny && !c->core->backend->ops->in_process && c->req.nchecks == 1 &&
            !c->req.dry_run && !c->req.report && !it->policy->shadow && it->policy->deny_cache &&
-           it->cost > 0;
+           it->cost > 0 && !policy_has_concurrency(it->policy);
 }
 
 static int answer_from_cache(struct check *c)
@@ -248,7 +265,7 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     }
     switch (r->status) {
     case BACKEND_OK: {
-        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results};
+        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results, .taken = r->taken};
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);
@@ -316,11 +333,21 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
     c->ctx = ctx;
     c->started_us = util_monotonic_us();
     core->inflight++;
+    int nonce_failed = 0;
+    for (size_t i = 0; !c->req.dry_run && i < c->req.nchecks; i++) {
+        if (policy_has_concurrency(c->req.checks[i].policy)) {
+            nonce_failed = lease_nonce_new(c->req.lease_nonce) < 0;
+            break;
+        }
+    }
 
     /* Past max_inflight calls waiting for the backend (answered at their
      * deadline or not) in the whole process, answer at once rather than
      * queue without bound. */
-    if (answer_from_cache(c)) {
+    if (nonce_failed) {
+        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = "no randomness for a lease id"};
+        finish(c, &v);
+    } else if (answer_from_cache(c)) {
     } else if (!take_inflight(c)) {
         if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
             answer_unavailable(c, "too many checks in flight");

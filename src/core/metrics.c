@@ -67,6 +67,18 @@ static const struct {
                                       "gRPC connections closed for an HTTP/2 protocol error or "
                                       "a flood (SETTINGS, PING, RST_STREAM).",
                                       0},
+    [METRICS_LEASES_ACQUIRED] = {PREFIX "leases_acquired_total",
+                                 "Concurrency leases this daemon handed out (allowed /check "
+                                 "answers, one per concurrency tier).",
+                                 0},
+    [METRICS_LEASES_RELEASED] = {PREFIX "leases_released_total",
+                                 "Leases freed by POST /release on this daemon.", 0},
+    [METRICS_LEASES_RENEWED] = {PREFIX "leases_renewed_total",
+                                "Leases extended by POST /renew on this daemon.", 0},
+    [METRICS_LEASES_EXPIRED] = {PREFIX "leases_expired_total",
+                                "Leases that POST /release or /renew on this daemon found "
+                                "already expired.",
+                                0},
 };
 
 /* The statuses the daemon sends whatever its config (response.c's
@@ -372,10 +384,15 @@ void metrics_redis_latency(struct metrics *m, int64_t us)
 
 void metrics_count(struct metrics *m, enum metrics_counter c)
 {
-    if ((unsigned)c >= METRICS_NCOUNTERS)
+    metrics_count_n(m, c, 1);
+}
+
+void metrics_count_n(struct metrics *m, enum metrics_counter c, uint64_t n)
+{
+    if ((unsigned)c >= METRICS_NCOUNTERS || n == 0)
         return;
     pthread_mutex_lock(&m->lock);
-    m->counters[c]++;
+    m->counters[c] += n;
     pthread_mutex_unlock(&m->lock);
 }
 

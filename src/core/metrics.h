@@ -59,6 +59,10 @@ enum metrics_counter {
     METRICS_GRPC_CONNECTIONS,       /* ratelimitd_grpc_connections_total */
     METRICS_GRPC_STREAMS,           /* ratelimitd_grpc_streams_total */
     METRICS_GRPC_PROTOCOL_ERRORS,   /* ratelimitd_grpc_protocol_errors_total */
+    METRICS_LEASES_ACQUIRED,        /* ratelimitd_leases_acquired_total */
+    METRICS_LEASES_RELEASED,        /* ratelimitd_leases_released_total */
+    METRICS_LEASES_RENEWED,         /* ratelimitd_leases_renewed_total */
+    METRICS_LEASES_EXPIRED,         /* ratelimitd_leases_expired_total */
     METRICS_NCOUNTERS
 };
 
@@ -161,6 +165,9 @@ void metrics_redis_latency(struct metrics *m, int64_t us);
 
 /* Adds one to counter c (out of range: ignored). */
 void metrics_count(struct metrics *m, enum metrics_counter c);
+
+/* Adds n to counter c (out of range: ignored). */
+void metrics_count_n(struct metrics *m, enum metrics_counter c, uint64_t n);
 
 /* Counts one TLS handshake's end on a listener (out of range: ignored). */
 void metrics_tls_handshake(struct metrics *m, unsigned listener, enum metrics_tls_result r);

@@ -35,6 +35,8 @@
 #include "lib/lru_table.h"
 #include "lib/util.h"
 
+#include <stdio.h>
+
 __extension__ typedef __int128 i128;
 
 #define EXPIRY_SLACK_MS 1000  /* EXPIRY_SLACK_MS in lua/common.lua */
@@ -94,6 +96,14 @@ enum kind {
     KIND_GCRA, /* gcra and leaky_bucket */
     KIND_LOG,
     KIND_BUCKETS,
+    KIND_LEASES,
+};
+
+/* concurrency: one lease, the member "<units>:<nonce>" scored `expires`. */
+struct lease {
+    int64_t expires; /* µs; holds its units while now < expires */
+    int64_t units;
+    char nonce[LEASE_NONCE_LEN + 1];
 };
 
 /* sliding_window_log: `count` units taken at `score`; `before` is the
@@ -135,6 +145,10 @@ struct entry {
             struct swb_bucket *b; /* by idx */
             size_t len, cap;
         } swb;
+        struct {
+            struct lease *l; /* in no order; expired ones are tombstones */
+            size_t len, cap;
+        } ls;
     } u;
     size_t keylen;
     char key[]; /* NUL-terminated */
@@ -157,6 +171,9 @@ struct tier_state {
     int64_t s, last, full;
     /* gcra, leaky_bucket */
     i128 d;
+    /* concurrency: units held, the latest live expiry (0: none), the nonce */
+    int64_t held, latest;
+    const char *nonce;
 };
 
 struct local_store {
@@ -187,6 +204,8 @@ static void entry_clear(struct entry *e)
         free(e->u.log.runs);
     else if (e->kind == KIND_BUCKETS)
         free(e->u.swb.b);
+    else if (e->kind == KIND_LEASES)
+        free(e->u.ls.l);
     memset(&e->u, 0, sizeof e->u);
     e->kind = KIND_NONE;
 }
@@ -824,6 +843,88 @@ static void gcra_report(struct tier_state *ts, struct entry *e, int64_t now)
     gcra_write(ts, e, now, d < 0 ? 0 : d > EXACT_MAX ? EXACT_MAX : d);
 }
 
+/* ----------------------------------------------------------- concurrency */
+
+/* lua/concurrency.lua: the window is the lease timeout; a lease holds its
+ * units while now < expires; expired leases stay as tombstones for one
+ * more lease timeout (a late release hears "expired"). */
+
+static void cc_load(struct tier_state *ts, int64_t now)
+{
+    ts->held = ts->latest = 0;
+    for (size_t i = 0; ts->e && i < ts->e->u.ls.len; i++) {
+        const struct lease *l = &ts->e->u.ls.l[i];
+        if (l->expires > now) {
+            ts->held += l->units;
+            ts->latest = max64(ts->latest, l->expires);
+        }
+    }
+}
+
+static int cc_allows(const struct tier_state *ts)
+{
+    return ts->held + ts->cost <= ts->t->limit;
+}
+
+static void cc_figures(const struct tier_state *ts, int64_t now, int consumed,
+                       struct tier_result *r)
+{
+    int64_t held = ts->held, last = ts->latest;
+    if (consumed && ts->cost > 0) {
+        held += ts->cost;
+        last = max64(last, now + ts->t->lease_timeout_us);
+    }
+    r->remaining = max64(0, ts->t->limit - held);
+    r->reset_us = last ? last - now : 0;
+}
+
+static int lease_cmp(const void *a, const void *b)
+{
+    const struct lease *x = a, *y = b;
+    return (x->expires > y->expires) - (x->expires < y->expires);
+}
+
+/* The earliest expiry after which held + cost <= limit (the script's
+ * ZRANGEBYSCORE order: by expiry). */
+static int64_t cc_retry(const struct tier_state *ts, int64_t now)
+{
+    size_t n = ts->e ? ts->e->u.ls.len : 0, k = 0;
+    struct lease *live = xcalloc(n ? n : 1, sizeof *live);
+    for (size_t i = 0; i < n; i++)
+        if (ts->e->u.ls.l[i].expires > now)
+            live[k++] = ts->e->u.ls.l[i];
+    qsort(live, k, sizeof *live, lease_cmp);
+    int64_t need = ts->held + ts->cost - ts->t->limit, freed = 0, retry = ts->t->lease_timeout_us;
+    for (size_t i = 0; i < k; i++) {
+        freed += live[i].units;
+        if (freed >= need) {
+            retry = live[i].expires - now;
+            break;
+        }
+    }
+    free(live);
+    return retry;
+}
+
+static void cc_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    int64_t W = ts->t->lease_timeout_us;
+    size_t k = 0;
+    for (size_t i = 0; i < e->u.ls.len; i++) /* ZREMRANGEBYSCORE -inf now-W */
+        if (e->u.ls.l[i].expires > now - W)
+            e->u.ls.l[k++] = e->u.ls.l[i];
+    e->u.ls.len = k;
+    if (e->u.ls.len == e->u.ls.cap) {
+        e->u.ls.cap = e->u.ls.cap ? 2 * e->u.ls.cap : 4;
+        e->u.ls.l = xrealloc(e->u.ls.l, e->u.ls.cap * sizeof *e->u.ls.l);
+    }
+    struct lease *l = &e->u.ls.l[e->u.ls.len++];
+    l->expires = now + W;
+    l->units = ts->cost;
+    snprintf(l->nonce, sizeof l->nonce, "%s", ts->nonce ? ts->nonce : "");
+    expire_in(e, now, max64(ts->latest, now + W) + W - now);
+}
+
 /* ------------------------------------------------------------ ops table */
 
 /* One row per algorithm, indexed by enum algorithm: the script's
@@ -850,6 +951,7 @@ static const struct alg_ops {
     [ALG_GCRA] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, NULL, gcra_commit},
     [ALG_LEAKY_BUCKET] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, leaky_delay,
                           gcra_commit},
+    [ALG_CONCURRENCY] = {KIND_LEASES, cc_load, cc_allows, cc_figures, cc_retry, NULL, cc_commit},
 };
 
 /* The algorithms' report step (the script's `report`, POST /report): charges
@@ -949,6 +1051,7 @@ static void tier_figures(const struct tier_state *x, int64_t now, int consumed,
     r->allowed = x->allowed;
     r->limit = x->capacity;
     r->cost_exceeds_limit = x->exceeds;
+    r->now_us = now;
     x->ops->figures(x, now, consumed, r);
     if (x->exceeds)
         r->retry_us = -1;
@@ -1021,6 +1124,7 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
         for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
             tier_read(s, key_prefix, c, j, c->cost, now, &ts[k]);
             check_allowed = check_allowed && ts[k].allowed;
+            ts[k].nonce = req->lease_nonce;
         }
         if (!c->policy->shadow && !check_allowed)
             request_allowed = 0;
@@ -1061,4 +1165,50 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
 
     reclaim(s, now);
     return request_allowed;
+}
+
+/* One lease's release or renew (concurrency.lease_op in the script). */
+static struct lease_outcome lease_op(struct local_store *s, const char *key_prefix, int renew,
+                                     const struct lease_ref *r, int64_t now)
+{
+    char key[POLICY_KEY_BUF];
+    struct lease_outcome o = {LEASE_UNKNOWN, 0};
+    int n =
+        policy_redis_key(key_prefix, r->policy, r->key, r->keylen, r->tier, NULL, key, sizeof key);
+    if (n < 0)
+        return o;
+    struct entry *e = lookup(s, key, (size_t)n, now);
+    if (!e || e->kind != KIND_LEASES)
+        return o;
+    for (size_t i = 0; i < e->u.ls.len; i++) {
+        struct lease *l = &e->u.ls.l[i];
+        if (l->units != r->units || strcmp(l->nonce, r->nonce) != 0)
+            continue;
+        if (l->expires <= now) {
+            o.status = LEASE_EXPIRED;
+        } else if (!renew) {
+            e->u.ls.l[i] = e->u.ls.l[--e->u.ls.len]; /* ZREM */
+            o.status = LEASE_DONE;
+            if (e->u.ls.len == 0)
+                entry_free(s, e); /* Redis deletes an emptied ZSET */
+        } else {
+            l->expires = o.expires_us = now + r->timeout_us;
+            o.status = LEASE_DONE;
+            /* The script's PEXPIRE when PTTL < want. */
+            int64_t want =
+                now + (idiv_ceil(l->expires + r->timeout_us - now, 1000) + EXPIRY_SLACK_MS) * 1000;
+            if (e->expires_at < want)
+                e->expires_at = want;
+        }
+        break;
+    }
+    return o;
+}
+
+void local_store_lease(struct local_store *s, const char *key_prefix, int renew,
+                       const struct lease_ref *refs, size_t n, int64_t now_us,
+                       struct lease_outcome *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = lease_op(s, key_prefix, renew, &refs[i], now_us);
 }

@@ -12,8 +12,9 @@
  *
  * Reads one request per line on stdin:
  *     {"now_us": N, "dry_run": false, "checks": [{"policy": P, "key": K, "cost": C}]}
- * (dry_run and cost optional; checks are taken as given, not merged; with
- * "report": true a report, whose costs may be negative) and
+ * (dry_run, cost and "nonce", the lease nonce, optional; checks are taken
+ * as given, not merged; with "report": true a report, whose costs may be
+ * negative), or a release of concurrency leases (release_line), and
  * writes one line per request:
  *     {"allowed": 0|1, "tiers": [[allowed, limit, remaining, reset_us,
  *      retry_us, delay_us, reason], ...], "keys": [[redis_key, expiry], ...],
@@ -57,6 +58,11 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
     req->dry_run = dry && json_is_true(dry);
     req->report = report && json_is_true(report);
     json_int_t least = req->report ? -REQUEST_MAX_COST : 0;
+    json_t *nonce = json_object_get(root, "nonce");
+    if (nonce && (!json_is_string(nonce) || json_string_length(nonce) != LEASE_NONCE_LEN))
+        die("nonce must be a string of 22 characters", NULL);
+    if (nonce)
+        memcpy(req->lease_nonce, json_string_value(nonce), LEASE_NONCE_LEN + 1);
     req->nchecks = json_array_size(checks);
     req->checks = calloc(req->nchecks, sizeof *req->checks);
     if (!req->checks)
@@ -87,6 +93,65 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
     return json_integer_value(now);
 }
 
+/* Writes reply as one line, and frees it. */
+static void put_reply(json_t *reply)
+{
+    char *text = json_dumps(reply, JSON_COMPACT);
+    if (!text)
+        die("cannot encode the reply", NULL);
+    printf("%s\n", text);
+    fflush(stdout);
+    free(text);
+    json_decref(reply);
+}
+
+/* {"now_us": N, "release": [{"policy","key","tier","units","nonce"}]}:
+ * releases them (local_store_lease) and writes {"outcomes": [status...],
+ * "keys": [[redis_key, expiry]...]}, a key per lease. */
+static void release_line(const struct config *cfg, struct local_store *store, json_t *root)
+{
+    json_t *now = json_object_get(root, "now_us"), *list = json_object_get(root, "release");
+    if (!json_is_integer(now) || !json_is_array(list))
+        die("a release needs now_us and a release array", NULL);
+    size_t n = json_array_size(list);
+    struct lease_ref *refs = calloc(n ? n : 1, sizeof *refs);
+    struct lease_outcome *out = calloc(n ? n : 1, sizeof *out);
+    if (!refs || !out)
+        die("out of memory", NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *l = json_array_get(list, i);
+        const char *policy, *key, *tier, *nonce;
+        json_int_t units;
+        if (json_unpack(l, "{s:s,s:s,s:s,s:I,s:s}", "policy", &policy, "key", &key, "tier", &tier,
+                        "units", &units, "nonce", &nonce) < 0)
+            die("bad lease", NULL);
+        snprintf(refs[i].policy, sizeof refs[i].policy, "%s", policy);
+        snprintf(refs[i].tier, sizeof refs[i].tier, "%s", tier);
+        refs[i].keylen = strlen(key);
+        if (refs[i].keylen > sizeof refs[i].key)
+            die("key too long", NULL);
+        memcpy(refs[i].key, key, refs[i].keylen);
+        refs[i].units = units;
+        snprintf(refs[i].nonce, sizeof refs[i].nonce, "%s", nonce);
+    }
+    int64_t t = json_integer_value(now);
+    local_store_lease(store, cfg->key_prefix, 0, refs, n, t, out);
+    json_t *outcomes = json_array(), *keys = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char k[POLICY_KEY_BUF];
+        int len = policy_redis_key(cfg->key_prefix, refs[i].policy, refs[i].key, refs[i].keylen,
+                                   refs[i].tier, NULL, k, sizeof k);
+        if (len < 0)
+            die("key too long", NULL);
+        json_array_append_new(outcomes, json_integer(out[i].status));
+        json_array_append_new(
+            keys, json_pack("[sI]", k, (json_int_t)local_store_expiry(store, k, (size_t)len, t)));
+    }
+    put_reply(json_pack("{s:o,s:o}", "outcomes", outcomes, "keys", keys));
+    free(refs);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--print-library") == 0) {
@@ -112,6 +177,11 @@ int main(int argc, char **argv)
         json_t *root = json_loadb(line, (size_t)n, 0, &jerr);
         if (!root || !json_is_object(root))
             die("bad JSON line", root ? NULL : jerr.text);
+        if (json_object_get(root, "release")) {
+            release_line(cfg, store, root);
+            json_decref(root);
+            continue;
+        }
         struct check_request req = {0};
         int64_t now = parse_line(cfg, root, &req);
         size_t ntiers = 0;
@@ -149,15 +219,8 @@ int main(int argc, char **argv)
                 }
             }
         }
-        json_t *reply = json_pack("{s:i,s:o,s:o,s:I}", "allowed", allowed, "tiers", tiers, "keys",
-                                  keys, "size", (json_int_t)local_store_size(store));
-        char *text = json_dumps(reply, JSON_COMPACT);
-        if (!text)
-            die("cannot encode the reply", NULL);
-        printf("%s\n", text);
-        fflush(stdout);
-        free(text);
-        json_decref(reply);
+        put_reply(json_pack("{s:i,s:o,s:o,s:I}", "allowed", allowed, "tiers", tiers, "keys", keys,
+                            "size", (json_int_t)local_store_size(store)));
         free(out);
         free(req.checks);
         json_decref(root);

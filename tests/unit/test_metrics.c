@@ -206,6 +206,20 @@ static const char *const expected_scenario[] = {
     "protocol error or a flood (SETTINGS, PING, RST_STREAM).",
     "# TYPE ratelimitd_grpc_protocol_errors_total counter",
     "ratelimitd_grpc_protocol_errors_total 0",
+    "# HELP ratelimitd_leases_acquired_total Concurrency leases this daemon handed out (allowed "
+    "/check answers, one per concurrency tier).",
+    "# TYPE ratelimitd_leases_acquired_total counter",
+    "ratelimitd_leases_acquired_total 0",
+    "# HELP ratelimitd_leases_released_total Leases freed by POST /release on this daemon.",
+    "# TYPE ratelimitd_leases_released_total counter",
+    "ratelimitd_leases_released_total 0",
+    "# HELP ratelimitd_leases_renewed_total Leases extended by POST /renew on this daemon.",
+    "# TYPE ratelimitd_leases_renewed_total counter",
+    "ratelimitd_leases_renewed_total 0",
+    "# HELP ratelimitd_leases_expired_total Leases that POST /release or /renew on this daemon "
+    "found already expired.",
+    "# TYPE ratelimitd_leases_expired_total counter",
+    "ratelimitd_leases_expired_total 0",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -303,8 +317,8 @@ static void test_empty(void)
     /* build_info + checks + reports + in_flight + http + rls requests + rls
      * descriptors + redis_up + histogram + 6 counters + 3 grpc counters +
      * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 28, "empty: 28 families");
-    is_int(count_substr(text, "# HELP "), 28, "empty: 28 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 32, "empty: 32 families");
+    is_int(count_substr(text, "# HELP "), 32, "empty: 32 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_reports_total") != NULL &&
@@ -659,8 +673,8 @@ static void test_no_redis(void)
     char *text = metrics_render(m, &g);
     ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
     is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
-    is_int(count_substr(text, "# TYPE "), 15,
-           "no_redis: 15 families (28 less redis_up, the histogram, 7 per node, 4 counters)");
+    is_int(count_substr(text, "# TYPE "), 19,
+           "no_redis: 19 families (32 less redis_up, the histogram, 7 per node, 4 counters)");
     free(text);
     metrics_free(m);
 }

@@ -25,6 +25,7 @@
 #include "front/http/check_json.h"
 #include "front/http/http_conn.h"
 #include "front/http/http_routes.h"
+#include "front/http/lease_json.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
 #include "lib/client_ip.h"
@@ -132,6 +133,42 @@ static void start_json(struct slot *s, const struct http_request *req)
         http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
     else if (s->state == SLOT_WAITING)
         s->rls = call;
+}
+
+/* ---- concurrency leases (core/lease.h) ---- */
+
+static void on_lease_reply(void *ctx, const struct lease_result *res)
+{
+    struct slot *s = ctx;
+    s->lease = NULL;
+    http_close_if_draining(s);
+    http_slot_answered(s, lease_json_render(&s->out, res, s->flags));
+}
+
+/* POST /release and POST /renew: {"leases": [ids]}. */
+static void start_lease(struct slot *s, const struct http_request *req, int renew)
+{
+    struct core *core = s->c->h->host->core;
+    struct request_error rerr;
+    char **ids;
+    size_t n;
+    if (lease_json_parse(req->body, req->body_len, &ids, &n, &rerr) < 0) {
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    struct lease_call *l = lease_start(core, renew, ids, n, on_lease_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->lease = l;
+}
+
+static void start_release(struct slot *s, const struct http_request *req)
+{
+    start_lease(s, req, 0);
+}
+
+static void start_renew(struct slot *s, const struct http_request *req)
+{
+    start_lease(s, req, 1);
 }
 
 /* ---- the admin API on keys (admin.h) ---- */
@@ -269,6 +306,8 @@ static const struct http_route routes[] = {
     {"/check", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /check", "POST", 1, start_check},
     {"/json", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /json", "POST", 1, start_json},
     {"/report", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /report", "POST", 1, start_report},
+    {"/release", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /release", "POST", 1, start_release},
+    {"/renew", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /renew", "POST", 1, start_renew},
     /* Gateways ask with the original request's method (Envoy ext_authz,
      * Traefik) and the body is never read: every method is a question. */
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},

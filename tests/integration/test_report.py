@@ -153,6 +153,7 @@ policies:
   open: {failure_mode: open, tiers: [{name: t, algorithm: token_bucket, limit: 10, window: 100s}]}
   closed: {failure_mode: closed, tiers: [{name: t, algorithm: token_bucket, limit: 10, window: 100s}]}
   local: {failure_mode: local, tiers: [{name: t, algorithm: token_bucket, limit: 10, window: 100s}]}
+  leases: {tiers: [{name: t, algorithm: concurrency, limit: 2, lease_timeout: 30s}]}
 """
 # A debt of 25 over 10 per 100 s: 16 tokens at one per 10 s (leaky: 21).
 BUCKET_WAIT_MS = {"token_bucket": 160000, "gcra": 160000, "leaky_bucket": 210000}
@@ -215,7 +216,8 @@ def daemon_tests(d, name):
     for body, code in (('{"policy":"gcra","key":"k","cost":1,"dry_run":true}', "unknown_field"),
                        ('{"policy":"gcra","key":"k","cost":-1000000001}', "invalid_cost"),
                        ('{"policy":"gcra","key":"k","cost":1.5}', "invalid_cost"),
-                       ('{"policy":"nope","key":"k"}', "unknown_policy")):
+                       ('{"policy":"nope","key":"k"}', "unknown_policy"),
+                       ('{"policy":"leases","key":"k","cost":1}', "report_not_supported")):
         r = d.request("POST", "/report", body)
         harness.eq((r.status, r.json["error"]), (400, code), "%s: %s refused" % (name, body))
     r = d.request("GET", "/report")

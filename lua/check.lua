@@ -14,7 +14,9 @@
 --   policy   its settings, space-separated: shadow ("0"/"1"), then five
 --            per tier: algorithm, limit, window_us, burst (0 = default),
 --            precision_us (0 unless sliding_window_buckets); e.g.
---            "0 fixed_window 100 60000000 0 0"
+--            "0 fixed_window 100 60000000 0 0"; a calendar tier is
+--            "calendar_window limit p:s:e:n 0 0" with four bounds in µs in
+--            place of window_us (lua/calendar_window.lua)
 -- keys     per check, per tier, in order: sliding_window_log takes two (the
 --          ZSET, then its sequence counter), every other algorithm one.
 --
@@ -48,6 +50,7 @@ local ALGORITHMS = {
     token_bucket = token_bucket,
     gcra = gcra,
     leaky_bucket = leaky_bucket,
+    calendar_window = calendar_window,
 }
 
 local REASON_NONE = 0
@@ -101,8 +104,14 @@ local function parse_tier(s, words, i)
     -- A fixed window may have a limit of 0 (envoyproxy/ratelimit's
     -- requests_per_unit: 0, which denies every request); other algorithms
     -- divide by it.
-    t.limit = int_of(words[i + 1], alg == fixed_window and 0 or 1)
-    t.window = int_of(words[i + 2], 1)
+    t.limit = int_of(words[i + 1],
+        (alg == fixed_window or alg == calendar_window) and 0 or 1)
+    if alg.parse_window then
+        -- calendar_window: the window's bounds, not its length
+        t.window = alg.parse_window(t, words[i + 2]) and 1 or nil
+    else
+        t.window = int_of(words[i + 2], 1)
+    end
     t.burst = int_of(words[i + 3], 0)
     t.precision = int_of(words[i + 4], 0)
     if not (t.limit and t.window and t.burst and t.precision) then

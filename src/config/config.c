@@ -282,6 +282,9 @@ static void config_free(struct config *c)
     for (size_t i = 0; i < c->npolicies; i++)
         policy_overrides_free(c->policies[i].overrides);
     free(c->policies);
+    for (size_t i = 0; i < c->nzones; i++)
+        tzif_free(c->zones[i]);
+    free(c->zones);
     for (size_t i = 0; i < c->ndomains; i++)
         domain_free(&c->domains[i]);
     free(c->domains);

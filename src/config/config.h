@@ -105,6 +105,10 @@ struct config {
     struct client_trust trusted_proxies; /* whose X-Forwarded-For ${ip} believes */
     int64_t deny_status;                 /* forward-auth's status for a denial, by default */
     size_t npolicies;
+    /* The time zones of the calendar tiers, each loaded once (tzif.c) and
+     * freed with the snapshot; tiers point at them. */
+    struct tzif_zone **zones;
+    size_t nzones;
     struct policy *policies; /* sorted by name for policy lookup */
 
     /* The gRPC front (grpc.h). */

@@ -27,7 +27,20 @@ Times advance irregularly (same µs, µs steps around emission intervals,
 window boundaries, gaps past windows and past the 1 s expiry slack); one
 family of scenarios also steps the clock back by less than a second (a
 clock behind another daemon's), which the scripts handle explicitly.
+
+Calendar windows (fixed_window with `calendar:`) run last, on a time line
+of their own through 2024 into 2025 that visits, to the µs, the boundaries
+around month ends of 28, 29, 30 and 31 days, a billing anchor of the 31st,
+both daylight saving changes of Europe/Berlin and America/New_York,
+Asia/Kolkata's half-hour offset, a Sunday-first week and the year's end.
+Their ARGV carries the bounds the daemon computes (local_driver prints the
+settings strings scripts_build_call makes); beside C against Lua, every
+reset and retry_us of a calendar tier must end at the boundary that
+python3's zoneinfo gives, an oracle independent of src/lib/tzif.c.
 """
+
+import calendar as pycal
+import datetime as dt
 
 import json
 import os
@@ -35,6 +48,7 @@ import random
 import subprocess
 import sys
 import time
+import zoneinfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -131,6 +145,94 @@ policy("shadow_a", [
 policy("shadow_b", [tier("log", "sliding_window_log", 2, 8)], shadow=True)
 
 
+# Calendar tiers: (unit, zone, anchor_day, week_start) beside the usual
+# fields; window_us is unused (the daemon sends bounds).
+def cal_tier(name, limit, unit, zone="UTC", anchor=0, week_start=None):
+    t = tier(name, "fixed_window", limit, 0)
+    t.update(calendar=unit, timezone=zone, anchor_day=anchor, week_start=week_start)
+    return t
+
+
+CALENDAR = [
+    policy("cal_day_berlin", [cal_tier("d", 5, "day", "Europe/Berlin")]),
+    policy("cal_day_ny", [cal_tier("d", 4, "day", "America/New_York")]),
+    policy("cal_day_kolkata", [cal_tier("d", 3, "day", "Asia/Kolkata")]),
+    policy("cal_week_ny", [cal_tier("w", 6, "week", "America/New_York", week_start="sunday")]),
+    policy("cal_month_utc", [cal_tier("m", 5, "month")]),
+    policy("cal_month_31", [cal_tier("m", 4, "month", "Europe/Berlin", anchor=31)]),
+    policy("cal_month_kolkata", [cal_tier("m", 4, "month", "Asia/Kolkata", anchor=30)]),
+    policy("cal_year", [cal_tier("y", 7, "year", "Europe/Berlin")]),
+    policy("cal_multi", [cal_tier("day", 3, "day", "America/New_York"),
+                         cal_tier("month", 8, "month", "America/New_York", anchor=15),
+                         tier("second", "fixed_window", 2, 1000)]),
+]
+WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+
+
+def py_window(t, now_us):
+    """The calendar window [start, end) in µs by python3's zoneinfo."""
+    zi = zoneinfo.ZoneInfo(t["timezone"])
+    loc = dt.datetime.fromtimestamp(now_us // SEC, dt.timezone.utc).astimezone(zi).date()
+    anchor = t["anchor_day"] or 1
+
+    def at(y, m):
+        y, m = y + (m - 1) // 12, (m - 1) % 12 + 1
+        return dt.date(y, m, min(anchor, pycal.monthrange(y, m)[1]))
+    unit = t["calendar"]
+    if unit == "day":
+        a, b = loc, loc + dt.timedelta(1)
+    elif unit == "week":
+        a = loc - dt.timedelta((loc.weekday() - WEEKDAYS.index(t["week_start"] or "monday")) % 7)
+        b = a + dt.timedelta(7)
+    elif unit == "month":
+        here = at(loc.year, loc.month)
+        a, b = (here, at(loc.year, loc.month + 1)) if loc >= here else \
+            (at(loc.year, loc.month - 1), here)
+    else:
+        a, b = dt.date(loc.year, 1, 1), dt.date(loc.year + 1, 1, 1)
+
+    def first(d):
+        return int(dt.datetime(d.year, d.month, d.day, tzinfo=zi).timestamp()) * SEC
+    return first(a), first(b)
+
+
+def calendar_timeline(rng):
+    """Instants (µs, ascending) at and around every calendar boundary near
+    the dates that matter, with a few in between."""
+    dates = ["2024-02-27", "2024-02-28", "2024-02-29", "2024-03-01", "2024-03-09", "2024-03-10",
+             "2024-03-30", "2024-03-31", "2024-04-29", "2024-04-30", "2024-05-01", "2024-05-30",
+             "2024-05-31", "2024-10-26", "2024-10-27", "2024-11-02", "2024-11-03",
+             "2024-12-31", "2025-01-01", "2025-02-27", "2025-02-28", "2025-03-01"]
+    bounds = set()
+    for d in dates:
+        base = int(dt.datetime.fromisoformat(d + "T12:00:00+00:00").timestamp()) * SEC
+        for p in CALENDAR:
+            for t in POLICIES[p]["tiers"]:
+                if t.get("calendar"):
+                    for off in (-36, -12, 0, 12, 36):
+                        bounds.update(py_window(t, base + off * 3600 * SEC))
+    times = set()
+    for b in bounds:
+        for d in (-SEC, -1, 0, 1, 1, 2, SEC // 2, 3 * SEC):
+            times.add(b + d)
+        times.add(b + rng.randint(1, 20 * 3600) * SEC)
+    return sorted(times)
+
+
+def calendar_scenario(seed):
+    rng = random.Random(seed)
+    keys = ["c%d" % seed, "d%d" % seed]
+    out = []
+    for now in calendar_timeline(rng):
+        for _ in range(rng.randint(1, 2)):
+            pols = rng.sample(CALENDAR, rng.randint(1, 2))
+            checks = [(p, rng.choice(keys), random_cost(rng, min(capacity(t) for t in
+                                                                 POLICIES[p]["tiers"])))
+                      for p in pols]
+            out.append((now, rng.random() < 0.1, checks))
+    return out
+
+
 def yaml_text():
     out = ["redis:", "  key_prefix: \"%s\"" % PREFIX, "policies:"]
     for p in POLICIES.values():
@@ -141,7 +243,15 @@ def yaml_text():
             out.append("      - name: %s" % t["name"])
             out.append("        algorithm: %s" % t["algorithm"])
             out.append("        limit: %d" % t["limit"])
-            out.append("        window: %dms" % (t["window_us"] // MS))
+            if t.get("calendar"):
+                out.append("        calendar: %s" % t["calendar"])
+                out.append("        timezone: %s" % t["timezone"])
+                if t["anchor_day"]:
+                    out.append("        anchor_day: %d" % t["anchor_day"])
+                if t["week_start"]:
+                    out.append("        week_start: %s" % t["week_start"])
+            else:
+                out.append("        window: %dms" % (t["window_us"] // MS))
             if t["burst"]:
                 out.append("        burst: %d" % t["burst"])
             if t["precision_us"]:
@@ -262,7 +372,8 @@ class Diff:
         self.max_seen = 0  # the latest now_us so far
         # How much of the ground the sequences covered.
         self.stats = dict.fromkeys(("allowed", "denied", "dry", "cost_exceeds", "retry",
-                                    "delay", "expiry_compared", "stale_in_redis"), 0)
+                                    "delay", "expiry_compared", "stale_in_redis",
+                                    "calendar_boundary"), 0)
 
     def local(self, now, dry, checks):
         req = {"now_us": now, "dry_run": dry,
@@ -279,6 +390,14 @@ class Diff:
         self.max_seen = max(self.max_seen, now)
         keys, argv = script_call(now, dry, checks)
         loc = self.local(now, dry, checks)
+        diffs = []
+        for i, (pol, _, _) in enumerate(checks):
+            if any(t.get("calendar") for t in POLICIES[pol]["tiers"]):
+                # the bounds come from src/lib/calendar.c, checked below
+                argv[3 + 2 * i] = loc["policies"][i]
+            elif loc["policies"][i] != argv[3 + 2 * i]:
+                diffs.append("%s: C sends %r, expected %r" % (pol, loc["policies"][i],
+                                                              argv[3 + 2 * i]))
         sec, usec = self.r.command("TIME")
         t0 = int(sec) * 1000 + int(usec) // 1000
         lua = self.r.command("EVALSHA", self.sha, len(keys), *keys, *argv)
@@ -286,7 +405,6 @@ class Diff:
         t1 = int(probe[-2]) * 1000 + int(probe[-1]) // 1000
         pexp = probe[:-2]
 
-        diffs = []
         if lua[0] != now:
             diffs.append("script now_us %r" % lua[0])
         if lua[1] != loc["allowed"]:
@@ -298,6 +416,16 @@ class Diff:
                 for f, a, b in zip(FIELDS, lua[2 + 7 * i: 9 + 7 * i], loc["tiers"][i]):
                     if a != b:
                         diffs.append("%s.%s %s: lua %r, C %r" % (pol, name, f, a, b))
+        tiers = [t for p, _, _ in checks for t in POLICIES[p]["tiers"]]
+        for t, fig in zip(tiers, loc["tiers"]):
+            if not t.get("calendar"):
+                continue
+            start, end = py_window(t, now)
+            for f, v in (("reset_us", fig[3]), ("retry_us", fig[4])):
+                if v > 0 and now + v != end:
+                    diffs.append("%s %s %s: ends at %d, zoneinfo's window [%d, %d)"
+                                 % (t["calendar"], t["timezone"], f, now + v, start, end))
+            self.stats["calendar_boundary"] += fig[3] > 0 and end - now <= 3 * SEC
         st = self.stats
         st["allowed" if lua[1] else "denied"] += 1
         st["dry"] += dry
@@ -412,6 +540,9 @@ def main():
         keys = ["s%d" % seed, "t%d" % seed]
         total += diff.run("clock behind: %s (seed %d)" % ("+".join(pols), seed),
                           scenario(seed, pols, 200, keys, max_checks=2, skew=True, clock=clock))
+    # Calendar windows, on their own time line (after the one above).
+    seed += 1
+    total += diff.run("calendar windows (seed %d)" % seed, calendar_scenario(seed))
     driver.stdin.close()
     eq(driver.wait(10), 0, "local_driver exits 0")
     diag("%d requests in %.1f s" % (total, time.monotonic() - started))

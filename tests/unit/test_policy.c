@@ -473,14 +473,15 @@ static struct policy base_policy(void)
     p.shadow = 1;
     p.deny_cache = 0;
     p.ntiers = 1;
-    p.tiers[0] = (struct tier){"t", ALG_FIXED_WINDOW, 1, S, 0, 0};
+    p.tiers[0] =
+        (struct tier){.name = "t", .algorithm = ALG_FIXED_WINDOW, .limit = 1, .window_us = S};
     return p;
 }
 
 static void add(struct policy_overrides *o, int is_prefix, const char *text, size_t len,
                 int64_t limit)
 {
-    struct tier t = {"o", ALG_GCRA, limit, S, 0, 0};
+    struct tier t = {.name = "o", .algorithm = ALG_GCRA, .limit = limit, .window_us = S};
     policy_overrides_add(o, is_prefix, text, len, &t, 1);
 }
 

@@ -24,15 +24,14 @@ length that ends at the same instant never shares a count, and `-t`
 refuses an unknown zone and misplaced calendar fields with file:line:col.
 """
 
-import calendar as pycal
 import datetime as dt
 import os
 import subprocess
 import sys
 import time
-import zoneinfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import calendar_oracle  # noqa: E402
 import harness  # noqa: E402
 from daemon import BINARY, Daemon  # noqa: E402
 
@@ -51,7 +50,6 @@ TIERS = {
     "ny_year": ("year", "America/New_York", 0, None),
     "berlin_week_sun": ("week", "Europe/Berlin", 0, "sunday"),
 }
-WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 LIMIT = 2
 
 # (policy, the last second of a window in UTC): each case checks that
@@ -97,28 +95,7 @@ def window(name, t):
     """[start, end) in seconds of the window holding instant t (seconds),
     by python3's zoneinfo."""
     unit, zone, anchor, week = TIERS[name]
-    zi = zoneinfo.ZoneInfo(zone)
-    loc = dt.datetime.fromtimestamp(t, dt.timezone.utc).astimezone(zi).date()
-    anchor = anchor or 1
-
-    def at(y, m):
-        y, m = y + (m - 1) // 12, (m - 1) % 12 + 1
-        return dt.date(y, m, min(anchor, pycal.monthrange(y, m)[1]))
-    if unit == "day":
-        a, b = loc, loc + dt.timedelta(1)
-    elif unit == "week":
-        a = loc - dt.timedelta((loc.weekday() - WEEKDAYS.index(week or "monday")) % 7)
-        b = a + dt.timedelta(7)
-    elif unit == "month":
-        here = at(loc.year, loc.month)
-        a, b = (here, at(loc.year, loc.month + 1)) if loc >= here else \
-            (at(loc.year, loc.month - 1), here)
-    else:
-        a, b = dt.date(loc.year, 1, 1), dt.date(loc.year + 1, 1, 1)
-
-    def first(d):
-        return int(dt.datetime(d.year, d.month, d.day, tzinfo=zi).timestamp())
-    return first(a), first(b)
+    return calendar_oracle.window(unit, zone, anchor, week, t)
 
 
 def utc(s):

@@ -39,7 +39,6 @@ reset and retry_us of a calendar tier must end at the boundary that
 python3's zoneinfo gives, an oracle independent of src/lib/tzif.c.
 """
 
-import calendar as pycal
 import datetime as dt
 
 import json
@@ -48,9 +47,9 @@ import random
 import subprocess
 import sys
 import time
-import zoneinfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import calendar_oracle  # noqa: E402
 import harness  # noqa: E402
 from harness import diag, eq, ok  # noqa: E402
 
@@ -166,34 +165,13 @@ CALENDAR = [
                          cal_tier("month", 8, "month", "America/New_York", anchor=15),
                          tier("second", "fixed_window", 2, 1000)]),
 ]
-WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 
 
 def py_window(t, now_us):
     """The calendar window [start, end) in µs by python3's zoneinfo."""
-    zi = zoneinfo.ZoneInfo(t["timezone"])
-    loc = dt.datetime.fromtimestamp(now_us // SEC, dt.timezone.utc).astimezone(zi).date()
-    anchor = t["anchor_day"] or 1
-
-    def at(y, m):
-        y, m = y + (m - 1) // 12, (m - 1) % 12 + 1
-        return dt.date(y, m, min(anchor, pycal.monthrange(y, m)[1]))
-    unit = t["calendar"]
-    if unit == "day":
-        a, b = loc, loc + dt.timedelta(1)
-    elif unit == "week":
-        a = loc - dt.timedelta((loc.weekday() - WEEKDAYS.index(t["week_start"] or "monday")) % 7)
-        b = a + dt.timedelta(7)
-    elif unit == "month":
-        here = at(loc.year, loc.month)
-        a, b = (here, at(loc.year, loc.month + 1)) if loc >= here else \
-            (at(loc.year, loc.month - 1), here)
-    else:
-        a, b = dt.date(loc.year, 1, 1), dt.date(loc.year + 1, 1, 1)
-
-    def first(d):
-        return int(dt.datetime(d.year, d.month, d.day, tzinfo=zi).timestamp()) * SEC
-    return first(a), first(b)
+    start, end = calendar_oracle.window(t["calendar"], t["timezone"], t["anchor_day"],
+                                        t["week_start"], now_us // SEC)
+    return start * SEC, end * SEC
 
 
 def calendar_timeline(rng):

@@ -25,6 +25,7 @@ refuses an unknown zone and misplaced calendar fields with file:line:col.
 """
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -165,6 +166,60 @@ def run_cases(d, clock, label):
     return seen
 
 
+ENVOY_POLICY = """\
+policies:
+  unused: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1s}]}
+domains:
+  - domain: d
+    descriptors:
+      - {key: month, rate_limit: {unit: month, requests_per_unit: 3}}
+      - {key: year, rate_limit: {unit: year, requests_per_unit: 3}}
+      - {key: day, rate_limit: {unit: day, requests_per_unit: 3}}
+"""
+
+
+def envoy_reset(d, key, limit=None):
+    desc = {"entries": [{"key": key, "value": "v"}]}
+    if limit:
+        desc["limit"] = {"requests_per_unit": 3, "unit": limit}
+    r = d.request("POST", "/json", '{"domain":"d","descriptors":[%s]}'
+                  % json.dumps(desc))
+    st = r.json["statuses"][0]
+    return st["currentLimit"]["unit"], int(st["durationUntilReset"].rstrip("s"))
+
+
+def check_envoy_units(clock):
+    """envoy_calendar_units: MONTH and YEAR as calendar spans in UTC; off,
+    30 and 365 days from the epoch, as envoyproxy/ratelimit."""
+    t = utc("2024-02-10T12:00:00")
+    clock.set(t)
+    for on in (False, True):
+        d = Daemon("redis://127.0.0.1:1/0", ENVOY_POLICY, clock="local",
+                   extra="backend: memory\nenvoy_calendar_units: %s\n"
+                   % ("true" if on else "false")).start(env=clock.env())
+        month_end = utc("2024-03-01T00:00:00") if on else (t // (30 * 86400) + 1) * 30 * 86400
+        year_end = utc("2025-01-01T00:00:00") if on else (t // (365 * 86400) + 1) * 365 * 86400
+        day_end = utc("2024-02-11T00:00:00")
+        what = "envoy_calendar_units: %s" % ("true" if on else "false")
+        harness.eq([envoy_reset(d, "month"), envoy_reset(d, "year"), envoy_reset(d, "day"),
+                    envoy_reset(d, "day", limit="MONTH")],
+                   [("MONTH", month_end - t), ("YEAR", year_end - t), ("DAY", day_end - t),
+                    ("MONTH", month_end - t)],
+                   "%s: MONTH, YEAR, DAY and a per-request MONTH reset at %s"
+                   % (what, "the 1st, January 1, midnight" if on else "30 and 365 days from the epoch"))
+        d.stop()
+    bad = os.path.join(harness.make_tempdir(), "bad.yaml")
+    with open(bad, "w") as f:
+        f.write("backend: memory\nenvoy_calendar_units: true\n" + ENVOY_POLICY.split("domains:")[0]
+                + "domains:\n  - domain: d\n"
+                "    descriptors:\n      - {key: m, rate_limit: {unit: month, "
+                "requests_per_unit: 3, unit_multiplier: 2}}\n")
+    p = subprocess.run([BINARY, "-t", "-c", bad], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    harness.ok(p.returncode != 0 and "unit_multiplier 2 with a calendar MONTH" in p.stderr,
+               "a unit_multiplier with a calendar MONTH is refused: %s" % p.stderr.strip())
+
+
 def check_script_picks(server):
     """The script under clock: redis: bounds around Redis TIME."""
     script = subprocess.run([BINARY, "--print-script"], stdout=subprocess.PIPE,
@@ -279,6 +334,7 @@ def main():
     b = run_cases(red, clock, "redis")
     red.stop()
     harness.eq(a, b, "the memory backend and Redis give the same answers")
+    check_envoy_units(clock)
 
     # clock: redis at the real date: a UTC day's reset is the next midnight.
     d = Daemon("unix:" + server.socket_path, "policies:\n  utc_day: {tiers: [{name: t, "

@@ -196,7 +196,7 @@ def check_envoy_units(clock):
     for on in (False, True):
         d = Daemon("redis://127.0.0.1:1/0", ENVOY_POLICY, clock="local",
                    extra="backend: memory\nenvoy_calendar_units: %s\n"
-                   % ("true" if on else "false")).start(env=clock.env())
+                   % ("true" if on else "false"), admin=True).start(env=clock.env())
         month_end = utc("2024-03-01T00:00:00") if on else (t // (30 * 86400) + 1) * 30 * 86400
         year_end = utc("2025-01-01T00:00:00") if on else (t // (365 * 86400) + 1) * 365 * 86400
         day_end = utc("2024-02-11T00:00:00")
@@ -207,6 +207,13 @@ def check_envoy_units(clock):
                     ("MONTH", month_end - t)],
                    "%s: MONTH, YEAR, DAY and a per-request MONTH reset at %s"
                    % (what, "the 1st, January 1, midnight" if on else "30 and 365 days from the epoch"))
+        dump = d.admin("/rlconfig?format=json").json
+        tiers = {lim["key"]: lim["policy"]["tiers"][0] for lim in dump["domains"][0]["limits"]}
+        harness.eq([tiers[k].get("calendar") for k in ("d.month", "d.year", "d.day")],
+                   [{"unit": "month", "timezone": "UTC", "anchor_day": 1, "week_start": "monday"},
+                    {"unit": "year", "timezone": "UTC", "anchor_day": 1, "week_start": "monday"},
+                    None] if on else [None, None, None],
+                   "%s: /rlconfig shows the calendar of MONTH and YEAR" % what)
         d.stop()
     bad = os.path.join(harness.make_tempdir(), "bad.yaml")
     with open(bad, "w") as f:

@@ -304,9 +304,6 @@ const struct field cfg_top_fields[] = {
      .check = check_listen, .reload = RELOAD_RESTART},
     /* Read per request (http_routes.c), so a reload applies it. */
     {"admin_on_listen", F_BOOL, .offset = offsetof(struct config, admin_on_listen), .def = 0},
-    /* Read as domains are built and per Envoy request (rls.c): applied. */
-    {"envoy_calendar_units", F_BOOL, .offset = offsetof(struct config, envoy_calendar_units),
-     .def = 0},
     {"grpc_listen", F_STRING, .offset = offsetof(struct config, grpc_listen), .check = check_listen,
      .reload = RELOAD_RESTART},
     {"grpc_max_streams", F_INT, .offset = offsetof(struct config, grpc_max_streams), .min = 1,
@@ -343,6 +340,9 @@ const struct field cfg_top_fields[] = {
      .def = 0},
     {"envoy_shadow_mode", F_BOOL, .offset = offsetof(struct config, envoy_shadow_mode), .def = 0},
     {"envoy_quota_mode", F_BOOL, .offset = offsetof(struct config, envoy_quota_mode), .def = 0},
+    /* Read as domains are built and per Envoy request (rls.c): applied. */
+    {"envoy_calendar_units", F_BOOL, .offset = offsetof(struct config, envoy_calendar_units),
+     .def = 0},
     {"tls", F_SECTION, .section = tls_fields},
     {"admin_tls", F_SECTION, .section = admin_tls_fields},
     {"grpc_tls", F_SECTION, .section = grpc_tls_fields},

@@ -225,6 +225,83 @@ static void test_parse(void)
        "zone names");
 }
 
+/* A version 2 file with no transitions, one time type of offset off and
+ * footer tz: what the footer's rule alone decides. *len set. */
+static unsigned char *v2_file(int32_t off, const char *tz, size_t *len)
+{
+    size_t v1 = 44 + 6 + 1, v2 = 44 + 6 + 4, n = v1 + v2 + strlen(tz) + 2;
+    unsigned char *f = calloc(1, n);
+    for (int k = 0; k < 2; k++) {
+        unsigned char *h = f + (k ? v1 : 0);
+        memcpy(h, "TZif2", 5);
+        h[39] = 1;         /* typecnt */
+        h[43] = k ? 4 : 1; /* charcnt */
+        h[44] = (unsigned char)((uint32_t)off >> 24), h[45] = (unsigned char)((uint32_t)off >> 16);
+        h[46] = (unsigned char)((uint32_t)off >> 8), h[47] = (unsigned char)off;
+    }
+    f[v1 + v2] = '\n';
+    memcpy(f + v1 + v2 + 1, tz, strlen(tz));
+    f[n - 1] = '\n';
+    *len = n;
+    return f;
+}
+
+/* Footers' POSIX TZ strings: J rules (February 29 never counted), rule
+ * times below zero (version 3), quoted names, no DST; bad ones refused. */
+static void test_footer(void)
+{
+    static const struct {
+        const char *tz;
+        int32_t off;
+        int64_t t;
+        int32_t want;
+    } cases[] = {
+        /* Tehran until 2022: J79/24 = March 21 00:00 +0330 = March 20 20:30Z,
+         * J263/24 = September 21 00:00 +0430 = September 20 19:30Z. */
+        {"<+0330>-3:30<+0430>,J79/24,J263/24", 12600, 1616272199, 12600}, /* 2021-03-20 20:29:59Z */
+        {"<+0330>-3:30<+0430>,J79/24,J263/24", 12600, 1616272200, 16200},
+        {"<+0330>-3:30<+0430>,J79/24,J263/24", 12600, 1710966600, 16200}, /* 2024 (leap) */
+        {"<+0330>-3:30<+0430>,J79/24,J263/24", 12600, 1632166199, 16200}, /* 2021-09-20 19:29:59Z */
+        {"<+0330>-3:30<+0430>,J79/24,J263/24", 12600, 1632166200, 12600},
+        /* Nuuk: M3.5.0/-1 (Saturday 23:00 -02 = Sunday 01:00Z), M10.5.0/0. */
+        {"<-02>2<-01>,M3.5.0/-1,M10.5.0/0", -7200, 1711846799, -7200}, /* 2024-03-31 00:59:59Z */
+        {"<-02>2<-01>,M3.5.0/-1,M10.5.0/0", -7200, 1711846800, -3600},
+        {"<-02>2<-01>,M3.5.0/-1,M10.5.0/0", -7200, 1729990799, -3600}, /* 2024-10-27 00:59:59Z */
+        {"<-02>2<-01>,M3.5.0/-1,M10.5.0/0", -7200, 1729990800, -7200},
+        {"IST-5:30", 19800, 1700000000, 19800},
+        {"EST5EDT,M3.2.0,M11.1.0", -18000, 1710054000, -14400}, /* 2024-03-10 07:00Z */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len;
+        char err[256];
+        struct tzif_zone *z = NULL;
+        unsigned char *f = v2_file(cases[i].off, cases[i].tz, &len);
+        if (ok(tzif_parse(f, len, "Test/Footer", &z, err, sizeof err) == 0, "footer \"%s\" parses",
+               cases[i].tz))
+            is_int(tzif_offset(z, cases[i].t), cases[i].want, "\"%s\" at %lld", cases[i].tz,
+                   (long long)cases[i].t);
+        tzif_free(z);
+        free(f);
+    }
+    static const char *const bad[] = {"XY5",
+                                      "EST",
+                                      "EST5EDT,M13.1.0,M11.1.0",
+                                      "EST5EDT,M3.2.0",
+                                      "<+03",
+                                      "EST5EDT,J0,J365",
+                                      "EST5EDT,M3.2.0/200,M11.1.0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len;
+        char err[256];
+        struct tzif_zone *z = NULL;
+        unsigned char *f = v2_file(0, bad[i], &len);
+        ok(tzif_parse(f, len, "Test/Bad", &z, err, sizeof err) < 0 && z == NULL &&
+               strstr(err, "POSIX TZ"),
+           "footer \"%s\" refused: %s", bad[i], err);
+        free(f);
+    }
+}
+
 static void test_dates(void)
 {
     for (int64_t d = -800000; d <= 800000; d += 997) {
@@ -248,6 +325,7 @@ int main(void)
     test_transitions();
     test_windows();
     test_parse();
+    test_footer();
     test_dates();
     return tap_done();
 }

@@ -16,6 +16,7 @@
 -- a count even when the two end together. One GET, one SET ... PX with the
 -- expiry at the window's end plus slack.
 -- Figures and retry as fixed_window's: reset and retry at the window's end.
+-- Report and refund as fixed_window's, in the calendar window.
 
 local calendar_window = { nkeys = 1 }
 
@@ -62,5 +63,13 @@ calendar_window.retry = fixed_window.retry
 
 function calendar_window.commit(t)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, t.n + t.cost),
+        'PX', px_in(t.window_end - t.now))
+end
+
+calendar_window.refunds = true
+
+function calendar_window.report(t)
+    local n = min(max(0, t.n + t.cost), EXACT_MAX)
+    redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, n),
         'PX', px_in(t.window_end - t.now))
 end

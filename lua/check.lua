@@ -8,15 +8,19 @@
 -- argv[1]  now in µs (decimal), or "" for the Redis server's TIME
 -- argv[2]  "1" for a dry run (decide and report, write nothing), else "0";
 --          "2" for a dry run whose reply also carries the figures of a
---          denied request (see the reply below)
+--          denied request (see the reply below); "3" for a report (see
+--          below)
 -- then two per check:
 --   cost     an integer >= 0
 --   policy   its settings, space-separated: shadow ("0"/"1"), then five
 --            per tier: algorithm, limit, window_us, burst (0 = default),
 --            precision_us (0 unless sliding_window_buckets); e.g.
---            "0 fixed_window 100 60000000 0 0"; a calendar tier is
---            "calendar_window limit p:s:e:n 0 0" with four bounds in µs in
---            place of window_us (lua/calendar_window.lua)
+--            "0 fixed_window 100 60000000 0 0" (concurrency: window_us is
+--            the lease timeout; a calendar tier is "calendar_window limit
+--            p:s:e:n 0 0", four bounds in µs in place of window_us, see
+--            lua/calendar_window.lua)
+--   then, iff the count of ARGV is odd, the lease nonce: the random part
+--            of every lease this request takes (22 of [A-Za-z0-9_-])
 -- keys     per check, per tier, in order: sliding_window_log takes two (the
 --          ZSET, then its sequence counter), every other algorithm one.
 --
@@ -41,6 +45,15 @@
 -- that another node's checks deny (the Cluster backend's first phase,
 -- src/backend/redis/backend_cluster.c: allowed here, denied overall). The
 -- other 5 figures do not depend on whether the cost is taken.
+--
+-- A report (argv[2] "3", POST /report): usage known only after the answer.
+-- Every tier of every check is charged its cost with no decision (the
+-- algorithm's report: past the limit if so, a debt that later checks wait
+-- out; a cost < 0 gives back where the algorithm's `refunds` says it can),
+-- then every tier reports the figures a dry run of cost 1 sees right after
+-- the charge: allowed is whether a unit would pass now, retry_us how long
+-- until one does. request_allowed: every tier of every non-shadow check
+-- would let a unit pass. Costs may be negative (>= -2^53) only here.
 
 local ALGORITHMS = {
     fixed_window = fixed_window,
@@ -50,13 +63,12 @@ local ALGORITHMS = {
     token_bucket = token_bucket,
     gcra = gcra,
     leaky_bucket = leaky_bucket,
+    concurrency = concurrency,
     calendar_window = calendar_window,
 }
 
 local REASON_NONE = 0
 local REASON_COST_EXCEEDS_LIMIT = 1
-
-local EXACT_MAX = 2 ^ 53
 
 -- s as an integer >= least, or nil. (v % 1 rather than floor(v): no call;
 -- NaN and inf fail it.)
@@ -100,7 +112,7 @@ local function parse_tier(s, words, i)
     if not alg then
         error('ratelimitd: unknown algorithm ' .. tostring(words[i]) .. ' in "' .. s .. '"')
     end
-    local t = { alg = alg, nkeys = alg.nkeys }
+    local t = { alg = alg, nkeys = alg.nkeys, name = words[i] }
     -- A fixed window may have a limit of 0 (envoyproxy/ratelimit's
     -- requests_per_unit: 0, which denies every request); other algorithms
     -- divide by it.
@@ -183,11 +195,21 @@ local CHECKS, TIERS = {}, {}
 -- Parses the checks into CHECKS[1..nchecks], each {shadow, cost, first,
 -- last}, TIERS[first..last] being its tiers. Returns nchecks and the
 -- number of tiers in all.
-local function parse(keys, argv, now)
+local function parse(keys, argv, now, least_cost)
     local nargs = #argv
-    if nargs < 2 or nargs % 2 ~= 0 then
-        error('ratelimitd: ARGV is now, dry_run, then cost and policy per check; got '
-            .. nargs .. ' arguments')
+    -- An odd count: the last is the lease nonce (concurrency.lua).
+    local nonce = nil
+    if nargs % 2 == 1 then
+        nonce = argv[nargs]
+        nargs = nargs - 1
+        if #nonce ~= 22 or not match(nonce, '^[%w_-]+$') then
+            error('ratelimitd: the lease nonce must be 22 of [A-Za-z0-9_-], got '
+                .. tostring(nonce))
+        end
+    end
+    if nargs < 2 then
+        error('ratelimitd: ARGV is now, dry_run, then cost and policy per check'
+            .. ' (and the lease nonce); got ' .. #argv .. ' arguments')
     end
     ncalls = ncalls + 1
     local nkeys, ntiers = 0, 0
@@ -197,7 +219,8 @@ local function parse(keys, argv, now)
             check = {}
             CHECKS[c] = check
         end
-        local cost = int_of(argv[2 * c + 1], 0) or bad_int(argv, 2 * c + 1, 0)
+        local cost = int_of(argv[2 * c + 1], least_cost)
+            or bad_int(argv, 2 * c + 1, least_cost)
         local s = argv[2 * c + 2]
         local policy = POLICIES[s]
         if not policy or policy.call == ncalls then
@@ -208,6 +231,7 @@ local function parse(keys, argv, now)
         for i = 1, policy.ntiers do
             local t = policy[i]
             t.now, t.cost, t.key, t.key2 = now, cost, keys[nkeys + 1], keys[nkeys + 2]
+            t.nonce = nonce
             nkeys = nkeys + t.nkeys
             ntiers = ntiers + 1
             TIERS[ntiers] = t
@@ -264,14 +288,85 @@ end
 -- decide returns); nout is how many integers it held last.
 local OUT, nout = {}, 0
 
+-- The reply, sized to n integers (it ends at its first nil).
+local function reply_of_size(n)
+    for i = n + 1, nout do
+        OUT[i] = nil
+    end
+    nout = n
+    return OUT
+end
+
+-- A report: charges every tier, then reads its figures for a unit (see the
+-- top of this file). Returns request_allowed.
+local function charge(nchecks, ntiers, tiers)
+    -- All refused before anything is written (a script's writes stay).
+    for i = 1, ntiers do
+        local t = tiers[i]
+        if not t.alg.report then
+            error('ratelimitd: ' .. t.name .. ' takes no report')
+        elseif t.cost < 0 and not t.alg.refunds then
+            error('ratelimitd: ' .. t.name .. ' cannot give back a cost')
+        end
+    end
+    local request_allowed = true
+    for c = 1, nchecks do
+        local check = CHECKS[c]
+        for i = check.first, check.last do
+            local t = tiers[i]
+            local alg = t.alg
+            if t.cost ~= 0 then
+                alg.load(t)
+                alg.report(t)
+            end
+            t.cost = 1
+            if not read_and_decide(t) and not check.shadow then
+                request_allowed = false
+            end
+        end
+    end
+    return request_allowed
+end
+
+-- ARGV[2] "r" (release) or "n" (renew): not a decision but lease
+-- operations (concurrency.lua), one per key: ARGV[2 + 2i - 1] the lease's
+-- member, ARGV[2 + 2i] the renewal's timeout in µs ("0" for a release).
+-- Returns {now_us, then per lease: status (1 done, 2 expired, 0 unknown),
+-- expires_us (renewed: the new expiry, else 0)}.
+local function lease_ops(keys, argv, now, op)
+    if #argv ~= 2 + 2 * #keys then
+        error('ratelimitd: a lease operation takes a member and a timeout per key; got '
+            .. #argv .. ' arguments for ' .. #keys .. ' keys')
+    end
+    local out = { now }
+    for i = 1, #keys do
+        local timeout = int_of(argv[2 + 2 * i], 0) or bad_int(argv, 2 + 2 * i, 0)
+        local status, expires = concurrency.lease_op(keys[i], argv[1 + 2 * i], op, timeout, now)
+        out[2 * i], out[2 * i + 1] = status, expires
+    end
+    return out
+end
+
 local function decide(keys, argv)
     if not fmod then
         bind_globals()
     end
     local now = arg_now(argv)
+    if argv[2] == '3' then
+        local nchecks, ntiers = parse(keys, argv, now, -EXACT_MAX)
+        local out = reply_of_size(2 + 7 * ntiers)
+        out[1], out[2] = now, charge(nchecks, ntiers, TIERS) and 1 or 0
+        for i = 1, ntiers do
+            report(out, 2 + 7 * (i - 1), TIERS[i], false)
+        end
+        return out
+    end
+    if argv[2] == 'r' or argv[2] == 'n' then
+        return lease_ops(keys, argv, now, argv[2])
+    end
     local both = argv[2] == '2'
     local dry_run = both or arg_flag(argv, 2)
-    local nchecks, ntiers = parse(keys, argv, now)
+    local nchecks, ntiers = parse(keys, argv, now, 0)
     local checks, tiers = CHECKS, TIERS
 
     -- Pass 1: read every tier and decide. Every tier is read even after one
@@ -291,14 +386,11 @@ local function decide(keys, argv)
 
     -- The figures, before anything is written. A non-shadow check of an
     -- allowed request is always allowed.
-    local out, n = OUT, 2 + 7 * ntiers
+    local n = 2 + 7 * ntiers
     if both then
         n = n + 2 * ntiers
     end
-    for i = n + 1, nout do
-        out[i] = nil -- the reply ends at its first nil
-    end
-    nout = n
+    local out = reply_of_size(n)
     out[1], out[2] = now, request_allowed and 1 or 0
     for c = 1, nchecks do
         local check = checks[c]

@@ -31,6 +31,11 @@
 --                          asked when denied with cost <= capacity
 --   delay(t)               (optional) µs the allowed request must wait
 --   commit(t)              takes the cost: writes the state and its expiry
+--   report(t)              (a report, see check.lua) charges t.cost with no
+--                          decision, past the limit if so (a debt), after
+--                          load; writes the state and its expiry
+--   refunds                true if report also takes a cost < 0 (gives
+--                          back, exactly, never below nothing used)
 --
 -- Stored state never depends on settings the reader cannot know: times are
 -- absolute µs, and a value scaled by the window is stored with it, so a tier
@@ -64,6 +69,10 @@ local function bind_globals()
     FMT_G = 'g:' .. int .. ':' .. int .. ':' .. int
     FMT_W = 'w:' .. int .. ':' .. int .. ':' .. int
 end
+
+-- The largest integer a double holds exactly: validated settings keep every
+-- product below it, and a report's debt saturates at it (check.lua).
+local EXACT_MAX = 2 ^ 53
 
 -- Every key written lives this long after its state stops mattering: covers
 -- clock skew between daemons and the time between a script and the next.

@@ -12,6 +12,10 @@
 -- Expiry: the end of the window (plus slack); after that e is stale anyway.
 -- Figures: remaining = limit - n; reset = end of window if n > 0; retry =
 -- end of window (the next window starts empty, and cost <= limit).
+-- Report: n += cost, past the limit if so: denied until the window ends,
+-- when the count starts from 0 again (an overage is not carried into the
+-- next window); a refund (cost < 0) takes back from this window's count,
+-- never below 0 (units counted in an earlier window are already forgotten).
 
 local fixed_window = { nkeys = 1 }
 
@@ -62,5 +66,13 @@ end
 
 function fixed_window.commit(t)
     redis.call('SET', t.key, format(FMT_F, t.window_end, t.n + t.cost),
+        'PX', px_in(t.window_end - t.now))
+end
+
+fixed_window.refunds = true
+
+function fixed_window.report(t)
+    local n = min(max(0, t.n + t.cost), EXACT_MAX)
+    redis.call('SET', t.key, format(FMT_F, t.window_end, n),
         'PX', px_in(t.window_end - t.now))
 end

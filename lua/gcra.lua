@@ -22,6 +22,9 @@
 -- Expiry: when TAT passes (plus slack); a missing key is an idle one.
 -- Figures: remaining = floor((C * W - d) / W); reset = ceil(d / limit);
 -- retry = ceil((d + cost * W - C * W) / limit).
+-- Report: d += cost * W, past C * W if so (TAT moves further than a full
+-- bucket: a debt), saturating at 2^53; a refund moves TAT back, never
+-- before now (d >= 0).
 --
 -- leaky_bucket.lua reuses these functions (and so gcra_read/gcra_write).
 
@@ -82,4 +85,10 @@ end
 
 function gcra.commit(t)
     gcra_write(t, t.d + t.cost * t.window)
+end
+
+gcra.refunds = true
+
+function gcra.report(t)
+    gcra_write(t, min(max(0, t.d + t.cost * t.window), EXACT_MAX))
 end

@@ -8,7 +8,8 @@
 -- intervals. So the state, the decisions and the figures are gcra.lua's,
 -- with `limit` reported as burst + 1.
 --
--- State, expiry, changes of settings: as gcra.lua.
+-- State, expiry, changes of settings, reports and refunds: as gcra.lua (a
+-- report raises the level, past the queue if so).
 -- delay_us: for an allowed request of cost c >= 1, when its last unit is
 -- due: ceil((d + (c - 1) * W) / limit), d taken before the request.
 
@@ -19,6 +20,8 @@ local leaky_bucket = {
     figures = gcra.figures,
     retry = gcra.retry,
     commit = gcra.commit,
+    report = gcra.report,
+    refunds = true,
 }
 
 function leaky_bucket.capacity(t)

@@ -15,6 +15,8 @@
 -- Expiry: when the newest bucket leaves the window.
 -- Figures: remaining = limit - count; reset = when the newest bucket
 -- leaves; retry = the moment enough of the oldest buckets have left.
+-- Report: as commit, past the limit if so (the current bucket). No refund:
+-- which bucket counted the units given back is not known.
 
 local sliding_window_buckets = { nkeys = 1 }
 
@@ -94,3 +96,5 @@ function sliding_window_buckets.commit(t)
     end
     expire_in(t.key, bucket_leaves(t, t.cur))
 end
+
+sliding_window_buckets.report = sliding_window_buckets.commit

@@ -21,6 +21,10 @@
 -- next window if cur > 0, end of this one if only prev > 0; retry = the first
 -- µs at which the weighted prev has decayed enough, in this window or the
 -- next.
+-- Report: cur += cost, past the limit if so; it weighs on the estimate of
+-- the next window too. Counts saturate at floor(2^53 / W), so that every
+-- product above stays exact. No refund: which window counted the units
+-- given back is not known, and the two weigh differently.
 
 local sliding_window_counter = { nkeys = 1 }
 
@@ -88,4 +92,9 @@ function sliding_window_counter.commit(t)
     local e = t.start + t.window
     redis.call('SET', t.key, format(FMT_C, e, t.cur + t.cost, t.prev),
         'PX', px_in(e + t.window - t.now))
+end
+
+function sliding_window_counter.report(t)
+    t.cost = max(0, min(t.cost, idiv(EXACT_MAX, t.window) - t.cur))
+    sliding_window_counter.commit(t)
 end

@@ -14,6 +14,10 @@
 -- Expiry (both keys): W after the newest member (plus slack).
 -- Figures: remaining = limit - count; reset = newest + W - now; retry = the
 -- moment enough of the oldest units have left the window.
+-- Report: as commit, with at most `limit` members: every unit of a report
+-- leaves the window at the same moment, so more would deny exactly the same
+-- requests (unless a reload raises the limit before they leave). No
+-- refund: which members to take back is not known.
 
 local sliding_window_log = { nkeys = 2 }
 
@@ -30,16 +34,22 @@ function sliding_window_log.allows(t)
     return t.count + t.cost <= t.limit
 end
 
-function sliding_window_log.figures(t, consumed)
-    local count = t.count
+-- The score of the newest member in the window, or nil; kept in t.newest
+-- for commit: the newest member after it is max(newest, now).
+local function log_newest(t)
     local newest = nil
-    if count > 0 then
+    if t.count > 0 then
         local top = redis.call('ZREVRANGEBYSCORE', t.key, '+inf', t.from,
             'WITHSCORES', 'LIMIT', 0, 1)
         newest = tonumber(top[2])
     end
-    -- Kept for commit: the newest member after it is max(newest, now).
     t.newest = newest
+    return newest
+end
+
+function sliding_window_log.figures(t, consumed)
+    local count = t.count
+    local newest = log_newest(t)
     if consumed and t.cost > 0 then
         count = count + t.cost
         -- max(): a member from a daemon whose clock is ahead can be newer.
@@ -82,4 +92,10 @@ function sliding_window_log.commit(t)
     local px = px_in(ttl)
     redis.call('PEXPIRE', key, px)
     redis.call('PEXPIRE', seqkey, px)
+end
+
+function sliding_window_log.report(t)
+    t.cost = min(t.cost, t.limit)
+    log_newest(t)
+    sliding_window_log.commit(t)
 end

@@ -18,6 +18,11 @@
 -- the state written is never full.)
 -- Figures: remaining = floor(S / W); reset = ceil((C * W - S) / limit);
 -- retry = ceil((cost * W - S) / limit).
+-- Report: S -= cost * W, below 0 if so (a debt, stored as a negative s):
+-- denied until the refill has paid it back; a refund gives the tokens back,
+-- up to a full bucket. A debt saturates at C * W - 2^53 (at least one
+-- window of refill). A change of window (a reload) forgives a debt: the
+-- bucket reads empty, as gcra.lua's does.
 
 local token_bucket = { nkeys = 1 }
 
@@ -38,13 +43,13 @@ function token_bucket.load(t)
     if not v then
         return
     end
-    local s, last, w = match(v, '^t:(%d+):(%d+):(%d+)$')
+    local s, last, w = match(v, '^t:(%-?%d+):(%d+):(%d+)$')
     s, last, w = tonumber(s), tonumber(last), tonumber(w)
     if not w then
         return -- another layout: as absent
     end
     if w ~= t.window then
-        s = min(idiv(s, w), t.capacity) * t.window
+        s = max(0, min(idiv(s, w), t.capacity)) * t.window
     end
     -- A clock behind the one that wrote t refills nothing (elapsed >= 0).
     local elapsed = max(0, t.now - last)
@@ -78,16 +83,26 @@ function token_bucket.figures(t, consumed)
     if s < t.full then
         reset = refill_starts(t) + idiv_ceil(t.full - s, t.limit)
     end
-    return idiv(s, t.window), reset
+    return max(0, idiv(s, t.window)), reset
 end
 
 function token_bucket.retry(t)
     return refill_starts(t) + idiv_ceil(t.cost * t.window - t.s, t.limit)
 end
 
-function token_bucket.commit(t)
-    local s = t.s - t.cost * t.window
-    -- Keep the later of the two times: S is what the bucket holds then.
+-- Stores S = s as of t.last (the later of the two times: S is what the
+-- bucket holds then), expiring when the bucket is full again.
+local function token_bucket_write(t, s)
     redis.call('SET', t.key, format(FMT_T, s, t.last, t.window),
         'PX', px_in(refill_starts(t) + idiv_ceil(t.full - s, t.limit)))
+end
+
+function token_bucket.commit(t)
+    token_bucket_write(t, t.s - t.cost * t.window)
+end
+
+token_bucket.refunds = true
+
+function token_bucket.report(t)
+    token_bucket_write(t, max(min(t.s - t.cost * t.window, t.full), t.full - EXACT_MAX))
 end

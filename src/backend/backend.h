@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "core/decision.h"
+#include "core/lease_id.h"
 #include "lib/util.h"
 
 enum backend_status {
@@ -41,6 +42,11 @@ struct backend_reply {
     enum backend_status status;
     const struct tier_result *results; /* OK: request_tiers(req) entries */
     const char *errmsg;                /* ERROR, UNAVAILABLE */
+    /* OK and denied: the checks (bit i: check i) whose cost was taken all
+     * the same, by a backend that decides a request in several atomic
+     * steps (a Redis Cluster request spanning slots, denied in its second
+     * phase after other slots committed); 0 everywhere else. */
+    uint64_t taken;
 };
 
 /* reply and what it points to are valid only during the callback. */
@@ -66,6 +72,15 @@ typedef void (*backend_reset_done_fn)(void *arg, const struct backend_reset_repl
 typedef void (*backend_reset_seen_fn)(void *arg, const char *policy, const char *key,
                                       size_t keylen);
 
+/* What a lease operation did: outcomes has one entry per lease (OK). */
+struct backend_lease_reply {
+    enum backend_status status;
+    const struct lease_outcome *outcomes;
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+};
+
+typedef void (*backend_lease_done_fn)(void *arg, const struct backend_lease_reply *reply);
+
 struct backend;
 
 struct backend_ops {
@@ -77,6 +92,11 @@ struct backend_ops {
                   int64_t now_us, backend_done_fn done, void *arg);
     int (*reset)(struct backend *b, const struct config *cfg, const struct policy *p,
                  const char *key, size_t keylen, backend_reset_done_fn done, void *arg);
+    /* Releases (renew 0) or renews (1, each for its ref's timeout_us) the
+     * n leases of refs, as of the backend's clock. Same completion rule as
+     * decide; refs must stay valid until done is called. */
+    int (*lease)(struct backend *b, const struct config *cfg, int renew,
+                 const struct lease_ref *refs, size_t n, backend_lease_done_fn done, void *arg);
     /* Listens for resets announced under cfg's key_prefix (again after a
      * reload that changes it), reporting them to on_reset. */
     void (*watch_resets)(struct backend *b, const struct config *cfg);

@@ -72,6 +72,21 @@ static int memory_decide(struct backend *iface, const struct config *cfg,
     return 0;
 }
 
+static int memory_lease(struct backend *iface, const struct config *cfg, int renew,
+                        const struct lease_ref *refs, size_t n, backend_lease_done_fn done,
+                        void *arg)
+{
+    struct backend_memory *b = (struct backend_memory *)iface;
+    struct lease_outcome *out = xcalloc(n ? n : 1, sizeof *out);
+    pthread_mutex_lock(&b->shared->lock);
+    local_store_lease(b->shared->store, cfg->key_prefix, renew, refs, n, util_realtime_us(), out);
+    pthread_mutex_unlock(&b->shared->lock);
+    struct backend_lease_reply reply = {.status = BACKEND_OK, .outcomes = out};
+    done(arg, &reply);
+    free(out);
+    return 0;
+}
+
 /* The store is this process's only state, and no deny cache serves an
  * in-process backend: forgetting the key is the whole reset. */
 static int memory_reset(struct backend *iface, const struct config *cfg, const struct policy *p,
@@ -119,6 +134,7 @@ static void memory_free(struct backend *iface)
 static const struct backend_ops memory_ops = {
     .name = "memory",
     .decide = memory_decide,
+    .lease = memory_lease,
     .reset = memory_reset,
     .watch_resets = memory_watch_resets,
     .note_timeout = memory_note_timeout,

@@ -423,6 +423,11 @@ static int build_limit(struct loader *ld, const yaml_node_t *map, const char *pa
         if ((p = config_find_policy(ld->c, e->policy)) == NULL)
             return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path, "unknown policy \"%s\"",
                             cfg_shown(e->policy, buf));
+        if (policy_may_lease(p))
+            return cfg_fail(ld, cfg_field_node(ld, map, "policy"), path,
+                            "policy \"%s\" has a concurrency tier, which Envoy's rate limit "
+                            "service cannot use (it has no way to release a lease)",
+                            cfg_shown(e->policy, buf));
         if (e->shadow_mode && !p->shadow) {
             if ((l->owned = shadow_copy(ld, p, path)) == NULL)
                 return -1;

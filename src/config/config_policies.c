@@ -51,10 +51,13 @@ static const struct field tier_fields[] = {
      .parse = parse_algorithm},
     {"limit", F_INT, .required = 1, .offset = offsetof(struct tier, limit), .min = INT64_MIN,
      .max = INT64_MAX},
-    /* window or calendar: check_tier requires one. */
+    /* Required by every algorithm but concurrency (policy_tier_validate),
+     * and not with calendar (check_calendar). */
     {"window", F_DURATION, .offset = offsetof(struct tier, window_us), .max = INT64_MAX},
     {"burst", F_INT, .offset = offsetof(struct tier, burst), .min = INT64_MIN, .max = INT64_MAX},
     {"precision", F_DURATION, .offset = offsetof(struct tier, precision_us), .max = INT64_MAX},
+    {"lease_timeout", F_DURATION, .offset = offsetof(struct tier, lease_timeout_us),
+     .max = INT64_MAX},
     {"calendar", F_CUSTOM, .offset = offsetof(struct tier, calendar.unit), .parse = parse_calendar},
     {"timezone", F_CUSTOM, .offset = offsetof(struct tier, calendar.zone), .parse = parse_timezone},
     {"anchor_day", F_INT, .offset = offsetof(struct tier, calendar.anchor_day), .min = 1,
@@ -207,7 +210,7 @@ static int check_calendar(struct loader *ld, const yaml_node_t *map, const char 
     char msg[RL_ERRLEN];
 
     if (c->unit == CALENDAR_NONE) {
-        if (window == NULL)
+        if (window == NULL && t->algorithm != ALG_CONCURRENCY)
             return cfg_fail(ld, map, path, "missing required field \"window\" (or calendar)");
         if (check_only_with(ld, map, path, "timezone", 0, "only a calendar tier takes one") < 0 ||
             check_only_with(ld, map, path, "anchor_day", 0, "only calendar: month takes one") < 0 ||
@@ -408,6 +411,29 @@ static int parse_key_template(struct loader *ld, const yaml_node_t *node, const 
         return cfg_fail_in(ld, node, at, path, "%s", msg);
     return 0;
 }
+/* The forward-auth settings, which only /auth/<policy> reads. */
+static const char *const auth_fields[] = {"key", "missing_key", "deny_status"};
+
+/* A policy that takes leases (a concurrency tier, its own or an override's)
+ * must be released by its caller, which a gateway asking /auth/<policy>
+ * cannot do: its forward-auth settings are refused here, at their line,
+ * and auth.c refuses the path at request time. */
+static int check_lease_fronts(struct loader *ld, const yaml_node_t *map, const char *path,
+                              const struct policy *p)
+{
+    if (!policy_may_lease(p))
+        return 0;
+    for (size_t i = 0; i < sizeof auth_fields / sizeof auth_fields[0]; i++) {
+        const yaml_node_t *at = cfg_field_node(ld, map, auth_fields[i]);
+        if (at != NULL)
+            return cfg_fail(ld, at, path,
+                            "%s: a policy with a concurrency tier cannot serve forward-auth "
+                            "(/auth/<policy> has no way to release a lease)",
+                            auth_fields[i]);
+    }
+    return 0;
+}
+
 /* The policies mapping: name -> policy. Leaves c->policies sorted by name. */
 int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
@@ -446,6 +472,8 @@ int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *p
         cfg_join(child, path, name);
         rc = cfg_parse_fields(ld, cfg_node_at(ld, pair->value), child, cfg_policy_fields,
                               &parsed[i]);
+        if (rc == 0)
+            rc = check_lease_fronts(ld, cfg_node_at(ld, pair->value), child, &parsed[i]);
     }
     if (rc == 0) {
         qsort(order, n, sizeof *order, entry_cmp);

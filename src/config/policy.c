@@ -22,6 +22,7 @@
 #define EXACT_MAX (1LL << 53)                   /* largest exact integer in a Lua double */
 #define MAX_BUCKETS 1000                        /* sliding_window_buckets: window/precision */
 #define LOG_LIMIT_MAX 1000000                   /* sliding_window_log: sorted-set members */
+#define CONCURRENCY_LIMIT_MAX 100000            /* concurrency: units held per key */
 
 enum burst_rule {
     BURST_NONE,     /* burst must be 0 */
@@ -58,6 +59,9 @@ static const struct algorithm_info {
                           0},
     [ALG_GCRA] = {"gcra", 1, BURST_CAPACITY, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX, 0},
     [ALG_LEAKY_BUCKET] = {"leaky_bucket", 1, BURST_QUEUE, 0, PRODUCT_CAPACITY_WINDOW, LIMIT_MAX, 1},
+    /* window_us is the lease timeout here (policy_tier_span_us); the limit
+     * bounds the leases one key holds, each a sorted-set member. */
+    [ALG_CONCURRENCY] = {"concurrency", 1, BURST_NONE, 0, PRODUCT_NONE, CONCURRENCY_LIMIT_MAX, 0},
 };
 
 static const struct algorithm_info *info(enum algorithm a)
@@ -98,6 +102,40 @@ int policy_algorithm_nkeys(enum algorithm a)
 int policy_algorithm_has_delay(enum algorithm a)
 {
     return info(a) ? info(a)->has_delay : 0;
+}
+
+/* What a report (POST /report) may do to each algorithm: 2 charge and give
+ * back, 1 charge only, 0 (an algorithm without a row) nothing. A table of
+ * its own beside `algorithms`: lua/<algorithm>.lua's `report` and
+ * `refunds` and limiter_local.c's report_table say the same. */
+static const int report_rule[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = 2,           [ALG_SLIDING_WINDOW_LOG] = 1,
+    [ALG_SLIDING_WINDOW_COUNTER] = 1, [ALG_SLIDING_WINDOW_BUCKETS] = 1,
+    [ALG_TOKEN_BUCKET] = 2,           [ALG_GCRA] = 2,
+    [ALG_LEAKY_BUCKET] = 2,
+};
+
+int policy_algorithm_reports(enum algorithm a)
+{
+    return info(a) ? report_rule[a] >= 1 : 0;
+}
+
+int policy_algorithm_refunds(enum algorithm a)
+{
+    return info(a) ? report_rule[a] >= 2 : 0;
+}
+
+int64_t policy_tier_span_us(const struct tier *t)
+{
+    return t->algorithm == ALG_CONCURRENCY ? t->lease_timeout_us : t->window_us;
+}
+
+int policy_has_concurrency(const struct policy *p)
+{
+    for (size_t j = 0; j < p->ntiers; j++)
+        if (p->tiers[j].algorithm == ALG_CONCURRENCY)
+            return 1;
+    return 0;
 }
 
 int policy_name_valid(const char *s)
@@ -176,9 +214,20 @@ int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
     if (t->limit < 1 || t->limit > a->limit_max)
         return FAIL("limit: must be between 1 and %" PRId64 " for %s, got %" PRId64, a->limit_max,
                     a->name, t->limit);
-    if (t->window_us < WINDOW_MIN_US || t->window_us > WINDOW_MAX_US)
+    if (t->algorithm == ALG_CONCURRENCY) {
+        if (t->window_us != 0)
+            return FAIL("window: not allowed for concurrency (a lease lives lease_timeout)");
+        if (t->lease_timeout_us == 0)
+            return FAIL("lease_timeout: required for concurrency");
+        if (t->lease_timeout_us < WINDOW_MIN_US || t->lease_timeout_us > WINDOW_MAX_US)
+            return FAIL("lease_timeout: must be between 1ms and 366d, got %s",
+                        util_format_duration(t->lease_timeout_us, w, sizeof w));
+    } else if (t->lease_timeout_us != 0) {
+        return FAIL("lease_timeout: not allowed for %s (only concurrency takes one)", a->name);
+    } else if (t->window_us < WINDOW_MIN_US || t->window_us > WINDOW_MAX_US) {
         return FAIL("window: must be between 1ms and 366d, got %s",
                     util_format_duration(t->window_us, w, sizeof w));
+    }
     if (check_shape(t, a, err, errlen) < 0)
         return -1;
     if (t->calendar.unit != CALENDAR_NONE && t->algorithm != ALG_FIXED_WINDOW)
@@ -287,6 +336,7 @@ static int tiers_equal(const struct tier *a, const struct tier *b, size_t n)
         if (strcmp(a[i].name, b[i].name) != 0 || a[i].algorithm != b[i].algorithm ||
             a[i].limit != b[i].limit || a[i].window_us != b[i].window_us ||
             a[i].burst != b[i].burst || a[i].precision_us != b[i].precision_us ||
+            a[i].lease_timeout_us != b[i].lease_timeout_us ||
             !calendar_equal(&a[i].calendar, &b[i].calendar))
             return 0;
     return 1;
@@ -327,6 +377,16 @@ void policy_overrides_free(struct policy_overrides *o)
     free(o->items);
     free(o->runs);
     free(o);
+}
+
+int policy_may_lease(const struct policy *p)
+{
+    if (policy_has_concurrency(p))
+        return 1;
+    for (size_t i = 0; i < policy_overrides_count(p->overrides); i++)
+        if (policy_has_concurrency(&p->overrides->items[i].variant))
+            return 1;
+    return 0;
 }
 
 /* Exact keys by (length, bytes); prefixes, after them, by (length

@@ -29,6 +29,7 @@ enum algorithm {
     ALG_TOKEN_BUCKET,
     ALG_GCRA,
     ALG_LEAKY_BUCKET,
+    ALG_CONCURRENCY,
     ALG__COUNT
 };
 
@@ -52,7 +53,9 @@ struct tier {
     int64_t limit;     /* requests per window; > 0 */
     int64_t window_us; /* > 0 */
     int64_t burst;     /* token_bucket/gcra: capacity (0 = limit); leaky_bucket: queue (0 = none) */
-    int64_t precision_us; /* sliding_window_buckets only; divides window_us */
+    int64_t precision_us;     /* sliding_window_buckets only; divides window_us */
+    int64_t lease_timeout_us; /* concurrency only (its window_us is 0): how long a
+                               * lease lives unless renewed or released */
     /* fixed_window only: calendar windows in a zone instead of window_us
      * (unit CALENDAR_NONE: none). window_us then holds the unit's nominal
      * length (calendar_max_span_us), for whatever compares tiers by it. The
@@ -92,6 +95,24 @@ int policy_algorithm_nkeys(enum algorithm a);
 /* 1 if the algorithm shapes rather than only limits: an allowed request
  * may be told to wait (delay_us > 0; leaky_bucket), else 0. */
 int policy_algorithm_has_delay(enum algorithm a);
+
+/* 1 if a report (POST /report) can charge a tier of this algorithm a cost
+ * with no decision, past its limit (a debt later checks wait out), else 0. */
+int policy_algorithm_reports(enum algorithm a);
+
+/* 1 if a report can also give back (a cost < 0) exactly, never below
+ * nothing used: fixed_window, token_bucket, gcra, leaky_bucket; else 0. */
+int policy_algorithm_refunds(enum algorithm a);
+/* The span the scripts receive as a tier's window_us: the lease timeout for
+ * concurrency, the window for every other algorithm. */
+int64_t policy_tier_span_us(const struct tier *t);
+
+/* 1 if p (not its overrides) has a concurrency tier, else 0. */
+int policy_has_concurrency(const struct policy *p);
+
+/* 1 if p or one of its overrides' variants has a concurrency tier: a
+ * policy whose checks may take leases. */
+int policy_may_lease(const struct policy *p);
 
 /* True if s is a valid policy or tier name: [A-Za-z0-9_.-]{1,64}. */
 int policy_name_valid(const char *s);

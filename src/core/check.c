@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/deny_cache.h"
+#include "core/lease_id.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 
@@ -77,6 +78,47 @@ static void count_checks(struct check *c, const struct verdict *v)
     }
 }
 
+/* Counts each check of a report under its policy: what became of its
+ * charge. */
+static void count_reports(struct check *c, const struct verdict *v)
+{
+    enum metrics_report r = v->kind == VERDICT_DECIDED ? METRICS_REPORT_RECORDED
+                            : v->kind == VERDICT_LOCAL ? METRICS_REPORT_LOCAL
+                            : verdict_outcome(v) == OUTCOME_UNAVAILABLE
+                                ? METRICS_REPORT_UNAVAILABLE
+                                : METRICS_REPORT_NOT_RECORDED;
+    for (size_t i = 0; i < c->req.nchecks; i++)
+        metrics_report(c->core->metrics, c->req.checks[i].policy->name, r);
+}
+
+/* A report that gave back (a cost < 0) was charged: a denial this loop's
+ * deny cache holds for that key may no longer hold (deny_cache.h: it
+ * assumes nothing is ever given back), so it is dropped. Other daemons'
+ * cached denials of the key last until their retry time at most. */
+static void forget_refunded(struct check *c, const struct verdict *v)
+{
+    if (!c->core->deny || (v->kind != VERDICT_DECIDED && v->kind != VERDICT_LOCAL))
+        return;
+    for (size_t i = 0; i < c->req.nchecks; i++) {
+        const struct check_item *it = &c->req.checks[i];
+        if (it->cost < 0)
+            deny_cache_del(c->core->deny, it->policy->name, it->key, it->keylen);
+    }
+}
+
+/* Counts the leases the answer hands out. */
+static void count_leases(struct check *c, const struct verdict *v)
+{
+    for (size_t i = 0; c->req.lease_nonce[0] && i < c->req.nchecks; i++) {
+        if (!lease_taken(v, i))
+            continue;
+        const struct policy *p = c->req.checks[i].policy;
+        for (size_t j = 0; j < p->ntiers; j++)
+            if (p->tiers[j].algorithm == ALG_CONCURRENCY)
+                metrics_count(c->core->metrics, METRICS_LEASES_ACQUIRED);
+    }
+}
+
 /* The one place a check answers. */
 static void finish(struct check *c, struct verdict *v)
 {
@@ -85,8 +127,13 @@ static void finish(struct check *c, struct verdict *v)
     v->req = &c->req;
     if (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL)
         decision_summarize(&c->req, v->results, &v->sum);
-    if (v->kind != VERDICT_OVERLOADED && !c->req.inspect)
+    if (c->req.report) {
+        forget_refunded(c, v);
+        count_reports(c, v);
+    } else if (v->kind != VERDICT_OVERLOADED && !c->req.inspect) {
         count_checks(c, v);
+    }
+    count_leases(c, v);
     if (c->cfg->access_log)
         access_log(c, v);
     c->core->inflight--;
@@ -144,15 +191,19 @@ static void backend_failed(struct check *c, const char *what)
 /*
  * The deny cache (deny_cache.h) serves only what it can answer exactly: a
  * request of one check, real (not a dry run), of a policy that counts
- * (not shadow) and allows it, with a cost to take. Other callers can only
- * consume, so no algorithm allows such a request before the retry time of
- * an earlier denial of a cost no larger; a reload empties the cache.
+ * (not shadow) and allows it, with a cost to take; never a report, which
+ * always charges. Other callers can only consume (a refund drops the
+ * key's entry here: forget_refunded), so no algorithm allows such a request before the retry time
+ * of an earlier denial of a cost no larger; a reload empties the cache.
  */
 static int cacheable(const struct check *c)
 {
     const struct check_item *it = &c->req.checks[0];
+    /* Never a concurrency denial: a release frees room at any moment, so
+     * no retry time bounds it from below. */
     return c->core->deny && !c->core->backend->ops->in_process && c->req.nchecks == 1 &&
-           !c->req.dry_run && !it->policy->shadow && it->policy->deny_cache && it->cost > 0;
+           !c->req.dry_run && !c->req.report && !it->policy->shadow && it->policy->deny_cache &&
+           it->cost > 0 && !policy_has_concurrency(it->policy);
 }
 
 static int answer_from_cache(struct check *c)
@@ -214,7 +265,7 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     }
     switch (r->status) {
     case BACKEND_OK: {
-        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results};
+        struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results, .taken = r->taken};
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);
@@ -282,11 +333,21 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
     c->ctx = ctx;
     c->started_us = util_monotonic_us();
     core->inflight++;
+    int nonce_failed = 0;
+    for (size_t i = 0; !c->req.dry_run && i < c->req.nchecks; i++) {
+        if (policy_has_concurrency(c->req.checks[i].policy)) {
+            nonce_failed = lease_nonce_new(c->req.lease_nonce) < 0;
+            break;
+        }
+    }
 
     /* Past max_inflight calls waiting for the backend (answered at their
      * deadline or not) in the whole process, answer at once rather than
      * queue without bound. */
-    if (answer_from_cache(c)) {
+    if (nonce_failed) {
+        struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = "no randomness for a lease id"};
+        finish(c, &v);
+    } else if (answer_from_cache(c)) {
     } else if (!take_inflight(c)) {
         if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
             answer_unavailable(c, "too many checks in flight");

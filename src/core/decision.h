@@ -21,7 +21,7 @@
 #include "config/config.h"
 
 #define REQUEST_MAX_CHECKS 64
-#define REQUEST_MAX_COST 1000000000LL
+#define REQUEST_MAX_COST 1000000000LL /* a report's cost is within +-this */
 
 /* One (policy, key, cost) of a request. */
 struct check_item {
@@ -40,7 +40,17 @@ struct check_request {
     int dry_run;
     int use_deny_status; /* forward-auth: a denial answers the binding check's
                           * policy's deny_status, not 429 (response_status) */
-    int inspect;         /* the admin API looking (a dry run): not counted as checks */
+    int inspect;         /* not counted as checks: the admin API looking (a dry run), or
+                          * an Envoy request's second round (rls.c), whose checks the
+                          * first round counted already */
+    /* The random part of every lease the request takes (core/lease.h),
+     * set by check_start when a check has a concurrency tier; "" if none.
+     * LEASE_NONCE_LEN + 1 bytes (asserted in lease_id.h, which includes
+     * this header). */
+    char lease_nonce[23];
+    int report; /* POST /report: every cost is charged with no decision (a cost < 0
+                 * gives back), and every tier then reports what a check of cost 1
+                 * would see; never a dry run */
     size_t nchecks;
     struct check_item *checks; /* owned */
 };
@@ -64,6 +74,8 @@ struct tier_result {
     int64_t retry_us; /* -1: no finite wait */
     int64_t delay_us; /* leaky_bucket only */
     int cost_exceeds_limit;
+    int64_t now_us; /* the decider's clock (a concurrency lease expires at
+                     * now_us + lease_timeout); 0: unknown */
 };
 
 /*
@@ -131,6 +143,8 @@ struct verdict {
     struct decision_summary sum;       /* DECIDED, LOCAL */
     const char *why;                   /* UNAVAILABLE: a short reason */
     int cached;                        /* DECIDED by the local deny cache */
+    uint64_t taken; /* DECIDED and denied: checks whose cost was taken all the same
+                     * (bit i: check i; backend_reply.taken), else 0 */
 };
 
 /* What a verdict means for the caller, whatever the front: each front maps

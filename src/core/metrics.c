@@ -33,6 +33,13 @@ static const char *const decision_label[METRICS_NDECISIONS] = {
     [METRICS_LOCAL] = "local",
 };
 
+static const char *const report_label[METRICS_NREPORTS] = {
+    [METRICS_REPORT_RECORDED] = "recorded",
+    [METRICS_REPORT_LOCAL] = "local",
+    [METRICS_REPORT_NOT_RECORDED] = "not_recorded",
+    [METRICS_REPORT_UNAVAILABLE] = "unavailable",
+};
+
 static const struct {
     const char *name;
     const char *help;
@@ -60,6 +67,18 @@ static const struct {
                                       "gRPC connections closed for an HTTP/2 protocol error or "
                                       "a flood (SETTINGS, PING, RST_STREAM).",
                                       0},
+    [METRICS_LEASES_ACQUIRED] = {PREFIX "leases_acquired_total",
+                                 "Concurrency leases this daemon handed out (allowed /check "
+                                 "answers, one per concurrency tier).",
+                                 0},
+    [METRICS_LEASES_RELEASED] = {PREFIX "leases_released_total",
+                                 "Leases freed by POST /release on this daemon.", 0},
+    [METRICS_LEASES_RENEWED] = {PREFIX "leases_renewed_total",
+                                "Leases extended by POST /renew on this daemon.", 0},
+    [METRICS_LEASES_EXPIRED] = {PREFIX "leases_expired_total",
+                                "Leases that POST /release or /renew on this daemon found "
+                                "already expired.",
+                                0},
 };
 
 /* The statuses the daemon sends whatever its config (response.c's
@@ -86,6 +105,7 @@ _Static_assert(METRICS_MAX_POLICIES + 1 <= UINT16_MAX, "index entries are 16 bit
 struct policy_slot {
     char name[POLICY_NAME_MAX + 1];
     uint64_t checks[METRICS_NDECISIONS];
+    uint64_t reports[METRICS_NREPORTS];
 };
 
 /* One (domain, descriptor) series of ratelimitd_rls_descriptors_total. */
@@ -233,6 +253,15 @@ void metrics_check(struct metrics *m, const char *policy, enum metrics_decision 
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_report(struct metrics *m, const char *policy, enum metrics_report r)
+{
+    if ((unsigned)r >= METRICS_NREPORTS)
+        return;
+    pthread_mutex_lock(&m->lock);
+    policy_slot(m, policy)->reports[r]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metrics_rls_code c)
 {
     if ((unsigned)f >= METRICS_RLS_NFRONTS || (unsigned)c >= METRICS_RLS_NCODES)
@@ -355,10 +384,15 @@ void metrics_redis_latency(struct metrics *m, int64_t us)
 
 void metrics_count(struct metrics *m, enum metrics_counter c)
 {
-    if ((unsigned)c >= METRICS_NCOUNTERS)
+    metrics_count_n(m, c, 1);
+}
+
+void metrics_count_n(struct metrics *m, enum metrics_counter c, uint64_t n)
+{
+    if ((unsigned)c >= METRICS_NCOUNTERS || n == 0)
         return;
     pthread_mutex_lock(&m->lock);
-    m->counters[c]++;
+    m->counters[c] += n;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -424,6 +458,8 @@ void metrics_add(struct metrics *into, struct metrics *from)
         struct policy_slot *t = policy_slot(into, f->name);
         for (size_t d = 0; d < METRICS_NDECISIONS; d++)
             t->checks[d] += f->checks[d];
+        for (size_t r = 0; r < METRICS_NREPORTS; r++)
+            t->reports[r] += f->reports[r];
     }
     for (size_t i = 0; i < sizeof into->http / sizeof into->http[0]; i++)
         into->http[i] += from->http[i];
@@ -550,6 +586,21 @@ static void put_checks(struct buf *b, const struct metrics *m)
             put_label_value(b, m->policies[i].name);
             put(b, "\",decision=\"%s\"} %" PRIu64 "\n", decision_label[d],
                 m->policies[i].checks[d]);
+        }
+    }
+}
+
+static void put_reports(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "reports_total";
+    put_family(b, name, "counter",
+               "Checks of POST /report (usage charged after the answer), by policy and what "
+               "became of the charge.");
+    for (size_t i = 0; i < m->npolicies; i++) {
+        for (size_t r = 0; r < METRICS_NREPORTS; r++) {
+            put(b, "%s{policy=\"", name);
+            put_label_value(b, m->policies[i].name);
+            put(b, "\",result=\"%s\"} %" PRIu64 "\n", report_label[r], m->policies[i].reports[r]);
         }
     }
 }
@@ -694,6 +745,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
     put(&b, "\"} 1\n");
 
     put_checks(&b, m);
+    put_reports(&b, m);
     put_u64_scalar(&b, PREFIX "checks_in_flight", "gauge", "Checks accepted and not yet answered.",
                    g->checks_in_flight);
     put_http(&b, m);

@@ -38,6 +38,16 @@ enum metrics_decision {
     METRICS_NDECISIONS
 };
 
+/* What became of one check of a report (POST /report), the `result` label
+ * of ratelimitd_reports_total. */
+enum metrics_report {
+    METRICS_REPORT_RECORDED,     /* charged by the backend (Redis, or memory) */
+    METRICS_REPORT_LOCAL,        /* Redis could not: charged in memory (failure_mode local) */
+    METRICS_REPORT_NOT_RECORDED, /* Redis could not: answered 200 uncharged (open) */
+    METRICS_REPORT_UNAVAILABLE,  /* Redis could not: answered 503 (closed) */
+    METRICS_NREPORTS
+};
+
 /* The unlabelled counters, each a family of its own. */
 enum metrics_counter {
     METRICS_REDIS_RECONNECTS,       /* ratelimitd_redis_reconnects_total */
@@ -49,6 +59,10 @@ enum metrics_counter {
     METRICS_GRPC_CONNECTIONS,       /* ratelimitd_grpc_connections_total */
     METRICS_GRPC_STREAMS,           /* ratelimitd_grpc_streams_total */
     METRICS_GRPC_PROTOCOL_ERRORS,   /* ratelimitd_grpc_protocol_errors_total */
+    METRICS_LEASES_ACQUIRED,        /* ratelimitd_leases_acquired_total */
+    METRICS_LEASES_RELEASED,        /* ratelimitd_leases_released_total */
+    METRICS_LEASES_RENEWED,         /* ratelimitd_leases_renewed_total */
+    METRICS_LEASES_EXPIRED,         /* ratelimitd_leases_expired_total */
     METRICS_NCOUNTERS
 };
 
@@ -126,6 +140,10 @@ void metrics_policy_seen(struct metrics *m, const char *policy);
 /* Counts one check of policy with decision d (out of range: ignored). */
 void metrics_check(struct metrics *m, const char *policy, enum metrics_decision d);
 
+/* Counts one check of a report of policy with result r (out of range:
+ * ignored); its series exist from metrics_policy_seen on, as checks'. */
+void metrics_report(struct metrics *m, const char *policy, enum metrics_report r);
+
 /* Counts one rate limit service request by front and answer (out of
  * range: ignored). */
 void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metrics_rls_code c);
@@ -147,6 +165,9 @@ void metrics_redis_latency(struct metrics *m, int64_t us);
 
 /* Adds one to counter c (out of range: ignored). */
 void metrics_count(struct metrics *m, enum metrics_counter c);
+
+/* Adds n to counter c (out of range: ignored). */
+void metrics_count_n(struct metrics *m, enum metrics_counter c, uint64_t n);
 
 /* Counts one TLS handshake's end on a listener (out of range: ignored). */
 void metrics_tls_handshake(struct metrics *m, unsigned listener, enum metrics_tls_result r);

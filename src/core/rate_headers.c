@@ -119,10 +119,10 @@ static void sf_tier_name(struct rate_headers *hs, const struct policy *p, const 
 /* RateLimit-Policy: every tier of p, "<name>";q=<limit>;w=<window s>. q is
  * the configured limit per window for every algorithm (for the bucket
  * algorithms the refill per window, not the burst), w the window rounded up
- * to whole seconds (so at least 1). Known from the config alone. A
- * calendar tier has no w: its windows differ in length (months, days of
- * 23 or 25 hours), and the draft makes w optional; RateLimit's t gives its
- * next boundary. */
+ * to whole seconds (so at least 1; none for concurrency). Known from the
+ * config alone. A calendar tier has no w either: its windows differ in
+ * length, and the draft makes w optional; RateLimit's t gives its next
+ * boundary. */
 static void ietf_policy(struct rate_headers *hs, const struct policy *p)
 {
     for (size_t i = 0; i < p->ntiers; i++) {
@@ -130,7 +130,9 @@ static void ietf_policy(struct rate_headers *hs, const struct policy *p)
             value_put(hs, ", ", 2);
         sf_tier_name(hs, p, &p->tiers[i]);
         sf_param(hs, "q", p->tiers[i].limit);
-        if (p->tiers[i].calendar.unit == CALENDAR_NONE)
+        /* concurrency has no window (units in flight, not per time): no
+         * w, which the draft lets a policy leave out. */
+        if (p->tiers[i].window_us > 0 && p->tiers[i].calendar.unit == CALENDAR_NONE)
             sf_param(hs, "w", util_ceil_div(p->tiers[i].window_us, 1000000));
     }
     value_end(hs, "RateLimit-Policy");

@@ -28,7 +28,7 @@
  *   RateLimit: one member.
  * A member is "<policy>/<tier>" quoted with two integer parameters.
  */
-#define RATE_HEADERS_MAX 8
+#define RATE_HEADERS_MAX 9           /* and X-RateLimit-Lease, which the HTTP front adds */
 #define RATE_HEADERS_SF_INT_CHARS 15 /* RFC 9651 sf-integer: at most 15 digits */
 #define RATE_HEADERS_SF_MEMBER_MAX                                                                 \
     (2 + POLICY_NAME_MAX + 1 + POLICY_NAME_MAX + 2 * (3 + RATE_HEADERS_SF_INT_CHARS))

@@ -71,6 +71,9 @@ struct rls_call {
     int global_shadow; /* the config's envoy_shadow_mode */
     uint64_t dropped;  /* descriptors left out of the second round: their
                         * first-round status stands */
+    /* Descriptors (< 64) a shadow limit would have denied, as decided: a
+     * dropped one keeps its first-round bit, as it keeps its status. */
+    uint64_t shadow_over;
     size_t n;
     struct entry *entries;     /* n */
     struct rls_status *status; /* n */
@@ -455,13 +458,15 @@ static enum rls_code overall_code(const struct rls_call *c)
 static void on_verdict(void *ctx, const struct verdict *v);
 
 /*
- * The first round was denied as a whole (so it consumed nothing), but the
- * answer is OK all the same (a quota descriptor over while another is not,
- * or the global shadow mode). Decides again, atomically, the checks that
- * allowed, so that the request takes what it would have taken had the
- * checks that denied been shadow: they take nothing, and their first-round
- * status stands. Returns 1 when the second round is under way (or already
- * answered), 0 when there is nothing to decide again.
+ * The first round was denied as a whole (so it consumed nothing, but for
+ * the checks in verdict.taken: a Redis Cluster request denied in its
+ * second phase), but the answer is OK all the same (a quota descriptor
+ * over while another is not, or the global shadow mode). Decides again,
+ * atomically, the checks that allowed and took nothing, so that the
+ * request takes what it would have taken had the checks that denied been
+ * shadow: they take nothing, and their first-round status stands, as does
+ * that of a check already taken. Returns 1 when the second round is under
+ * way (or already answered), 0 when there is nothing to decide again.
  */
 static int try_allowed_only(struct rls_call *c, const struct verdict *v)
 {
@@ -474,7 +479,9 @@ static int try_allowed_only(struct rls_call *c, const struct verdict *v)
     for (size_t k = 0; k < r->nchecks; k++) {
         const struct check_item *it = &r->checks[k];
         map[k] = SIZE_MAX;
-        if (!decision_check_allowed(&v->sum, k))
+        /* A check the first round took already (a Cluster's second-phase
+         * denial, verdict.taken) keeps what it took and its status. */
+        if (!decision_check_allowed(&v->sum, k) || ((v->taken >> k) & 1))
             continue;
         struct check_item *n = &creq.checks[creq.nchecks];
         *n = (struct check_item){.policy = it->policy,
@@ -501,6 +508,10 @@ static int try_allowed_only(struct rls_call *c, const struct verdict *v)
             c->entries[i].check = map[c->entries[i].check];
     }
     c->round = 1;
+    /* Each check was counted by the first round (allowed, or denied where
+     * it denied): counted again, one Envoy request would count an allowed
+     * check twice in ratelimitd_checks_total. */
+    creq.inspect = 1;
     /* The reply may come within check_start (memory backend): as in
      * rls_start, the call is freed here then. */
     int was_starting = c->starting;
@@ -547,7 +558,6 @@ static void on_verdict(void *ctx, const struct verdict *v)
         return;
     }
     statuses_ok(c);
-    uint64_t shadow_over = 0; /* descriptors (< 64) a shadow limit would have denied */
     if (v->kind == VERDICT_UNAVAILABLE) {
         a.degraded = 1;              /* failure_mode open */
         a.overall = overall_code(c); /* dropped quota descriptors stay over */
@@ -561,7 +571,7 @@ static void on_verdict(void *ctx, const struct verdict *v)
                 r += v->req->checks[k].policy->ntiers;
             int so;
             status_decided(c, i, v, r, &so);
-            shadow_over |= (uint64_t)so << i;
+            c->shadow_over = (c->shadow_over & ~((uint64_t)1 << i)) | (uint64_t)so << i;
         }
         /* A denied second round consumed nothing either: OVER_LIMIT, as
          * any request that took nothing (a race lost to other callers). */
@@ -578,7 +588,7 @@ static void on_verdict(void *ctx, const struct verdict *v)
     a.headers = c->headers;
     a.nheaders = answer_headers(c, &hs, v, a.overall);
     for (size_t i = 0; i < c->n; i++)
-        count_descriptors_one(c, i, (shadow_over >> i) & 1);
+        count_descriptors_one(c, i, (c->shadow_over >> i) & 1);
     reply_and_free(c, &a);
 }
 

@@ -147,7 +147,7 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
         return errno = EPROTO, -1;
     size_t got = 0;
     ssize_t r = -1;
-    int rounds = 0, err = EAGAIN;
+    int rounds = 0, err = EAGAIN, closed = 0;
     ERR_clear_error();
     while (got < len && rounds++ < TLS_READ_ROUNDS) {
         int n = SSL_read(io->ssl, (char *)buf + got,
@@ -167,7 +167,7 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
             break;
         }
         if (e == SSL_ERROR_ZERO_RETURN) {
-            r = 0, err = 0; /* close_notify */
+            r = 0, err = 0, closed = 1; /* close_notify */
             break;
         }
         if (io->state == IO_HANDSHAKING)
@@ -182,10 +182,13 @@ ssize_t front_io_recv(struct front_io *io, void *buf, size_t len)
      * it (the session tickets after a handshake) in one segment. */
     if (got == 0 && front_io_flush(io) < 0)
         return errno = EPIPE, -1;
-    /* Stopped by our own bounds with bytes left inside OpenSSL: the socket
-     * may have nothing more to say, so its event would not come. */
-    io->more = (got == len || rounds > TLS_READ_ROUNDS) && io->state == IO_OPEN &&
-               (SSL_pending(io->ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(io->ssl)) > 0);
+    /* Stopped by our own bounds with bytes left inside OpenSSL, or by the
+     * peer's close_notify after plaintext (returned now, the end at the
+     * next call): the socket may have nothing more to say, so its event
+     * would not come. */
+    io->more = ((got == len || rounds > TLS_READ_ROUNDS) && io->state == IO_OPEN &&
+                (SSL_pending(io->ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(io->ssl)) > 0)) ||
+               (closed && got > 0);
     front_io_kick(io);
     if (got > 0)
         return (ssize_t)got;

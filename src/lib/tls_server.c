@@ -43,9 +43,15 @@ static struct tls_server *fail(struct tls_server *t, char *err, size_t errlen, c
     return NULL;
 }
 
+static const unsigned char alpn_h2[] = "\x02h2";
+static const unsigned char alpn_http11[] = "\x08http/1.1";
+
 /* The ALPN protocol of the listener, when the client offers it. A client
- * offering others only goes on without one (ALPN's "no overlap" is for the
- * client to judge: a gRPC client refuses, curl speaks HTTP/1.1 anyway). */
+ * offering others only: on the gRPC listener (h2, which can speak nothing
+ * else) the handshake ends with no_application_protocol, as RFC 7301 asks
+ * (a client sent there by mistake is told so, rather than answered a
+ * garbled HTTP/2 GOAWAY); on the HTTP listener it goes on without one
+ * (curl and older clients speak HTTP/1.1 anyway). */
 static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg)
 {
@@ -60,11 +66,20 @@ static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outle
             return SSL_TLSEXT_ERR_OK;
         }
     }
-    return SSL_TLSEXT_ERR_NOACK;
+    return want == alpn_h2 ? SSL_TLSEXT_ERR_ALERT_FATAL : SSL_TLSEXT_ERR_NOACK;
 }
 
-static const unsigned char alpn_h2[] = "\x02h2";
-static const unsigned char alpn_http11[] = "\x08http/1.1";
+/* OpenSSL's password callback: no passphrase. Without it OpenSSL asks for
+ * one on the terminal, which would hang -t and a reload (the daemon has
+ * no one to answer); with it an encrypted key fails at once, and *arg
+ * says why. */
+static int no_passphrase(char *buf, int size, int rwflag, void *arg)
+{
+    (void)buf, (void)size, (void)rwflag;
+    if (arg != NULL)
+        *(int *)arg = 1;
+    return -1;
+}
 
 static int64_t asn1_seconds(const ASN1_TIME *t)
 {
@@ -97,13 +112,27 @@ struct tls_server *tls_server_new(const struct tls_server_params *p, char *err, 
     ERR_clear_error();
     if ((t->ctx = SSL_CTX_new(TLS_server_method())) == NULL)
         return fail(t, err, errlen, "cannot make a TLS context for", p->cert_file);
+    int asked = 0; /* OpenSSL wanted a passphrase (no_passphrase) */
+    SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
+    SSL_CTX_set_default_passwd_cb_userdata(t->ctx, &asked);
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     /* No renegotiation (TLS 1.2): a client could make the server redo the
      * costly half of a handshake at will. */
     SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
     if (SSL_CTX_use_certificate_chain_file(t->ctx, p->cert_file) != 1)
         return fail(t, err, errlen, "cert_file", p->cert_file);
-    if (SSL_CTX_use_PrivateKey_file(t->ctx, p->key_file, SSL_FILETYPE_PEM) != 1)
+    int used = SSL_CTX_use_PrivateKey_file(t->ctx, p->key_file, SSL_FILETYPE_PEM);
+    SSL_CTX_set_default_passwd_cb_userdata(t->ctx, NULL); /* &asked is gone after this call */
+    if (used != 1 && asked) {
+        ERR_clear_error();
+        snprintf(err, errlen,
+                 "key_file %s: the key is encrypted (it needs a passphrase, which ratelimitd "
+                 "never asks for): give it unencrypted",
+                 p->key_file);
+        tls_server_free(t);
+        return NULL;
+    }
+    if (used != 1)
         return fail(t, err, errlen, "key_file", p->key_file);
     if (SSL_CTX_check_private_key(t->ctx) != 1)
         return fail(t, err, errlen, "key_file (not the certificate's key)", p->key_file);

@@ -35,11 +35,14 @@
 #include "lib/lru_table.h"
 #include "lib/util.h"
 
+#include <stdio.h>
+
 __extension__ typedef __int128 i128;
 
-#define EXPIRY_SLACK_MS 1000 /* EXPIRY_SLACK_MS in lua/common.lua */
-#define SWEEP_SLOTS 4        /* hash slots checked for expired entries per call */
-#define TAIL_CHECKS 2        /* LRU tail entries checked for expiry per call */
+#define EXPIRY_SLACK_MS 1000  /* EXPIRY_SLACK_MS in lua/common.lua */
+#define EXACT_MAX (1LL << 53) /* EXACT_MAX in lua/common.lua */
+#define SWEEP_SLOTS 4         /* hash slots checked for expired entries per call */
+#define TAIL_CHECKS 2         /* LRU tail entries checked for expiry per call */
 
 /* ------------------------------------------------------------ arithmetic */
 
@@ -93,6 +96,14 @@ enum kind {
     KIND_GCRA, /* gcra and leaky_bucket */
     KIND_LOG,
     KIND_BUCKETS,
+    KIND_LEASES,
+};
+
+/* concurrency: one lease, the member "<units>:<nonce>" scored `expires`. */
+struct lease {
+    int64_t expires; /* µs; holds its units while now < expires */
+    int64_t units;
+    char nonce[LEASE_NONCE_LEN + 1];
 };
 
 /* sliding_window_log: `count` units taken at `score`; `before` is the
@@ -136,6 +147,10 @@ struct entry {
             struct swb_bucket *b; /* by idx */
             size_t len, cap;
         } swb;
+        struct {
+            struct lease *l; /* in no order; expired ones are tombstones */
+            size_t len, cap;
+        } ls;
     } u;
     size_t keylen;
     char key[]; /* NUL-terminated */
@@ -158,6 +173,9 @@ struct tier_state {
     int64_t s, last, full;
     /* gcra, leaky_bucket */
     i128 d;
+    /* concurrency: units held, the latest live expiry (0: none), the nonce */
+    int64_t held, latest;
+    const char *nonce;
 };
 
 struct local_store {
@@ -188,6 +206,8 @@ static void entry_clear(struct entry *e)
         free(e->u.log.runs);
     else if (e->kind == KIND_BUCKETS)
         free(e->u.swb.b);
+    else if (e->kind == KIND_LEASES)
+        free(e->u.ls.l);
     memset(&e->u, 0, sizeof e->u);
     e->kind = KIND_NONE;
 }
@@ -363,6 +383,16 @@ static void fw_commit(const struct tier_state *ts, struct entry *e, int64_t now)
     expire_in(e, now, ts->window_end - now);
 }
 
+/* fixed_window.report: n += cost (past the limit if so), never below 0. */
+static void fw_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    e->u.fw.e = ts->window_end;
+    e->u.fw.n = min64(max64(0, ts->n + ts->cost), EXACT_MAX);
+    e->u.fw.cal = ts->t->calendar.unit != CALENDAR_NONE;
+    e->u.fw.s = e->u.fw.cal ? ts->start : 0;
+    expire_in(e, now, ts->window_end - now);
+}
+
 /* ---------------------------------------------------- sliding_window_log */
 
 /* The first live run with score > x (the ZSET's "(x" bound), or len. */
@@ -510,6 +540,13 @@ static void log_commit(const struct tier_state *ts, struct entry *e, int64_t now
     expire_in(e, now, max64(top, now) + W - now);
 }
 
+/* sliding_window_log.report: commit with at most `limit` members. */
+static void log_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    ts->cost = min64(ts->cost, ts->t->limit);
+    log_commit(ts, e, now);
+}
+
 /* ------------------------------------------------ sliding_window_counter */
 
 static void swc_load(struct tier_state *ts, int64_t now)
@@ -570,6 +607,14 @@ static void swc_commit(const struct tier_state *ts, struct entry *e, int64_t now
     e->u.swc.c = ts->cur + ts->cost;
     e->u.swc.p = ts->prev;
     expire_in(e, now, ts->start + 2 * W - now);
+}
+
+/* sliding_window_counter.report: commit, the count saturating at
+ * floor(2^53 / W). */
+static void swc_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    ts->cost = max64(0, min64(ts->cost, EXACT_MAX / ts->t->window_us - ts->cur));
+    swc_commit(ts, e, now);
 }
 
 /* ------------------------------------------------ sliding_window_buckets */
@@ -687,7 +732,7 @@ static void tb_load(struct tier_state *ts, int64_t now)
     int64_t s = ts->e->u.tb.s, last = ts->e->u.tb.t;
     /* Scaled by another window (a reload): whole tokens, at most C. */
     if (ts->e->u.tb.w != W)
-        s = (int64_t)((i128)min64(idiv(s, ts->e->u.tb.w), ts->capacity) * W);
+        s = (int64_t)((i128)max64(0, min64(idiv(s, ts->e->u.tb.w), ts->capacity)) * W);
     int64_t elapsed = max64(0, now - last);
     if (elapsed >= idiv_ceil(ts->full - s, limit))
         s = ts->full;
@@ -709,7 +754,7 @@ static void tb_figures(const struct tier_state *ts, int64_t now, int consumed,
     r->reset_us = 0;
     if (s < ts->full)
         r->reset_us = (ts->last - now) + idiv_ceil(ts->full - s, ts->t->limit);
-    r->remaining = idiv(s, ts->t->window_us);
+    r->remaining = max64(0, idiv(s, ts->t->window_us));
 }
 
 static int64_t tb_retry(const struct tier_state *ts, int64_t now)
@@ -717,13 +762,29 @@ static int64_t tb_retry(const struct tier_state *ts, int64_t now)
     return (ts->last - now) + idiv_ceil(ts->cost * ts->t->window_us - ts->s, ts->t->limit);
 }
 
-static void tb_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+/* token_bucket_write: S = s as of ts->last; expires when full again. */
+static void tb_write(const struct tier_state *ts, struct entry *e, int64_t now, int64_t s)
 {
-    int64_t s = ts->s - ts->cost * ts->t->window_us;
     e->u.tb.s = s;
     e->u.tb.t = ts->last;
     e->u.tb.w = ts->t->window_us;
     expire_in(e, now, (ts->last - now) + idiv_ceil(ts->full - s, ts->t->limit));
+}
+
+static void tb_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    tb_write(ts, e, now, ts->s - ts->cost * ts->t->window_us);
+}
+
+/* token_bucket.report: S -= cost * W, at most full, at least full - 2^53. */
+static void tb_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    i128 s = (i128)ts->s - (i128)ts->cost * ts->t->window_us;
+    if (s > ts->full)
+        s = ts->full;
+    if (s < (i128)ts->full - EXACT_MAX)
+        s = (i128)ts->full - EXACT_MAX;
+    tb_write(ts, e, now, (int64_t)s);
 }
 
 /* ------------------------------------------------- gcra and leaky_bucket */
@@ -777,13 +838,106 @@ static int64_t leaky_delay(const struct tier_state *ts)
 }
 
 /* gcra_write: d as of now, scaled by this window; expires when TAT passes. */
-static void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+static void gcra_write(const struct tier_state *ts, struct entry *e, int64_t now, i128 d)
 {
-    i128 d = ts->d + (i128)ts->cost * ts->t->window_us;
     e->u.gc.d = (int64_t)d;
     e->u.gc.t = now;
     e->u.gc.w = ts->t->window_us;
     expire_in(e, now, (int64_t)idiv_ceil128(d, ts->t->limit));
+}
+
+static void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    gcra_write(ts, e, now, ts->d + (i128)ts->cost * ts->t->window_us);
+}
+
+/* gcra.report (and leaky_bucket's): d += cost * W, in [0, 2^53]. */
+static void gcra_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    i128 d = ts->d + (i128)ts->cost * ts->t->window_us;
+    gcra_write(ts, e, now, d < 0 ? 0 : d > EXACT_MAX ? EXACT_MAX : d);
+}
+
+/* ----------------------------------------------------------- concurrency */
+
+/* lua/concurrency.lua: the window is the lease timeout; a lease holds its
+ * units while now < expires; expired leases stay as tombstones for one
+ * more lease timeout (a late release hears "expired"). */
+
+static void cc_load(struct tier_state *ts, int64_t now)
+{
+    ts->held = ts->latest = 0;
+    for (size_t i = 0; ts->e && i < ts->e->u.ls.len; i++) {
+        const struct lease *l = &ts->e->u.ls.l[i];
+        if (l->expires > now) {
+            ts->held += l->units;
+            ts->latest = max64(ts->latest, l->expires);
+        }
+    }
+}
+
+static int cc_allows(const struct tier_state *ts)
+{
+    return ts->held + ts->cost <= ts->t->limit;
+}
+
+static void cc_figures(const struct tier_state *ts, int64_t now, int consumed,
+                       struct tier_result *r)
+{
+    int64_t held = ts->held, last = ts->latest;
+    if (consumed && ts->cost > 0) {
+        held += ts->cost;
+        last = max64(last, now + ts->t->lease_timeout_us);
+    }
+    r->remaining = max64(0, ts->t->limit - held);
+    r->reset_us = last ? last - now : 0;
+}
+
+static int lease_cmp(const void *a, const void *b)
+{
+    const struct lease *x = a, *y = b;
+    return (x->expires > y->expires) - (x->expires < y->expires);
+}
+
+/* The earliest expiry after which held + cost <= limit (the script's
+ * ZRANGEBYSCORE order: by expiry). */
+static int64_t cc_retry(const struct tier_state *ts, int64_t now)
+{
+    size_t n = ts->e ? ts->e->u.ls.len : 0, k = 0;
+    struct lease *live = xcalloc(n ? n : 1, sizeof *live);
+    for (size_t i = 0; i < n; i++)
+        if (ts->e->u.ls.l[i].expires > now)
+            live[k++] = ts->e->u.ls.l[i];
+    qsort(live, k, sizeof *live, lease_cmp);
+    int64_t need = ts->held + ts->cost - ts->t->limit, freed = 0, retry = ts->t->lease_timeout_us;
+    for (size_t i = 0; i < k; i++) {
+        freed += live[i].units;
+        if (freed >= need) {
+            retry = live[i].expires - now;
+            break;
+        }
+    }
+    free(live);
+    return retry;
+}
+
+static void cc_commit(const struct tier_state *ts, struct entry *e, int64_t now)
+{
+    int64_t W = ts->t->lease_timeout_us;
+    size_t k = 0;
+    for (size_t i = 0; i < e->u.ls.len; i++) /* ZREMRANGEBYSCORE -inf now-W */
+        if (e->u.ls.l[i].expires > now - W)
+            e->u.ls.l[k++] = e->u.ls.l[i];
+    e->u.ls.len = k;
+    if (e->u.ls.len == e->u.ls.cap) {
+        e->u.ls.cap = e->u.ls.cap ? 2 * e->u.ls.cap : 4;
+        e->u.ls.l = xrealloc(e->u.ls.l, e->u.ls.cap * sizeof *e->u.ls.l);
+    }
+    struct lease *l = &e->u.ls.l[e->u.ls.len++];
+    l->expires = now + W;
+    l->units = ts->cost;
+    snprintf(l->nonce, sizeof l->nonce, "%s", ts->nonce ? ts->nonce : "");
+    expire_in(e, now, max64(ts->latest, now + W) + W - now);
 }
 
 /* ------------------------------------------------------------ ops table */
@@ -812,6 +966,28 @@ static const struct alg_ops {
     [ALG_GCRA] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, NULL, gcra_commit},
     [ALG_LEAKY_BUCKET] = {KIND_GCRA, gcra_load, gcra_allows, gcra_figures, gcra_retry, leaky_delay,
                           gcra_commit},
+    [ALG_CONCURRENCY] = {KIND_LEASES, cc_load, cc_allows, cc_figures, cc_retry, NULL, cc_commit},
+};
+
+/* The algorithms' report step (the script's `report`, POST /report): charges
+ * ts->cost with no decision, after load, and writes e. A separate table
+ * from ops_table, as policy_algorithm_reports/_refunds say which rows have
+ * one and which take a cost < 0. */
+typedef void report_fn(struct tier_state *ts, struct entry *e, int64_t now);
+
+static void swb_report(struct tier_state *ts, struct entry *e, int64_t now)
+{
+    swb_commit(ts, e, now);
+}
+
+static report_fn *const report_table[ALG__COUNT] = {
+    [ALG_FIXED_WINDOW] = fw_report,
+    [ALG_SLIDING_WINDOW_LOG] = log_report,
+    [ALG_SLIDING_WINDOW_COUNTER] = swc_report,
+    [ALG_SLIDING_WINDOW_BUCKETS] = swb_report,
+    [ALG_TOKEN_BUCKET] = tb_report,
+    [ALG_GCRA] = gcra_report,
+    [ALG_LEAKY_BUCKET] = gcra_report,
 };
 
 /* The tier's row; a tier that passed validation has one of the seven. */
@@ -856,19 +1032,102 @@ static size_t tier_key(const char *prefix, const struct check_item *c, const str
     return (size_t)n;
 }
 
+/* Pass 1 for tier j of check c: reads its state (x->e: the live entry of
+ * its algorithm, or NULL) and decides a cost of x->cost. */
+static void tier_read(struct local_store *s, const char *key_prefix, const struct check_item *c,
+                      size_t j, int64_t cost, int64_t now, struct tier_state *x)
+{
+    char key[POLICY_KEY_BUF];
+    memset(x, 0, sizeof *x);
+    x->t = &c->policy->tiers[j];
+    x->cost = cost;
+    x->capacity = policy_tier_capacity(x->t);
+    size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
+    x->ops = ops_of(x->t);
+    x->e = lookup(s, key, len, now);
+    if (x->e && x->e->kind != x->ops->kind)
+        x->e = NULL; /* another algorithm's state: as absent */
+    x->ops->load(x, now);
+    if (x->cost == 0) {
+        x->allowed = 1;
+    } else if (x->cost > x->capacity) {
+        x->allowed = 0;
+        x->exceeds = 1;
+    } else {
+        x->allowed = x->ops->allows(x);
+    }
+}
+
+/* One tier's figures into r, from the state tier_read read. */
+static void tier_figures(const struct tier_state *x, int64_t now, int consumed,
+                         struct tier_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->allowed = x->allowed;
+    r->limit = x->capacity;
+    r->cost_exceeds_limit = x->exceeds;
+    r->now_us = now;
+    x->ops->figures(x, now, consumed, r);
+    if (x->exceeds)
+        r->retry_us = -1;
+    else if (!x->allowed)
+        r->retry_us = x->ops->retry(x, now);
+    else if (x->cost > 0 && x->ops->delay)
+        r->delay_us = x->ops->delay(x);
+}
+
+/* Makes room for n tier states in the store's scratch array. */
+static struct tier_state *scratch(struct local_store *s, size_t n)
+{
+    if (n > s->scratch_cap) {
+        free(s->scratch);
+        s->scratch = xcalloc(n, sizeof *s->scratch);
+        s->scratch_cap = n;
+    }
+    return s->scratch;
+}
+
+/* A report (check.lua's charge): every tier takes its cost with no
+ * decision, then reports the figures of a dry run of cost 1. The caller
+ * (check_json.c) refused what the algorithms cannot take. */
+static int local_report(struct local_store *s, const char *key_prefix,
+                        const struct check_request *req, int64_t now, struct tier_result *out)
+{
+    char key[POLICY_KEY_BUF];
+    struct tier_state *x = scratch(s, 1);
+    int request_allowed = 1;
+    size_t k = 0;
+    for (size_t i = 0; i < req->nchecks; i++) {
+        const struct check_item *c = &req->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
+            const struct tier *t = &c->policy->tiers[j];
+            if (c->cost != 0 && report_table[t->algorithm]) {
+                tier_read(s, key_prefix, c, j, c->cost, now, x);
+                size_t len = tier_key(key_prefix, c, t, key, sizeof key);
+                struct entry *e = get_or_create(s, key, len, now);
+                entry_become(e, x->ops->kind);
+                report_table[t->algorithm](x, e, now);
+            }
+            tier_read(s, key_prefix, c, j, 1, now, x);
+            tier_figures(x, now, 0, &out[k]);
+            if (!x->allowed && !c->policy->shadow)
+                request_allowed = 0;
+        }
+    }
+    reclaim(s, now);
+    return request_allowed;
+}
+
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now, struct tier_result *out)
 {
     char key[POLICY_KEY_BUF];
     size_t ntiers = 0, k;
+    if (req->report)
+        return local_report(s, key_prefix, req, now, out);
     for (size_t i = 0; i < req->nchecks; i++)
         ntiers += req->checks[i].policy->ntiers;
-    if (ntiers > s->scratch_cap) {
-        free(s->scratch);
-        s->scratch = xcalloc(ntiers, sizeof *s->scratch);
-        s->scratch_cap = ntiers;
-    }
-    struct tier_state *ts = s->scratch;
+    struct tier_state *ts = scratch(s, ntiers);
 
     /* Pass 1: read every tier and decide; every tier is read even after one
      * has denied, because every tier reports its figures. */
@@ -878,26 +1137,9 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
         const struct check_item *c = &req->checks[i];
         int check_allowed = 1;
         for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
-            struct tier_state *x = &ts[k];
-            memset(x, 0, sizeof *x);
-            x->t = &c->policy->tiers[j];
-            x->cost = c->cost;
-            x->capacity = policy_tier_capacity(x->t);
-            size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
-            x->ops = ops_of(x->t);
-            x->e = lookup(s, key, len, now);
-            if (x->e && x->e->kind != x->ops->kind)
-                x->e = NULL; /* another algorithm's state: as absent */
-            x->ops->load(x, now);
-            if (x->cost == 0) {
-                x->allowed = 1;
-            } else if (x->cost > x->capacity) {
-                x->allowed = 0;
-                x->exceeds = 1;
-            } else {
-                x->allowed = x->ops->allows(x);
-            }
-            check_allowed = check_allowed && x->allowed;
+            tier_read(s, key_prefix, c, j, c->cost, now, &ts[k]);
+            check_allowed = check_allowed && ts[k].allowed;
+            ts[k].nonce = req->lease_nonce;
         }
         if (!c->policy->shadow && !check_allowed)
             request_allowed = 0;
@@ -913,23 +1155,9 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
         for (size_t j = 0; j < c->policy->ntiers; j++)
             check_allowed = check_allowed && ts[k + j].allowed;
         int consumed = request_allowed && check_allowed;
-        for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
-            const struct tier_state *x = &ts[k];
-            struct tier_result *r = &out[k];
-            memset(r, 0, sizeof *r);
-            r->allowed = x->allowed;
-            r->limit = x->capacity;
-            r->cost_exceeds_limit = x->exceeds;
-            x->ops->figures(x, now, consumed, r);
-            if (x->exceeds)
-                r->retry_us = -1;
-            else if (!x->allowed)
-                r->retry_us = x->ops->retry(x, now);
-            else if (x->cost > 0 && x->ops->delay)
-                r->delay_us = x->ops->delay(x);
-        }
+        for (size_t j = 0; j < c->policy->ntiers; j++, k++)
+            tier_figures(&ts[k], now, consumed, &out[k]);
     }
-
     /* Pass 2: take the cost, only for a real run of an allowed request, on
      * the checks that allowed (a denied shadow check takes nothing). */
     if (request_allowed && !req->dry_run) {
@@ -952,4 +1180,50 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
 
     reclaim(s, now);
     return request_allowed;
+}
+
+/* One lease's release or renew (concurrency.lease_op in the script). */
+static struct lease_outcome lease_op(struct local_store *s, const char *key_prefix, int renew,
+                                     const struct lease_ref *r, int64_t now)
+{
+    char key[POLICY_KEY_BUF];
+    struct lease_outcome o = {LEASE_UNKNOWN, 0};
+    int n =
+        policy_redis_key(key_prefix, r->policy, r->key, r->keylen, r->tier, NULL, key, sizeof key);
+    if (n < 0)
+        return o;
+    struct entry *e = lookup(s, key, (size_t)n, now);
+    if (!e || e->kind != KIND_LEASES)
+        return o;
+    for (size_t i = 0; i < e->u.ls.len; i++) {
+        struct lease *l = &e->u.ls.l[i];
+        if (l->units != r->units || strcmp(l->nonce, r->nonce) != 0)
+            continue;
+        if (l->expires <= now) {
+            o.status = LEASE_EXPIRED;
+        } else if (!renew) {
+            e->u.ls.l[i] = e->u.ls.l[--e->u.ls.len]; /* ZREM */
+            o.status = LEASE_DONE;
+            if (e->u.ls.len == 0)
+                entry_free(s, e); /* Redis deletes an emptied ZSET */
+        } else {
+            l->expires = o.expires_us = now + r->timeout_us;
+            o.status = LEASE_DONE;
+            /* The script's PEXPIRE when PTTL < want. */
+            int64_t want =
+                now + (idiv_ceil(l->expires + r->timeout_us - now, 1000) + EXPIRY_SLACK_MS) * 1000;
+            if (e->expires_at < want)
+                e->expires_at = want;
+        }
+        break;
+    }
+    return o;
+}
+
+void local_store_lease(struct local_store *s, const char *key_prefix, int renew,
+                       const struct lease_ref *refs, size_t n, int64_t now_us,
+                       struct lease_outcome *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = lease_op(s, key_prefix, renew, &refs[i], now_us);
 }

@@ -30,6 +30,8 @@
  *                           reads), so at most min(limit, distinct µs) runs
  *   sliding_window_buckets  {bucket start -> units}, at most window/precision
  *                           live buckets
+ *   concurrency             its leases {expiry, units, nonce}, expired ones
+ *                           kept one lease timeout as tombstones
  * (the log's sequence key is not needed: one entry stands for both keys.)
  *
  * Expiry: every entry written expires exactly when the script's PEXPIRE/PX
@@ -62,6 +64,7 @@
 
 #include "config/policy.h"
 #include "core/decision.h"
+#include "core/lease_id.h"
 
 struct local_store;
 
@@ -109,6 +112,15 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
  */
 size_t local_store_forget(struct local_store *s, const char *key_prefix, const struct policy *p,
                           const char *key, size_t keylen, int64_t now_us);
+
+/*
+ * Releases (renew 0) or renews the n leases of refs as of now_us, as the
+ * script's lease operation does (lua/concurrency.lua's lease_op): out[i]
+ * says what became of refs[i].
+ */
+void local_store_lease(struct local_store *s, const char *key_prefix, int renew,
+                       const struct lease_ref *refs, size_t n, int64_t now_us,
+                       struct lease_outcome *out);
 
 /* How many entries the store holds (expired ones not yet reclaimed too). */
 size_t local_store_size(const struct local_store *s);

@@ -200,6 +200,18 @@ class Daemon:
         return self.proc.returncode
 
 
+class ClusterDaemon(Daemon):
+    """A daemon whose redis section names Redis Cluster seeds (URLs)
+    instead of a url."""
+
+    def __init__(self, seeds, policy, **kw):
+        self.seeds = seeds
+        super().__init__(None, policy, **kw)
+
+    def redis_where(self):
+        return "  cluster: [%s]\n" % ", ".join('"%s"' % s for s in self.seeds)
+
+
 def hammer(d, policy, key="hot", clients=100, per_client=3):
     """clients threads, each with a keep-alive connection of its own (so
     with `workers` every worker takes a share), opened before any sends,

@@ -11,6 +11,7 @@
                                     # (or c.launch(), then c.create())
     c.seeds()                       # ["redis://127.0.0.1:P", ...] for redis.cluster
     c.node_for_key("rl:{p:k}:0")    # the port of the master serving the key
+    redis_cluster.keyslot("{p:k}")  # a key's slot, computed here (CRC16)
     c.migrate_slot(slot, src, dst)  # a manual slot move (keys included)
     c.kill_master(port); c.wait_failover(port)
 
@@ -32,6 +33,39 @@ import subprocess
 import harness
 
 SLOTS = 16384
+
+
+def _crc16_table():
+    table = []
+    for i in range(256):
+        crc = i << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
+        table.append(crc)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16(data):
+    """CRC16/XMODEM of bytes, Redis Cluster's key hash."""
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc
+
+
+def keyslot(key):
+    """The slot of key, from its hash tag as Redis computes it, without
+    asking a node (the tests that use it check it against CLUSTER KEYSLOT)."""
+    b = key.encode()
+    i = b.find(b"{")
+    if i >= 0:
+        j = b.find(b"}", i + 1)
+        if j > i + 1:
+            b = b[i + 1:j]
+    return crc16(b) % SLOTS
 
 
 def _binaries():

@@ -8,7 +8,13 @@ consumes nothing on the other); such a denied request answered, for every
 algorithm, with the figures one Redis gives for it (/check, /json and
 gRPC, side by side with a daemon on a single Redis); a denial in the second
 phase (a node kept busy while another request takes the room) reports what
-was really taken; a slot moved by hand (MOVED) and a slot in
+was really taken; Envoy's quota mode (quota_mode descriptors, the global
+envoy_quota_mode and envoy_shadow_mode) deciding a request OK with a
+descriptor over in a second round, its counters in several slots or in
+one, over /json and gRPC as a single Redis does (the counters on the
+nodes: the one over took nothing, the others their cost once), and with
+its first round denied in the second phase (the committed ones are not
+taken again); a slot moved by hand (MOVED) and a slot in
 migration (ASK) followed with no error answer; the per-node metrics; a
 reset (admin DELETE) on the key's master, and the reset listener, killed
 again and again, back within a moment every time (its backoff starts
@@ -207,7 +213,8 @@ domains:
 # up). Everything else must be equal. The figures a tentative answer gets
 # wrong are off by a unit (remaining) or by an emission interval (20 min).
 TIME_FIELDS = {"reset_ms": 1, "retry_after_ms": 1, "delay_ms": 1, "durationUntilReset": 1000,
-               "duration_until_reset": 1000, "x-ratelimit-reset": 1000, "retry-after": 1000}
+               "duration_until_reset": 1000, "x-ratelimit-reset": 1000, "retry-after": 1000,
+               "x-ratelimit-delay-ms": 1}
 
 
 def _ms(v, factor):
@@ -280,6 +287,22 @@ def headers_of(j):
     return j
 
 
+def rls_asker(via, domain, daemons, channels):
+    """ask(i, [(key, value)...]): one Envoy request of one-entry
+    descriptors to daemons[i], over POST /json ((status, answer)) or gRPC
+    (grpc_answer)."""
+    def json_rls(i, descs):
+        body = {"domain": domain, "descriptors": [{"entries": [{"key": k, "value": v}]}
+                                                  for k, v in descs]}
+        r = daemons[i].request("POST", "/json", json.dumps(body))
+        return r.status, headers_of(json.loads(r.body))
+
+    def grpc_rls(i, descs):
+        return grpc_answer(rls_client.should_rate_limit(channels[i], domain,
+                                                        [[(k, v)] for k, v in descs]))
+    return json_rls if via == "json" else grpc_rls
+
+
 def denied_figures(c):
     """For every algorithm, a request of two checks in two slots (on two
     masters), denied by the second, answered by the cluster exactly as by
@@ -300,16 +323,6 @@ def denied_figures(c):
     def check(d, checks, dry_run=None):
         r = d.check(checks=checks, dry_run=dry_run)
         return r.status, json.loads(r.body)
-
-    def json_rls(d, descs):
-        body = {"domain": "xs", "descriptors": [{"entries": [{"key": k, "value": v}]}
-                                                for k, v in descs]}
-        r = d.request("POST", "/json", json.dumps(body))
-        return r.status, headers_of(json.loads(r.body))
-
-    def grpc_rls(i, descs):
-        return grpc_answer(rls_client.should_rate_limit(channels[i], "xs",
-                                                        [[(k, v)] for k, v in descs]))
 
     for alg in sorted(ALGORITHMS):
         pol = "x_" + alg
@@ -345,10 +358,7 @@ def denied_figures(c):
             va = rls_value_on(c, pol, "a_" + alg, m[0], via + alg)
             vd = rls_value_on(c, "deny", "over", m[1], via + "d" + alg)
             descs = [("a_" + alg, va), ("over", vd)]
-            if via == "json":
-                ask = lambda i, ds: json_rls(daemons[i], ds)  # noqa: E731
-            else:
-                ask = grpc_rls
+            ask = rls_asker(via, "xs", daemons, channels)
             t0 = time.monotonic()
             for i in (0, 1):
                 ask(i, descs[:1])
@@ -366,6 +376,150 @@ def denied_figures(c):
         ch.close()
     harness.eq(dc.stop(), 0, "cross-slot daemon exits 0")
     d1.stop()
+    single.stop()
+
+
+# Quota mode's second round (docs/envoy.md "Quota mode"): a request
+# allowed overall although a descriptor is over was denied as a whole by
+# the first round (nothing taken), and is decided again on the descriptors
+# that allowed, which then take their cost. "over" and "soft" (a quota
+# descriptor) allow 1, used up beforehand; every algorithm stands behind a
+# quota descriptor (soft2_*) and a normal one (hard_*) that are under.
+QM_LIMIT = 5
+QM_POLICY = "policies:\n" + "".join(
+    "  u_%s: {tiers: [{name: t, algorithm: %s, limit: %d, window: 1h%s}]}\n"
+    % (a, a, QM_LIMIT, ALGORITHMS[a].replace("99", str(QM_LIMIT - 1)))
+    for a in sorted(ALGORITHMS)
+) + """\
+  one: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]}
+domains:
+  - domain: qm
+    descriptors:
+      - {key: soft, policy: one, quota_mode: true}
+      - {key: over, policy: one}
+""" + "".join("      - {key: soft2_%s, policy: u_%s, quota_mode: true}\n"
+              "      - {key: hard_%s, policy: u_%s}\n" % (a, a, a, a) for a in sorted(ALGORITHMS))
+# The modes: the daemons' extra configuration, and the request (descriptor
+# keys; the first is the one used up) that is OK while that descriptor is
+# over: two quota descriptors, one over, and a normal one; both made quota
+# descriptors by the global switch; or anything, by the global shadow mode.
+QM_MODES = (
+    ("quota_mode", "", ("soft", "soft2_%s", "hard_%s")),
+    ("envoy_quota_mode", "envoy_quota_mode: true\n", ("over", "hard_%s")),
+    ("envoy_shadow_mode", "envoy_shadow_mode: true\n", ("over", "hard_%s")),
+)
+
+
+def qm_values(c, policies, keys, layout, prefix):
+    """A value for each descriptor key (of its policy) so that its counter
+    is on a master of its own ("slots": the request spans slots, and so
+    does its second round when two descriptors are left), or all of them
+    in one slot ("one slot": one atomic call per round; the hash tag holds
+    the policy and the value, braces escaped, so the values are searched
+    for a common slot). Returns the values and their slots."""
+    m = c.masters()
+    values, slots = [], []
+    for i, (pol, k) in enumerate(zip(policies, keys)):
+        want = set(c.slots_of(m[i % len(m)])) if layout == "slots" or not slots \
+            else {slots[0]}
+        for n in range(200000):  # bounded: one slot in 16384 needs ~16384 on average
+            v = "%s%d_%d" % (prefix, i, n)
+            slot = redis_cluster.keyslot(rls_key(pol, "qm", k, v))
+            if slot in want:
+                values.append(v)
+                slots.append(slot)
+                break
+        else:
+            raise RuntimeError("no value for %s (%s)" % (k, layout))
+    return values, slots
+
+
+GRPC_CODES = {rls_client.CODE_OK: "OK", rls_client.CODE_OVER_LIMIT: "OVER_LIMIT"}
+
+
+def rls_codes(answer):
+    """(overall, [status codes]) of a /json (status, answer) or gRPC
+    answer, as code names."""
+    if isinstance(answer, tuple):
+        j = answer[1]
+        return j.get("overallCode"), [x.get("code") for x in j.get("statuses", [])]
+    return (GRPC_CODES.get(answer["overall"]),
+            [GRPC_CODES.get(x["code"]) for x in answer["statuses"]])
+
+
+def quota_rounds(c):
+    """Quota mode's second round on a cluster: for each mode (quota_mode
+    descriptors, envoy_quota_mode, envoy_shadow_mode), every algorithm,
+    the counters in two or three slots or in one, over /json and gRPC, a
+    request OK with one descriptor over answers as on one Redis with the
+    same prior state; the descriptors under their limit take their cost
+    once, the one over takes nothing (counted on the nodes)."""
+    grpc_why = rls_client._missing()
+    if not grpc_why:
+        rls_client._load()
+    single = harness.RedisServer().start()
+    for mi, (mode, extra, keys) in enumerate(QM_MODES):
+        grpc_ports = (harness.free_port(), harness.free_port())
+        dc = ClusterDaemon(c.seeds(), QM_POLICY, timeout="2s", admin=True,
+                           extra=extra + "grpc_listen: 127.0.0.1:%d\n" % grpc_ports[0]).start()
+        d1 = Daemon("unix:" + single.socket_path, QM_POLICY, timeout="2s", admin=True,
+                    extra=extra + "grpc_listen: 127.0.0.1:%d\n" % grpc_ports[1]).start()
+        channels = None if grpc_why else [rls_client.channel("127.0.0.1:%d" % p)
+                                          for p in grpc_ports]
+        for alg in sorted(ALGORITHMS):
+            ks = [k % alg if "%" in k else k for k in keys]
+            pols = ["one" if k in ("soft", "over") else "u_" + alg for k in ks]
+            for layout in ("slots", "one slot"):
+                for via in ("json", "grpc"):
+                    what = "%s, %s, %s, %s" % (mode, alg, layout, via)
+                    if via == "grpc" and grpc_why:
+                        harness.skip("%s: %s" % (what, grpc_why))
+                        continue
+                    vals, slots = qm_values(c, pols, ks, layout,
+                                            "q%d%s%s%s" % (mi, alg[:5], layout[0], via[0]))
+                    descs = list(zip(ks, vals))
+                    call = rls_asker(via, "qm", (dc, d1), channels)
+                    t0 = time.monotonic()
+                    for i in (0, 1):  # the same prior state on both
+                        call(i, descs[:1])   # the first descriptor used up
+                        call(i, descs[-1:])  # the normal one taken once
+                    got, want = call(0, descs), call(1, descs)
+                    slack = (time.monotonic() - t0) * 1000
+                    harness.eq(rls_codes(got), ("OK", ["OVER_LIMIT"] + ["OK"] * (len(descs) - 1)),
+                               "%s: OK with %s over (slots %s)" % (what, ks[0], slots))
+                    harness.eq(same_answer(want, got, slack), [],
+                               "%s: the second round answers as one Redis (%r)" % (what, got))
+                    if mode == "quota_mode":
+                        # The quota descriptor over and a normal one under:
+                        # every quota descriptor is over, so OVER_LIMIT.
+                        pair = [descs[0], descs[-1]]
+                        got, want = call(0, pair), call(1, pair)
+                        slack = (time.monotonic() - t0) * 1000
+                        harness.eq((rls_codes(got), same_answer(want, got, slack)),
+                                   (("OVER_LIMIT", ["OVER_LIMIT", "OK"]), []),
+                                   "%s: the only quota descriptor over and a normal one: "
+                                   "OVER_LIMIT, as on one Redis" % what)
+                    if alg == "fixed_window":
+                        # Taken: 1 + 0 (over), 0 + 1 (the quota one under),
+                        # 1 + 1 (the normal one, once: not by the denied
+                        # first round, nor by the OVER_LIMIT pair).
+                        counts = []
+                        for (k, v), pol in zip(descs, pols):
+                            key = rls_key(pol, "qm", k, v)
+                            with c.client(c.node_for_key(key)) as cl:
+                                counts.append(harness.fixed_window_count(cl, key))
+                        harness.eq(counts, ["1"] + ["1"] * (len(descs) - 2) + ["2"],
+                                   "%s: the counters on the nodes: the one over took nothing, "
+                                   "the others their cost once" % what)
+                    # The state is one Redis's: the normal descriptor again.
+                    got, want = call(0, descs[-1:]), call(1, descs[-1:])
+                    slack = (time.monotonic() - t0) * 1000
+                    harness.eq(same_answer(want, got, slack), [],
+                               "%s: %s afterwards as on one Redis (%r)" % (what, ks[-1], got))
+        for ch in channels or ():
+            ch.close()
+        harness.eq(dc.stop(), 0, "%s: the cluster daemon exits 0" % mode)
+        d1.stop()
     single.stop()
 
 
@@ -407,6 +561,46 @@ def phase_two_denial(c, d):
     harness.eq(ta and (ta["remaining"], ta["reset_ms"] > 0), (now["remaining"], True),
                "phase 2: a's figures are those of the unit it really took (remaining %s)"
                % (ta and ta["remaining"]))
+
+
+def quota_phase_two(c):
+    """A quota-mode request whose first round is denied in the Cluster's
+    second phase: soft's room is taken between the phases (its node
+    answered the dry run at once; soft2's was kept busy), so soft denies on
+    its re-check while soft2 and hard commit. The request is OK (soft2
+    allows) and soft2 and hard have taken their cost: no second round may
+    take it again."""
+    m = c.masters()
+    d = ClusterDaemon(c.seeds(), QM_POLICY, timeout="2s", admin=True).start()
+    keys = ["soft", "soft2_fixed_window", "hard_fixed_window"]
+    pols = ["one", "u_fixed_window", "u_fixed_window"]
+    vals, _ = qm_values(c, pols, keys, "slots", "qp2")
+    descs = list(zip(keys, vals))
+    call = rls_asker("json", "qm", (d,), None)
+    busy = threading.Thread(target=lambda: c.command(m[1], "EVAL", BUSY_LUA, 0, 500000))
+    busy.start()
+    time.sleep(0.1)
+    out = {}
+    req = threading.Thread(target=lambda: out.update(r=call(0, descs)))
+    req.start()
+    time.sleep(0.15)
+    taker = call(0, descs[:1])
+    req.join(10)
+    busy.join(10)
+    harness.eq(rls_codes(taker), ("OK", ["OK"]), "quota, phase 2: soft's room taken meanwhile")
+    r = out.get("r")
+    harness.eq(r and rls_codes(r), ("OK", ["OVER_LIMIT", "OK", "OK"]),
+               "quota, phase 2: soft denies on its re-check, the request is OK")
+    harness.eq(r and [x.get("limitRemaining", 0) for x in r[1]["statuses"]], [0, 4, 4],
+               "quota, phase 2: the figures of what was taken")
+    counts = []
+    for (k, v), pol in zip(descs, pols):
+        key = rls_key(pol, "qm", k, v)
+        with c.client(c.node_for_key(key)) as cl:
+            counts.append(harness.fixed_window_count(cl, key))
+    harness.eq(counts, ["1", "1", "1"],
+               "quota, phase 2: soft2 and hard took their cost once (soft: the taker's)")
+    harness.eq(d.stop(), 0, "quota, phase 2: the daemon exits 0")
 
 
 def moved(c, d):
@@ -596,6 +790,8 @@ def main():
     two_phase(c, d)
     phase_two_denial(c, d)
     denied_figures(c)
+    quota_rounds(c)
+    quota_phase_two(c)
     moved(c, d)
     ask(c, d)
     unserved(c, d)

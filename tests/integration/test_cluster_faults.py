@@ -147,26 +147,7 @@ def body_of(policy, key):
     return json.dumps({"policy": policy, "key": key})
 
 
-def crc16(data):
-    """CRC16/XMODEM, Redis Cluster's key hash (checked against CLUSTER
-    KEYSLOT in main())."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
-    return crc
-
-
-def keyslot(key):
-    """The slot of key, from its hash tag as Redis computes it."""
-    b = key.encode()
-    i = b.find(b"{")
-    if i >= 0:
-        j = b.find(b"}", i + 1)
-        if j > i + 1:
-            b = b[i + 1:j]
-    return crc16(b) % redis_cluster.SLOTS
+keyslot = redis_cluster.keyslot
 
 
 def keys_in_slots(policy, slots, want, prefix="k"):

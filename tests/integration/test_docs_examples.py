@@ -25,6 +25,8 @@ What cannot repeat exactly is compared loosely: times (reset_ms,
 retry_after_ms, X-RateLimit-Reset, Retry-After, RateLimit's t=) within a
 tolerance, keeping zero as zero, and not at all for a window aligned to the
 clock (fixed_window, sliding_window_counter, Envoy's durationUntilReset);
+a lease id (in a body or X-RateLimit-Lease) but for its random part, and a
+lease's expires_ms (a Unix time) only as a positive integer;
 Content-Length must match the body it came with. Everything else (status
 lines, header names and order, every other field and number, plain text
 lines) must be identical. Every HTTP answer a session prints (`curl -si`)
@@ -53,6 +55,9 @@ TIME_FIELDS = ("reset_ms", "retry_after_ms", "delay_ms")
 TIME_HEADERS = ("x-ratelimit-reset", "retry-after")
 TOLERANCE_MS = 5000  # a slow machine: eleven curl processes, the daemon's start
 ALIGNED = ("fixed_window", "sliding_window_counter")  # reset depends on the clock
+# A lease id: everything but its last part (the random nonce) must match.
+LEASE_ID = re.compile(r"^([bl]\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[0-9]+\.)"
+                      r"[A-Za-z0-9_-]{22}$")
 SHOW = os.environ.get("DOCS_EXAMPLES_SHOW") == "1"
 WRITE = os.environ.get("DOCS_EXAMPLES_WRITE") == "1"
 MARK = re.compile(r"^<!-- test: (policy|file|no)\b,? ?(.*?) ?-->$")
@@ -158,6 +163,10 @@ def same_json(got, want, path=""):
             return None if ok else "%s: %r, page %r" % (path, got, want)
         aligned = want.get("algorithm") in ALIGNED or (path == "" and binding_aligned(want))
         for k in want:
+            if k == "expires_ms":  # a lease's expiry: a Unix time
+                if not (isinstance(got[k], int) and got[k] > 0):
+                    return "%s.%s: %r" % (path, k, got[k])
+                continue
             if k in TIME_FIELDS:
                 ok = (isinstance(got[k], int) and (got[k] == 0) == (want[k] == 0)) if aligned \
                     else near(got[k], want[k], TOLERANCE_MS)
@@ -180,8 +189,20 @@ def same_json(got, want, path=""):
             if diff:
                 return diff
         return None
+    if same_lease_ids(got, want):
+        return None
     return None if got == want and type(got) is type(want) else \
         "%s: %r, page %r" % (path, got, want)
+
+
+def same_lease_ids(got, want):
+    """Whether two strings are the same lease ids (", "-separated) but for
+    their random parts."""
+    if not isinstance(got, str) or not isinstance(want, str):
+        return False
+    g, w = got.split(", "), want.split(", ")
+    ms = [(LEASE_ID.match(a), LEASE_ID.match(b)) for a, b in zip(g, w)]
+    return len(g) == len(w) and all(a and b and a.group(1) == b.group(1) for a, b in ms)
 
 
 def same_header(name, got, want, aligned):
@@ -192,6 +213,8 @@ def same_header(name, got, want, aligned):
         if got.isdigit() and near(int(got), int(want), TOLERANCE_MS // 1000 + 1):
             return None
         return "%s: %s, page %s" % (name, got, want)
+    if name == "x-ratelimit-lease" and same_lease_ids(got, want):
+        return None
     if name == "ratelimit":  # "<name>";r=<remaining>;t=<seconds>: t is a time
         g, w = re.match(r'^(.*;t=)([0-9]+)$', got), re.match(r'^(.*;t=)([0-9]+)$', want)
         if g and w and g.group(1) == w.group(1) and \

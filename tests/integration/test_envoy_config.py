@@ -49,7 +49,7 @@ def test_check_config():
     conf = os.path.join(SRCDIR, "conf", "ratelimitd.yaml")
     rc, out = check_config(["--config", conf, "--envoy-config", os.path.join(SRCDIR, "conf",
                                                                               "envoy")])
-    harness.ok(rc == 0 and "5 policies, 4 domains" in out,
+    harness.ok(rc == 0 and "6 policies, 4 domains" in out,
                "-t --envoy-config conf/envoy passes: %r" % out)
 
     tmp = harness.make_tempdir()

@@ -4,7 +4,8 @@
 the Lua script, request for request.
 
 The same pseudo-random sequences (fixed seeds) of requests (time, key, cost,
-dry_run, several checks) go to both:
+dry_run, several checks, reports: POST /report's charges with no decision,
+past the limit, and refunds where the algorithm takes them) go to both:
 - the C implementation, through tests/unit/local_driver ($LOCAL_DRIVER),
   which reads JSON lines and prints every tier's figures and the expiry of
   every key it holds;
@@ -107,6 +108,16 @@ SINGLE = {
     "leaky_bucket": [(5, 1000, 3), (7, 3, 0), (3, 10, 5)],
 }
 
+# concurrency: (limit, lease_timeout_ms); its window_us is the lease timeout.
+CONCURRENCY = [(3, 1000), (1, 7), (20, 60000)]
+for i, p in enumerate(CONCURRENCY):
+    policy("concurrency_%d" % i, [tier("t", "concurrency", p[0], p[1])])
+policy("multi_lease", [
+    tier("fw", "fixed_window", 6, 50),
+    tier("cc", "concurrency", 3, 30),
+    tier("tb", "token_bucket", 4, 10, burst=5),
+])
+
 for alg, sets in SINGLE.items():
     for i, p in enumerate(sets):
         if alg == "sliding_window_buckets":
@@ -207,7 +218,12 @@ def calendar_scenario(seed):
             checks = [(p, rng.choice(keys), random_cost(rng, min(capacity(t) for t in
                                                                  POLICIES[p]["tiers"])))
                       for p in pols]
-            out.append((now, rng.random() < 0.1, checks))
+            r = rng.random()
+            if r < 0.15:  # a report (POST /report), a refund when negative
+                checks = [(p, k, rng.randint(-3, 5)) for p, k, _ in checks]
+                out.append((now, "report", checks, None))
+            else:
+                out.append((now, r < 0.25, checks, None))
     return out
 
 
@@ -229,7 +245,8 @@ def yaml_text():
                 if t["week_start"]:
                     out.append("        week_start: %s" % t["week_start"])
             else:
-                out.append("        window: %dms" % (t["window_us"] // MS))
+                out.append("        %s: %dms" % ("lease_timeout" if t["algorithm"] == "concurrency"
+                                                   else "window", t["window_us"] // MS))
             if t["burst"]:
                 out.append("        burst: %d" % t["burst"])
             if t["precision_us"]:
@@ -247,9 +264,24 @@ def redis_key(pol, key, tier_name, suffix=None):
     return k + ":" + suffix if suffix else k
 
 
-def script_call(now, dry, checks):
-    """KEYS and ARGV as scripts_build_call builds them."""
-    keys, argv = [], [str(now), "1" if dry else "0"]
+def nonce_of(i):
+    """The lease nonce of request i: 22 base64url characters."""
+    return ("n%021d" % i)[-22:]
+
+
+def takes_leases(dry, checks):
+    """check.c gives a nonce to a real request with a concurrency tier."""
+    return not dry and any(t["algorithm"] == "concurrency"
+                           for p, _, _ in checks for t in POLICIES[p]["tiers"])
+
+
+REFUNDS = ("fixed_window", "token_bucket", "gcra", "leaky_bucket")  # policy_algorithm_refunds
+
+
+def script_call(now, dry, checks, nonce=None):
+    """KEYS and ARGV as scripts_build_call builds them (dry "report": a
+    report, SCRIPTS_REPORT)."""
+    keys, argv = [], [str(now), "3" if dry == "report" else "1" if dry else "0"]
     for pol, key, cost in checks:
         p = POLICIES[pol]
         words = ["1" if p["shadow"] else "0"]
@@ -260,6 +292,8 @@ def script_call(now, dry, checks):
             words += [t["algorithm"], str(t["limit"]), str(t["window_us"]), str(t["burst"]),
                       str(t["precision_us"])]
         argv += [str(cost), " ".join(words)]
+    if nonce:
+        argv.append(nonce)
     return keys, argv
 
 
@@ -319,13 +353,41 @@ def random_cost(rng, cap):
     return cap + rng.randint(1, 3)
 
 
-def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
-    """n requests as (now, dry, [(policy, key, cost)...])."""
+def report_cost(rng, pol):
+    """A report's cost: up to 3 capacities (past the limit), or a refund
+    where every tier of pol takes one."""
+    tiers = POLICIES[pol]["tiers"]
+    cap = min(capacity(t) for t in tiers)
+    if all(t["algorithm"] in REFUNDS for t in tiers) and rng.random() < 0.4:
+        return -rng.randint(1, 2 * cap)
+    return rng.randint(0, 3 * cap)
+
+
+def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None, reports=0.0):
+    """n requests as (now, dry, [(policy, key, cost)...], nonce), dry
+    "report" for a report (a share `reports` of them), and with
+    concurrency tiers releases as (now, None, [lease...], None): a lease
+    (policy, key, tier, units, nonce) of an earlier request (taken or not,
+    released already or not, expired or not) or a forged one."""
     rng = random.Random(seed)
     tiers = [t for p in policies for t in POLICIES[p]["tiers"]]
-    out = []
+    out, asked = [], []
     for _ in range(n):
         now = clock.advance(rng, tiers, skew)
+        if asked and rng.random() < 0.3:
+            leases = []
+            for _ in range(rng.randint(1, 3)):
+                # Mostly a recent one: still held, so that releases free.
+                recent = asked[-4:] if rng.random() < 0.7 else asked
+                pol, key, tname, units, nonce = rng.choice(recent)
+                r = rng.random()
+                if r < 0.1:
+                    units += 1  # forged: another cost
+                elif r < 0.2:
+                    nonce = nonce_of(rng.randint(0, 10 ** 6))  # forged: another nonce
+                leases.append((pol, key, tname, units, nonce))
+            out.append((now, None, leases, None))
+            continue
         nchecks = rng.randint(1, max_checks)
         pairs = set()
         checks = []
@@ -336,7 +398,17 @@ def scenario(seed, policies, n, keys, max_checks=1, skew=False, clock=None):
             pairs.add((pol, key))
             cap = min(capacity(t) for t in POLICIES[pol]["tiers"])
             checks.append((pol, key, random_cost(rng, cap)))
-        out.append((now, rng.random() < 0.1, checks))
+        if reports and rng.random() < reports:
+            out.append((now, "report", [(p, k, report_cost(rng, p)) for p, k, _ in checks],
+                        None))
+            continue
+        dry = rng.random() < 0.1
+        nonce = nonce_of(seed * 100000 + len(out)) if takes_leases(dry, checks) else None
+        for pol, key, cost in checks:
+            for t in POLICIES[pol]["tiers"]:
+                if nonce and t["algorithm"] == "concurrency" and cost > 0:
+                    asked.append((pol, key, t["name"], cost, nonce))
+        out.append((now, dry, checks, nonce))
     return out
 
 
@@ -349,13 +421,16 @@ class Diff:
         self.expiry = {}  # key -> the C expiry last seen (µs, -1 none)
         self.max_seen = 0  # the latest now_us so far
         # How much of the ground the sequences covered.
-        self.stats = dict.fromkeys(("allowed", "denied", "dry", "cost_exceeds", "retry",
-                                    "delay", "expiry_compared", "stale_in_redis",
+        self.stats = dict.fromkeys(("allowed", "denied", "dry", "report", "refund",
+                                    "cost_exceeds", "retry",
+                                    "delay", "expiry_compared", "stale_in_redis", "released",
                                     "calendar_boundary"), 0)
 
-    def local(self, now, dry, checks):
-        req = {"now_us": now, "dry_run": dry,
+    def local(self, now, dry, checks, nonce=None):
+        req = {"now_us": now, "dry_run": dry is True, "report": dry == "report",
                "checks": [{"policy": p, "key": k, "cost": c} for p, k, c in checks]}
+        if nonce:
+            req["nonce"] = nonce
         self.driver.stdin.write(json.dumps(req) + "\n")
         self.driver.stdin.flush()
         line = self.driver.stdout.readline()
@@ -363,11 +438,46 @@ class Diff:
             raise RuntimeError("local_driver exited (status %s)" % self.driver.poll())
         return json.loads(line)
 
-    def one(self, now, dry, checks):
-        """Runs one request on both; returns a list of differences."""
+    def release(self, now, leases):
+        """Releases leases on both; returns a list of differences."""
         self.max_seen = max(self.max_seen, now)
-        keys, argv = script_call(now, dry, checks)
-        loc = self.local(now, dry, checks)
+        req = {"now_us": now, "release": [dict(policy=p, key=k, tier=t, units=u, nonce=n)
+                                          for p, k, t, u, n in leases]}
+        self.driver.stdin.write(json.dumps(req) + "\n")
+        self.driver.stdin.flush()
+        loc = json.loads(self.driver.stdout.readline())
+        keys = [redis_key(p, k, t) for p, k, t, _, _ in leases]
+        argv = [str(now), "r"]
+        for _, _, _, u, n in leases:
+            argv += ["%d:%s" % (u, n), "0"]
+        lua = self.r.command("EVALSHA", self.sha, len(keys), *keys, *argv)
+        probe = self.r.command("EVALSHA", self.probe, len(keys), *keys)
+        diffs = []
+        self.stats["released"] += sum(1 for x in loc["outcomes"] if x == 1)
+        for i, (key, exp) in enumerate(loc["keys"]):
+            got, want = lua[1 + 2 * i], loc["outcomes"][i]
+            prev = self.expiry.get(key)
+            # Redis holds every key (PERSISTed), the C store drops one
+            # whose expiry passed (-1 since): a tombstone there is nothing
+            # here.
+            gone = prev is not None and prev < now
+            if got != want and not (gone and got == 2 and want == 0):
+                diffs.append("%s: release lua %r, C %r" % (key, got, want))
+            pe = probe[i]
+            self.expiry[key] = exp
+            if pe == -2 and exp != -1 and not gone:
+                diffs.append("%s: emptied in Redis, C expiry %d" % (key, exp))
+            elif pe >= 0:
+                diffs.append("%s: a release set an expiry in Redis" % key)
+        return diffs
+
+    def one(self, now, dry, checks, nonce=None):
+        """Runs one request on both; returns a list of differences."""
+        if dry is None:
+            return self.release(now, checks)
+        self.max_seen = max(self.max_seen, now)
+        keys, argv = script_call(now, dry, checks, nonce)
+        loc = self.local(now, dry, checks, nonce)
         diffs = []
         for i, (pol, _, _) in enumerate(checks):
             if any(t.get("calendar") for t in POLICIES[pol]["tiers"]):
@@ -406,7 +516,9 @@ class Diff:
             self.stats["calendar_boundary"] += fig[3] > 0 and end - now <= 3 * SEC
         st = self.stats
         st["allowed" if lua[1] else "denied"] += 1
-        st["dry"] += dry
+        st["dry"] += dry is True
+        st["report"] += dry == "report"
+        st["refund"] += dry == "report" and any(c < 0 for _, _, c in checks)
         for t in loc["tiers"]:
             st["cost_exceeds"] += t[6]
             st["retry"] += t[4] > 0
@@ -437,8 +549,8 @@ class Diff:
 
     def run(self, name, requests):
         bad = []
-        for i, (now, dry, checks) in enumerate(requests):
-            d = self.one(now, dry, checks)
+        for i, (now, dry, checks, nonce) in enumerate(requests):
+            d = self.one(now, dry, checks, nonce)
             if d:
                 bad.append((i, now, dry, checks, d))
         if not ok(not bad, "%s: %d requests, identical decisions, figures and expiries"
@@ -492,6 +604,13 @@ def main():
             keys = ["k%d" % seed, "j%d" % seed, random.Random(seed).choice(HOSTILE_KEYS) + str(seed)]
             total += diff.run("%s (seed %d)" % (pol, seed),
                               scenario(seed, [pol], 220, keys, clock=clock))
+    # Concurrency leases, taken and released, alone and beside rate tiers.
+    for pols in (["concurrency_0"], ["concurrency_1"], ["concurrency_2"],
+                 ["multi_lease", "concurrency_0"], ["multi_lease", "fixed_window_0", "shadow_b"]):
+        seed += 1
+        keys = ["c%d" % seed, HOSTILE_KEYS[seed % len(HOSTILE_KEYS)] + str(seed)]
+        total += diff.run("%s (seed %d)" % ("+".join(pols), seed),
+                          scenario(seed, pols, 400, keys, max_checks=2, clock=clock))
     # Multi-tier policies, several checks per request, shadow checks.
     mixes = [
         ["multi_a"],
@@ -518,6 +637,16 @@ def main():
         keys = ["s%d" % seed, "t%d" % seed]
         total += diff.run("clock behind: %s (seed %d)" % ("+".join(pols), seed),
                           scenario(seed, pols, 200, keys, max_checks=2, skew=True, clock=clock))
+    # Reports (POST /report): charges past the limit, then checks that wait
+    # the debt out, and refunds; every algorithm that takes them (not
+    # concurrency: check_json.c refuses it), then several checks.
+    for pols in [[p] for p in sorted(POLICIES) if not POLICIES[p]["shadow"]
+                 and p.endswith(("_0", "_1")) and not p.startswith("concurrency")] + mixes:
+        seed += 1
+        keys = ["r%d" % seed, HOSTILE_KEYS[seed % len(HOSTILE_KEYS)] + str(seed)]
+        total += diff.run("reports: %s (seed %d)" % ("+".join(pols), seed),
+                          scenario(seed, pols, 150, keys, max_checks=min(3, len(pols) * len(keys)),
+                                   clock=clock, reports=0.3))
     # Calendar windows, on their own time line (after the one above).
     seed += 1
     total += diff.run("calendar windows (seed %d)" % seed, calendar_scenario(seed))

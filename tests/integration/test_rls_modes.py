@@ -8,7 +8,9 @@ whose answer comes within the call) and POST /json:
   descriptor of it is (envoyproxy/ratelimit's rule); what an allowed call
   takes: every descriptor that allowed, and nothing from a quota descriptor
   that is over (it takes nothing, as a shadow one); a denied call takes
-  nothing anywhere;
+  nothing anywhere; a shadow descriptor left out of the second round is
+  still counted shadow_over_limit in the metrics, and a check decided in
+  both rounds is counted once in ratelimitd_checks_total;
 - shadow_mode on a quota descriptor: never over; a per-request limit
   override is never a quota descriptor; hits_addend (0, over the limit)
   with quota descriptors;
@@ -26,6 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import promtext  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 import rls_client  # noqa: E402
@@ -58,6 +61,9 @@ domains:
         rate_limit: {unit: hour, requests_per_unit: 3}
       - key: free
         rate_limit: {unlimited: true}
+      - key: shade
+        shadow_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 1}
 """
 
 
@@ -152,6 +158,58 @@ def test_quota(rls, tag):
     got = [brief(rls.call([ov])) for _ in range(2)]
     harness.eq([g[0] for g in got], [OK, OVER],
                "%s: a limit override on a shadow_mode quota node is neither: OVER_LIMIT when over" % tag)
+
+
+def shadow_over_count(rls, key):
+    """ratelimitd_rls_descriptors_total of domain q's descriptor key,
+    result shadow_over_limit (0 when absent)."""
+    m = promtext.parse(rls.d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(m, "ratelimitd_rls_descriptors_total", domain="q",
+                              descriptor=key, result="shadow_over_limit") or 0
+    except KeyError:
+        return 0
+
+
+def test_quota_shadow_metric(rls, tag):
+    """A shadow descriptor a shadow limit would deny, in a call that a quota
+    descriptor denies at first and the second round allows: it is left out of
+    the second round, and still counted shadow_over_limit."""
+    s, s2, sh = ("soft", tag + "8"), ("soft2", tag + "8"), ("shade", tag + "8")
+    rls.call([s])
+    rls.call([s])
+    rls.call([sh])
+    before = shadow_over_count(rls, "shade")
+    r = rls.call([s, s2, sh])
+    harness.eq(brief(r), (OK, [(OVER, 0), (OK, 3), (OK, 0)]),
+               "%s: soft over, soft2 fine, a shadow descriptor at its limit: OK" % tag)
+    harness.eq(shadow_over_count(rls, "shade") - before, 1,
+               "%s: the shadow descriptor left out of the second round is counted "
+               "shadow_over_limit" % tag)
+
+
+def checks_count(rls, policy, decision):
+    """ratelimitd_checks_total of a named policy (0 when absent)."""
+    m = promtext.parse(rls.d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(m, "ratelimitd_checks_total", policy=policy,
+                              decision=decision) or 0
+    except KeyError:
+        return 0
+
+
+def test_quota_check_metric(rls, tag):
+    """A call decided in two rounds counts each of its checks once in
+    ratelimitd_checks_total: the second round's are the first's again."""
+    s, p = ("soft", tag + "9"), ("softpol", tag + "9")
+    rls.call([s])
+    rls.call([s])
+    allowed, denied = checks_count(rls, "two", "allowed"), checks_count(rls, "two", "denied")
+    r = rls.call([s, p])
+    harness.eq(brief(r)[0], OK, "%s: soft over, softpol (policy two) fine: OK" % tag)
+    harness.eq((checks_count(rls, "two", "allowed") - allowed,
+                checks_count(rls, "two", "denied") - denied), (1, 0),
+               "%s: a call of two rounds counts policy two's check once, allowed" % tag)
 
 
 def test_json(rls):
@@ -264,6 +322,8 @@ def main():
     redis = harness.RedisServer().start()
     for backend in ("redis", "memory"):
         rls = run(test_quota, redis if backend == "redis" else None, backend)
+        test_quota_shadow_metric(rls, backend)
+        test_quota_check_metric(rls, backend)
         if backend == "redis":
             test_json(rls)
         stop(rls, backend)

@@ -949,6 +949,60 @@ def test_redis_time():
     eq(got, want, "Redis TIME: figures exact for the time it returned")
 
 
+def test_concurrency():
+    """lua/concurrency.lua at chosen times: the same sequence and figures
+    as test_concurrency in tests/unit/test_limiter_local.c."""
+    key = "cc:" + CALLER
+    pol = "0 concurrency 3 %d 0 0" % SEC
+    na, nb, nc = "A" * 22, "B" * 22, "C" * 22
+
+    def check(now, cost, nonce=None, dry="0"):
+        argv = [str(now), dry, str(cost), pol] + ([nonce] if nonce else [])
+        return invoke(R, [key], argv)
+
+    def lease(op, now, member, timeout=0):
+        return invoke(R, [key], [str(now), op, member, str(timeout)])
+
+    ms = SEC // 1000
+    eq(check(T0, 1, na), [T0, 1, 1, 3, 2, SEC, 0, 0, 0], "concurrency: first lease")
+    eq(R.command("ZSCORE", key, "1:" + na), str(T0 + SEC), "the lease: member units:nonce, "
+       "scored by its expiry")
+    eq(check(T0 + 100 * ms, 2, nb)[2:], [1, 3, 0, SEC, 0, 0, 0], "a cost of 2 holds two units")
+    eq(check(T0 + 200 * ms, 1, nc)[2:], [0, 3, 0, 900 * ms, 800 * ms, 0, 0],
+       "full: retry when the earliest lease expires")
+    eq(check(T0 + 200 * ms, 3, nc)[2:], [0, 3, 0, 900 * ms, 900 * ms, 0, 0],
+       "cost 3: retry when both have expired")
+    eq(check(T0 + 200 * ms, 4, nc)[2:], [0, 3, 0, 900 * ms, -1, 0, 1], "cost over the limit")
+    eq(R.command("ZCARD", key), 2, "denials took no lease")
+    eq(lease("r", T0 + 300 * ms, "2:" + na), [T0 + 300 * ms, 0, 0],
+       "another cost with the same nonce is unknown")
+    eq(lease("r", T0 + 300 * ms, "1:" + na), [T0 + 300 * ms, 1, 0], "release")
+    eq(lease("r", T0 + 300 * ms, "1:" + na), [T0 + 300 * ms, 0, 0], "release again: unknown")
+    eq(check(T0 + 300 * ms, 1, na)[2:], [1, 3, 0, SEC, 0, 0, 0], "its unit is free again")
+    eq(lease("n", T0 + 500 * ms, "2:" + nb, SEC), [T0 + 500 * ms, 1, T0 + 1500 * ms],
+       "renew: a lease timeout from now")
+    eq(check(T0 + 1200 * ms, 1, nc)[2:], [0, 3, 0, 300 * ms, 100 * ms, 0, 0],
+       "before the first lease expires: still full")
+    eq(check(T0 + 1350 * ms, 1, nc)[2:], [1, 3, 0, SEC, 0, 0, 0],
+       "the lease taken at 300 ms has expired; the renewed holds")
+    eq(lease("r", T0 + 1600 * ms, "2:" + nb), [T0 + 1600 * ms, 2, 0],
+       "release after expiry: expired, nothing freed")
+    eq(lease("n", T0 + 1600 * ms, "2:" + nb, SEC), [T0 + 1600 * ms, 2, 0],
+       "renew after expiry: expired, not renewed")
+    eq(check(T0 + 5 * SEC, 1, None, "1")[2:], [1, 3, 2, SEC, 0, 0, 0],
+       "all expired: a dry run sees everything free")
+    e = None
+    try:
+        check(T0 + 5 * SEC, 1)
+    except harness.RedisError as x:
+        e = x.message
+    ok(e is not None and "nonce" in e, "a real run without a nonce: an error reply")
+    eq(R.command("ZCARD", key), 3, "tombstones and live leases until a commit trims them")
+    check(T0 + 10 * SEC, 1, na)
+    eq(R.command("ZCARD", key), 1, "a commit trims leases expired a lease timeout ago")
+    R.command("DEL", key)
+
+
 def test_abi_errors():
     def error_of(nkeys, *args):
         try:
@@ -1058,6 +1112,7 @@ def run_suite():
     test_gcra_equals_token_bucket()
     test_leaky_delays()
     test_redis_time()
+    test_concurrency()
     test_abi_errors()
 
 

@@ -13,7 +13,9 @@ past).
 - -t: a client_auth: require without client_ca_file is refused at its
   file:line:col; a key that is not the certificate's, a garbage
   certificate, grpc_tls without grpc_listen: refused, naming the file and
-  OpenSSL's reason; an expired certificate passes with a warning.
+  OpenSSL's reason; an expired certificate passes with a warning; an
+  encrypted key is refused at once, without a passphrase prompt on the
+  terminal (-t run on a pty).
 - HTTPS (client_auth: request, two workers): curl without and with a client
   certificate gets 200, ALPN http/1.1; curl trusting the other CA refuses
   the server; a client certificate of the other CA is refused. A reload
@@ -22,7 +24,9 @@ past).
   certificate's notAfter.
 - gRPC with mTLS (grpc_tls, require): ShouldRateLimit answers OK over a
   secure channel (ALPN h2); without a client certificate, or with one of
-  the other CA, the call fails UNAVAILABLE.
+  the other CA, the call fails UNAVAILABLE; a client offering ALPN without
+  h2 is refused in the handshake (no_application_protocol), one offering
+  no ALPN gets HTTP/2 all the same.
 - Rotation under load: a thread keeps one keep-alive connection and opens
   new ones without pause while the certificate and key files are
   replaced and SIGHUP sent: no request fails, the keep-alive connection
@@ -31,7 +35,8 @@ past).
   refused with the file's name and OpenSSL's reason, and new connections
   keep the old serial.
 - 300 pipelined requests in one TLS write (more than the pipeline holds):
-  every one answered.
+  every one answered. A request and the client's close_notify in one
+  segment: answered, then the connection closed at once.
 - admin_tls added by a reload: the admin port answers over HTTPS and no
   longer in plain text; removed again, plain text again.
 - Slowloris: a connection sending nothing, and one sending half a
@@ -49,7 +54,9 @@ when python3-grpcio or nginx is missing.
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import socket
@@ -173,6 +180,36 @@ def check_only(config_text, tmp, name):
     return p.returncode, p.stdout.decode("utf-8", "replace"), path
 
 
+def check_only_tty(config_text, tmp, name, timeout=10):
+    """ratelimitd -t on a file, on a terminal of its own (a pty): (exit code
+    or None if it was still running after timeout, what it wrote)."""
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(config_text)
+    pid, fd = pty.fork()
+    if pid == 0:
+        binary = harness.find_program("RATELIMITD", "./ratelimitd")
+        os.execv(binary, [binary, "-t", "-c", path])
+    out, rc, deadline = b"", None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed its side
+                data = b""
+            out += data
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+    if rc is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    return rc, out.decode("utf-8", "replace")
+
+
 def check_validation(pki, tmp):
     cert, key = pki.path("srv1.pem"), pki.path("srv1.key")
     base = "listen: 127.0.0.1:1\nbackend: memory\n" + POLICY
@@ -195,6 +232,15 @@ def check_validation(pki, tmp):
     harness.ok(rc == 1 and "cert_file %s" % pki.path("garbage.pem") in out and "error:" in out,
                "-t: a garbage certificate is refused, naming the file and OpenSSL's reason")
     harness.diag(out.strip())
+    # An encrypted key: refused at once, even with a terminal OpenSSL would
+    # otherwise prompt on for a passphrase (and wait there).
+    pki.run("pkey", "-in", "srv1.key", "-aes256", "-passout", "pass:secret", "-out", "enc.key")
+    rc, out = check_only_tty(base + tls_block("tls", cert, pki.path("enc.key")), tmp, "encrypted")
+    harness.ok(rc == 1 and "key_file %s: the key is encrypted" % pki.path("enc.key") in out
+               and "pass phrase" not in out,
+               "-t on a terminal: an encrypted key is refused at once, no passphrase prompt")
+    if rc != 1:
+        harness.diag("rc %r: %r" % (rc, out))
     rc, out, _ = check_only(base + tls_block("grpc_tls", cert, key), tmp, "nogrpc")
     harness.ok(rc == 1 and "grpc_tls: applies only with grpc_listen" in out,
                "-t: grpc_tls without grpc_listen is refused")
@@ -294,8 +340,10 @@ def check_https(pki, tmp):
 
     # client_auth: require, by a reload.
     d.write_config(POLICY, extra=extra.replace("client_auth: request", "client_auth: require"))
+    # The watch (on) and SIGHUP each reload: wait for the new rule itself, not
+    # for a count of reload lines, which the other reload can satisfy early.
     d.send_signal(signal.SIGHUP)
-    harness.wait_until(lambda: "policies reloaded" in d.logs(), what="the reload")
+    harness.wait_until(lambda: curl(d.port, pki)[0] != 0, what="the reload to require")
     rc, status, _ = curl(d.port, pki)
     harness.ok(rc != 0 and status == 0,
                "after a reload to client_auth: require, no client certificate: refused")
@@ -303,9 +351,10 @@ def check_https(pki, tmp):
     harness.ok(rc == 0 and status == 200, "client_auth: require with a client certificate: 200")
     d.write_config(POLICY, extra=extra)
     d.send_signal(signal.SIGHUP)
-    harness.wait_until(lambda: d.logs().count("policies reloaded") >= 2, what="the reload")
+    harness.wait_until(lambda: curl(d.port, pki)[1] != 0, what="the reload back to request")
 
     check_pipelined(d.port, pki)
+    check_close_notify(d.port, pki)
     check_rotation(d, pki)
     check_slowloris(d.port, "listen", d)
     check_admin_tls(d, pki, extra)
@@ -359,6 +408,49 @@ def check_rotation(d, pki):
                "the refused reload names the certificate file and OpenSSL's reason")
     harness.diag(line[0] if line else d.logs()[-2000:])
     replace(pki, "srv3", "live")  # something valid for the rest
+
+
+def check_close_notify(port, pki):
+    """A request and the client's close_notify in one segment: the answer,
+    then the daemon closes at once (not at idle_timeout, as when the
+    close_notify read with the request was forgotten)."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_context(pki).wrap_bio(inc, out, server_hostname="localhost")
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(out.read())
+            data = raw.recv(65536)
+            if not data:
+                raise RuntimeError("the daemon closed during the handshake")
+            inc.write(data)
+    raw.sendall(out.read())
+    body = json.dumps({"policy": "p", "key": "notify"})
+    tls.write(("POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    try:
+        tls.unwrap()  # queues close_notify, then would wait for the daemon's
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(out.read())  # the request and the close_notify together
+    t0, got, closed = time.monotonic(), b"", None
+    while time.monotonic() - t0 < 5:
+        data = raw.recv(65536)
+        if not data:
+            closed = time.monotonic() - t0
+            break
+        inc.write(data)
+        try:
+            got += tls.read(65536)
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass
+    raw.close()
+    harness.ok(b"HTTP/1.1 200" in got and closed is not None and closed < IDLE / 2,
+               "a request with the client's close_notify in one segment: answered, then closed "
+               "at once (%r s, idle_timeout %g s)" % (closed, IDLE))
 
 
 def check_pipelined(port, pki, n=300):
@@ -545,6 +637,29 @@ def check_grpc(pki):
         ch.close()
     rc_, status, err = curl(gport, pki, path="/", cert="client", verbose=True)
     harness.ok("ALPN: server accepted h2" in err, "ALPN on grpc_listen: h2")
+    # A client offering ALPN without h2 (HTTP/1.1 sent to the gRPC port):
+    # refused in the handshake (RFC 7301's no_application_protocol), where
+    # it used to go on and be answered a GOAWAY it cannot read.
+    ctx = client_context(pki, cert="client")
+    ctx.set_alpn_protocols(["http/1.1"])
+    try:
+        with socket.create_connection(("127.0.0.1", gport), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                tls.recv(100)
+        refused = ""
+    except (ssl.SSLError, OSError) as e:
+        refused = str(e)
+    harness.ok("NO APPLICATION PROTOCOL" in refused.upper().replace("_", " "),
+               "grpc_listen: a client offering ALPN without h2 is refused "
+               "(no_application_protocol): %r" % refused)
+    ctx = client_context(pki, cert="client")  # no ALPN at all: h2 with prior knowledge
+    with socket.create_connection(("127.0.0.1", gport), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = tls.recv(9)
+    harness.ok(len(head) == 9 and head[3] == 4,
+               "grpc_listen: a client offering no ALPN speaks h2 all the same (SETTINGS back)")
     check_slowloris(gport, "grpc_listen", d)
     d.stop()
 

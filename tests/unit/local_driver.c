@@ -12,7 +12,9 @@
  *
  * Reads one request per line on stdin:
  *     {"now_us": N, "dry_run": false, "checks": [{"policy": P, "key": K, "cost": C}]}
- * (dry_run and cost optional; checks are taken as given, not merged) and
+ * (dry_run, cost and "nonce", the lease nonce, optional; checks are taken
+ * as given, not merged; with "report": true a report, whose costs may be
+ * negative), or a release of concurrency leases (release_line), and
  * writes one line per request:
  *     {"allowed": 0|1, "tiers": [[allowed, limit, remaining, reset_us,
  *      retry_us, delay_us, reason], ...], "keys": [[redis_key, expiry], ...],
@@ -45,6 +47,7 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
 {
     json_t *now = json_object_get(root, "now_us");
     json_t *dry = json_object_get(root, "dry_run");
+    json_t *report = json_object_get(root, "report");
     json_t *checks = json_object_get(root, "checks");
     if (!json_is_integer(now) || json_integer_value(now) < 0)
         die("now_us must be an integer >= 0", NULL);
@@ -52,7 +55,16 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
         die("dry_run must be a boolean", NULL);
     if (!json_is_array(checks) || json_array_size(checks) == 0)
         die("checks must be a non-empty array", NULL);
+    if (report && !json_is_boolean(report))
+        die("report must be a boolean", NULL);
     req->dry_run = dry && json_is_true(dry);
+    req->report = report && json_is_true(report);
+    json_int_t least = req->report ? -REQUEST_MAX_COST : 0;
+    json_t *nonce = json_object_get(root, "nonce");
+    if (nonce && (!json_is_string(nonce) || json_string_length(nonce) != LEASE_NONCE_LEN))
+        die("nonce must be a string of 22 characters", NULL);
+    if (nonce)
+        memcpy(req->lease_nonce, json_string_value(nonce), LEASE_NONCE_LEN + 1);
     req->nchecks = json_array_size(checks);
     req->checks = calloc(req->nchecks, sizeof *req->checks);
     if (!req->checks)
@@ -74,13 +86,72 @@ static int64_t parse_line(const struct config *cfg, json_t *root, struct check_r
             die("bad key length", NULL);
         it->cost = 1;
         if (cost) {
-            if (!json_is_integer(cost) || json_integer_value(cost) < 0 ||
+            if (!json_is_integer(cost) || json_integer_value(cost) < least ||
                 json_integer_value(cost) > REQUEST_MAX_COST)
-                die("cost must be an integer in [0, 1e9]", NULL);
+                die("cost must be an integer in [0, 1e9] ([-1e9, 1e9] in a report)", NULL);
             it->cost = json_integer_value(cost);
         }
     }
     return json_integer_value(now);
+}
+
+/* Writes reply as one line, and frees it. */
+static void put_reply(json_t *reply)
+{
+    char *text = json_dumps(reply, JSON_COMPACT);
+    if (!text)
+        die("cannot encode the reply", NULL);
+    printf("%s\n", text);
+    fflush(stdout);
+    free(text);
+    json_decref(reply);
+}
+
+/* {"now_us": N, "release": [{"policy","key","tier","units","nonce"}]}:
+ * releases them (local_store_lease) and writes {"outcomes": [status...],
+ * "keys": [[redis_key, expiry]...]}, a key per lease. */
+static void release_line(const struct config *cfg, struct local_store *store, json_t *root)
+{
+    json_t *now = json_object_get(root, "now_us"), *list = json_object_get(root, "release");
+    if (!json_is_integer(now) || !json_is_array(list))
+        die("a release needs now_us and a release array", NULL);
+    size_t n = json_array_size(list);
+    struct lease_ref *refs = calloc(n ? n : 1, sizeof *refs);
+    struct lease_outcome *out = calloc(n ? n : 1, sizeof *out);
+    if (!refs || !out)
+        die("out of memory", NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *l = json_array_get(list, i);
+        const char *policy, *key, *tier, *nonce;
+        json_int_t units;
+        if (json_unpack(l, "{s:s,s:s,s:s,s:I,s:s}", "policy", &policy, "key", &key, "tier", &tier,
+                        "units", &units, "nonce", &nonce) < 0)
+            die("bad lease", NULL);
+        snprintf(refs[i].policy, sizeof refs[i].policy, "%s", policy);
+        snprintf(refs[i].tier, sizeof refs[i].tier, "%s", tier);
+        refs[i].keylen = strlen(key);
+        if (refs[i].keylen > sizeof refs[i].key)
+            die("key too long", NULL);
+        memcpy(refs[i].key, key, refs[i].keylen);
+        refs[i].units = units;
+        snprintf(refs[i].nonce, sizeof refs[i].nonce, "%s", nonce);
+    }
+    int64_t t = json_integer_value(now);
+    local_store_lease(store, cfg->key_prefix, 0, refs, n, t, out);
+    json_t *outcomes = json_array(), *keys = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char k[POLICY_KEY_BUF];
+        int len = policy_redis_key(cfg->key_prefix, refs[i].policy, refs[i].key, refs[i].keylen,
+                                   refs[i].tier, NULL, k, sizeof k);
+        if (len < 0)
+            die("key too long", NULL);
+        json_array_append_new(outcomes, json_integer(out[i].status));
+        json_array_append_new(
+            keys, json_pack("[sI]", k, (json_int_t)local_store_expiry(store, k, (size_t)len, t)));
+    }
+    put_reply(json_pack("{s:o,s:o}", "outcomes", outcomes, "keys", keys));
+    free(refs);
+    free(out);
 }
 
 int main(int argc, char **argv)
@@ -108,6 +179,11 @@ int main(int argc, char **argv)
         json_t *root = json_loadb(line, (size_t)n, 0, &jerr);
         if (!root || !json_is_object(root))
             die("bad JSON line", root ? NULL : jerr.text);
+        if (json_object_get(root, "release")) {
+            release_line(cfg, store, root);
+            json_decref(root);
+            continue;
+        }
         struct check_request req = {0};
         int64_t now = parse_line(cfg, root, &req);
         size_t ntiers = 0;
@@ -151,16 +227,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < req.nchecks; i++)
             json_array_append_new(policies, json_string(call.args[call.nkeys + 2 + 2 * i + 1]));
         scripts_call_free(&call);
-        json_t *reply =
-            json_pack("{s:i,s:o,s:o,s:I,s:o}", "allowed", allowed, "tiers", tiers, "keys", keys,
-                      "size", (json_int_t)local_store_size(store), "policies", policies);
-        char *text = json_dumps(reply, JSON_COMPACT);
-        if (!text)
-            die("cannot encode the reply", NULL);
-        printf("%s\n", text);
-        fflush(stdout);
-        free(text);
-        json_decref(reply);
+        put_reply(json_pack("{s:i,s:o,s:o,s:I,s:o}", "allowed", allowed, "tiers", tiers, "keys",
+                            keys, "size", (json_int_t)local_store_size(store), "policies",
+                            policies));
         free(out);
         free(req.checks);
         json_decref(root);

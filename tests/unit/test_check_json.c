@@ -9,20 +9,24 @@
 #include "front/http/check_json.h"
 #include "tap.h"
 
-static const char yaml[] = "policies:\n"
-                           "  login:\n"
-                           "    tiers:\n"
-                           "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s}\n"
-                           "  user:\n"
-                           "    tiers:\n"
-                           "      - {name: m, algorithm: fixed_window, limit: 5, window: 1m}\n"
-                           "    overrides:\n"
-                           "      - key: \"vip:1\"\n"
-                           "        tiers: [{name: m, algorithm: fixed_window, limit: 50, "
-                           "window: 1m}]\n"
-                           "      - prefix: \"vip:\"\n"
-                           "        tiers: [{name: m, algorithm: fixed_window, limit: 20, "
-                           "window: 1m}]\n";
+static const char yaml[] =
+    "policies:\n"
+    "  login:\n"
+    "    tiers:\n"
+    "      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s}\n"
+    "  log:\n"
+    "    tiers:\n"
+    "      - {name: l, algorithm: sliding_window_log, limit: 5, window: 1s}\n"
+    "  user:\n"
+    "    tiers:\n"
+    "      - {name: m, algorithm: fixed_window, limit: 5, window: 1m}\n"
+    "    overrides:\n"
+    "      - key: \"vip:1\"\n"
+    "        tiers: [{name: m, algorithm: fixed_window, limit: 50, "
+    "window: 1m}]\n"
+    "      - prefix: \"vip:\"\n"
+    "        tiers: [{name: m, algorithm: fixed_window, limit: 20, "
+    "window: 1m}]\n";
 
 struct bad_case {
     const char *body;
@@ -294,6 +298,57 @@ static void test_paths_agree(const struct config *cfg)
     ok(all, "and on every prefix of a plain body");
 }
 
+/* POST /report bodies (check_json_parse_report): negative costs where the
+ * algorithms give back, the same shapes without dry_run. */
+static const struct bad_case bad_reports[] = {
+    {"{\"policy\":\"login\",\"key\":\"a\",\"dry_run\":true}", "unknown_field", "\"dry_run\""},
+    {"{\"checks\":[{\"policy\":\"login\",\"key\":\"a\"}],\"dry_run\":false}", "unknown_field",
+     "\"dry_run\""},
+    {"{\"policy\":\"login\",\"key\":\"a\",\"cost\":-1000000001}", "invalid_cost", "between -"},
+    {"{\"policy\":\"log\",\"key\":\"a\",\"cost\":-1}", "refund_not_supported",
+     "sliding_window_log cannot give back"},
+    {"{\"checks\":[{\"policy\":\"login\",\"key\":\"a\",\"cost\":-1},"
+     "{\"policy\":\"log\",\"key\":\"a\",\"cost\":-1}]}",
+     "refund_not_supported", "tier \"l\""},
+    {"{\"checks\":[{\"policy\":\"login\",\"key\":\"a\",\"cost\":-600000000},"
+     "{\"policy\":\"login\",\"key\":\"a\",\"cost\":-600000000}]}",
+     "invalid_cost", "add up"},
+};
+
+static void test_reports(const struct config *cfg)
+{
+    for (size_t i = 0; i < sizeof bad_reports / sizeof bad_reports[0]; i++) {
+        const struct bad_case *b = &bad_reports[i];
+        struct check_request r;
+        struct request_error e = {0};
+        int rc = check_json_parse_report(cfg, b->body, strlen(b->body), &r, &e);
+        ok(rc == -1 && e.status == 400 && e.code && strcmp(e.code, b->code) == 0 &&
+               strstr(e.message, b->needle) != NULL && r.checks == NULL,
+           "report: rejects %s as %s", b->body, b->code);
+        if (rc == -1 && e.code && strcmp(e.code, b->code) != 0)
+            printf("#   got %s: %s\n", e.code, e.message);
+    }
+    struct check_request r;
+    struct request_error e;
+    const char *body = "{\"checks\":[{\"policy\":\"login\",\"key\":\"a\",\"cost\":-3},"
+                       "{\"policy\":\"log\",\"key\":\"a\",\"cost\":7},"
+                       "{\"policy\":\"login\",\"key\":\"a\",\"cost\":1}]}";
+    int rc = check_json_parse_report(cfg, body, strlen(body), &r, &e);
+    ok(rc == 0 && r.report && !r.dry_run && r.nchecks == 2 && r.checks[0].cost == -2 &&
+           r.checks[1].cost == 7,
+       "report: a refund and a charge, duplicates added up");
+    if (rc == 0)
+        request_free(&r);
+    body = "{\"policy\":\"login\",\"key\":\"a\",\"cost\":-1}";
+    rc = check_json_parse(cfg, body, strlen(body), &r, &e);
+    ok(rc == -1 && strcmp(e.code, "invalid_cost") == 0, "/check still refuses a negative cost");
+    body = "{\"policy\":\"login\",\"key\":\"a\"}";
+    rc = check_json_parse_report(cfg, body, strlen(body), &r, &e);
+    ok(rc == 0 && r.report && r.checks[0].cost == 1, "report: cost defaults to 1");
+    if (rc == 0)
+        request_free(&r);
+}
+
 int main(void)
 {
     char err[RL_ERRLEN];
@@ -306,6 +361,7 @@ int main(void)
         test_good(cfg);
         test_paths_agree(cfg);
         test_overrides(cfg);
+        test_reports(cfg);
     }
     config_unref(cfg);
     return tap_done();

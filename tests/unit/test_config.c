@@ -96,7 +96,7 @@ static const struct error_case {
      "policies.p: unknown field \"failuremode\""},
     {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
      "policies.p.tiers[0]: unknown field \"limt\" (known: name, algorithm, limit, window, burst, "
-     "precision, calendar, timezone, anchor_day, week_start)"},
+     "precision, lease_timeout, calendar, timezone, anchor_day, week_start)"},
     {"unknown field quoted safely", "\"a\\x01b\": 1\n" POLICY_P, "1:1", "unknown field \"a?b\""},
 
     /* wrong node types */
@@ -204,6 +204,49 @@ static const struct error_case {
      TIER("name: a\n        algorithm: sliding_window_buckets\n"
           "        limit: 1\n        window: 1m\n"),
      "4:9", "policies.p.tiers[0].precision: required for sliding_window_buckets"},
+    /* concurrency: lease_timeout instead of window; no forward-auth or Envoy */
+    {"concurrency without lease_timeout",
+     TIER("name: a\n        algorithm: concurrency\n        limit: 2\n"), "4:9",
+     "policies.p.tiers[0].lease_timeout: required for concurrency"},
+    {"concurrency with a window",
+     TIER("name: a\n        algorithm: concurrency\n        limit: 2\n        window: 1s\n"
+          "        lease_timeout: 30s\n"),
+     "7:17",
+     "policies.p.tiers[0].window: not allowed for concurrency (a lease lives "
+     "lease_timeout)"},
+    {"lease_timeout of another algorithm",
+     TIER("name: a\n        algorithm: gcra\n        limit: 2\n        window: 1s\n"
+          "        lease_timeout: 30s\n"),
+     "8:24",
+     "policies.p.tiers[0].lease_timeout: not allowed for gcra (only concurrency takes "
+     "one)"},
+    {"lease_timeout too long",
+     TIER("name: a\n        algorithm: concurrency\n        limit: 2\n        lease_timeout: "
+          "367d\n"),
+     "7:24", "policies.p.tiers[0].lease_timeout: must be between 1ms and 366d, got 367d"},
+    {"concurrency limit too large",
+     TIER("name: a\n        algorithm: concurrency\n        limit: 100001\n"
+          "        lease_timeout: 1s\n"),
+     "6:16", "policies.p.tiers[0].limit: must be between 1 and 100000 for concurrency, got 100001"},
+    {"concurrency policy with a forward-auth key",
+     "policies:\n  p:\n    key: \"${header:X-User}\"\n    tiers:\n"
+     "      - {name: a, algorithm: concurrency, limit: 2, lease_timeout: 30s}\n",
+     "3:10",
+     "policies.p: key: a policy with a concurrency tier cannot serve forward-auth "
+     "(/auth/<policy> has no way to release a lease)"},
+    {"concurrency override with deny_status",
+     "policies:\n  p:\n    deny_status: 403\n    tiers:\n" TIER_A "    overrides:\n"
+     "      - {key: a, tiers: [{name: c, algorithm: concurrency, limit: 1, lease_timeout: 1s}]}\n",
+     "3:18",
+     "policies.p: deny_status: a policy with a concurrency tier cannot serve forward-auth "
+     "(/auth/<policy> has no way to release a lease)"},
+    {"concurrency policy named by an Envoy descriptor",
+     "policies:\n  p:\n    tiers:\n"
+     "      - {name: a, algorithm: concurrency, limit: 2, lease_timeout: 30s}\n"
+     "domains:\n  - domain: d\n    descriptors:\n      - {key: k, policy: p}\n",
+     "8:26",
+     "domains[0].descriptors[0]: policy \"p\" has a concurrency tier, which Envoy's rate "
+     "limit service cannot use (it has no way to release a lease)"},
     {"no policies", "policies: {}\n", "1:11", "policies: at least one policy is required"},
     {"no tiers", "policies:\n  p:\n    tiers: []\n", "3:12", "policies.p.tiers: at least one tier"},
 
@@ -211,7 +254,7 @@ static const struct error_case {
     {"unknown algorithm", TIER("name: a\n        algorithm: fixed\n"), "5:20",
      "policies.p.tiers[0].algorithm: unknown algorithm \"fixed\" (known: fixed_window, "
      "sliding_window_log, sliding_window_counter, sliding_window_buckets, token_bucket, gcra, "
-     "leaky_bucket)"},
+     "leaky_bucket, concurrency)"},
     {"bad policy name", "policies:\n  \"a b\":\n    tiers:\n" TIER_A, "2:3",
      "policies: invalid name \"a b\": use 1 to 64 of A-Z a-z 0-9 _ . -"},
     {"policy name too long",

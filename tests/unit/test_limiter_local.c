@@ -52,11 +52,15 @@ struct item {
 
 static struct tier_result R[64];
 
+/* The lease nonce of the requests run() makes (concurrency tiers). */
+static const char *nonce = "";
+
 /* Decides one request of n checks into R; returns request_allowed. */
 static int run(struct local_store *s, int64_t now, int dry, size_t n, const struct item *items)
 {
     struct check_item checks[8];
     struct check_request req = {.dry_run = dry, .nchecks = n, .checks = checks};
+    snprintf(req.lease_nonce, sizeof req.lease_nonce, "%s", nonce);
     for (size_t i = 0; i < n; i++)
         checks[i] = (struct check_item){.policy = items[i].p,
                                         .key = (char *)items[i].key,
@@ -601,6 +605,8 @@ static void test_reload(void)
     const int64_t r = T0 + 1500 * MS;
 
     for (int a = 0; a < ALG__COUNT; a++) {
+        if (a == ALG_CONCURRENCY)
+            continue; /* no window to change: test_concurrency */
         const char *name = policy_algorithm_name((enum algorithm)a);
         struct policy old = mkpol("r", 0, TIERS(reload_tier((enum algorithm)a, 10, 5)));
         for (size_t i = 0; i < sizeof raises / sizeof raises[0]; i++) {
@@ -685,8 +691,77 @@ static void test_reload(void)
     }
 }
 
+/* A lease of the request whose nonce was n, holding units. */
+static struct lease_ref ref(const struct policy *p, const char *key, int64_t units, const char *n,
+                            int64_t timeout)
+{
+    struct lease_ref r = {.units = units, .timeout_us = timeout};
+    snprintf(r.policy, sizeof r.policy, "%s", p->name);
+    snprintf(r.tier, sizeof r.tier, "%s", p->tiers[0].name);
+    snprintf(r.key, sizeof r.key, "%s", key);
+    r.keylen = strlen(key);
+    snprintf(r.nonce, sizeof r.nonce, "%s", n);
+    return r;
+}
+
+/* As lua/concurrency.lua (test_scripts.py's test_concurrency, same times). */
+static void test_concurrency(void)
+{
+    struct policy p = mkpol(
+        "c", 0,
+        TIERS({.name = "t", .algorithm = ALG_CONCURRENCY, .limit = 3, .lease_timeout_us = SEC}));
+    struct local_store *s = local_store_new(100, 1);
+    struct lease_outcome o[2];
+
+    nonce = "AAAAAAAAAAAAAAAAAAAAAA";
+    one(s, &p, "k", 1, T0, 0);
+    expect(&R[0], 1, 3, 2, SEC, 0, 0, "concurrency: first lease, reset at its expiry");
+    ok(R[0].now_us == T0, "the result carries the decider's now");
+    nonce = "BBBBBBBBBBBBBBBBBBBBBB";
+    one(s, &p, "k", 2, T0 + 100 * MS, 0);
+    expect(&R[0], 1, 3, 0, SEC, 0, 0, "a cost of 2 holds two units; reset: the last expiry");
+    nonce = "CCCCCCCCCCCCCCCCCCCCCC";
+    one(s, &p, "k", 1, T0 + 200 * MS, 0);
+    expect(&R[0], 0, 3, 0, 900 * MS, 800 * MS, 0, "full: retry when the earliest lease expires");
+    one(s, &p, "k", 3, T0 + 200 * MS, 0);
+    expect(&R[0], 0, 3, 0, 900 * MS, 900 * MS, 0, "cost 3: retry when both have expired");
+    one(s, &p, "k", 4, T0 + 200 * MS, 0);
+    expect(&R[0], 0, 3, 0, 900 * MS, -1, 0, "cost over the limit: never");
+
+    struct lease_ref a = ref(&p, "k", 1, "AAAAAAAAAAAAAAAAAAAAAA", SEC);
+    struct lease_ref forged = ref(&p, "k", 2, "AAAAAAAAAAAAAAAAAAAAAA", SEC);
+    struct lease_ref two[] = {a, a};
+    local_store_lease(s, PREFIX, 0, &forged, 1, T0 + 300 * MS, o);
+    ok(o[0].status == LEASE_UNKNOWN, "another cost with the same nonce is unknown");
+    local_store_lease(s, PREFIX, 0, two, 2, T0 + 300 * MS, o);
+    ok(o[0].status == LEASE_DONE && o[1].status == LEASE_UNKNOWN,
+       "release: freed once, then unknown (no double free)");
+    one(s, &p, "k", 1, T0 + 300 * MS, 0);
+    expect(&R[0], 1, 3, 0, SEC, 0, 0, "its unit is free again");
+
+    struct lease_ref b = ref(&p, "k", 2, "BBBBBBBBBBBBBBBBBBBBBB", SEC);
+    local_store_lease(s, PREFIX, 1, &b, 1, T0 + 500 * MS, o);
+    ok(o[0].status == LEASE_DONE && o[0].expires_us == T0 + 1500 * MS,
+       "renew: a lease timeout from now");
+    one(s, &p, "k", 1, T0 + 1200 * MS, 0);
+    expect(&R[0], 0, 3, 0, 300 * MS, 100 * MS, 0, "before the first lease expires: still full");
+    one(s, &p, "k", 1, T0 + 1350 * MS, 0);
+    expect(&R[0], 1, 3, 0, SEC, 0, 0, "the lease taken at 300 ms has expired; the renewed holds");
+    local_store_lease(s, PREFIX, 0, &b, 1, T0 + 1600 * MS, o);
+    ok(o[0].status == LEASE_EXPIRED, "release after expiry: expired, nothing freed");
+    local_store_lease(s, PREFIX, 1, &b, 1, T0 + 1600 * MS, o);
+    ok(o[0].status == LEASE_EXPIRED, "renew after expiry: expired, not renewed");
+    ok(expiry(s, &p, "k", 0, T0 + 1400 * MS) == T0 + 4350 * MS,
+       "the key lives a lease timeout past its last lease, plus slack");
+    one(s, &p, "k", 1, T0 + 5 * SEC, 1);
+    expect(&R[0], 1, 3, 2, SEC, 0, 0, "all expired: a dry run sees everything free");
+    nonce = "";
+    local_store_free(s);
+}
+
 int main(void)
 {
+    test_concurrency();
     test_fixed_window();
     test_sliding_window_log();
     test_sliding_window_counter();

@@ -82,6 +82,17 @@ static const char *const expected_scenario[] = {
     "ratelimitd_checks_total{policy=\"api\",decision=\"degraded\"} 1",
     "ratelimitd_checks_total{policy=\"api\",decision=\"unavailable\"} 0",
     "ratelimitd_checks_total{policy=\"api\",decision=\"local\"} 0",
+    "# HELP ratelimitd_reports_total Checks of POST /report (usage charged after the answer), by "
+    "policy and what became of the charge.",
+    "# TYPE ratelimitd_reports_total counter",
+    "ratelimitd_reports_total{policy=\"login\",result=\"recorded\"} 2",
+    "ratelimitd_reports_total{policy=\"login\",result=\"local\"} 0",
+    "ratelimitd_reports_total{policy=\"login\",result=\"not_recorded\"} 0",
+    "ratelimitd_reports_total{policy=\"login\",result=\"unavailable\"} 0",
+    "ratelimitd_reports_total{policy=\"api\",result=\"recorded\"} 0",
+    "ratelimitd_reports_total{policy=\"api\",result=\"local\"} 0",
+    "ratelimitd_reports_total{policy=\"api\",result=\"not_recorded\"} 1",
+    "ratelimitd_reports_total{policy=\"api\",result=\"unavailable\"} 0",
     "# HELP ratelimitd_checks_in_flight Checks accepted and not yet answered.",
     "# TYPE ratelimitd_checks_in_flight gauge",
     "ratelimitd_checks_in_flight 3",
@@ -195,6 +206,20 @@ static const char *const expected_scenario[] = {
     "protocol error or a flood (SETTINGS, PING, RST_STREAM).",
     "# TYPE ratelimitd_grpc_protocol_errors_total counter",
     "ratelimitd_grpc_protocol_errors_total 0",
+    "# HELP ratelimitd_leases_acquired_total Concurrency leases this daemon handed out (allowed "
+    "/check answers, one per concurrency tier).",
+    "# TYPE ratelimitd_leases_acquired_total counter",
+    "ratelimitd_leases_acquired_total 0",
+    "# HELP ratelimitd_leases_released_total Leases freed by POST /release on this daemon.",
+    "# TYPE ratelimitd_leases_released_total counter",
+    "ratelimitd_leases_released_total 0",
+    "# HELP ratelimitd_leases_renewed_total Leases extended by POST /renew on this daemon.",
+    "# TYPE ratelimitd_leases_renewed_total counter",
+    "ratelimitd_leases_renewed_total 0",
+    "# HELP ratelimitd_leases_expired_total Leases that POST /release or /renew on this daemon "
+    "found already expired.",
+    "# TYPE ratelimitd_leases_expired_total counter",
+    "ratelimitd_leases_expired_total 0",
     "# HELP ratelimitd_config_reloads_total Policy file reloads, by result.",
     "# TYPE ratelimitd_config_reloads_total counter",
     "ratelimitd_config_reloads_total{result=\"success\"} 1",
@@ -219,6 +244,10 @@ static void test_scenario(void)
     metrics_check(m, "login", METRICS_DENIED);
     metrics_check(m, "api", METRICS_SHADOW_DENIED);
     metrics_check(m, "api", METRICS_DEGRADED);
+    metrics_report(m, "login", METRICS_REPORT_RECORDED);
+    metrics_report(m, "login", METRICS_REPORT_RECORDED);
+    metrics_report(m, "api", METRICS_REPORT_NOT_RECORDED);
+    metrics_report(m, "api", METRICS_NREPORTS); /* out of range: ignored */
     metrics_http_status(m, 200);
     metrics_http_status(m, 200);
     metrics_http_status(m, 429);
@@ -285,15 +314,17 @@ static void test_empty(void)
     struct metrics *m = metrics_new();
     char *text = metrics_render(m, NULL);
 
-    /* build_info + checks + in_flight + http + rls requests + rls
+    /* build_info + checks + reports + in_flight + http + rls requests + rls
      * descriptors + redis_up + histogram + 6 counters + 3 grpc counters +
      * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 27, "empty: 27 families");
-    is_int(count_substr(text, "# HELP "), 27, "empty: 27 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 32, "empty: 32 families");
+    is_int(count_substr(text, "# HELP "), 32, "empty: 32 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
+                        "# HELP ratelimitd_reports_total") != NULL &&
+           strstr(text, "# TYPE ratelimitd_reports_total counter\n"
                         "# HELP ratelimitd_checks_in_flight") != NULL,
-       "empty: checks_total has no samples before a policy is seen");
+       "empty: checks_total and reports_total have no samples before a policy is seen");
     is_int(sample(text, "ratelimitd_build_info{version=\"\",commit=\"\",features=\"\"}"), 1,
            "empty: NULL version, commit and features are \"\"");
     is_int(sample(text, "ratelimitd_redis_timeouts_total"), 0, "empty: counters at 0");
@@ -642,8 +673,8 @@ static void test_no_redis(void)
     char *text = metrics_render(m, &g);
     ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
     is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
-    is_int(count_substr(text, "# TYPE "), 14,
-           "no_redis: 14 families (27 less redis_up, the histogram, 7 per node, 4 counters)");
+    is_int(count_substr(text, "# TYPE "), 19,
+           "no_redis: 19 families (32 less redis_up, the histogram, 7 per node, 4 counters)");
     free(text);
     metrics_free(m);
 }

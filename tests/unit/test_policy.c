@@ -32,6 +32,7 @@ static void test_algorithms(void)
         {ALG_TOKEN_BUCKET, "token_bucket", 1, 0},
         {ALG_GCRA, "gcra", 1, 0},
         {ALG_LEAKY_BUCKET, "leaky_bucket", 1, 1},
+        {ALG_CONCURRENCY, "concurrency", 1, 0},
     };
     static const char *const unknown[] = {"", "FIXED_WINDOW", "fixed_window ", "fixed",
                                           "token-bucket"};

@@ -30,7 +30,14 @@
  *      refund: that can only make clients get fewer admissions than the
  *      limits allow, never more), and their figures say so: each group
  *      reports what its own run did (taken where it committed, untaken
- *      where it denied).
+ *      where it denied), and the reply names the checks that committed
+ *      (backend_reply.taken: the Envoy service's second round, rls.c,
+ *      must not decide them again).
+ * A report (check_request.report) decides nothing, so it has no phase 1:
+ * every group is charged at once, atomically on its node; a group that
+ * fails leaves the others charged (the request is answered per
+ * failure_mode, and a caller that retries a 503 may charge those twice:
+ * an overcount, never an undercount).
  * The tier results are put back in the request's check order.
  *
  * Redirects and retries per group: MOVED counts on the node that sent it,
@@ -106,6 +113,10 @@ struct cgroup {
     int asking;
     int redirects, retries;
     int allowed; /* the script's request_allowed for this group */
+    /* A lease operation's group: its leases (copies) and their outcomes. */
+    struct lease_ref *lrefs;
+    struct lease_outcome *lout;
+    size_t nl;
     struct event retry_ev;
     int retry_armed;
 };
@@ -115,6 +126,8 @@ struct ccall {
     struct backend_cluster *b;
     struct ccall *prev, *next; /* b->calls */
     backend_done_fn done;
+    backend_lease_done_fn lease_done; /* a lease operation instead of a check */
+    size_t nleases;
     void *arg;
     const struct check_request *req;
     size_t ngroups;
@@ -391,6 +404,8 @@ static void call_free(struct ccall *c)
         free(g->index);
         free(g->res);
         free(g->res_if_denied);
+        free(g->lrefs);
+        free(g->lout);
         scripts_call_free(&g->sc);
     }
     free(c->groups);
@@ -425,6 +440,11 @@ static void complete_ok(struct ccall *c)
     size_t n = request_tiers(c->req);
     struct tier_result *out = xcalloc(n ? n : 1, sizeof *out);
     int untaken = c->phase == 1 && !all_allowed(c);
+    /* Denied in phase 2 (more than one group): the groups that allowed
+     * committed, and the caller must know it (rls.c must not decide them
+     * again). A single group's run is atomic: denied, it took nothing. */
+    int partial = c->phase == 2 && c->ngroups > 1 && !all_allowed(c);
+    uint64_t taken = 0;
     for (size_t i = 0; i < c->ngroups; i++) {
         const struct cgroup *g = &c->groups[i];
         const struct tier_result *res = untaken ? g->res_if_denied : g->res;
@@ -433,17 +453,39 @@ static void complete_ok(struct ccall *c)
             size_t nt = g->sub.checks[k].policy->ntiers;
             memcpy(out + c->offset[g->index[k]], res + from, nt * sizeof *out);
             from += nt;
+            if (partial && g->allowed)
+                taken |= (uint64_t)1 << g->index[k];
         }
     }
-    struct backend_reply reply = {.status = BACKEND_OK, .results = out};
+    struct backend_reply reply = {.status = BACKEND_OK, .results = out, .taken = taken};
     c->done(c->arg, &reply);
+    free(out);
+}
+
+/* A lease operation's outcomes from its groups', in the order asked (each
+ * group's index lists the leases it took, in order). */
+static void complete_lease(struct ccall *c)
+{
+    struct lease_outcome *out = xcalloc(c->nleases ? c->nleases : 1, sizeof *out);
+    for (size_t i = 0; i < c->ngroups; i++)
+        for (size_t k = 0; k < c->groups[i].nl; k++)
+            out[c->groups[i].index[k]] = c->groups[i].lout[k];
+    struct backend_lease_reply reply = {.status = BACKEND_OK, .outcomes = out};
+    c->lease_done(c->arg, &reply);
     free(out);
 }
 
 static void call_finish(struct ccall *c)
 {
     call_unlink(c);
-    if (c->status == BACKEND_OK) {
+    if (c->lease_done) {
+        if (c->status == BACKEND_OK) {
+            complete_lease(c);
+        } else {
+            struct backend_lease_reply reply = {.status = c->status, .errmsg = c->err};
+            c->lease_done(c->arg, &reply);
+        }
+    } else if (c->status == BACKEND_OK) {
         complete_ok(c);
     } else {
         struct backend_reply reply = {.status = c->status, .errmsg = c->err};
@@ -533,6 +575,9 @@ static void decode_group(struct cgroup *g, const redisReply *r)
         ints[i] = r->element[i]->integer;
     if (i != r->elements || r->elements < SCRIPTS_RESULT_HEAD) {
         call_fail(g->call, BACKEND_ERROR, "script reply holds a non-integer");
+    } else if (g->call->lease_done) {
+        if (scripts_decode_lease(ints, r->elements, g->nl, g->lout, err, sizeof err) < 0)
+            call_fail(g->call, BACKEND_ERROR, err);
     } else if ((g->call->phase == 1
                     ? scripts_decode_dry_run_both(ints, r->elements, g->sc.ntiers, g->res,
                                                   g->res_if_denied, err, sizeof err)
@@ -663,6 +708,8 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
             c->groups[g].sub.checks = xcalloc(n, sizeof *c->groups[g].sub.checks);
             c->groups[g].index = xcalloc(n, sizeof *c->groups[g].index);
             c->groups[g].sub.dry_run = req->dry_run;
+            c->groups[g].sub.report = req->report;
+            memcpy(c->groups[g].sub.lease_nonce, req->lease_nonce, sizeof req->lease_nonce);
             c->ngroups++;
         }
         struct cgroup *grp = &c->groups[g];
@@ -680,42 +727,111 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
     }
 }
 
-static int cluster_decide(struct backend *iface, const struct config *cfg,
-                          const struct check_request *req, int64_t now_us, backend_done_fn done,
-                          void *arg)
+/* redis.timeout may change on reload: every node's stall rule follows. */
+static void follow_timeout(struct backend_cluster *b, const struct config *cfg)
 {
-    struct backend_cluster *b = (struct backend_cluster *)iface;
     if (b->timeout_us != cfg->redis_timeout_us) {
         b->timeout_us = cfg->redis_timeout_us;
         for (size_t i = 0; i < b->nnodes; i++)
             redis_node_set_timeout(b->nodes[i]->node, b->timeout_us);
     }
-    if (!b->have_map || req->nchecks == 0)
-        return -1;
+}
+
+static struct ccall *call_new(struct backend_cluster *b, void *arg)
+{
     struct ccall *c = xcalloc(1, sizeof *c);
     c->b = b;
-    c->done = done;
     c->arg = arg;
-    c->req = req;
     c->status = BACKEND_OK;
-    make_groups(c, cfg, now_us);
-    /* A slot whose master is not ready: answer now rather than wait for
-     * the deadline (the circuit is open for that part of the cluster). */
+    return c;
+}
+
+/* Registers c (its groups made) among the calls in flight and returns 1;
+ * or frees it and returns 0 if a slot's master is not ready: the caller
+ * answers now rather than wait for the deadline (the circuit is open for
+ * that part of the cluster). */
+static int call_link(struct backend_cluster *b, struct ccall *c)
+{
     for (size_t i = 0; i < c->ngroups; i++) {
         struct cnode *cn = b->slot_node[c->groups[i].slot];
         if (!cn || !redis_node_ready(cn->node)) {
             call_free(c);
-            return -1;
+            return 0;
         }
     }
     c->next = b->calls;
     if (b->calls)
         b->calls->prev = c;
     b->calls = c;
-    if (c->ngroups == 1)
+    return 1;
+}
+
+static int cluster_decide(struct backend *iface, const struct config *cfg,
+                          const struct check_request *req, int64_t now_us, backend_done_fn done,
+                          void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    follow_timeout(b, cfg);
+    if (!b->have_map || req->nchecks == 0)
+        return -1;
+    struct ccall *c = call_new(b, arg);
+    c->done = done;
+    c->req = req;
+    make_groups(c, cfg, now_us);
+    if (!call_link(b, c))
+        return -1;
+    if (req->report)
+        start_phase(c, 2, SCRIPTS_REPORT); /* no decision: nothing to agree on first */
+    else if (c->ngroups == 1)
         start_phase(c, 2, req->dry_run ? SCRIPTS_DRY_RUN : SCRIPTS_RUN);
     else
         start_phase(c, 1, SCRIPTS_DRY_RUN_BOTH);
+    return 0;
+}
+
+/* Groups the leases by the slot of their key, one call per slot (a lease
+ * operation is per lease: no two phases). */
+static int cluster_lease(struct backend *iface, const struct config *cfg, int renew,
+                         const struct lease_ref *refs, size_t n, backend_lease_done_fn done,
+                         void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    follow_timeout(b, cfg);
+    if (!b->have_map || n == 0)
+        return -1;
+    struct ccall *c = call_new(b, arg);
+    c->lease_done = done;
+    c->nleases = n;
+    c->groups = xcalloc(n, sizeof *c->groups);
+    char key[POLICY_KEY_BUF];
+    for (size_t i = 0; i < n; i++) {
+        int k = policy_redis_key(cfg->key_prefix, refs[i].policy, refs[i].key, refs[i].keylen,
+                                 refs[i].tier, NULL, key, sizeof key);
+        if (k < 0)
+            abort(); /* a decoded id's parts fit POLICY_KEY_BUF */
+        unsigned slot = redis_cluster_keyslot(key, (size_t)k);
+        size_t g;
+        for (g = 0; g < c->ngroups && c->groups[g].slot != slot; g++)
+            ;
+        struct cgroup *grp = &c->groups[g];
+        if (g == c->ngroups) {
+            grp->slot = slot;
+            grp->call = c;
+            grp->lrefs = xcalloc(n, sizeof *grp->lrefs);
+            grp->lout = xcalloc(n, sizeof *grp->lout);
+            grp->index = xcalloc(n, sizeof *grp->index);
+            c->ngroups++;
+        }
+        grp->lrefs[grp->nl] = refs[i];
+        grp->index[grp->nl++] = i;
+    }
+    int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
+    for (size_t g = 0; g < c->ngroups; g++)
+        scripts_build_lease_call(cfg, renew, c->groups[g].lrefs, c->groups[g].nl, now,
+                                 &c->groups[g].sc);
+    if (!call_link(b, c))
+        return -1;
+    start_phase(c, 2, renew ? SCRIPTS_LEASE_RENEW : SCRIPTS_LEASE_RELEASE);
     return 0;
 }
 
@@ -882,6 +998,7 @@ static int64_t cluster_call_timeout_us(const struct backend *b, const struct con
 static const struct backend_ops cluster_ops = {
     .name = "redis",
     .decide = cluster_decide,
+    .lease = cluster_lease,
     .reset = cluster_reset,
     .watch_resets = cluster_watch_resets,
     .call_timeout_us = cluster_call_timeout_us,

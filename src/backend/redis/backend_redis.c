@@ -62,6 +62,8 @@ struct backend_redis {
 struct pending {
     struct backend_redis *b;
     backend_done_fn done;
+    backend_lease_done_fn lease_done; /* a lease operation's call instead */
+    size_t nleases;
     void *arg;
     struct script_call call;
 };
@@ -183,9 +185,10 @@ static void complete_ok(struct pending *p, const redisReply *r)
         ints[i] = r->element[i]->integer;
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
     if (i != r->elements) {
-        reply = (struct backend_reply){BACKEND_ERROR, NULL, "script reply holds a non-integer"};
+        reply = (struct backend_reply){.status = BACKEND_ERROR,
+                                       .errmsg = "script reply holds a non-integer"};
     } else if (scripts_decode_result(ints, r->elements, ntiers, res, err, sizeof err) < 0) {
-        reply = (struct backend_reply){BACKEND_ERROR, NULL, err};
+        reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = err};
     }
     p->done(p->arg, &reply);
     if (ints != ints_buf)
@@ -194,8 +197,34 @@ static void complete_ok(struct pending *p, const redisReply *r)
         free(res);
 }
 
+/* A lease operation's integers, decoded into one outcome per lease. */
+static void complete_lease(struct pending *p, const redisReply *r)
+{
+    size_t n = r->elements;
+    long long *ints = xcalloc(n ? n : 1, sizeof *ints);
+    struct lease_outcome *out = xcalloc(p->nleases ? p->nleases : 1, sizeof *out);
+    char err[RL_ERRLEN];
+    size_t i;
+    for (i = 0; i < n && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
+        ints[i] = r->element[i]->integer;
+    struct backend_lease_reply reply = {.status = BACKEND_OK, .outcomes = out};
+    if (i != n)
+        reply =
+            (struct backend_lease_reply){BACKEND_ERROR, NULL, "lease reply holds a non-integer"};
+    else if (scripts_decode_lease(ints, n, p->nleases, out, err, sizeof err) < 0)
+        reply = (struct backend_lease_reply){BACKEND_ERROR, NULL, err};
+    p->lease_done(p->arg, &reply);
+    free(ints);
+    free(out);
+}
+
 static void complete(struct pending *p, enum backend_status status, const char *errmsg)
 {
+    if (p->lease_done) {
+        struct backend_lease_reply reply = {.status = status, .errmsg = errmsg};
+        p->lease_done(p->arg, &reply);
+        return;
+    }
     struct backend_reply reply = {.status = status, .errmsg = errmsg};
     p->done(p->arg, &reply);
 }
@@ -212,12 +241,30 @@ static void on_call_reply(void *arg, redisReply *r)
         master_lost(b, r->str);
     } else if (r->type == REDIS_REPLY_ERROR) {
         complete(p, BACKEND_ERROR, r->str);
+    } else if (r->type == REDIS_REPLY_ARRAY && p->lease_done) {
+        complete_lease(p, r);
     } else if (r->type == REDIS_REPLY_ARRAY) {
         complete_ok(p, r);
     } else {
         complete(p, BACKEND_ERROR, "script reply is not an array");
     }
     pending_free(p);
+}
+
+/* Sends p's call (built, with its completion set); p is freed if it
+ * cannot be sent. Returns as decide does. */
+static int send_call(struct backend_redis *b, const struct config *cfg, struct pending *p,
+                     void *arg)
+{
+    p->b = b;
+    p->arg = arg;
+    /* redis.timeout may change on reload: the stall rule follows. */
+    redis_node_set_timeout(b->node, cfg->redis_timeout_us);
+    if (redis_node_call(b->node, &p->call, 0, on_call_reply, p) < 0) {
+        pending_free(p);
+        return -1;
+    }
+    return 0;
 }
 
 static int redis_decide(struct backend *iface, const struct config *cfg,
@@ -230,17 +277,24 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     if (!redis_node_ready(b->node))
         return -1;
     struct pending *p = xcalloc(1, sizeof *p);
-    p->b = b;
     p->done = done;
-    p->arg = arg;
     scripts_build_call(cfg, req, now_us, &p->call);
-    /* redis.timeout may change on reload: the stall rule follows. */
-    redis_node_set_timeout(b->node, cfg->redis_timeout_us);
-    if (redis_node_call(b->node, &p->call, 0, on_call_reply, p) < 0) {
-        pending_free(p);
+    return send_call(b, cfg, p, arg);
+}
+
+static int redis_lease(struct backend *iface, const struct config *cfg, int renew,
+                       const struct lease_ref *refs, size_t n, backend_lease_done_fn done,
+                       void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    if (!redis_node_ready(b->node))
         return -1;
-    }
-    return 0;
+    struct pending *p = xcalloc(1, sizeof *p);
+    p->lease_done = done;
+    p->nleases = n;
+    int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
+    scripts_build_lease_call(cfg, renew, refs, n, now, &p->call);
+    return send_call(b, cfg, p, arg);
 }
 
 /* ---- resets (resets.h) ---- */
@@ -326,6 +380,7 @@ static int64_t redis_call_timeout_us(const struct backend *b, const struct confi
 static const struct backend_ops redis_ops = {
     .name = "redis",
     .decide = redis_decide,
+    .lease = redis_lease,
     .reset = redis_reset,
     .watch_resets = redis_watch_resets,
     .call_timeout_us = redis_call_timeout_us,

@@ -4,13 +4,14 @@
  * and the calling convention they share (see the header comment of
  * lua/check.lua for the same contract from the Lua side):
  *
- *   ARGV: now_us or "" (Redis TIME), dry_run (SCRIPTS_RUN, SCRIPTS_DRY_RUN
- *         or SCRIPTS_DRY_RUN_BOTH), then per check: cost and
+ *   ARGV: now_us or "" (Redis TIME), dry_run (SCRIPTS_RUN, SCRIPTS_DRY_RUN,
+ *         SCRIPTS_DRY_RUN_BOTH or SCRIPTS_REPORT), then per check: cost and
  *         the policy's settings as one string, "shadow" then per tier
  *         "algorithm limit window_us burst precision_us", space-separated
- *         (the same string on every call: the Lua side parses it once);
+ *         (the same string on every call: the Lua side parses it once;
  *         a calendar tier sends "calendar_window" and, for window_us, its
- *         bounds "p:s:e:n" (a new string once per window).
+ *         bounds "p:s:e:n": a new string once per window);
+ *         then, for a request that takes leases, its lease nonce.
  *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
  *   Reply: now_us, request_allowed, then per tier: allowed, limit,
  *          remaining, reset_us, retry_us (-1: none), delay_us, reason;
@@ -113,7 +114,7 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
         memcpy(dst + len, alg, alen);
         len += alen;
         len = put_num(dst, len, t->limit);
-        len = cal ? put_calendar(dst, len, t, wall_us) : put_num(dst, len, t->window_us);
+        len = cal ? put_calendar(dst, len, t, wall_us) : put_num(dst, len, policy_tier_span_us(t));
         len = put_num(dst, len, t->burst);
         len = put_num(dst, len, t->precision_us);
     }
@@ -144,7 +145,9 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         }
         ntiers += p->ntiers;
     }
-    size_t nargs = nkeys + 2 + 2 * req->nchecks;
+    int nonce = req->lease_nonce[0] != '\0';
+    size_t nargs = nkeys + 2 + 2 * req->nchecks + (size_t)nonce;
+    bytes += sizeof req->lease_nonce;
     memset(out, 0, sizeof *out);
     out->args = xcalloc(nargs, sizeof *out->args);
     out->lens = xcalloc(nargs, sizeof *out->lens);
@@ -174,7 +177,9 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push_int(out, &used, now_us);
     else
         push(out, &used, "", 0);
-    if (req->dry_run)
+    if (req->report)
+        push(out, &used, SCRIPTS_REPORT, 1);
+    else if (req->dry_run)
         push(out, &used, SCRIPTS_DRY_RUN, 1);
     else
         push(out, &used, SCRIPTS_RUN, 1);
@@ -185,6 +190,57 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push_int(out, &used, req->checks[i].cost);
         push_policy(out, &used, req->checks[i].policy, wall_us);
     }
+    if (nonce)
+        push(out, &used, req->lease_nonce, strlen(req->lease_nonce));
+}
+
+void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                              size_t n, int64_t now_us, struct script_call *out)
+{
+    size_t bytes = 2 * NUM_BYTES + 4;
+    for (size_t i = 0; i < n; i++)
+        bytes += POLICY_KEY_BUF + LEASE_MEMBER_MAX + NUM_BYTES;
+    memset(out, 0, sizeof *out);
+    out->args = xcalloc(n + 2 + 2 * n, sizeof *out->args);
+    out->lens = xcalloc(n + 2 + 2 * n, sizeof *out->lens);
+    out->mem = xmalloc(bytes);
+    out->mem_size = bytes;
+    out->nkeys = n;
+    size_t used = 0;
+    char key[POLICY_KEY_BUF], member[LEASE_MEMBER_MAX];
+    for (size_t i = 0; i < n; i++) {
+        const struct lease_ref *r = &refs[i];
+        int k = policy_redis_key(cfg->key_prefix, r->policy, r->key, r->keylen, r->tier, NULL, key,
+                                 sizeof key);
+        if (k < 0)
+            abort(); /* a decoded id's parts fit POLICY_KEY_BUF */
+        push(out, &used, key, (size_t)k);
+    }
+    if (now_us >= 0)
+        push_int(out, &used, now_us);
+    else
+        push(out, &used, "", 0);
+    push(out, &used, renew ? SCRIPTS_LEASE_RENEW : SCRIPTS_LEASE_RELEASE, 1);
+    for (size_t i = 0; i < n; i++) {
+        push(out, &used, member, lease_member(&refs[i], member));
+        push_int(out, &used, renew ? refs[i].timeout_us : 0);
+    }
+}
+
+int scripts_decode_lease(const long long *ints, size_t n, size_t nleases, struct lease_outcome *out,
+                         char *err, size_t errlen)
+{
+    if (n != 1 + 2 * nleases) {
+        snprintf(err, errlen, "lease script returned %zu integers, expected %zu", n,
+                 1 + 2 * nleases);
+        return -1;
+    }
+    for (size_t i = 0; i < nleases; i++) {
+        long long st = ints[1 + 2 * i];
+        out[i].status = st == 1 ? LEASE_DONE : st == 2 ? LEASE_EXPIRED : LEASE_UNKNOWN;
+        out[i].expires_us = ints[2 + 2 * i];
+    }
+    return 0;
 }
 
 void scripts_call_free(struct script_call *call)
@@ -213,6 +269,7 @@ int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct
             .retry_us = v[4],
             .delay_us = v[5],
             .cost_exceeds_limit = v[6] == 1,
+            .now_us = ints[0],
         };
     }
     return 0;

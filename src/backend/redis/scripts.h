@@ -22,6 +22,7 @@
 
 #include "config/config.h"
 #include "core/decision.h"
+#include "core/lease_id.h"
 
 extern const char scripts_lua_source[]; /* generated: src/backend/redis/scripts_lua.c */
 
@@ -51,6 +52,12 @@ const char *scripts_function_name(void);
 #define SCRIPTS_RUN "0"
 #define SCRIPTS_DRY_RUN "1"
 #define SCRIPTS_DRY_RUN_BOTH "2"
+/* ARGV[2] of a report (check_request.report): costs charged with no
+ * decision, then every tier's figures for a cost of 1 (lua/check.lua). */
+#define SCRIPTS_REPORT "3"
+/* ARGV[2] of a lease operation (lua/check.lua's lease_ops). */
+#define SCRIPTS_LEASE_RELEASE "r"
+#define SCRIPTS_LEASE_RENEW "n"
 
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);
@@ -74,6 +81,18 @@ struct script_call {
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out);
 void scripts_call_free(struct script_call *call);
+
+/* Builds the call releasing (renew 0) or renewing the n leases of refs,
+ * one KEY each: ARGV now_us (or ""), SCRIPTS_LEASE_*, then per lease its
+ * member and the renewal's timeout_us (0 for a release). */
+void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                              size_t n, int64_t now_us, struct script_call *out);
+
+/* Decodes a lease call's reply {now_us, then per lease: status,
+ * expires_us} into out (nleases entries). Returns 0, or -1 with a message
+ * if the reply does not have that shape. */
+int scripts_decode_lease(const long long *ints, size_t n, size_t nleases, struct lease_outcome *out,
+                         char *err, size_t errlen) RL_WUR;
 
 /*
  * Decodes the script's integers into one tier_result per tier (out has

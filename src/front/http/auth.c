@@ -99,6 +99,12 @@ enum auth_outcome auth_parse(const struct config *cfg, const struct http_parse *
         return fail(err, 404, "unknown_policy", "the path names no policy: use /auth/<policy>");
     if (!pol)
         return fail(err, 404, "unknown_policy", "no policy named \"%.80s\"", name);
+    /* A lease needs a release, which a gateway never sends (the config
+     * refuses forward-auth settings on such a policy, config_policies.c). */
+    if (policy_may_lease(pol))
+        return fail(err, 400, "no_release_path",
+                    "policy \"%s\" has a concurrency tier: forward-auth cannot release a lease",
+                    pol->name);
 
     int64_t cost = 1;
     const char *c = http_parse_header(p, "X-RateLimit-Cost");

@@ -63,12 +63,15 @@ int check_json_only_fields(json_t *obj, const char *const *allowed, const char *
     return 0;
 }
 
-/* Decodes one {"policy","key","cost"} object into item (key not yet owned). */
+/* Decodes one {"policy","key","cost"} object into item (key not yet owned).
+ * A report's cost may be negative, and its top level has no dry_run. */
 static int parse_check(const struct config *cfg, json_t *obj, const char *where, int allow_top,
-                       struct check_item *item, struct request_error *err)
+                       int report, struct check_item *item, struct request_error *err)
 {
     static const char *const check_fields[] = {"policy", "key", "cost", NULL};
     static const char *const top_fields[] = {"policy", "key", "cost", "dry_run", NULL};
+    if (report)
+        allow_top = 0;
     *item = (struct check_item){.cost = 0};
     if (!json_is_object(obj))
         return request_fail(err, "invalid_request", "%s must be an object", where);
@@ -110,7 +113,10 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
             return request_fail(err, "invalid_cost", "\"cost\" in %s must be a whole number",
                                 where);
         json_int_t c = json_integer_value(cost);
-        if (c < 0 || c > REQUEST_MAX_COST)
+        if (report && (c < -REQUEST_MAX_COST || c > REQUEST_MAX_COST))
+            return request_fail(err, "invalid_cost", "\"cost\" in %s must be between %lld and %lld",
+                                where, -REQUEST_MAX_COST, REQUEST_MAX_COST);
+        if (!report && (c < 0 || c > REQUEST_MAX_COST))
             return request_fail(err, "invalid_cost", "\"cost\" in %s must be between 0 and %lld",
                                 where, REQUEST_MAX_COST);
         item->cost = (int64_t)c;
@@ -128,7 +134,7 @@ static int add_check(struct check_request *out, const struct check_item *item,
         struct check_item *c = &out->checks[i];
         if (c->policy == item->policy && c->keylen == item->keylen &&
             memcmp(c->key, item->key, item->keylen) == 0) {
-            if (c->cost + item->cost > REQUEST_MAX_COST)
+            if (c->cost + item->cost > REQUEST_MAX_COST || c->cost + item->cost < -REQUEST_MAX_COST)
                 return request_fail(
                     err, "invalid_cost",
                     "the costs of policy \"%s\" and this key add up to more than %lld",
@@ -289,8 +295,56 @@ int check_json_parse(const struct config *cfg, const char *body, size_t len,
     return check_json_parse_full(cfg, body, len, out, err);
 }
 
+/* A report's checks against what their algorithms can take
+ * (policy_algorithm_reports, policy_algorithm_refunds). */
+static int report_allowed(const struct check_request *r, struct request_error *err)
+{
+    for (size_t i = 0; i < r->nchecks; i++) {
+        const struct check_item *c = &r->checks[i];
+        for (size_t j = 0; j < c->policy->ntiers; j++) {
+            enum algorithm a = c->policy->tiers[j].algorithm;
+            const char *name = policy_algorithm_name(a);
+            if (!policy_algorithm_reports(a))
+                return request_fail(err, "report_not_supported",
+                                    "policy \"%s\" tier \"%s\": %s cannot be charged a report",
+                                    c->policy->name, c->policy->tiers[j].name, name);
+            if (c->cost < 0 && !policy_algorithm_refunds(a))
+                return request_fail(
+                    err, "refund_not_supported",
+                    "policy \"%s\" tier \"%s\": %s cannot give back a cost exactly (a negative "
+                    "cost is a refund: only fixed_window, token_bucket, gcra and leaky_bucket "
+                    "take one)",
+                    c->policy->name, c->policy->tiers[j].name, name);
+        }
+    }
+    return 0;
+}
+
+static int parse_jansson(const struct config *cfg, const char *body, size_t len, int report,
+                         struct check_request *out, struct request_error *err);
+
 int check_json_parse_full(const struct config *cfg, const char *body, size_t len,
                           struct check_request *out, struct request_error *err)
+{
+    return parse_jansson(cfg, body, len, 0, out, err);
+}
+
+int check_json_parse_report(const struct config *cfg, const char *body, size_t len,
+                            struct check_request *out, struct request_error *err)
+{
+    if (parse_jansson(cfg, body, len, 1, out, err) < 0)
+        return -1;
+    out->report = 1;
+    if (report_allowed(out, err) < 0) {
+        request_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Both shapes through jansson; report: a /report body (check_json.h). */
+static int parse_jansson(const struct config *cfg, const char *body, size_t len, int report,
+                         struct check_request *out, struct request_error *err)
 {
     memset(out, 0, sizeof *out);
     json_t *root = check_json_load(body, len, err);
@@ -302,7 +356,7 @@ int check_json_parse_full(const struct config *cfg, const char *body, size_t len
         goto done;
     }
 
-    json_t *dry = json_object_get(root, "dry_run");
+    json_t *dry = report ? NULL : json_object_get(root, "dry_run");
     if (dry && !json_is_boolean(dry)) {
         request_fail(err, "invalid_type", "\"dry_run\" must be true or false");
         goto done;
@@ -313,14 +367,15 @@ int check_json_parse_full(const struct config *cfg, const char *body, size_t len
     struct check_item item;
     if (!checks) {
         out->checks = xcalloc(1, sizeof *out->checks);
-        if (parse_check(cfg, root, "the request", 1, &item, err) < 0 ||
+        if (parse_check(cfg, root, "the request", 1, report, &item, err) < 0 ||
             add_check(out, &item, err) < 0)
             goto done;
         rc = 0;
         goto done;
     }
 
-    static const char *const multi_fields[] = {"checks", "dry_run", NULL};
+    /* A report's: from the second on (no dry_run). */
+    static const char *const multi_fields[] = {"dry_run", "checks", NULL};
     if (json_object_get(root, "policy") || json_object_get(root, "key") ||
         json_object_get(root, "cost")) {
         request_fail(err, "invalid_request",
@@ -328,7 +383,7 @@ int check_json_parse_full(const struct config *cfg, const char *body, size_t len
                      "\"cost\": put each check inside \"checks\"");
         goto done;
     }
-    if (check_json_only_fields(root, multi_fields, "the request", err) < 0)
+    if (check_json_only_fields(root, multi_fields + report, "the request", err) < 0)
         goto done;
     if (!json_is_array(checks)) {
         request_fail(err, "invalid_type", "\"checks\" must be an array");
@@ -348,7 +403,7 @@ int check_json_parse_full(const struct config *cfg, const char *body, size_t len
     for (size_t i = 0; i < n; i++) {
         char where[32];
         snprintf(where, sizeof where, "checks[%zu]", i);
-        if (parse_check(cfg, json_array_get(checks, i), where, 0, &item, err) < 0 ||
+        if (parse_check(cfg, json_array_get(checks, i), where, 0, report, &item, err) < 0 ||
             add_check(out, &item, err) < 0)
             goto done;
     }

@@ -45,4 +45,15 @@ int check_json_parse(const struct config *cfg, const char *body, size_t len,
 int check_json_parse_full(const struct config *cfg, const char *body, size_t len,
                           struct check_request *out, struct request_error *err) RL_WUR;
 
+/*
+ * Decodes a POST /report body: the shapes of /check without dry_run, each
+ * cost between -REQUEST_MAX_COST and REQUEST_MAX_COST (negative: a refund),
+ * duplicates merged. Refuses (400) a tier whose algorithm takes no report
+ * (report_not_supported) or, for a negative cost, gives nothing back
+ * exactly (refund_not_supported; policy_algorithm_refunds). Sets
+ * out->report. Same ownership as check_json_parse.
+ */
+int check_json_parse_report(const struct config *cfg, const char *body, size_t len,
+                            struct check_request *out, struct request_error *err) RL_WUR;
+
 #endif

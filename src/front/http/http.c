@@ -48,6 +48,7 @@
 
 #include "config/config.h"
 #include "core/check.h"
+#include "core/lease.h"
 #include "core/metrics.h"
 #include "core/rls.h"
 #include "front/http/admin.h"
@@ -75,6 +76,8 @@ static void conn_free(struct conn *c)
             reset_cancel(c->slots[i].reset);
         if (c->slots[i].rls)
             rls_cancel(c->slots[i].rls);
+        if (c->slots[i].lease)
+            lease_cancel(c->slots[i].lease);
         buf_free(&c->slots[i].out);
     }
     /* event_del fails only for an event never assigned; close only on a
@@ -114,6 +117,7 @@ struct slot *http_slot_new(struct conn *c)
     s->check = NULL;
     s->reset = NULL;
     s->rls = NULL;
+    s->lease = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;

@@ -25,6 +25,7 @@
 #include "front/http/check_json.h"
 #include "front/http/http_conn.h"
 #include "front/http/http_routes.h"
+#include "front/http/lease_json.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
 #include "lib/client_ip.h"
@@ -52,18 +53,33 @@ static int authorized(const struct conn *c)
     return listener_bearer_ok(&c->h->l, v, v ? strlen(v) : 0);
 }
 
-static void start_check(struct slot *s, const struct http_request *req)
+typedef int check_parse_fn(const struct config *cfg, const char *body, size_t len,
+                           struct check_request *out, struct request_error *err);
+
+/* A body decoded by parse, then through the core. */
+static void start_parsed(struct slot *s, const struct http_request *req, check_parse_fn *parse)
 {
     struct core *core = s->c->h->host->core;
     struct check_request creq;
     struct request_error rerr;
-    if (check_json_parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
+    if (parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
         http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
         return;
     }
     struct check *ch = check_start(core, &creq, on_check_reply, s);
     if (s->state == SLOT_WAITING)
         s->check = ch;
+}
+
+static void start_check(struct slot *s, const struct http_request *req)
+{
+    start_parsed(s, req, check_json_parse);
+}
+
+/* POST /report: usage charged after the answer (check_json_parse_report). */
+static void start_report(struct slot *s, const struct http_request *req)
+{
+    start_parsed(s, req, check_json_parse_report);
 }
 
 static void start_auth(struct slot *s, const struct http_request *req)
@@ -117,6 +133,42 @@ static void start_json(struct slot *s, const struct http_request *req)
         http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
     else if (s->state == SLOT_WAITING)
         s->rls = call;
+}
+
+/* ---- concurrency leases (core/lease.h) ---- */
+
+static void on_lease_reply(void *ctx, const struct lease_result *res)
+{
+    struct slot *s = ctx;
+    s->lease = NULL;
+    http_close_if_draining(s);
+    http_slot_answered(s, lease_json_render(&s->out, res, s->flags));
+}
+
+/* POST /release and POST /renew: {"leases": [ids]}. */
+static void start_lease(struct slot *s, const struct http_request *req, int renew)
+{
+    struct core *core = s->c->h->host->core;
+    struct request_error rerr;
+    char **ids;
+    size_t n;
+    if (lease_json_parse(req->body, req->body_len, &ids, &n, &rerr) < 0) {
+        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        return;
+    }
+    struct lease_call *l = lease_start(core, renew, ids, n, on_lease_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->lease = l;
+}
+
+static void start_release(struct slot *s, const struct http_request *req)
+{
+    start_lease(s, req, 0);
+}
+
+static void start_renew(struct slot *s, const struct http_request *req)
+{
+    start_lease(s, req, 1);
 }
 
 /* ---- the admin API on keys (admin.h) ---- */
@@ -253,6 +305,9 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
 static const struct http_route routes[] = {
     {"/check", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /check", "POST", 1, start_check},
     {"/json", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /json", "POST", 1, start_json},
+    {"/report", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /report", "POST", 1, start_report},
+    {"/release", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /release", "POST", 1, start_release},
+    {"/renew", 0, HTTP_ROLE_CHECKS, M(POST), "use POST on /renew", "POST", 1, start_renew},
     /* Gateways ask with the original request's method (Envoy ext_authz,
      * Traefik) and the body is never read: every method is a question. */
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},

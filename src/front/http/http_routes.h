@@ -4,6 +4,8 @@
  * (http_routes.c):
  *
  *   POST /check     -> check.c (Bearer token when auth_token_file is set)
+ *   POST /report    -> check.c, a report (usage charged after the answer,
+ *                      check_json_parse_report; same token)
  *   POST /json      -> Envoy's rate limit service, envoyproxy/ratelimit's
  *                      JSON form (rls_json.c, rls.c; same token)
  *   any method /auth/<policy>[/...]
@@ -37,7 +39,7 @@
 
 #include "front/http/http_parse.h"
 
-#define HTTP_ROLE_CHECKS 1u          /* /check, /json, /auth/: counts towards max_connections */
+#define HTTP_ROLE_CHECKS 1u          /* /check, /report, /json, /auth/: max_connections */
 #define HTTP_ROLE_ADMIN 2u           /* /healthz, /readyz, /metrics */
 #define HTTP_ROLE_KEYS 4u            /* /v1/keys/, /rlconfig */
 #define HTTP_ROLE_KEYS_IF_GUARDED 8u /* those with a token or admin_on_listen */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/lease_id.h"
 #include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/http/response.h"
@@ -203,6 +204,48 @@ static void checks_json(struct json_out *j, const struct check_request *req,
     json_out_end(j, ']');
 }
 
+/* The leases the answer hands out (core/lease.h): "leases" in the body,
+ * and their ids, comma-separated, in hdr (NUL-terminated; empty if none). */
+static void leases_json(struct json_out *j, const struct verdict *v, int local, struct buf *hdr)
+{
+    const struct tier_result *r = v->results;
+    char id[LEASE_ID_MAX + 1];
+    int any = 0;
+    for (size_t i = 0; i < v->req->nchecks; i++) {
+        const struct check_item *c = &v->req->checks[i];
+        int taken = lease_taken(v, i);
+        for (size_t t = 0; t < c->policy->ntiers; t++, r++) {
+            const struct tier *tier = &c->policy->tiers[t];
+            if (!taken || tier->algorithm != ALG_CONCURRENCY)
+                continue;
+            int n = lease_id_encode(local, c->policy->name, tier->name, c->key, c->keylen, c->cost,
+                                    v->req->lease_nonce, id, sizeof id);
+            if (n < 0)
+                continue; /* LEASE_ID_MAX bounds every valid id */
+            if (!any) {
+                json_out_key(j, "leases");
+                json_out_begin(j, '[');
+            }
+            json_out_begin(j, '{');
+            check_names(j, c);
+            json_out_key(j, "tier");
+            json_out_cstr(j, tier->name);
+            json_out_key(j, "id");
+            json_out_str(j, id, (size_t)n);
+            json_out_key(j, "expires_ms");
+            json_out_int(j, (r->now_us + tier->lease_timeout_us) / 1000);
+            json_out_end(j, '}');
+            if (any)
+                buf_append_str(hdr, ", ");
+            buf_append(hdr, id, (size_t)n);
+            any = 1;
+        }
+    }
+    if (any)
+        json_out_end(j, ']');
+    buf_append_char(hdr, '\0');
+}
+
 static int decision(struct buf *out, const struct verdict *v, int local, unsigned flags)
 {
     const struct decision_summary *sum = &v->sum;
@@ -232,6 +275,10 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
         json_out_key(&j, "dry_run");
         json_out_bool(&j, 1);
     }
+    if (v->req->report) {
+        json_out_key(&j, "reported");
+        json_out_bool(&j, 1);
+    }
     if (local) {
         json_out_key(&j, "degraded");
         json_out_bool(&j, 1);
@@ -239,13 +286,19 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
         json_out_bool(&j, 1);
     }
     checks_json(&j, v->req, v->results, sum);
+    struct buf lease_ids = {0};
+    if (v->req->lease_nonce[0])
+        leases_json(&j, v, local, &lease_ids);
     json_out_end(&j, '}');
 
     struct rate_headers hs;
     rate_headers_init(&hs);
     rate_headers_verdict(&hs, v);
+    if (lease_ids.len > 1)
+        rate_headers_add_ref(&hs, "X-RateLimit-Lease", lease_ids.data);
     int status = response_status(v);
     finish(out, start, status, NULL, &hs, flags);
+    buf_free(&lease_ids);
     return status;
 }
 
@@ -266,6 +319,12 @@ static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
     } else {
         json_out_key(&j, "degraded");
         json_out_bool(&j, 1);
+    }
+    if (req->report) {
+        /* open: answered, not charged; closed: 503, for the caller to
+         * send again */
+        json_out_key(&j, "reported");
+        json_out_bool(&j, 0);
     }
     json_out_key(&j, "message");
     json_out_cstr(&j, v->why ? v->why : "the backend could not decide");
@@ -304,6 +363,10 @@ static void error_answer(struct buf *out, int status, const char *code, const ch
 
 int response_status(const struct verdict *v)
 {
+    /* A report always succeeds once charged: its figures say what now
+     * applies, a denial of later checks included. */
+    if (v->req->report && (v->kind == VERDICT_DECIDED || v->kind == VERDICT_LOCAL))
+        return 200;
     switch (verdict_outcome(v)) {
     case OUTCOME_ALLOWED:
         return 200;

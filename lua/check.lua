@@ -16,7 +16,9 @@
 --            per tier: algorithm, limit, window_us, burst (0 = default),
 --            precision_us (0 unless sliding_window_buckets); e.g.
 --            "0 fixed_window 100 60000000 0 0" (concurrency: window_us is
---            the lease timeout)
+--            the lease timeout; a calendar tier is "calendar_window limit
+--            p:s:e:n 0 0", four bounds in µs in place of window_us, see
+--            lua/calendar_window.lua)
 --   then, iff the count of ARGV is odd, the lease nonce: the random part
 --            of every lease this request takes (22 of [A-Za-z0-9_-])
 -- keys     per check, per tier, in order: sliding_window_log takes two (the
@@ -62,6 +64,7 @@ local ALGORITHMS = {
     gcra = gcra,
     leaky_bucket = leaky_bucket,
     concurrency = concurrency,
+    calendar_window = calendar_window,
 }
 
 local REASON_NONE = 0
@@ -113,8 +116,14 @@ local function parse_tier(s, words, i)
     -- A fixed window may have a limit of 0 (envoyproxy/ratelimit's
     -- requests_per_unit: 0, which denies every request); other algorithms
     -- divide by it.
-    t.limit = int_of(words[i + 1], alg == fixed_window and 0 or 1)
-    t.window = int_of(words[i + 2], 1)
+    t.limit = int_of(words[i + 1],
+        (alg == fixed_window or alg == calendar_window) and 0 or 1)
+    if alg.parse_window then
+        -- calendar_window: the window's bounds, not its length
+        t.window = alg.parse_window(t, words[i + 2]) and 1 or nil
+    else
+        t.window = int_of(words[i + 2], 1)
+    end
     t.burst = int_of(words[i + 3], 0)
     t.precision = int_of(words[i + 4], 0)
     if not (t.limit and t.window and t.burst and t.precision) then

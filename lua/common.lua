@@ -49,10 +49,10 @@
 local fmod, floor, max, min, format, match, gmatch, tonumber, type
 
 -- The formats of the state strings (f: fixed_window, c: counter, t: token
--- bucket, g: gcra) and of one integer. '%d' is twice as fast as '%.0f' and
+-- bucket, g: gcra, w: calendar window) and of one integer. '%d' is twice as fast as '%.0f' and
 -- exact where Lua's integer format is 64 bits wide (it is checked); else
 -- they fall back to '%.0f'.
-local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G
+local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G, FMT_W
 
 local function bind_globals()
     fmod, floor, max, min = math.fmod, math.floor, math.max, math.min
@@ -67,6 +67,7 @@ local function bind_globals()
     FMT_C = 'c:' .. int .. ':' .. int .. ':' .. int
     FMT_T = 't:' .. int .. ':' .. int .. ':' .. int
     FMT_G = 'g:' .. int .. ':' .. int .. ':' .. int
+    FMT_W = 'w:' .. int .. ':' .. int .. ':' .. int
 end
 
 -- The largest integer a double holds exactly: validated settings keep every

@@ -46,6 +46,7 @@ run_packages() {
     sed 's/#.*//' <<'LIST'
 redis-server
 curl
+tzdata                # /usr/share/zoneinfo: calendar tiers' time zones
 LIST
 }
 
@@ -77,6 +78,7 @@ dpkg-dev
 fakeroot
 lintian               # tools/package.sh: no error, no warning
 prometheus            # promtool: test_monitoring.py (the server never starts)
+faketime              # test_calendar.py: the daemon and redis-server at a chosen date
 LIST
 }
 

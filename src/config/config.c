@@ -282,6 +282,9 @@ static void config_free(struct config *c)
     for (size_t i = 0; i < c->npolicies; i++)
         policy_overrides_free(c->policies[i].overrides);
     free(c->policies);
+    for (size_t i = 0; i < c->nzones; i++)
+        tzif_free(c->zones[i]);
+    free(c->zones);
     for (size_t i = 0; i < c->ndomains; i++)
         domain_free(&c->domains[i]);
     free(c->domains);
@@ -318,6 +321,9 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
         c = NULL;
     } else {
         cfg_inherit_settings(c);
+        /* Envoy's calendar units count in UTC (domains and rls.c). */
+        if (c->envoy_calendar_units && cfg_zone(&ld, "", &c->utc, err, errlen) < 0)
+            abort(); /* "" is built in: it cannot fail */
         /* Every per-policy setting is final, wherever it came from. */
         for (size_t i = 0; i < c->npolicies; i++)
             policy_overrides_inherit(&c->policies[i]);

@@ -85,9 +85,13 @@ struct config {
     enum clock_source clock;
     int64_t max_body;
     enum log_level log_level;
-    int access_log;       /* one log line per check */
-    char *admin_listen;   /* NULL: /metrics, /healthz, /readyz on `listen` */
-    int admin_on_listen;  /* /v1/keys/ on `listen` without a token (no admin_listen) */
+    int access_log;      /* one log line per check */
+    char *admin_listen;  /* NULL: /metrics, /healthz, /readyz on `listen` */
+    int admin_on_listen; /* /v1/keys/ on `listen` without a token (no admin_listen) */
+    /* Envoy's MONTH and YEAR as calendar months and years in UTC (else 30
+     * and 365 days, as envoyproxy/ratelimit); utc is set with it. */
+    int envoy_calendar_units;
+    const struct tzif_zone *utc;
     char *warning;        /* NULL, or "file:line:col: path: message" lines ('\n' between)
                            * of parts that do nothing (a redis: section with backend:
                            * memory, an envoy file's metadata:): each logged */
@@ -105,6 +109,10 @@ struct config {
     struct client_trust trusted_proxies; /* whose X-Forwarded-For ${ip} believes */
     int64_t deny_status;                 /* forward-auth's status for a denial, by default */
     size_t npolicies;
+    /* The time zones of the calendar tiers, each loaded once (tzif.c) and
+     * freed with the snapshot; tiers point at them. */
+    struct tzif_zone **zones;
+    size_t nzones;
     struct policy *policies; /* sorted by name for policy lookup */
 
     /* The gRPC front (grpc.h). */

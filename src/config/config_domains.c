@@ -357,6 +357,22 @@ static struct policy *shadow_copy(struct loader *ld, const struct policy *p, con
     return copy;
 }
 
+/* envoy_calendar_units: MONTH and YEAR as calendar spans in UTC; a
+ * multiple of one has no calendar meaning. */
+static int envoy_calendar(struct loader *ld, const struct rate_limit_entry *rl, struct policy *p,
+                          char *msg, size_t msglen)
+{
+    if (!ld->c->envoy_calendar_units || (rl->unit != RLS_UNIT_MONTH && rl->unit != RLS_UNIT_YEAR))
+        return 0;
+    if (rl->unit_multiplier > 1)
+        return snprintf(msg, msglen,
+                        "unit_multiplier %lld with a calendar %s (envoy_calendar_units: true): "
+                        "not supported",
+                        (long long)rl->unit_multiplier, rls_unit_name(rl->unit)),
+               -1;
+    return domains_envoy_calendar(p, rl->unit, ld->c->utc);
+}
+
 /* rate_limit: {unit, requests_per_unit}: one fixed_window tier of that
  * many requests per unit, with the top-level defaults, as
  * envoyproxy/ratelimit counts it. */
@@ -372,7 +388,8 @@ static struct policy *envoy_policy(struct loader *ld, const yaml_node_t *map, co
     if (domains_envoy_policy(p, rl->unit, rl->requests_per_unit, shadow, ld->c->headers,
                              ld->c->deny_status, msg, sizeof msg) < 0 ||
         (rl->unit_multiplier > 1 &&
-         domains_envoy_multiply(p, rl->unit_multiplier, msg, sizeof msg) < 0)) {
+         domains_envoy_multiply(p, rl->unit_multiplier, msg, sizeof msg) < 0) ||
+        envoy_calendar(ld, rl, p, msg, sizeof msg) < 0) {
         cfg_fail(ld, cfg_field_node(ld, map, "rate_limit"), where, "%s", msg);
         free(p);
         return NULL;

@@ -340,6 +340,9 @@ const struct field cfg_top_fields[] = {
      .def = 0},
     {"envoy_shadow_mode", F_BOOL, .offset = offsetof(struct config, envoy_shadow_mode), .def = 0},
     {"envoy_quota_mode", F_BOOL, .offset = offsetof(struct config, envoy_quota_mode), .def = 0},
+    /* Read as domains are built and per Envoy request (rls.c): applied. */
+    {"envoy_calendar_units", F_BOOL, .offset = offsetof(struct config, envoy_calendar_units),
+     .def = 0},
     {"tls", F_SECTION, .section = tls_fields},
     {"admin_tls", F_SECTION, .section = admin_tls_fields},
     {"grpc_tls", F_SECTION, .section = grpc_tls_fields},

@@ -199,6 +199,12 @@ extern const struct field cfg_policy_fields[];
 int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 /* policies.NAME.overrides into *slot (a struct policy_overrides *). */
 int cfg_parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+
+/* The snapshot's zone `name` (loaded on first use and kept in it; "" is
+ * UTC, built in), or -1 with a message (config_policies.c). */
+struct tzif_zone;
+int cfg_zone(struct loader *ld, const char *name, const struct tzif_zone **out, char *err,
+             size_t errlen) __attribute__((warn_unused_result));
 /* A policy's key template before its fields are read: "${ip}". */
 int cfg_default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p);
 /* Per-policy settings left unset take the top-level value. */

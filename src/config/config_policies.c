@@ -28,6 +28,8 @@ static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const cha
 static int parse_tiers(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 static int parse_key_template(struct loader *ld, const yaml_node_t *node, const char *path,
                               void *slot);
+static int parse_calendar(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+static int parse_timezone(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
 
 /* ---- the field tables -------------------------------------------------------- */
 
@@ -49,12 +51,19 @@ static const struct field tier_fields[] = {
      .parse = parse_algorithm},
     {"limit", F_INT, .required = 1, .offset = offsetof(struct tier, limit), .min = INT64_MIN,
      .max = INT64_MAX},
-    /* Required by every algorithm but concurrency (policy_tier_validate). */
+    /* Required by every algorithm but concurrency (policy_tier_validate),
+     * and not with calendar (check_calendar). */
     {"window", F_DURATION, .offset = offsetof(struct tier, window_us), .max = INT64_MAX},
     {"burst", F_INT, .offset = offsetof(struct tier, burst), .min = INT64_MIN, .max = INT64_MAX},
     {"precision", F_DURATION, .offset = offsetof(struct tier, precision_us), .max = INT64_MAX},
     {"lease_timeout", F_DURATION, .offset = offsetof(struct tier, lease_timeout_us),
      .max = INT64_MAX},
+    {"calendar", F_CUSTOM, .offset = offsetof(struct tier, calendar.unit), .parse = parse_calendar},
+    {"timezone", F_CUSTOM, .offset = offsetof(struct tier, calendar.zone), .parse = parse_timezone},
+    {"anchor_day", F_INT, .offset = offsetof(struct tier, calendar.anchor_day), .min = 1,
+     .max = 31},
+    {"week_start", F_CHOICE, .offset = offsetof(struct tier, calendar.week_start),
+     .choices = calendar_weekday_names},
     {.name = NULL},
 };
 
@@ -126,22 +135,117 @@ static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const cha
                     list);
 }
 
+static int parse_calendar(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    char buf[SHOWN_LEN], list[RL_ERRLEN] = "";
+    const char *s = cfg_scalar_text(ld, node, path, "a calendar unit", 0);
+
+    if (s == NULL)
+        return -1;
+    for (int i = 0; calendar_unit_names[i] != NULL; i++) {
+        if (strcmp(s, calendar_unit_names[i]) == 0) {
+            *(enum calendar_unit *)slot = (enum calendar_unit)(i + 1);
+            return 0;
+        }
+        cfg_list_add(list, sizeof list, calendar_unit_names[i]);
+    }
+    return cfg_fail(ld, node, path, "unknown calendar \"%s\" (known: %s)", cfg_shown(s, buf), list);
+}
+
+int cfg_zone(struct loader *ld, const char *name, const struct tzif_zone **out, char *err,
+             size_t errlen)
+{
+    struct config *c = ld->c;
+    struct tzif_zone *z = NULL;
+
+    for (size_t i = 0; i < c->nzones; i++) {
+        if (strcmp(tzif_name(c->zones[i]), name) == 0) {
+            *out = c->zones[i];
+            return 0;
+        }
+    }
+    if (name[0] == '\0')
+        z = tzif_new_utc(); /* the default: no file needed */
+    else if (tzif_load(NULL, name, &z, err, errlen) < 0)
+        return -1;
+    c->zones = xrealloc(c->zones, (c->nzones + 1) * sizeof *c->zones);
+    c->zones[c->nzones++] = z;
+    *out = z;
+    return 0;
+}
+
+/* A tier's timezone: loaded now, so that -t fails on an unknown zone. */
+static int parse_timezone(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    char msg[RL_ERRLEN];
+    const char *s = cfg_scalar_text(ld, node, path, "a time zone name", 0);
+
+    if (s == NULL)
+        return -1;
+    if (*s == '\0')
+        return cfg_fail(ld, node, path, "must not be empty (leave it out for UTC)");
+    if (cfg_zone(ld, s, slot, msg, sizeof msg) < 0)
+        return cfg_fail(ld, node, path, "%s", msg);
+    return 0;
+}
+
+/* A field that only some tiers take: its node if present where it should
+ * not be, with the message why. */
+static int check_only_with(struct loader *ld, const yaml_node_t *map, const char *path,
+                           const char *field, int allowed, const char *why)
+{
+    const yaml_node_t *at = cfg_field_node(ld, map, field);
+    if (at != NULL && !allowed)
+        return cfg_fail(ld, at, "", "%s.%s: %s", path, field, why);
+    return 0;
+}
+
+/* The rules between window and the calendar's fields; fills in the
+ * calendar's defaults (UTC, anchor day 1) and the nominal window. */
+static int check_calendar(struct loader *ld, const yaml_node_t *map, const char *path,
+                          struct tier *t)
+{
+    struct calendar_spec *c = &t->calendar;
+    const yaml_node_t *window = cfg_field_node(ld, map, "window");
+    char msg[RL_ERRLEN];
+
+    if (c->unit == CALENDAR_NONE) {
+        if (window == NULL && t->algorithm != ALG_CONCURRENCY)
+            return cfg_fail(ld, map, path, "missing required field \"window\" (or calendar)");
+        if (check_only_with(ld, map, path, "timezone", 0, "only a calendar tier takes one") < 0 ||
+            check_only_with(ld, map, path, "anchor_day", 0, "only calendar: month takes one") < 0 ||
+            check_only_with(ld, map, path, "week_start", 0, "only calendar: week takes one") < 0)
+            return -1;
+        return 0;
+    }
+    if (window != NULL)
+        return cfg_fail(ld, window, "", "%s.window: give window or calendar, not both", path);
+    if (check_only_with(ld, map, path, "anchor_day", c->unit == CALENDAR_MONTH,
+                        "only calendar: month takes one") < 0 ||
+        check_only_with(ld, map, path, "week_start", c->unit == CALENDAR_WEEK,
+                        "only calendar: week takes one") < 0)
+        return -1;
+    if (c->zone == NULL && cfg_zone(ld, "", &c->zone, msg, sizeof msg) < 0)
+        return cfg_fail(ld, map, path, "%s", msg);
+    if (c->anchor_day == 0)
+        c->anchor_day = 1;
+    t->window_us = calendar_max_span_us(c->unit);
+    return 0;
+}
+
 /*
  * Judges a parsed tier. policy_tier_validate's message starts with the name
  * of the field at fault; the error points at that field's value, or at the
  * tier when the field is absent (a missing precision, say).
  */
-static int check_tier(struct loader *ld, const yaml_node_t *map, const char *path,
-                      const struct tier *t)
+static int check_tier(struct loader *ld, const yaml_node_t *map, const char *path, struct tier *t)
 {
     char msg[RL_ERRLEN], field[PATH_LEN];
     const yaml_node_t *at, *burst;
     size_t n;
 
-    /* window is required by every algorithm but concurrency, which has a
-     * lease_timeout instead (policy_tier_validate judges both). */
-    if (t->algorithm != ALG_CONCURRENCY && cfg_field_node(ld, map, "window") == NULL)
-        return cfg_fail(ld, map, path, "missing required field \"window\"");
+    if (check_calendar(ld, map, path, t) < 0)
+        return -1;
     if (policy_tier_validate(t, msg, sizeof msg) < 0) {
         n = strcspn(msg, ":");
         snprintf(field, sizeof field, "%.*s", (int)n, msg);

@@ -114,6 +114,17 @@ int domains_envoy_multiply(struct policy *p, int64_t multiplier, char *err, size
     return envoy_tier_validate(t, err, errlen);
 }
 
+int domains_envoy_calendar(struct policy *p, enum rls_unit unit, const struct tzif_zone *zone)
+{
+    struct tier *t = &p->tiers[0];
+    if (unit != RLS_UNIT_MONTH && unit != RLS_UNIT_YEAR)
+        return 0;
+    /* window_us keeps the unit's length: what rls_tier_unit reports. */
+    t->calendar =
+        (struct calendar_spec){unit == RLS_UNIT_MONTH ? CALENDAR_MONTH : CALENDAR_YEAR, zone, 1, 0};
+    return 0;
+}
+
 /* ---- ordering ------------------------------------------------------------- */
 
 static enum node_kind node_kind(const struct domain_node *n)

@@ -157,6 +157,44 @@ static void text_field(struct buf *out, const struct domain_limit *l, const stru
     }
 }
 
+/* A calendar tier's settings as text, " calendar=month timezone=UTC
+ * anchor_day=1"; nothing for another tier. */
+static void text_calendar(struct buf *out, const struct calendar_spec *c)
+{
+    if (c->unit == CALENDAR_NONE)
+        return;
+    buf_append_str(out, " calendar=");
+    buf_append_str(out, calendar_unit_names[c->unit - 1]);
+    buf_append_str(out, " timezone=");
+    buf_append_str(out, tzif_name(c->zone));
+    if (c->unit == CALENDAR_MONTH) {
+        buf_append_str(out, " anchor_day=");
+        buf_append_int(out, c->anchor_day);
+    } else if (c->unit == CALENDAR_WEEK) {
+        buf_append_str(out, " week_start=");
+        buf_append_str(out, calendar_weekday_names[c->week_start]);
+    }
+}
+
+/* The same as JSON, "calendar":{"unit":...,"timezone":...,...}; nothing
+ * for another tier. */
+static void json_calendar(struct json_out *j, const struct calendar_spec *c)
+{
+    if (c->unit == CALENDAR_NONE)
+        return;
+    json_out_key(j, "calendar");
+    json_out_begin(j, '{');
+    json_out_key(j, "unit");
+    json_out_cstr(j, calendar_unit_names[c->unit - 1]);
+    json_out_key(j, "timezone");
+    json_out_cstr(j, tzif_name(c->zone));
+    json_out_key(j, "anchor_day");
+    json_out_int(j, c->anchor_day);
+    json_out_key(j, "week_start");
+    json_out_cstr(j, calendar_weekday_names[c->week_start]);
+    json_out_end(j, '}');
+}
+
 static void text_policy(struct buf *out, const struct policy *p)
 {
     buf_append_str(out, ", policy: ");
@@ -177,6 +215,7 @@ static void text_policy(struct buf *out, const struct policy *p)
             buf_append_char(out, '=');
             buf_append_int(out, tier_int(t, k));
         }
+        text_calendar(out, &t->calendar);
     }
     buf_append_char(out, '}');
 }
@@ -253,6 +292,7 @@ static void json_policy(struct json_out *j, const struct policy *p)
             json_out_key(j, TIER_INTS[k].name);
             json_out_int(j, tier_int(t, k));
         }
+        json_calendar(j, &t->calendar);
         json_out_end(j, '}');
     }
     json_out_end(j, ']');

@@ -28,7 +28,8 @@
  * then ratelimitd's other fields of the limit (", name: value"; a string
  * or list that is not set is left out) and, for a `policy:` descriptor,
  * ", policy: NAME{tier: algorithm limit=N window_us=N[ burst=N]
- * [ precision_us=N], ...}". Nothing for no limit.
+ * [ precision_us=N][ calendar=UNIT timezone=ZONE[ anchor_day=N |
+ * week_start=DAY]], ...}". Nothing for no limit.
  */
 void domains_dump_text(const struct domain *domains, size_t n, struct buf *out);
 
@@ -37,7 +38,8 @@ void domains_dump_text(const struct domain *domains, size_t n, struct buf *out);
  *   {"domains":[{"domain":NAME,"limits":[{"key":"<domain>.<path>",
  *     "descriptors":[{"key":K,"value":V or null}...],
  *     <every field of the table>, "policy":{"name","shadow","tiers":[{"name",
- *     "algorithm","limit","window_us","burst","precision_us"}]} or null}]}]}
+ *     "algorithm","limit","window_us","burst","precision_us"[,"calendar":
+ *     {"unit","timezone","anchor_day","week_start"}]}]} or null}]}]}
  * A value written "prefix*" is shown so; "policy" is null for an unlimited
  * limit and "@envoy" (DOMAINS_ENVOY_POLICY) for a `rate_limit:` one.
  */

@@ -230,6 +230,8 @@ int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
     }
     if (check_shape(t, a, err, errlen) < 0)
         return -1;
+    if (t->calendar.unit != CALENDAR_NONE && t->algorithm != ALG_FIXED_WINDOW)
+        return FAIL("calendar: only fixed_window takes one, not %s", a->name);
 
     /* The scripts compute with these products in Lua doubles, which are only
      * exact up to 2^53. */
@@ -317,13 +319,25 @@ size_t policy_overrides_count(const struct policy_overrides *o)
     return o ? o->n : 0;
 }
 
+/* Two calendars alike: the same unit, zone (by name), anchor and week. */
+static int calendar_equal(const struct calendar_spec *a, const struct calendar_spec *b)
+{
+    if (a->unit != b->unit)
+        return 0;
+    if (a->unit == CALENDAR_NONE)
+        return 1;
+    return strcmp(tzif_name(a->zone), tzif_name(b->zone)) == 0 && a->anchor_day == b->anchor_day &&
+           a->week_start == b->week_start;
+}
+
 static int tiers_equal(const struct tier *a, const struct tier *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(a[i].name, b[i].name) != 0 || a[i].algorithm != b[i].algorithm ||
             a[i].limit != b[i].limit || a[i].window_us != b[i].window_us ||
             a[i].burst != b[i].burst || a[i].precision_us != b[i].precision_us ||
-            a[i].lease_timeout_us != b[i].lease_timeout_us)
+            a[i].lease_timeout_us != b[i].lease_timeout_us ||
+            !calendar_equal(&a[i].calendar, &b[i].calendar))
             return 0;
     return 1;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config/key_template.h"
+#include "lib/calendar.h"
 #include "lib/util.h"
 
 #define POLICY_NAME_MAX 64
@@ -55,6 +56,11 @@ struct tier {
     int64_t precision_us;     /* sliding_window_buckets only; divides window_us */
     int64_t lease_timeout_us; /* concurrency only (its window_us is 0): how long a
                                * lease lives unless renewed or released */
+    /* fixed_window only: calendar windows in a zone instead of window_us
+     * (unit CALENDAR_NONE: none). window_us then holds the unit's nominal
+     * length (calendar_max_span_us), for whatever compares tiers by it. The
+     * zone is owned by the config snapshot. */
+    struct calendar_spec calendar;
 };
 
 struct policy_overrides;

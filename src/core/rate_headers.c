@@ -120,7 +120,9 @@ static void sf_tier_name(struct rate_headers *hs, const struct policy *p, const 
  * the configured limit per window for every algorithm (for the bucket
  * algorithms the refill per window, not the burst), w the window rounded up
  * to whole seconds (so at least 1; none for concurrency). Known from the
- * config alone. */
+ * config alone. A calendar tier has no w either: its windows differ in
+ * length, and the draft makes w optional; RateLimit's t gives its next
+ * boundary. */
 static void ietf_policy(struct rate_headers *hs, const struct policy *p)
 {
     for (size_t i = 0; i < p->ntiers; i++) {
@@ -130,7 +132,7 @@ static void ietf_policy(struct rate_headers *hs, const struct policy *p)
         sf_param(hs, "q", p->tiers[i].limit);
         /* concurrency has no window (units in flight, not per time): no
          * w, which the draft lets a policy leave out. */
-        if (p->tiers[i].window_us > 0)
+        if (p->tiers[i].window_us > 0 && p->tiers[i].calendar.unit == CALENDAR_NONE)
             sf_param(hs, "w", util_ceil_div(p->tiers[i].window_us, 1000000));
     }
     value_end(hs, "RateLimit-Policy");

@@ -151,6 +151,16 @@ void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_
     static const enum rls_unit by_length[] = {RLS_UNIT_SECOND, RLS_UNIT_MINUTE, RLS_UNIT_HOUR,
                                               RLS_UNIT_DAY,    RLS_UNIT_WEEK,   RLS_UNIT_MONTH,
                                               RLS_UNIT_YEAR};
+    static const enum rls_unit by_calendar[] = {[CALENDAR_DAY] = RLS_UNIT_DAY,
+                                                [CALENDAR_WEEK] = RLS_UNIT_WEEK,
+                                                [CALENDAR_MONTH] = RLS_UNIT_MONTH,
+                                                [CALENDAR_YEAR] = RLS_UNIT_YEAR};
+    if (t->calendar.unit != CALENDAR_NONE) {
+        /* One limit per calendar unit, whatever that unit's length. */
+        *unit = by_calendar[t->calendar.unit];
+        *requests_per_unit = t->limit > RLS_UINT32_MAX ? RLS_UINT32_MAX : t->limit;
+        return;
+    }
     size_t i = 0;
     while (i + 1 < sizeof by_length / sizeof by_length[0] &&
            rls_unit_seconds(by_length[i]) * 1000000 < t->window_us)
@@ -302,6 +312,11 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
                                  sizeof msg) < 0) {
             free(owned);
             return request_fail(err, "invalid_limit", "%s", msg);
+        }
+        if (c->core->config->envoy_calendar_units &&
+            domains_envoy_calendar(owned, d->limit_unit, c->core->config->utc) < 0) {
+            free(owned);
+            return request_fail(err, "invalid_limit", "calendar unit");
         }
         /* Its limit is this request's: a denial cached under it could
          * answer a later request that brings another. */

@@ -34,7 +34,7 @@ const char *util_format_duration(int64_t us, char *buf, size_t buflen);
 int64_t util_monotonic_us(void);
 
 /* Microseconds since the Unix epoch on CLOCK_REALTIME: for limit windows
- * under `clock: local` only. */
+ * under `clock: local`, and the calendar bounds sent to Redis. */
 int64_t util_realtime_us(void);
 
 /* Writes v in decimal (no NUL) into out, which has room for

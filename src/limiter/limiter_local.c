@@ -127,6 +127,8 @@ struct entry {
     union {
         struct {
             int64_t e, n; /* n units in the window ending at e */
+            int64_t s;    /* calendar windows ("w:s:e:n"): where it starts */
+            int cal;      /* 1: a calendar window's count ("w:"), 0: "f:" */
         } fw;
         struct {
             int64_t e, c, p; /* c in the window ending at e, p in the one before */
@@ -335,11 +337,20 @@ int64_t local_store_expiry(const struct local_store *s, const char *key, size_t 
 
 static void fw_load(struct tier_state *ts, int64_t now)
 {
+    int cal = ts->t->calendar.unit != CALENDAR_NONE;
+    ts->n = 0;
+    if (cal) {
+        /* calendar_window.lua: both ends must match. */
+        calendar_window(&ts->t->calendar, now, &ts->start, &ts->window_end);
+        if (ts->e && ts->e->u.fw.cal && ts->e->u.fw.s == ts->start &&
+            ts->e->u.fw.e == ts->window_end)
+            ts->n = ts->e->u.fw.n;
+        return;
+    }
     int64_t W = ts->t->window_us;
     ts->window_end = (idiv(now, W) + 1) * W;
-    ts->n = 0;
     /* The count is the current window's only if it ends where ours does. */
-    if (ts->e && ts->e->u.fw.e == ts->window_end)
+    if (ts->e && !ts->e->u.fw.cal && ts->e->u.fw.e == ts->window_end)
         ts->n = ts->e->u.fw.n;
 }
 
@@ -367,6 +378,8 @@ static void fw_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
     e->u.fw.e = ts->window_end;
     e->u.fw.n = ts->n + ts->cost;
+    e->u.fw.cal = ts->t->calendar.unit != CALENDAR_NONE;
+    e->u.fw.s = e->u.fw.cal ? ts->start : 0;
     expire_in(e, now, ts->window_end - now);
 }
 
@@ -375,6 +388,8 @@ static void fw_report(struct tier_state *ts, struct entry *e, int64_t now)
 {
     e->u.fw.e = ts->window_end;
     e->u.fw.n = min64(max64(0, ts->n + ts->cost), EXACT_MAX);
+    e->u.fw.cal = ts->t->calendar.unit != CALENDAR_NONE;
+    e->u.fw.s = e->u.fw.cal ? ts->start : 0;
     expire_in(e, now, ts->window_end - now);
 }
 

@@ -58,13 +58,14 @@ final_stat()
 }
 
 failed=0
-for target in ${FUZZ_TARGETS:-request config http rls_json redis_reply}; do
+for target in ${FUZZ_TARGETS:-request config http rls_json redis_reply tzif}; do
     case $target in
     request) max_len=4096 ;;
     config) max_len=8192 ;;
     http) max_len=16384 ;;
     rls_json) max_len=16384 ;;
     redis_reply) max_len=4096 ;;
+    tzif) max_len=8192 ;;
     *)
         echo "$0: unknown target $target" >&2
         exit 64

@@ -28,7 +28,19 @@ Times advance irregularly (same µs, µs steps around emission intervals,
 window boundaries, gaps past windows and past the 1 s expiry slack); one
 family of scenarios also steps the clock back by less than a second (a
 clock behind another daemon's), which the scripts handle explicitly.
+
+Calendar windows (fixed_window with `calendar:`) run last, on a time line
+of their own through 2024 into 2025 that visits, to the µs, the boundaries
+around month ends of 28, 29, 30 and 31 days, a billing anchor of the 31st,
+both daylight saving changes of Europe/Berlin and America/New_York,
+Asia/Kolkata's half-hour offset, a Sunday-first week and the year's end.
+Their ARGV carries the bounds the daemon computes (local_driver prints the
+settings strings scripts_build_call makes); beside C against Lua, every
+reset and retry_us of a calendar tier must end at the boundary that
+python3's zoneinfo gives, an oracle independent of src/lib/tzif.c.
 """
+
+import datetime as dt
 
 import json
 import os
@@ -38,6 +50,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import calendar_oracle  # noqa: E402
 import harness  # noqa: E402
 from harness import diag, eq, ok  # noqa: E402
 
@@ -142,6 +155,78 @@ policy("shadow_a", [
 policy("shadow_b", [tier("log", "sliding_window_log", 2, 8)], shadow=True)
 
 
+# Calendar tiers: (unit, zone, anchor_day, week_start) beside the usual
+# fields; window_us is unused (the daemon sends bounds).
+def cal_tier(name, limit, unit, zone="UTC", anchor=0, week_start=None):
+    t = tier(name, "fixed_window", limit, 0)
+    t.update(calendar=unit, timezone=zone, anchor_day=anchor, week_start=week_start)
+    return t
+
+
+CALENDAR = [
+    policy("cal_day_berlin", [cal_tier("d", 5, "day", "Europe/Berlin")]),
+    policy("cal_day_ny", [cal_tier("d", 4, "day", "America/New_York")]),
+    policy("cal_day_kolkata", [cal_tier("d", 3, "day", "Asia/Kolkata")]),
+    policy("cal_week_ny", [cal_tier("w", 6, "week", "America/New_York", week_start="sunday")]),
+    policy("cal_month_utc", [cal_tier("m", 5, "month")]),
+    policy("cal_month_31", [cal_tier("m", 4, "month", "Europe/Berlin", anchor=31)]),
+    policy("cal_month_kolkata", [cal_tier("m", 4, "month", "Asia/Kolkata", anchor=30)]),
+    policy("cal_year", [cal_tier("y", 7, "year", "Europe/Berlin")]),
+    policy("cal_multi", [cal_tier("day", 3, "day", "America/New_York"),
+                         cal_tier("month", 8, "month", "America/New_York", anchor=15),
+                         tier("second", "fixed_window", 2, 1000)]),
+]
+
+
+def py_window(t, now_us):
+    """The calendar window [start, end) in µs by python3's zoneinfo."""
+    start, end = calendar_oracle.window(t["calendar"], t["timezone"], t["anchor_day"],
+                                        t["week_start"], now_us // SEC)
+    return start * SEC, end * SEC
+
+
+def calendar_timeline(rng):
+    """Instants (µs, ascending) at and around every calendar boundary near
+    the dates that matter, with a few in between."""
+    dates = ["2024-02-27", "2024-02-28", "2024-02-29", "2024-03-01", "2024-03-09", "2024-03-10",
+             "2024-03-30", "2024-03-31", "2024-04-29", "2024-04-30", "2024-05-01", "2024-05-30",
+             "2024-05-31", "2024-10-26", "2024-10-27", "2024-11-02", "2024-11-03",
+             "2024-12-31", "2025-01-01", "2025-02-27", "2025-02-28", "2025-03-01"]
+    bounds = set()
+    for d in dates:
+        base = int(dt.datetime.fromisoformat(d + "T12:00:00+00:00").timestamp()) * SEC
+        for p in CALENDAR:
+            for t in POLICIES[p]["tiers"]:
+                if t.get("calendar"):
+                    for off in (-36, -12, 0, 12, 36):
+                        bounds.update(py_window(t, base + off * 3600 * SEC))
+    times = set()
+    for b in bounds:
+        for d in (-SEC, -1, 0, 1, 1, 2, SEC // 2, 3 * SEC):
+            times.add(b + d)
+        times.add(b + rng.randint(1, 20 * 3600) * SEC)
+    return sorted(times)
+
+
+def calendar_scenario(seed):
+    rng = random.Random(seed)
+    keys = ["c%d" % seed, "d%d" % seed]
+    out = []
+    for now in calendar_timeline(rng):
+        for _ in range(rng.randint(1, 2)):
+            pols = rng.sample(CALENDAR, rng.randint(1, 2))
+            checks = [(p, rng.choice(keys), random_cost(rng, min(capacity(t) for t in
+                                                                 POLICIES[p]["tiers"])))
+                      for p in pols]
+            r = rng.random()
+            if r < 0.15:  # a report (POST /report), a refund when negative
+                checks = [(p, k, rng.randint(-3, 5)) for p, k, _ in checks]
+                out.append((now, "report", checks, None))
+            else:
+                out.append((now, r < 0.25, checks, None))
+    return out
+
+
 def yaml_text():
     out = ["redis:", "  key_prefix: \"%s\"" % PREFIX, "policies:"]
     for p in POLICIES.values():
@@ -152,8 +237,16 @@ def yaml_text():
             out.append("      - name: %s" % t["name"])
             out.append("        algorithm: %s" % t["algorithm"])
             out.append("        limit: %d" % t["limit"])
-            out.append("        %s: %dms" % ("lease_timeout" if t["algorithm"] == "concurrency"
-                                               else "window", t["window_us"] // MS))
+            if t.get("calendar"):
+                out.append("        calendar: %s" % t["calendar"])
+                out.append("        timezone: %s" % t["timezone"])
+                if t["anchor_day"]:
+                    out.append("        anchor_day: %d" % t["anchor_day"])
+                if t["week_start"]:
+                    out.append("        week_start: %s" % t["week_start"])
+            else:
+                out.append("        %s: %dms" % ("lease_timeout" if t["algorithm"] == "concurrency"
+                                                   else "window", t["window_us"] // MS))
             if t["burst"]:
                 out.append("        burst: %d" % t["burst"])
             if t["precision_us"]:
@@ -330,7 +423,8 @@ class Diff:
         # How much of the ground the sequences covered.
         self.stats = dict.fromkeys(("allowed", "denied", "dry", "report", "refund",
                                     "cost_exceeds", "retry",
-                                    "delay", "expiry_compared", "stale_in_redis", "released"), 0)
+                                    "delay", "expiry_compared", "stale_in_redis", "released",
+                                    "calendar_boundary"), 0)
 
     def local(self, now, dry, checks, nonce=None):
         req = {"now_us": now, "dry_run": dry is True, "report": dry == "report",
@@ -384,6 +478,14 @@ class Diff:
         self.max_seen = max(self.max_seen, now)
         keys, argv = script_call(now, dry, checks, nonce)
         loc = self.local(now, dry, checks, nonce)
+        diffs = []
+        for i, (pol, _, _) in enumerate(checks):
+            if any(t.get("calendar") for t in POLICIES[pol]["tiers"]):
+                # the bounds come from src/lib/calendar.c, checked below
+                argv[3 + 2 * i] = loc["policies"][i]
+            elif loc["policies"][i] != argv[3 + 2 * i]:
+                diffs.append("%s: C sends %r, expected %r" % (pol, loc["policies"][i],
+                                                              argv[3 + 2 * i]))
         sec, usec = self.r.command("TIME")
         t0 = int(sec) * 1000 + int(usec) // 1000
         lua = self.r.command("EVALSHA", self.sha, len(keys), *keys, *argv)
@@ -391,7 +493,6 @@ class Diff:
         t1 = int(probe[-2]) * 1000 + int(probe[-1]) // 1000
         pexp = probe[:-2]
 
-        diffs = []
         if lua[0] != now:
             diffs.append("script now_us %r" % lua[0])
         if lua[1] != loc["allowed"]:
@@ -403,6 +504,16 @@ class Diff:
                 for f, a, b in zip(FIELDS, lua[2 + 7 * i: 9 + 7 * i], loc["tiers"][i]):
                     if a != b:
                         diffs.append("%s.%s %s: lua %r, C %r" % (pol, name, f, a, b))
+        tiers = [t for p, _, _ in checks for t in POLICIES[p]["tiers"]]
+        for t, fig in zip(tiers, loc["tiers"]):
+            if not t.get("calendar"):
+                continue
+            start, end = py_window(t, now)
+            for f, v in (("reset_us", fig[3]), ("retry_us", fig[4])):
+                if v > 0 and now + v != end:
+                    diffs.append("%s %s %s: ends at %d, zoneinfo's window [%d, %d)"
+                                 % (t["calendar"], t["timezone"], f, now + v, start, end))
+            self.stats["calendar_boundary"] += fig[3] > 0 and end - now <= 3 * SEC
         st = self.stats
         st["allowed" if lua[1] else "denied"] += 1
         st["dry"] += dry is True
@@ -536,6 +647,9 @@ def main():
         total += diff.run("reports: %s (seed %d)" % ("+".join(pols), seed),
                           scenario(seed, pols, 150, keys, max_checks=min(3, len(pols) * len(keys)),
                                    clock=clock, reports=0.3))
+    # Calendar windows, on their own time line (after the one above).
+    seed += 1
+    total += diff.run("calendar windows (seed %d)" % seed, calendar_scenario(seed))
     driver.stdin.close()
     eq(driver.wait(10), 0, "local_driver exits 0")
     diag("%d requests in %.1f s" % (total, time.monotonic() - started))

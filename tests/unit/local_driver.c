@@ -18,11 +18,13 @@
  * writes one line per request:
  *     {"allowed": 0|1, "tiers": [[allowed, limit, remaining, reset_us,
  *      retry_us, delay_us, reason], ...], "keys": [[redis_key, expiry], ...],
- *      "size": entries}
+ *      "size": entries, "policies": [settings, ...]}
  * tiers in check then tier order, as the script returns them; keys are the
  * script's KEYS in order (the log's ZSET and its sequence key), each with
  * local_store_expiry (absolute µs, -1: none), the sequence key sharing its
- * ZSET's entry. A malformed line ends the program with status 1.
+ * ZSET's entry; policies are the settings strings scripts_build_call sends
+ * for each check at now_us (a calendar tier's bounds among them). A
+ * malformed line ends the program with status 1.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -219,8 +221,15 @@ int main(int argc, char **argv)
                 }
             }
         }
-        put_reply(json_pack("{s:i,s:o,s:o,s:I}", "allowed", allowed, "tiers", tiers, "keys", keys,
-                            "size", (json_int_t)local_store_size(store)));
+        struct script_call call;
+        scripts_build_call(cfg, &req, now, &call);
+        json_t *policies = json_array();
+        for (size_t i = 0; i < req.nchecks; i++)
+            json_array_append_new(policies, json_string(call.args[call.nkeys + 2 + 2 * i + 1]));
+        scripts_call_free(&call);
+        put_reply(json_pack("{s:i,s:o,s:o,s:I,s:o}", "allowed", allowed, "tiers", tiers, "keys",
+                            keys, "size", (json_int_t)local_store_size(store), "policies",
+                            policies));
         free(out);
         free(req.checks);
         json_decref(root);

@@ -70,7 +70,7 @@ static const struct error_case {
      "max_connections, idle_timeout, request_timeout, "
      "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
      "deny_status, policies, domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, "
-     "envoy_quota_mode, tls, admin_tls, grpc_tls)"},
+     "envoy_quota_mode, envoy_calendar_units, tls, admin_tls, grpc_tls)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
@@ -96,7 +96,7 @@ static const struct error_case {
      "policies.p: unknown field \"failuremode\""},
     {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
      "policies.p.tiers[0]: unknown field \"limt\" (known: name, algorithm, limit, window, burst, "
-     "precision, lease_timeout)"},
+     "precision, lease_timeout, calendar, timezone, anchor_day, week_start)"},
     {"unknown field quoted safely", "\"a\\x01b\": 1\n" POLICY_P, "1:1", "unknown field \"a?b\""},
 
     /* wrong node types */
@@ -345,6 +345,41 @@ static const struct error_case {
      "8:20", "policies.p.tiers[0].precision: 1s splits window 1h into 3600 buckets (at most 1000)"},
     {"precision on fixed_window", POLICY_P "        precision: 1s\n", "8:20",
      "policies.p.tiers[0].precision: not allowed for fixed_window"},
+    /* calendar tiers (POLICY_P's window on line 7) */
+    {"calendar beside window", POLICY_P "        calendar: day\n", "7:17",
+     "policies.p.tiers[0].window: give window or calendar, not both"},
+    {"unknown calendar",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: fortnight\n"),
+     "7:19",
+     "policies.p.tiers[0].calendar: unknown calendar \"fortnight\" (known: day, week, "
+     "month, year)"},
+    {"calendar on gcra",
+     TIER("name: a\n        algorithm: gcra\n        limit: 1\n"
+          "        calendar: month\n"),
+     "7:19", "policies.p.tiers[0].calendar: only fixed_window takes one, not gcra"},
+    {"unknown zone",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: day\n        timezone: Nowhere/Town\n"),
+     "8:19", "policies.p.tiers[0].timezone: unknown time zone \"Nowhere/Town\""},
+    {"anchor_day 0",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: month\n        anchor_day: 0\n"),
+     "8:21", "policies.p.tiers[0].anchor_day: "},
+    {"anchor_day on a week",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: week\n        anchor_day: 3\n"),
+     "8:21", "policies.p.tiers[0].anchor_day: only calendar: month takes one"},
+    {"week_start on a month",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: month\n        week_start: sunday\n"),
+     "8:21", "policies.p.tiers[0].week_start: only calendar: week takes one"},
+    {"unknown week_start",
+     TIER("name: a\n        algorithm: fixed_window\n        limit: 1\n"
+          "        calendar: week\n        week_start: caturday\n"),
+     "8:21", "policies.p.tiers[0].week_start: invalid value \"caturday\": must be one of monday"},
+    {"timezone without calendar", POLICY_P "        timezone: UTC\n", "8:19",
+     "policies.p.tiers[0].timezone: only a calendar tier takes one"},
     {"burst on fixed_window", POLICY_P "        burst: 5\n", "8:16",
      "policies.p.tiers[0].burst: not allowed for fixed_window"},
     {"burst 0 written on fixed_window", POLICY_P "        burst: 0\n", "8:16",

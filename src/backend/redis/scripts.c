@@ -8,7 +8,9 @@
  *         SCRIPTS_DRY_RUN_BOTH or SCRIPTS_REPORT), then per check: cost and
  *         the policy's settings as one string, "shadow" then per tier
  *         "algorithm limit window_us burst precision_us", space-separated
- *         (the same string on every call: the Lua side parses it once).
+ *         (the same string on every call: the Lua side parses it once;
+ *         a calendar tier sends "calendar_window" and, for window_us, its
+ *         bounds "p:s:e:n": a new string once per window);
  *         then, for a request that takes leases, its lease nonce.
  *   KEYS: per check, per tier, the algorithm's keys (policy_redis_key).
  *   Reply: now_us, request_allowed, then per tier: allowed, limit,
@@ -66,8 +68,9 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
 /* A bound on the bytes one number takes in the call, with its NUL. */
 #define NUM_BYTES 24
 
-/* A bound on the bytes of one tier in a policy's settings string. */
-#define TIER_BYTES (32 + 4 * NUM_BYTES)
+/* A bound on the bytes of one tier in a policy's settings string (a
+ * calendar tier's window is four numbers). */
+#define TIER_BYTES (32 + 7 * NUM_BYTES)
 
 /* Appends " " and v to the string at dst, which has room. */
 static size_t put_num(char *dst, size_t len, int64_t v)
@@ -76,9 +79,24 @@ static size_t put_num(char *dst, size_t len, int64_t v)
     return len + util_format_int(dst + len, v);
 }
 
+/* A calendar tier's window word, "p:s:e:n" (lua/calendar_window.lua):
+ * the bounds around wall_us, the daemon's clock. The script picks among
+ * them by its own now, so Redis TIME stays the one clock of the count. */
+static size_t put_calendar(char *dst, size_t len, const struct tier *t, int64_t wall_us)
+{
+    int64_t b[4];
+    calendar_bounds(&t->calendar, wall_us, b);
+    for (int i = 0; i < 4; i++) {
+        dst[len++] = i ? ':' : ' ';
+        len += util_format_int(dst + len, b[i]);
+    }
+    return len;
+}
+
 /* Appends policy p's settings string (see the top of this file). Written
  * without snprintf, which was most of what building a call cost. */
-static void push_policy(struct script_call *c, size_t *used, const struct policy *p)
+static void push_policy(struct script_call *c, size_t *used, const struct policy *p,
+                        int64_t wall_us)
 {
     /* mem was sized by scripts_build_call (TIER_BYTES per tier): a bound
      * gone wrong is a bug, never an overflow. */
@@ -89,13 +107,14 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
     dst[len++] = p->shadow ? '1' : '0';
     for (size_t j = 0; j < p->ntiers; j++) {
         const struct tier *t = &p->tiers[j];
-        const char *alg = policy_algorithm_name(t->algorithm);
+        int cal = t->calendar.unit != CALENDAR_NONE;
+        const char *alg = cal ? "calendar_window" : policy_algorithm_name(t->algorithm);
         size_t alen = strlen(alg);
         dst[len++] = ' ';
         memcpy(dst + len, alg, alen);
         len += alen;
         len = put_num(dst, len, t->limit);
-        len = put_num(dst, len, policy_tier_span_us(t));
+        len = cal ? put_calendar(dst, len, t, wall_us) : put_num(dst, len, policy_tier_span_us(t));
         len = put_num(dst, len, t->burst);
         len = put_num(dst, len, t->precision_us);
     }
@@ -164,9 +183,12 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push(out, &used, SCRIPTS_DRY_RUN, 1);
     else
         push(out, &used, SCRIPTS_RUN, 1);
+    /* Calendar bounds need a wall clock even under clock: redis (the
+     * script then picks among them by TIME). */
+    int64_t wall_us = now_us >= 0 ? now_us : util_realtime_us();
     for (size_t i = 0; i < req->nchecks; i++) {
         push_int(out, &used, req->checks[i].cost);
-        push_policy(out, &used, req->checks[i].policy);
+        push_policy(out, &used, req->checks[i].policy, wall_us);
     }
     if (nonce)
         push(out, &used, req->lease_nonce, strlen(req->lease_nonce));

@@ -22,6 +22,8 @@ Nothing here knows about ratelimitd itself.
 
 import atexit
 import os
+import pty
+import select
 import shutil
 import signal
 import socket
@@ -164,6 +166,34 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def run_on_tty(argv, timeout=10):
+    """Runs argv on a terminal of its own (a pty), as a user at a shell
+    would: (exit code, or None if it was still running after timeout and
+    was killed; what it wrote). A program that prompts (OpenSSL asking for
+    a key's passphrase) waits here instead of failing."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    out, rc, deadline = b"", None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed its side
+                data = b""
+            out += data
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+    if rc is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    return rc, out.decode("utf-8", "replace")
 
 
 def tail(path, nbytes=2000):

@@ -144,7 +144,7 @@ struct config {
 #define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
 /* redis.batch: its default (bench/batch_sweep.sh measures it) and largest
  * value. */
-#define CONFIG_DEFAULT_REDIS_BATCH 64
+#define CONFIG_DEFAULT_REDIS_BATCH 32
 #define CONFIG_REDIS_BATCH_MAX 1024
 #define CONFIG_DEFAULT_PREFIX "rl:"
 #define CONFIG_DEFAULT_MAX_BODY 16384

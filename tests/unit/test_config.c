@@ -1372,7 +1372,7 @@ static const struct {
     {"workers", "1"},
     {"redis.url", "redis://127.0.0.1:6379/0"},
     {"redis.timeout", "50000"},
-    {"redis.batch", "64"},
+    {"redis.batch", "32"},
     {"redis.key_prefix", "rl:"},
     {"redis.tls.verify", "1"},
     {"clock", "0"},

@@ -7,10 +7,10 @@ multi-check, dry runs of both kinds, reports and refunds, shadow checks,
 concurrency leases and their release and renewal, costs 0..limit+1) is
 decided once request by request (db 0) and once in batches of 1 to 24
 (db 1); every request's reply must be the same, and so must every key's
-type, value and expiry (to the second: the two runs write within
-milliseconds of each other). Then: a request the code refuses fails
-alone, its neighbours decided; a malformed frame fails whole and writes
-nothing; Redis TIME per request; what the reply of a batch looks like.
+type, value and expiry (within 3 s: each expiry is set relative to
+Redis's clock, and the two runs write moments apart). Then: a request the
+code refuses fails alone, its neighbours decided; a malformed frame fails
+whole and writes nothing; Redis TIME read per request.
 """
 
 import os
@@ -24,6 +24,7 @@ import harness  # noqa: E402
 T0 = 1_700_000_000_000_000  # µs
 SEC = 1_000_000
 NONCE = "AbCdEfGhIjKlMnOpQrStU_"  # 22 of [A-Za-z0-9_-]
+SLACK_MS = 3000  # expiries written moments apart compare equal within this
 
 R = None
 SHA = None
@@ -151,7 +152,7 @@ def make_stream(seed, n):
 
 
 def state(db):
-    """Every key of db: type, value and expiry in whole seconds."""
+    """Every key of db: type, value and expiry (PTTL, ms)."""
     R.command("SELECT", str(db))
     out = {}
     for k in sorted(R.command("KEYS", "*")):
@@ -165,9 +166,20 @@ def state(db):
         else:
             v = t
         pttl = R.command("PTTL", k)
-        out[k] = (t, v, (pttl + 500) // 1000 if pttl > 0 else pttl)
+        out[k] = (t, v, pttl)
     R.command("SELECT", "0")
     return out
+
+
+def same_state(x, y):
+    """Two keys' (type, value, PTTL) alike: the expiries within SLACK_MS
+    of each other (each is set relative to Redis's clock when written, and
+    the two runs write a chunk's keys moments apart: on a busy box, up to
+    a second or so)."""
+    if x is None or y is None:
+        return x == y
+    return x[:2] == y[:2] and (x[2] == y[2] or (x[2] > 0 and y[2] > 0
+                                                 and abs(x[2] - y[2]) <= SLACK_MS))
 
 
 def test_stream(seed, n):
@@ -203,7 +215,7 @@ def test_stream(seed, n):
     ok(errors < n // 10, "seed %d: the stream is mostly decisions (%d errors)" % (seed, errors))
     a, b = state(0), state(1)
     ok(len(a) > 10, "seed %d: the stream wrote state (%d keys)" % (seed, len(a)))
-    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    diff = [k for k in sorted(set(a) | set(b)) if not same_state(a.get(k), b.get(k))]
     ok(not diff, "seed %d: every key's type, value and expiry as alone%s"
        % (seed, "" if not diff else " (%s: %r vs %r)" % (diff[0], a.get(diff[0]),
                                                            b.get(diff[0]))))

@@ -379,6 +379,34 @@ class RedisServer:
 # ---------------------------------------------------------------------- TAP
 
 
+def decision_code():
+    """The decision code as the daemon carries it: (the EVAL script of
+    $RATELIMITD --print-script, the Function library of $LOCAL_DRIVER
+    --print-library), as bytes. Skips the whole test without
+    redis-server; bails out without the built programs."""
+    if find_program("REDIS_SERVER", "redis-server") is None:
+        skip_all("redis-server not found (Debian package redis-server)")
+    exe = os.environ.get("RATELIMITD")
+    if not exe:
+        bail_out("set RATELIMITD to the built daemon")
+    driver = find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver:
+        bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    script = subprocess.run([exe, "--print-script"], stdout=subprocess.PIPE, check=True).stdout
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    return script, lib
+
+
+def flush_repeatedly(client, flush, times=20, gap=0.05):
+    """Sends the command flush (FUNCTION FLUSH, SCRIPT FLUSH) times times,
+    gap seconds apart, as operators and restarts make them: each one alone
+    (back to back in one millisecond, a flush can land between every reload
+    and its retry, past the reloads a call may make)."""
+    for _ in range(times):
+        client.command(*flush)
+        time.sleep(gap)
+
+
 def fixed_window_count(client, key):
     """The units taken in a fixed_window key's current window, as the
     script stores them ("f:<window end µs>:<n>"), or None with no key."""

@@ -21,6 +21,7 @@ Nothing here knows about ratelimitd itself.
 """
 
 import atexit
+import faulthandler
 import os
 import pty
 import select
@@ -31,6 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# A crash of the test's own process (a C extension: grpcio) prints every
+# Python thread's stack into the test's log rather than nothing.
+faulthandler.enable()
 
 # ---------------------------------------------------------------- processes
 

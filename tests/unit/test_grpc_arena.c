@@ -4,7 +4,10 @@
  * alignment, allocations past the block and larger than it, sizes too
  * large to count, reset and reuse, an arena without a block, and
  * protobuf-c unpacking through it (a good message, then a truncated one);
- * ASan and valgrind see that the overflow blocks are freed.
+ * and the size-class pool nghttp2 allocates from: reuse by class, blocks
+ * past the largest class, realloc within and across classes, calloc over
+ * a used block and past SIZE_MAX, the bound on kept blocks, a real nghttp2
+ * session on it. ASan and valgrind see that every block is freed.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -121,10 +124,85 @@ static void test_protobuf(void)
     grpc_arena_fini(&a); /* frees them: no leak */
 }
 
+static void test_pool(void)
+{
+    struct grpc_pool p;
+    grpc_pool_init(&p);
+    char *a = grpc_pool_alloc(&p, 1);
+    ok(a && aligned(a), "a pool block, aligned for any type");
+    memset(a, 'x', 32); /* ASan: the class's 32 bytes are there */
+    is_int(p.mallocs, 1, "the first block of a class comes from malloc");
+    grpc_pool_free(&p, a);
+    is_int(p.nfree[0], 1, "freed: it waits on its class's list");
+    char *b = grpc_pool_alloc(&p, 20);
+    ok(b == a, "the next allocation of that class reuses it");
+    is_int(p.mallocs, 1, "without a malloc");
+    char *c = grpc_pool_calloc(&p, 4, 8);
+    ok(c && c[0] == 0 && c[31] == 0, "calloc zeroes");
+    grpc_pool_free(&p, c);
+    c = grpc_pool_calloc(&p, 1, 32);
+    ok(c && memchr(c, 'x', 32) == NULL, "calloc zeroes a reused (dirty) block too");
+    ok(grpc_pool_calloc(&p, SIZE_MAX / 2, 3) == NULL, "calloc past SIZE_MAX: NULL");
+    ok(grpc_pool_alloc(&p, SIZE_MAX) == NULL, "SIZE_MAX bytes: NULL");
+
+    memcpy(b, "0123456789", 10);
+    ok(grpc_pool_realloc(&p, b, 32) == b, "realloc within the block's class: the same block");
+    char *g = grpc_pool_realloc(&p, b, 100);
+    ok(g && memcmp(g, "0123456789", 10) == 0, "realloc past it: a larger class, bytes moved");
+    is_int(p.nfree[0], 1, "the old block is back on its list");
+    char *big = grpc_pool_realloc(&p, g, GRPC_POOL_MAX + 1);
+    ok(big && memcmp(big, "0123456789", 10) == 0 && aligned(big),
+       "realloc past the largest class: a block of its own");
+    memset(big, 'y', GRPC_POOL_MAX + 1);
+    size_t before = p.mallocs;
+    grpc_pool_free(&p, big); /* to malloc's free: no list for it */
+    char *big2 = grpc_pool_alloc(&p, GRPC_POOL_MAX + 1);
+    is_int(p.mallocs, before + 1, "such a block is never kept: the next one is malloc'd");
+    grpc_pool_free(&p, big2);
+    char *n = grpc_pool_realloc(&p, NULL, 10);
+    ok(n != NULL, "realloc(NULL) allocates");
+    is_int(p.nfree[0], 0, "(from the list)");
+    grpc_pool_free(&p, n);
+    grpc_pool_free(&p, c);
+    char *r = grpc_pool_alloc(&p, 8);
+    ok(grpc_pool_realloc(&p, r, 0) == NULL, "realloc to 0 frees");
+    grpc_pool_free(&p, NULL);
+    ok(1, "free(NULL) is a no-op");
+
+    /* More blocks of one class than the pool keeps. */
+    void *many[GRPC_POOL_KEEP + 10];
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++)
+        many[i] = grpc_pool_alloc(&p, 64);
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++)
+        grpc_pool_free(&p, many[i]);
+    is_int(p.nfree[1], GRPC_POOL_KEEP, "at most GRPC_POOL_KEEP blocks kept per class");
+    grpc_pool_fini(&p);
+    is_int(p.nfree[0] + p.nfree[1], 0, "fini empties the lists");
+    grpc_pool_fini(NULL);
+
+    /* nghttp2 on it: a server session that sends its SETTINGS. */
+    grpc_pool_init(&p);
+    nghttp2_mem mem = grpc_pool_nghttp2(&p);
+    nghttp2_session_callbacks *cb;
+    nghttp2_session *s = NULL;
+    ok(nghttp2_session_callbacks_new(&cb) == 0 &&
+           nghttp2_session_server_new3(&s, cb, NULL, NULL, &mem) == 0,
+       "an nghttp2 session on the pool");
+    nghttp2_session_callbacks_del(cb);
+    const uint8_t *data;
+    ok(s && nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, NULL, 0) == 0 &&
+           nghttp2_session_mem_send(s, &data) > 0,
+       "sends its SETTINGS");
+    nghttp2_session_del(s);
+    ok(p.mallocs > 0, "its memory came from the pool (%zu blocks)", p.mallocs);
+    grpc_pool_fini(&p); /* everything given back: no leak */
+}
+
 int main(void)
 {
     test_block();
     test_no_block();
     test_protobuf();
+    test_pool();
     return tap_done();
 }

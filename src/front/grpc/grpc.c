@@ -22,8 +22,10 @@
  * A connection is never freed under nghttp2: a reply from the core that
  * comes inside one of nghttp2's callbacks (rls_start answering at once) is
  * only submitted, and written once nghttp2 returns (busy); a reply that
- * comes later is written at once, and may end the connection as the last
- * thing the reply does.
+ * comes later (a backend's) is submitted, and the connection is written
+ * once the loop has run every callback that is due (flush_ev): the replies
+ * of one batch from Redis to the streams of one connection leave in one
+ * write, not one each. Only then may the connection end.
  *
  * Owns the HTTP/2 connections and the limits on them, and the front's
  * instance (front.h); not the listening socket, the accepting and the
@@ -125,6 +127,8 @@ struct gconn {
     struct front_io io; /* fd's bytes, plain or TLS */
     nghttp2_session *s;
     struct event rd, wr, timer;
+    struct event flush_ev; /* active while a later reply waits to be written */
+    int flush_due;
     struct buf out; /* bytes from nghttp2 not yet written; out_off of them are */
     size_t out_off;
     int64_t last_us;
@@ -301,8 +305,12 @@ static void on_rls_reply(void *ctx, const struct rls_answer *a)
         answer_error(st, GRPC_UNAVAILABLE, a->message ? a->message : "unavailable");
     else
         answer_rls(st, a);
-    if (!c->busy)
-        settle(c);
+    /* Within nghttp2 (busy) on_read writes once it returns; otherwise at
+     * the end of this loop turn, with the other replies of the turn. */
+    if (!c->busy && !c->flush_due) {
+        c->flush_due = 1;
+        event_active(&c->flush_ev, EV_TIMEOUT, 1);
+    }
 }
 
 /* The request's descriptors as rls.h wants them, pointing into m; all of
@@ -582,6 +590,7 @@ static void conn_free(struct gconn *c)
     event_del(&c->rd);
     event_del(&c->wr);
     event_del(&c->timer);
+    event_del(&c->flush_ev);
     front_io_fini(&c->io);
     close(c->fd);
     buf_free(&c->out);
@@ -729,6 +738,14 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     settle(c);
 }
 
+/* The replies that came since flush_ev was made active, written at once. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct gconn *c = arg;
+    c->flush_due = 0;
+    settle(c);
+}
+
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
     settle(arg);
@@ -799,7 +816,8 @@ static void on_accept(void *arg, const struct listener_socket *s, int fd,
     struct event_base *base = g->host->core->base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
-        evtimer_assign(&c->timer, base, on_timer, c) < 0)
+        evtimer_assign(&c->timer, base, on_timer, c) < 0 ||
+        event_assign(&c->flush_ev, base, -1, 0, on_flush, c) < 0)
         abort(); /* only with bad arguments */
     /* The context of the snapshot in force now (see http.c). */
     front_io_init(&c->io, fd, g->host->core->config->listen_tls[s->tls].server,

@@ -14,6 +14,8 @@
  * per stream and per frame (through grpc_pool_nghttp2, an nghttp2_mem):
  * a freed block waits on its class's list (at most GRPC_POOL_KEEP of
  * them) for the next allocation of that class; larger ones are malloc'd.
+ * What a worker keeps is so bounded: GRPC_POOL_KEEP blocks of each class,
+ * about 1 MiB at most, much less under a load of small unary calls.
  *
  * Each owns its blocks; not what is built in them (the arena's caller drops
  * every pointer into it before the reset; nghttp2 frees what it took before

@@ -85,37 +85,39 @@ static void call_free(struct rls_call *c)
     config_unref(c->cfg);
     for (size_t i = 0; i < c->n; i++)
         free(c->entries[i].metric);
-    free(c->entries);
-    free(c->status);
-    free(c);
+    free(c); /* entries and status are in the same block */
 }
 
 /* ---- pure parts ---- */
 
-/* Appends s escaped at out + *n; -1 past outlen. */
+static int must_escape(char ch)
+{
+    /* NUL too: a check's key may not hold it (decision.h). */
+    return ch == '%' || ch == '|' || ch == '=' || ch == '\0';
+}
+
+/* Appends s escaped at out + *n; -1 past outlen. Runs of bytes that stay
+ * as they are are copied at once. */
 static int put_escaped(char *out, size_t outlen, size_t *n, const char *s, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        const char *rep = NULL;
-        switch (s[i]) {
-        case '%':
-            rep = "%25";
-            break;
-        case '|':
-            rep = "%7C";
-            break;
-        case '=':
-            rep = "%3D";
-            break;
-        case '\0':
-            rep = "%00"; /* a check's key may not hold NUL (decision.h) */
-            break;
-        }
-        size_t k = rep ? 3 : 1;
-        if (outlen - *n < k)
+    size_t i = 0;
+    while (i < len) {
+        size_t run = 0;
+        while (i + run < len && !must_escape(s[i + run]))
+            run++;
+        if (outlen - *n < run)
             return -1;
-        memcpy(out + *n, rep ? rep : &s[i], k);
-        *n += k;
+        memcpy(out + *n, s + i, run);
+        *n += run;
+        i += run;
+        if (i == len)
+            break;
+        const char *rep = s[i] == '%' ? "%25" : s[i] == '|' ? "%7C" : s[i] == '=' ? "%3D" : "%00";
+        if (outlen - *n < 3)
+            return -1;
+        memcpy(out + *n, rep, 3);
+        *n += 3;
+        i++;
     }
     return 0;
 }
@@ -601,7 +603,13 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
         return -1;
     }
     const struct config *cfg = core->config;
-    struct rls_call *c = xcalloc(1, sizeof *c);
+    /* One block: the call, then its n entries, then its n statuses (each
+     * struct's size is a multiple of its alignment, all of them 8). */
+    _Static_assert(sizeof(struct rls_call) % _Alignof(struct entry) == 0 &&
+                       sizeof(struct entry) % _Alignof(struct rls_status) == 0,
+                   "the call's arrays follow it aligned");
+    struct rls_call *c = xcalloc(
+        1, sizeof *c + req->ndescriptors * (sizeof(struct entry) + sizeof(struct rls_status)));
     *c = (struct rls_call){
         .core = core,
         .front = req->front,
@@ -610,8 +618,8 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
         .ctx = ctx,
         .starting = 1,
         .n = req->ndescriptors};
-    c->entries = xcalloc(c->n, sizeof *c->entries);
-    c->status = xcalloc(c->n, sizeof *c->status);
+    c->entries = (struct entry *)(c + 1);
+    c->status = (struct rls_status *)(c->entries + c->n);
     match_all(c, cfg, req);
     c->global_shadow = cfg->envoy_shadow_mode;
     int may_retry = c->global_shadow;

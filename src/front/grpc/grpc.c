@@ -22,8 +22,10 @@
  * A connection is never freed under nghttp2: a reply from the core that
  * comes inside one of nghttp2's callbacks (rls_start answering at once) is
  * only submitted, and written once nghttp2 returns (busy); a reply that
- * comes later is written at once, and may end the connection as the last
- * thing the reply does.
+ * comes later (a backend's) is submitted, and the connection is written
+ * once the loop has run every callback that is due (flush_ev): the replies
+ * of one batch from Redis to the streams of one connection leave in one
+ * write, not one each. Only then may the connection end.
  *
  * Owns the HTTP/2 connections and the limits on them, and the front's
  * instance (front.h); not the listening socket, the accepting and the
@@ -44,10 +46,11 @@
 
 #include "config/config.h"
 #include "core/metrics.h"
-#include "core/rate_headers.h"
 #include "core/rls.h"
 #include "front/front.h"
 #include "front/grpc/grpc.h"
+#include "front/grpc/grpc_arena.h"
+#include "front/grpc/grpc_wire.h"
 #include "front/listener.h"
 #include "front/tls.h"
 #include "lib/buf.h"
@@ -68,8 +71,13 @@
  * time, so a few hundred in one read is a flood. */
 #define GRPC_MAX_SETTINGS 32
 #define GRPC_MAX_OUTBOUND_ACK 200
-/* The gRPC message prefix: 1 byte compressed flag, 4 bytes length. */
-#define GRPC_PREFIX 5
+/* The decode arena's block: a request of a few descriptors unpacks into
+ * well under 1 KiB; a larger one takes malloc'd blocks, freed at once. */
+#define GRPC_ARENA_SIZE 8192
+/* Streams kept for reuse by the front (with their buffers, each held to
+ * GRPC_SPARE_BUF bytes): a steady load allocates no stream. */
+#define GRPC_SPARE_STREAMS 64
+#define GRPC_SPARE_BUF 4096
 /* After the last frame (a GOAWAY), reading and dropping what the peer
  * still sends for this long before closing: closing with unread input
  * makes the kernel reset the connection, and the peer would lose the
@@ -119,6 +127,8 @@ struct gconn {
     struct front_io io; /* fd's bytes, plain or TLS */
     nghttp2_session *s;
     struct event rd, wr, timer;
+    struct event flush_ev; /* active while a later reply waits to be written */
+    int flush_due;
     struct buf out; /* bytes from nghttp2 not yet written; out_off of them are */
     size_t out_off;
     int64_t last_us;
@@ -143,20 +153,57 @@ struct grpc {
     uint32_t max_streams;
     int64_t idle_us;
     LIST_HEAD(, gconn) conns;
+    /* Freed streams kept for the next ones (at most GRPC_SPARE_STREAMS). */
+    LIST_HEAD(, stream) spare;
+    size_t nspare;
+    /* What one call's decoding allocates: reset once the core has it. */
+    struct grpc_arena arena;
+    /* What nghttp2 allocates, for every session of the front. */
+    struct grpc_pool pool;
+    nghttp2_mem mem;
 };
 
 static void settle(struct gconn *c);
 
 /* ---- streams ---- */
 
+/* A buffer a spare stream keeps: emptied, and freed when it grew large. */
+static void buf_recycle(struct buf *b)
+{
+    if (b->cap > GRPC_SPARE_BUF)
+        buf_free(b);
+    b->len = 0;
+}
+
 static void stream_free(struct stream *st)
 {
+    struct grpc *g = st->c->g;
     if (st->call)
         rls_cancel(st->call);
+    LIST_REMOVE(st, link);
+    if (g->nspare < GRPC_SPARE_STREAMS) {
+        buf_recycle(&st->body);
+        buf_recycle(&st->resp);
+        LIST_INSERT_HEAD(&g->spare, st, link);
+        g->nspare++;
+        return;
+    }
     buf_free(&st->body);
     buf_free(&st->resp);
-    LIST_REMOVE(st, link);
     free(st);
+}
+
+/* A zeroed stream, reusing a spare one and its buffers when there is one. */
+static struct stream *stream_new(struct grpc *g)
+{
+    struct stream *st = LIST_FIRST(&g->spare);
+    if (!st)
+        return xcalloc(1, sizeof *st);
+    LIST_REMOVE(st, link);
+    g->nspare--;
+    struct buf body = st->body, resp = st->resp;
+    *st = (struct stream){.body = body, .resp = resp};
+    return st;
 }
 
 /* grpc-message is percent-encoded (the gRPC HTTP/2 protocol): every byte
@@ -215,7 +262,17 @@ static ssize_t read_resp(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     return (ssize_t)n;
 }
 
-/* Answers st with message m: HEADERS, DATA (prefix + message), trailers. */
+/* Answers st with what st->resp holds (prefix + message): HEADERS, DATA
+ * (read_resp copies it into nghttp2's frame), trailers. */
+static void answer_resp(struct stream *st)
+{
+    static const nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    st->answered = 1;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_resp};
+    (void)nghttp2_submit_response(st->c->s, st->id, nva, 2, &prd); /* as in answer_error */
+}
+
+/* Answers st with message m, packed by protobuf-c (Health/Check). */
 static void answer_message(struct stream *st, const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
@@ -226,86 +283,17 @@ static void answer_message(struct stream *st, const ProtobufCMessage *m)
     p[3] = (uint8_t)(n >> 8);
     p[4] = (uint8_t)n;
     st->resp.len = GRPC_PREFIX + protobuf_c_message_pack(m, p + GRPC_PREFIX);
-    st->answered = 1;
-    const nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
-    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_resp};
-    (void)nghttp2_submit_response(st->c->s, st->id, nva, 2, &prd); /* as in answer_error */
+    answer_resp(st);
 }
 
 /* ---- ShouldRateLimit ---- */
 
-static Envoy__Service__Ratelimit__V3__RateLimitResponse__Code code_of(enum rls_code c)
-{
-    return c == RLS_CODE_OVER_LIMIT
-               ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
-           : c == RLS_CODE_OK ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
-                              : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__UNKNOWN;
-}
-
-static uint32_t clamp_u32(int64_t v)
-{
-    return v < 0 ? 0 : v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
-/* Packs the answer into st's response. Everything the message points to is
- * on the stack or the answer's, and only for the pack: no allocation per
- * answer beyond the response buffer's. rls.c never answers more statuses
- * than REQUEST_MAX_CHECKS (it refuses more descriptors) nor more headers
- * than rate_headers.h makes; past either is a broken invariant. */
+/* Writes the answer straight into st's response buffer (grpc_wire.h). */
 static void answer_rls(struct stream *st, const struct rls_answer *a)
 {
-    typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus Status;
-    typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit Limit;
-    typedef Envoy__Config__Core__V3__HeaderValue Header;
-    Envoy__Service__Ratelimit__V3__RateLimitResponse resp =
-        ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
-    Status sts[REQUEST_MAX_CHECKS], *stp[REQUEST_MAX_CHECKS];
-    Limit lims[REQUEST_MAX_CHECKS];
-    Google__Protobuf__Duration durs[REQUEST_MAX_CHECKS];
-    Header hs[RATE_HEADERS_MAX], *hsp[RATE_HEADERS_MAX];
-    /* rls_header values are counted, protobuf-c strings end in NUL: the
-     * values rate_headers writes fit its space; the one it points to instead
-     * (Retry-After "1") and the NULs fit the rest. */
-    char hvals[RATE_HEADERS_SPACE + 2 * RATE_HEADERS_MAX];
-    size_t n = a->nstatuses, nh = a->nheaders, used = 0;
-    if (n > REQUEST_MAX_CHECKS || nh > RATE_HEADERS_MAX)
-        abort();
-    resp.overall_code = code_of(a->overall);
-    for (size_t i = 0; i < n; i++) {
-        const struct rls_status *r = &a->statuses[i];
-        Status *s = &sts[i];
-        envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(s);
-        s->code = code_of(r->code);
-        s->limit_remaining = clamp_u32(r->limit_remaining);
-        if (r->has_limit) {
-            envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(&lims[i]);
-            lims[i].requests_per_unit = clamp_u32(r->requests_per_unit);
-            lims[i].unit =
-                (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)r->unit;
-            lims[i].name = (char *)(r->limit_name ? r->limit_name : "");
-            s->current_limit = &lims[i];
-            google__protobuf__duration__init(&durs[i]);
-            durs[i].seconds = r->until_reset_s < 0 ? 0 : r->until_reset_s;
-            s->duration_until_reset = &durs[i];
-        }
-        stp[i] = s;
-    }
-    for (size_t i = 0; i < nh; i++) {
-        size_t len = a->headers[i].len;
-        if (len + 1 > sizeof hvals - used)
-            abort();
-        envoy__config__core__v3__header_value__init(&hs[i]);
-        hs[i].key = (char *)a->headers[i].name;
-        hs[i].value = memcpy(hvals + used, a->headers[i].value, len);
-        hvals[used + len] = '\0';
-        used += len + 1;
-        hsp[i] = &hs[i];
-    }
-    resp.n_statuses = n;
-    resp.statuses = stp;
-    resp.n_response_headers_to_add = nh;
-    resp.response_headers_to_add = hsp;
-    answer_message(st, &resp.base);
+    st->resp.len = 0;
+    (void)grpc_wire_rls_response(&st->resp, a);
+    answer_resp(st);
 }
 
 static void on_rls_reply(void *ctx, const struct rls_answer *a)
@@ -317,29 +305,37 @@ static void on_rls_reply(void *ctx, const struct rls_answer *a)
         answer_error(st, GRPC_UNAVAILABLE, a->message ? a->message : "unavailable");
     else
         answer_rls(st, a);
-    if (!c->busy)
-        settle(c);
+    /* Within nghttp2 (busy) on_read writes once it returns; otherwise at
+     * the end of this loop turn, with the other replies of the turn. */
+    if (!c->busy && !c->flush_due) {
+        c->flush_due = 1;
+        event_active(&c->flush_ev, EV_TIMEOUT, 1);
+    }
 }
 
-/* The request's descriptors as rls.h wants them, pointing into m. */
-static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
+/* The request's descriptors as rls.h wants them, pointing into m; all of
+ * it (m too) in the front's arena, which the caller resets once rls_start
+ * has read it. NULL when m cannot be decoded. */
+static int decode_rls(struct grpc_arena *arena, const uint8_t *msg, size_t len,
+                      struct rls_request *req)
 {
-    struct core *core = st->c->g->host->core;
+    ProtobufCAllocator alloc = grpc_arena_protobuf(arena);
     Envoy__Service__Ratelimit__V3__RateLimitRequest *m =
-        envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, msg);
-    if (!m) {
-        /* Counted as POST /json counts a body it cannot decode (rls.h). */
-        metrics_rls_request(core->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
-        answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
-        return;
-    }
+        envoy__service__ratelimit__v3__rate_limit_request__unpack(&alloc, len, msg);
+    if (!m)
+        return -1;
     size_t nd = m->n_descriptors, ne = 0;
     for (size_t i = 0; i < nd; i++)
         ne += m->descriptors[i]->n_entries;
-    struct rls_descriptor *ds = xcalloc(nd ? nd : 1, sizeof *ds);
-    struct descriptor_entry *es = xcalloc(ne ? ne : 1, sizeof *es);
+    /* Counts bounded by the message's length (each takes bytes of it):
+     * the products cannot overflow. */
+    struct rls_descriptor *ds = grpc_arena_alloc(arena, nd * sizeof *ds);
+    struct descriptor_entry *es = grpc_arena_alloc(arena, ne * sizeof *es);
+    if (!ds || !es)
+        return -1;
     struct descriptor_entry *e = es;
     for (size_t i = 0; i < nd; i++) {
+        ds[i] = (struct rls_descriptor){0};
         const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor *d = m->descriptors[i];
         ds[i].entries = e;
         ds[i].nentries = d->n_entries;
@@ -363,17 +359,31 @@ static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
             e->valuelen = strlen(e->value);
         }
     }
-    struct rls_request req = {.domain = m->domain,
-                              .domainlen = strlen(m->domain),
-                              .descriptors = ds,
-                              .ndescriptors = nd,
-                              .hits_addend = m->hits_addend};
+    *req = (struct rls_request){.domain = m->domain,
+                                .domainlen = strlen(m->domain),
+                                .descriptors = ds,
+                                .ndescriptors = nd,
+                                .hits_addend = m->hits_addend};
+    return 0;
+}
+
+static void start_rls(struct stream *st, const uint8_t *msg, size_t len)
+{
+    struct grpc *g = st->c->g;
+    struct core *core = g->host->core;
+    struct rls_request req;
+    if (decode_rls(&g->arena, msg, len, &req) < 0) {
+        grpc_arena_reset(&g->arena);
+        /* Counted as POST /json counts a body it cannot decode (rls.h). */
+        metrics_rls_request(core->metrics, METRICS_RLS_GRPC, METRICS_RLS_INVALID);
+        answer_error(st, GRPC_INVALID_ARGUMENT, "cannot decode the RateLimitRequest message");
+        return;
+    }
     struct request_error err;
     struct rls_call *call = NULL;
     int rc = rls_start(core, &req, on_rls_reply, st, &call, &err);
-    free(es);
-    free(ds);
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
+    /* rls_start read the request and keeps nothing of it (rls.h). */
+    grpc_arena_reset(&g->arena);
     if (rc < 0) {
         answer_error(st, GRPC_INVALID_ARGUMENT, err.message);
         return;
@@ -464,7 +474,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
     struct gconn *c = user;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    struct stream *st = xcalloc(1, sizeof *st);
+    struct stream *st = stream_new(c->g);
     st->c = c;
     st->id = f->hd.stream_id;
     st->compressed_ok = 1;
@@ -580,6 +590,7 @@ static void conn_free(struct gconn *c)
     event_del(&c->rd);
     event_del(&c->wr);
     event_del(&c->timer);
+    event_del(&c->flush_ev);
     front_io_fini(&c->io);
     close(c->fd);
     buf_free(&c->out);
@@ -727,6 +738,14 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     settle(c);
 }
 
+/* The replies that came since flush_ev was made active, written at once. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct gconn *c = arg;
+    c->flush_due = 0;
+    settle(c);
+}
+
 static void on_write(evutil_socket_t fd, short what, void *arg)
 {
     settle(arg);
@@ -770,7 +789,7 @@ static int session_new(struct gconn *c)
     nghttp2_option_set_max_settings(opt, GRPC_MAX_SETTINGS);
     nghttp2_option_set_max_outbound_ack(opt, GRPC_MAX_OUTBOUND_ACK);
     nghttp2_option_set_stream_reset_rate_limit(opt, GRPC_RST_BURST, GRPC_RST_RATE);
-    if (nghttp2_session_server_new2(&c->s, cb, c, opt) != 0)
+    if (nghttp2_session_server_new3(&c->s, cb, c, opt, &c->g->mem) != 0)
         goto out;
     const nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, c->g->max_streams},
@@ -797,7 +816,8 @@ static void on_accept(void *arg, const struct listener_socket *s, int fd,
     struct event_base *base = g->host->core->base;
     if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
         event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
-        evtimer_assign(&c->timer, base, on_timer, c) < 0)
+        evtimer_assign(&c->timer, base, on_timer, c) < 0 ||
+        event_assign(&c->flush_ev, base, -1, 0, on_flush, c) < 0)
         abort(); /* only with bad arguments */
     /* The context of the snapshot in force now (see http.c). */
     front_io_init(&c->io, fd, g->host->core->config->listen_tls[s->tls].server,
@@ -848,6 +868,15 @@ static void grpc_free(struct front *f)
         return;
     while (!LIST_EMPTY(&g->conns))
         conn_free(LIST_FIRST(&g->conns));
+    while (!LIST_EMPTY(&g->spare)) {
+        struct stream *st = LIST_FIRST(&g->spare);
+        LIST_REMOVE(st, link);
+        buf_free(&st->body);
+        buf_free(&st->resp);
+        free(st);
+    }
+    grpc_arena_fini(&g->arena);
+    grpc_pool_fini(&g->pool); /* every session is deleted: all is given back */
     listener_fini(&g->l);
     free(g);
 }
@@ -859,6 +888,10 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
     struct grpc *g = xcalloc(1, sizeof *g);
     g->base.ops = &grpc_front;
     LIST_INIT(&g->conns);
+    LIST_INIT(&g->spare);
+    grpc_arena_init(&g->arena, GRPC_ARENA_SIZE);
+    grpc_pool_init(&g->pool);
+    g->mem = grpc_pool_nghttp2(&g->pool);
     g->host = host;
     listener_init(&g->l, host, on_accept, g);
     grpc_apply_config(&g->base, cfg);

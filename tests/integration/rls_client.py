@@ -51,6 +51,12 @@ _classes = {}
 def _missing():
     """Why the client cannot run here, or None."""
     global grpc
+    # grpcio's fork handlers (pthread_atfork) stop and restart its threads
+    # around every fork, and abort the process when a thread is caught
+    # mid-state ("assertion failed: state_ == FAILED" in thd.h): the tests
+    # fork for every daemon they start. They never use grpc in a child, so
+    # the handlers are off; read once, when grpcio is first imported.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     try:
         import grpc as g  # noqa: F401
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: F401

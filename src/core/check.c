@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/deny_cache.h"
 #include "core/lease_id.h"
+#include "core/local_lease_calls.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 
@@ -33,6 +34,7 @@ struct check {
     int64_t started_us; /* monotonic, for the access log */
     int64_t sent_us;    /* monotonic, when the backend was asked */
     int counted;        /* the call holds one of core->backend_pending (max_inflight) */
+    uint64_t ticket;    /* the request is a local lease's take (local_lease.h) */
 };
 
 static void check_free(struct pending *p)
@@ -254,11 +256,35 @@ static int take_inflight(struct check *c)
     return c->counted;
 }
 
+/* A take's call is over (r NULL: it was never made): its block, whether
+ * or not anyone still waits for the check. */
+static void end_take(struct check *c, const struct backend_reply *r)
+{
+    if (c->ticket)
+        local_lease_end(c->core, c->cfg, &c->req, c->ticket, c->sent_us, r);
+    c->ticket = 0;
+}
+
+/* Decides c from its key's leased block when it can (local_lease.h);
+ * else c may have become a take, asked as any check. */
+static int answer_from_lease(struct check *c)
+{
+    struct tier_result res[POLICY_MAX_TIERS];
+    if (!local_lease_eligible(c->core, &c->req) ||
+        local_lease_step(c->core, &c->req, util_monotonic_us(), res, &c->ticket) !=
+            LOCAL_LEASE_SERVED)
+        return 0;
+    struct verdict v = {.kind = VERDICT_DECIDED, .results = res};
+    finish(c, &v);
+    return 1;
+}
+
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
     pending_completed(&c->p);
     release_inflight(c);
+    end_take(c, r);
     if (!c->p.waiting) {
         pending_maybe_free(&c->p); /* answered at the deadline, or cancelled */
         return;
@@ -314,6 +340,7 @@ static void ask_backend(struct check *c)
     if (backend_decide(core->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
         pending_completed(&c->p);
         release_inflight(c);
+        end_take(c, NULL);
         backend_failed(c, "is unavailable");
         return;
     }
@@ -347,8 +374,9 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
     if (nonce_failed) {
         struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = "no randomness for a lease id"};
         finish(c, &v);
-    } else if (answer_from_cache(c)) {
+    } else if (answer_from_cache(c) || answer_from_lease(c)) {
     } else if (!take_inflight(c)) {
+        end_take(c, NULL);
         if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
             answer_unavailable(c, "too many checks in flight");
         } else {

@@ -25,6 +25,7 @@
 
 struct event_base;
 struct backend;
+struct check;
 struct deny_cache;
 struct local_lease_table;
 struct metrics;
@@ -61,6 +62,8 @@ struct core {
     struct local_lease_table *leases;
     /* Draining: no lease is taken any more. */
     int leases_off;
+    /* Checks waiting for a take of their key (check.c), a doubly linked list. */
+    struct check *lease_waiting;
 };
 
 /* Takes one unit of *count if fewer than max are taken, so that every

@@ -232,7 +232,7 @@ enum local_lease_step local_lease_check(struct local_lease_table *t, const char 
         serve(e, now_us, out);
         return LOCAL_LEASE_SERVED;
     }
-    return LOCAL_LEASE_PLAIN;
+    return hot && e->ticket ? LOCAL_LEASE_WAIT : LOCAL_LEASE_PLAIN;
 }
 
 /* The entry whose call is ticket, or NULL. */

@@ -29,7 +29,8 @@
  *     what is left falls below a quarter of the block, asking only for what
  *     tops it up, so that a worker never holds more than one block's worth;
  *     the check that asks waits for the call, the others spend what is left
- *     meanwhile, or go to the backend as usual when nothing is.
+ *     meanwhile, or wait for the call too when nothing is (the caller holds
+ *     them: LOCAL_LEASE_WAIT).
  *
  * Pure: no I/O, no clock (times are parameters, monotonic µs). Not
  * thread-safe: one table per worker. Bounded: LOCAL_LEASE_MAX_KEYS entries,
@@ -77,6 +78,8 @@ enum local_lease_step {
     LOCAL_LEASE_PLAIN,  /* decide the check as usual */
     LOCAL_LEASE_SERVED, /* decided here, out filled */
     LOCAL_LEASE_ASK,    /* send the check as a take of *want units (its cost included) */
+    LOCAL_LEASE_WAIT,   /* the key is hot, its block short and a take in flight: wait
+                         * for it, then ask again */
 };
 
 /*

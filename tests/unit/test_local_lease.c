@@ -62,8 +62,8 @@ static void test_hot_and_spend(void)
     is_int(until_ask(t, "k", 0, 20, &want, &ticket, &s), LOCAL_LEASE_HOT_HITS - 1,
            "a key asks on its HOT_HITS-th check in one span");
     is_int(want, 20, "it asks for the block size");
-    ok(check(t, "k", 0, 20, &want, &ticket, &s) == LOCAL_LEASE_PLAIN,
-       "with a call in flight and no block: plain");
+    ok(check(t, "k", 0, 20, &want, &ticket, &s) == LOCAL_LEASE_WAIT,
+       "with a call in flight and no block: wait for it");
     ok(local_lease_install(t, "p", "k", 1, ticket, 20, 1, 50 * MS, 77, &took, 1, 0, on_spill, &s),
        "the grant is installed");
     int served = 0;

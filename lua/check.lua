@@ -450,7 +450,7 @@ local function decide(keys, argv)
     end
     local now = arg_now(argv)
     local mode = argv[2]
-    if #mode > 1 then
+    if mode and #mode > 1 then
         local op, n = match(mode, '^([LG])(%d+)$')
         n = n and int_of(n, 1)
         if not n then

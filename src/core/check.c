@@ -310,8 +310,10 @@ static int answer_from_lease(struct check *c)
 static void dispatch(struct check *c);
 
 /* Asks again for every check waiting for a take of c's key: from the new
- * block, as a take of their own, or as plain checks. */
-static void wake_waiting(struct check *c)
+ * block, as a take of their own, or as plain checks; or, when the take
+ * failed (r NULL: never sent, or not OK), answers them as it was (they
+ * would meet the same backend, which may be going away). */
+static void wake_waiting(struct check *c, const struct backend_reply *r)
 {
     const struct check_item *it = &c->req.checks[0];
     struct check *woken = NULL;
@@ -330,7 +332,10 @@ static void wake_waiting(struct check *c)
         woken = w->wait_next;
         w->wait_next = NULL;
         pending_hold(&w->p);
-        dispatch(w);
+        if (r && r->status == BACKEND_OK)
+            dispatch(w);
+        else
+            backend_failed(w, "could not lease");
         pending_unhold(&w->p);
         pending_maybe_free(&w->p);
     }
@@ -344,7 +349,7 @@ static void end_take(struct check *c, const struct backend_reply *r)
         return;
     local_lease_end(c->core, c->cfg, &c->req, c->ticket, c->sent_us, r);
     c->ticket = 0;
-    wake_waiting(c);
+    wake_waiting(c, r);
 }
 
 static void on_backend_done(void *arg, const struct backend_reply *r)

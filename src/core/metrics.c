@@ -787,7 +787,6 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 
     put_checks(&b, m);
     put_reports(&b, m);
-    put_local_leases(&b, m);
     put_u64_scalar(&b, PREFIX "checks_in_flight", "gauge", "Checks accepted and not yet answered.",
                    g->checks_in_flight);
     put_http(&b, m);
@@ -800,6 +799,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
                        g->redis_up ? 1 : 0);
         put_latency(&b, m);
         put_nodes(&b, m);
+        put_local_leases(&b, m); /* Redis's blocks: none in memory */
     }
     for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
         if (!(g->no_redis && counter_info[i].redis))

@@ -25,7 +25,9 @@ int local_lease_eligible(const struct core *core, const struct check_request *re
         req->block_op != LEASE_BLOCK_NONE)
         return 0;
     const struct check_item *it = &req->checks[0];
-    return it->policy->lease != 0 && !it->policy->shadow && it->cost > 0 &&
+    /* Not a policy made for this request alone (an Envoy limit override):
+     * its limit is this request's, and a block must serve one limit. */
+    return it->policy->lease != 0 && !it->owned && !it->policy->shadow && it->cost > 0 &&
            policy_leases(it->policy);
 }
 

@@ -18,6 +18,7 @@ struct backend_reply;
 
 /* 1 if req may be decided through a local lease on core: one real check
  * (not a dry run, report, inspection or shadow) of cost > 0, of a policy
+ * of the config (not one made for the request)
  * with `lease:` whose every tier (the key's variant's) leases, on a
  * backend that takes lease calls. */
 int local_lease_eligible(const struct core *core, const struct check_request *req);

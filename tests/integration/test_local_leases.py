@@ -36,7 +36,7 @@ POLICY = """policies:
   gc: {lease: auto, tiers: [{name: t, algorithm: gcra, limit: 400, window: 1h}]}
   multi: {lease: auto, tiers: [{name: a, algorithm: fixed_window, limit: 400, window: 30s},
                                {name: b, algorithm: token_bucket, limit: 300, window: 1h}]}
-  hot: {lease: auto, tiers: [{name: t, algorithm: fixed_window, limit: 100000000, window: 1h}]}
+  hot: {lease: 500, tiers: [{name: t, algorithm: fixed_window, limit: 100000000, window: 1h}]}
   fixed: {lease: 20, tiers: [{name: t, algorithm: fixed_window, limit: 100, window: 1h}]}
 """
 # A bucket refills limit per hour: 400 / 3600 s, a unit every 9 s.
@@ -147,13 +147,19 @@ def count(redis, policy, key, tier="t"):
     return int(v) if v else 0
 
 
-def take_blocks(daemons, key, n=12):
-    """n checks of key on each daemon, one at a time: each takes a block
-    of `fixed` (lease: 20) once the key is hot (8 checks)."""
+def take_blocks(daemons, key):
+    """Checks of key on each daemon from 6 clients at once until it holds a
+    block of `fixed` (lease: 20; the key is hot after 8 checks within
+    100 ms): returns how many were allowed."""
     allowed = 0
     for d in daemons:
-        for _ in range(n):
-            allowed += d.check("fixed", key).status == 200
+        before = metric(d, "ratelimitd_local_leases_taken_total", "fixed")
+        for _ in range(3):
+            allowed += hammer([d], "fixed", key, per_daemon=12)
+            if metric(d, "ratelimitd_local_leases_taken_total", "fixed") > before:
+                break
+        harness.ok(metric(d, "ratelimitd_local_leases_taken_total", "fixed") > before,
+                   "%s: the daemon took a block" % key)
     return allowed
 
 

@@ -352,6 +352,26 @@ static void end_take(struct check *c, const struct backend_reply *r)
     wake_waiting(c, r);
 }
 
+/* The figures of r: a take's (local_lease.h) with the block counted as
+ * still there, since it is this daemon's to spend (as the checks it
+ * decides will say), written into took; r->results otherwise. */
+static const struct tier_result *take_figures(const struct check *c, const struct backend_reply *r,
+                                              struct tier_result *took)
+{
+    if (c->req.block_op != LEASE_BLOCK_TAKE || r->lease_granted <= c->req.checks[0].cost)
+        return r->results;
+    int64_t extra = r->lease_granted - c->req.checks[0].cost;
+    size_t n = c->req.checks[0].policy->ntiers;
+    for (size_t i = 0; i < n; i++) {
+        took[i] = r->results[i];
+        if (took[i].remaining + extra < took[i].limit)
+            took[i].remaining += extra;
+        else
+            took[i].remaining = took[i].limit;
+    }
+    return took;
+}
+
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
@@ -365,6 +385,8 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     switch (r->status) {
     case BACKEND_OK: {
         struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results, .taken = r->taken};
+        struct tier_result took[POLICY_MAX_TIERS];
+        v.results = take_figures(c, r, took);
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);

@@ -529,3 +529,77 @@ local function decide(keys, argv)
     end
     return out
 end
+
+-- A batch (redis.batch, src/backend/redis/redis_node.c): several requests
+-- in one call, decided one after the other, each exactly as decide alone
+-- would (atomic, since nothing else runs during the call), each with its
+-- own reply. argv[1] "B" (never a time: those are decimal or ""), argv[2]
+-- the count n, then two per request: how many of KEYS and of ARGV are its
+-- own; then every request's ARGV, in order; KEYS is every request's KEYS,
+-- in order. Returns n replies: each decide's array, or an error reply for
+-- a request decide refused (its neighbours are decided all the same).
+local BATCH_KEYS, BATCH_ARGV, BATCH_OUT, BATCH_NOUT = {}, {}, {}, {}
+local BATCH_REPLY = {}
+
+-- Fills t with src[from + 1 .. from + n] (entries past n cleared, so that
+-- #t is n) and returns t.
+local function slice(t, src, from, n)
+    for i = 1, n do
+        t[i] = src[from + i]
+    end
+    local i = n + 1
+    while t[i] ~= nil do
+        t[i] = nil
+        i = i + 1
+    end
+    return t
+end
+
+local function decide_batch(keys, argv)
+    if not fmod then
+        bind_globals()
+    end
+    local n = int_of(argv[2], 1) or bad_int(argv, 2, 1)
+    -- The framing is checked whole before anything is decided: a malformed
+    -- batch (a daemon bug) fails as one error, having written nothing.
+    local koff, aoff = 0, 2 + 2 * n
+    for r = 1, n do
+        koff = koff + (int_of(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0))
+        aoff = aoff + (int_of(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0))
+    end
+    if koff ~= #keys or aoff ~= #argv then
+        error('ratelimitd: a batch of ' .. n .. ' requests takes ' .. koff .. ' keys and '
+            .. aoff .. ' arguments, got ' .. #keys .. ' and ' .. #argv)
+    end
+    local out1, nout1 = OUT, nout -- the single request's, put back after
+    koff, aoff = 0, 2 + 2 * n
+    for r = 1, n do
+        local nk, na = tonumber(argv[1 + 2 * r]), tonumber(argv[2 + 2 * r])
+        local k = slice(BATCH_KEYS[r] or {}, keys, koff, nk)
+        local a = slice(BATCH_ARGV[r] or {}, argv, aoff, na)
+        BATCH_KEYS[r], BATCH_ARGV[r] = k, a
+        koff, aoff = koff + nk, aoff + na
+        -- Each request fills a reply table of its own (decide reuses OUT
+        -- from call to call): swapped in, and out again after.
+        OUT, nout = BATCH_OUT[r] or {}, BATCH_NOUT[r] or 0
+        local ok, res = pcall(decide, k, a)
+        BATCH_OUT[r], BATCH_NOUT[r] = OUT, nout
+        if ok or (type(res) == 'table' and res.err) then
+            BATCH_REPLY[r] = res -- a reply, or a Redis command's error
+        else
+            -- error()'s message, as the error reply Redis makes of it
+            BATCH_REPLY[r] = { err = 'ERR ' .. tostring(res) }
+        end
+    end
+    OUT, nout = out1, nout1
+    return slice(BATCH_REPLY, BATCH_REPLY, 0, n)
+end
+
+-- The entry point the EVAL script and the Function call (lua/embed.sh): a
+-- batch, or one request.
+local function decide_any(keys, argv)
+    if argv[1] == 'B' then
+        return decide_batch(keys, argv)
+    end
+    return decide(keys, argv)
+end

@@ -4,9 +4,9 @@
 # Lua sources, as C strings, so that the daemon carries exactly the code it
 # was built with:
 #   scripts_lua_source      the EVAL script: the files, then
-#                           `return decide(KEYS, ARGV)`
+#                           `return decide_any(KEYS, ARGV)`
 #   scripts_library_text    the Redis Function library: `#!lua name=NAME`,
-#                           the same files, then the registration of decide
+#                           the same files, then the registration of decide_any
 #                           as the function NAME (no flags: it writes, and
 #                           may read TIME)
 # NAME is ratelimitd_ + the first 16 hex digits of the SHA1 of the library
@@ -26,7 +26,7 @@ done > "$body"
 {
     echo '#!lua name=@NAME@'
     cat "$body"
-    echo "redis.register_function{function_name = '@NAME@', callback = decide}"
+    echo "redis.register_function{function_name = '@NAME@', callback = decide_any}"
 } > "$lib"
 name=ratelimitd_$(sha1sum < "$lib" | cut -c1-16)
 
@@ -39,7 +39,7 @@ cstring() {
     echo '#include "backend/redis/scripts.h"'
     echo 'const char scripts_lua_source[] ='
     cstring < "$body"
-    echo '    "return decide(KEYS, ARGV)\n";'
+    echo '    "return decide_any(KEYS, ARGV)\n";'
     echo "const char scripts_function_name_text[] = \"$name\";"
     echo 'const char scripts_library_text[] ='
     sed "s/@NAME@/$name/g" "$lib" | cstring

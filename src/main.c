@@ -477,7 +477,7 @@ int main(int argc, char **argv)
 {
     struct server srv = {.log = {.level = LOG_LVL_INFO},
                          .config_path = DEFAULT_CONFIG,
-                         .cli = {NULL, -1},
+                         .cli = {.envoy_merge_domains = -1},
                          .state_pipe = {-1, -1}};
     struct options o = {0, 0};
     struct main_events ev = {NULL, NULL, NULL};

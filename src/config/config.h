@@ -76,7 +76,8 @@ struct config {
     int64_t workers; /* event loops; 0: one per CPU (auto) */
     char *redis_url; /* single and sentinel modes: scheme, credentials, db */
     int64_t redis_timeout_us;
-    int redis_tls_on; /* the URLs are rediss:// */
+    int64_t redis_batch; /* requests per call of the decision code; 1: one each */
+    int redis_tls_on;    /* the URLs are rediss:// */
     struct redis_tls_config redis_tls;
     struct redis_sentinel_config redis_sentinel;
     size_t redis_ncluster; /* 0: not a cluster */
@@ -141,6 +142,10 @@ struct config {
 /* redis.timeout's largest value; a drain can last this plus
  * HTTP_DRAIN_MAX_S (http.h). */
 #define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
+/* redis.batch: its default (bench/batch_sweep.sh measures it) and largest
+ * value. */
+#define CONFIG_DEFAULT_REDIS_BATCH 32
+#define CONFIG_REDIS_BATCH_MAX 1024
 #define CONFIG_DEFAULT_PREFIX "rl:"
 #define CONFIG_DEFAULT_MAX_BODY 16384
 #define CONFIG_DEFAULT_MAX_INFLIGHT 10000

@@ -271,6 +271,8 @@ static const struct field redis_fields[] = {
      .def_str = CONFIG_DEFAULT_REDIS_URL, .reload = RELOAD_RESTART},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
      .max = CONFIG_REDIS_TIMEOUT_MAX_US, .def = CONFIG_DEFAULT_TIMEOUT_US},
+    {"batch", F_INT, .offset = offsetof(struct config, redis_batch), .min = 1,
+     .max = CONFIG_REDIS_BATCH_MAX, .def = CONFIG_DEFAULT_REDIS_BATCH},
     {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix,
      .def_str = CONFIG_DEFAULT_PREFIX},
     {"tls", F_SECTION, .section = redis_tls_fields, .reload = RELOAD_RESTART},

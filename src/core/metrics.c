@@ -95,6 +95,11 @@ static const int64_t bucket_us[] = {100,   250,   500,    1000,   2500,   5000, 
                                     25000, 50000, 100000, 250000, 500000, 1000000};
 #define NBUCKETS (sizeof bucket_us / sizeof bucket_us[0])
 
+/* Upper bounds (le) of the batch size buckets, in requests per Redis call
+ * (redis.batch is at most CONFIG_REDIS_BATCH_MAX); then +Inf. */
+static const uint64_t batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+#define NBATCH (sizeof batch_le / sizeof batch_le[0])
+
 /* Policy slots are found through an open-addressing index of slot number + 1
  * (0: empty). At most METRICS_MAX_POLICIES + 1 slots ever exist (the extra
  * one is "_other"), so a fixed index at most half full never needs to grow. */
@@ -161,6 +166,9 @@ struct metrics {
     uint64_t latency[NBUCKETS + 1];             /* per bucket, not cumulative; last: +Inf */
     uint64_t latency_sum_us;
     uint64_t latency_count;
+    uint64_t batch[NBATCH + 1]; /* per bucket, not cumulative; last: +Inf */
+    uint64_t batch_sum;
+    uint64_t batch_count;
     uint64_t counters[METRICS_NCOUNTERS];
     uint64_t reloads[2]; /* [0] failure, [1] success */
     uint64_t tls[METRICS_TLS_LISTENERS][METRICS_TLS_NRESULTS];
@@ -393,6 +401,18 @@ void metrics_redis_latency(struct metrics *m, int64_t us)
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_redis_batch(struct metrics *m, size_t n)
+{
+    size_t i = 0;
+    while (i < NBATCH && n > batch_le[i])
+        i++;
+    pthread_mutex_lock(&m->lock);
+    m->batch[i]++;
+    m->batch_sum += n;
+    m->batch_count++;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_count(struct metrics *m, enum metrics_counter c)
 {
     metrics_count_n(m, c, 1);
@@ -480,6 +500,10 @@ void metrics_add(struct metrics *into, struct metrics *from)
         into->latency[i] += from->latency[i];
     into->latency_sum_us += from->latency_sum_us;
     into->latency_count += from->latency_count;
+    for (size_t i = 0; i <= NBATCH; i++)
+        into->batch[i] += from->batch[i];
+    into->batch_sum += from->batch_sum;
+    into->batch_count += from->batch_count;
     for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
         into->counters[i] += from->counters[i];
     for (size_t i = 0; i < 2; i++)
@@ -700,6 +724,21 @@ static void put_latency(struct buf *b, const struct metrics *m)
     put(b, "%s_count %" PRIu64 "\n", name, m->latency_count);
 }
 
+static void put_batch(struct buf *b, const struct metrics *m)
+{
+    const char *name = PREFIX "redis_batch_size";
+    uint64_t cumulative = 0;
+    put_family(b, name, "histogram",
+               "Requests per Redis call of the decision code (redis.batch bounds it).");
+    for (size_t i = 0; i < NBATCH; i++) {
+        cumulative += m->batch[i];
+        put(b, "%s_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n", name, batch_le[i], cumulative);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, m->batch_count);
+    put(b, "%s_sum %" PRIu64 "\n", name, m->batch_sum);
+    put(b, "%s_count %" PRIu64 "\n", name, m->batch_count);
+}
+
 static void put_node_label(struct buf *b, const char *name, const char *node)
 {
     put(b, "%s{node=\"", name);
@@ -798,6 +837,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
                        "1 when connected to Redis with the script loaded, else 0.",
                        g->redis_up ? 1 : 0);
         put_latency(&b, m);
+        put_batch(&b, m);
         put_nodes(&b, m);
         put_local_leases(&b, m); /* Redis's blocks: none in memory */
     }

@@ -177,6 +177,10 @@ void metrics_http_status(struct metrics *m, int status);
 /* Records one Redis round trip of us microseconds (negative counts as 0). */
 void metrics_redis_latency(struct metrics *m, int64_t us);
 
+/* Records one Redis call of the decision code carrying n requests (a
+ * batch, redis.batch; 1 when sent alone). */
+void metrics_redis_batch(struct metrics *m, size_t n);
+
 /* Adds one to counter c (out of range: ignored). */
 void metrics_count(struct metrics *m, enum metrics_counter c);
 

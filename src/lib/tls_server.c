@@ -106,34 +106,44 @@ static int read_certificate(struct tls_server *t)
     return X509_digest(x, EVP_sha256(), t->digest, &n) == 1 && n == sizeof t->digest ? 0 : -1;
 }
 
+int tls_use_key_file(struct ssl_ctx_st *ctx, const char *key_file, const char *what, char *err,
+                     size_t errlen)
+{
+    int asked = 0; /* OpenSSL wanted a passphrase (no_passphrase) */
+    SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, &asked);
+    int used = SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL); /* &asked is gone after this call */
+    if (used == 1)
+        return 0;
+    if (asked) {
+        ERR_clear_error();
+        snprintf(err, errlen,
+                 "%s %s: the key is encrypted (it needs a passphrase, which ratelimitd "
+                 "never asks for): give it unencrypted",
+                 what, key_file);
+    } else {
+        fail(NULL, err, errlen, what, key_file);
+    }
+    return -1;
+}
+
 struct tls_server *tls_server_new(const struct tls_server_params *p, char *err, size_t errlen)
 {
     struct tls_server *t = xcalloc(1, sizeof *t);
     ERR_clear_error();
     if ((t->ctx = SSL_CTX_new(TLS_server_method())) == NULL)
         return fail(t, err, errlen, "cannot make a TLS context for", p->cert_file);
-    int asked = 0; /* OpenSSL wanted a passphrase (no_passphrase) */
-    SSL_CTX_set_default_passwd_cb(t->ctx, no_passphrase);
-    SSL_CTX_set_default_passwd_cb_userdata(t->ctx, &asked);
     SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
     /* No renegotiation (TLS 1.2): a client could make the server redo the
      * costly half of a handshake at will. */
     SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
     if (SSL_CTX_use_certificate_chain_file(t->ctx, p->cert_file) != 1)
         return fail(t, err, errlen, "cert_file", p->cert_file);
-    int used = SSL_CTX_use_PrivateKey_file(t->ctx, p->key_file, SSL_FILETYPE_PEM);
-    SSL_CTX_set_default_passwd_cb_userdata(t->ctx, NULL); /* &asked is gone after this call */
-    if (used != 1 && asked) {
-        ERR_clear_error();
-        snprintf(err, errlen,
-                 "key_file %s: the key is encrypted (it needs a passphrase, which ratelimitd "
-                 "never asks for): give it unencrypted",
-                 p->key_file);
+    if (tls_use_key_file(t->ctx, p->key_file, "key_file", err, errlen) < 0) {
         tls_server_free(t);
         return NULL;
     }
-    if (used != 1)
-        return fail(t, err, errlen, "key_file", p->key_file);
     if (SSL_CTX_check_private_key(t->ctx) != 1)
         return fail(t, err, errlen, "key_file (not the certificate's key)", p->key_file);
     if (read_certificate(t) < 0)

@@ -59,6 +59,14 @@ struct tls_server {
 struct tls_server *tls_server_new(const struct tls_server_params *p, char *err,
                                   size_t errlen) RL_WUR;
 
+/* Loads key_file (PEM) into ctx, never asking for a passphrase: OpenSSL
+ * would prompt on the terminal and wait, which hangs -t, a start and a
+ * reload. An encrypted key fails at once. On failure writes
+ * "<what> <key_file>: <reason>" into err and returns -1. Shared by the
+ * listeners' contexts and the Redis client's (redis.tls). */
+int tls_use_key_file(struct ssl_ctx_st *ctx, const char *key_file, const char *what, char *err,
+                     size_t errlen) RL_WUR;
+
 /* Drops the daemon's reference; open connections keep theirs. NULL is a
  * no-op. */
 void tls_server_free(struct tls_server *t);

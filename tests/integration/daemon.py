@@ -85,7 +85,8 @@ class Daemon:
     redis lines, which this class writes itself."""
 
     def __init__(self, redis_url, policy, timeout="200ms", clock="redis", extra="",
-                 prefix="rl:", port=None, admin=False):
+                 prefix="rl:", port=None, admin=False, batch=None):
+        self.batch = batch  # redis.batch; None: the default
         self.dir = harness.make_tempdir("rl-daemon-")
         self.port = port or harness.free_port()
         # With admin=True, /healthz, /readyz and /metrics are on their own port.
@@ -102,7 +103,10 @@ class Daemon:
             "redis:\n"
             "%s"
             "  timeout: %s\n"
-            "  key_prefix: \"%s\"\n" % (self.redis_where(), timeout, prefix))
+            "%s"
+            "  key_prefix: \"%s\"\n" % (self.redis_where(), timeout,
+                                        "" if self.batch is None else
+                                        "  batch: %d\n" % self.batch, prefix))
         text = (
             "listen: 127.0.0.1:%d\n" % self.port + redis + "clock: %s\n" % clock
         ) + extra + policy

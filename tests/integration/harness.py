@@ -21,7 +21,10 @@ Nothing here knows about ratelimitd itself.
 """
 
 import atexit
+import faulthandler
 import os
+import pty
+import select
 import shutil
 import signal
 import socket
@@ -29,6 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# A crash of the test's own process (a C extension: grpcio) prints every
+# Python thread's stack into the test's log rather than nothing.
+faulthandler.enable()
 
 # ---------------------------------------------------------------- processes
 
@@ -164,6 +171,34 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def run_on_tty(argv, timeout=10):
+    """Runs argv on a terminal of its own (a pty), as a user at a shell
+    would: (exit code, or None if it was still running after timeout and
+    was killed; what it wrote). A program that prompts (OpenSSL asking for
+    a key's passphrase) waits here instead of failing."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    out, rc, deadline = b"", None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed its side
+                data = b""
+            out += data
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+    if rc is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    return rc, out.decode("utf-8", "replace")
 
 
 def tail(path, nbytes=2000):
@@ -347,6 +382,34 @@ class RedisServer:
 
 
 # ---------------------------------------------------------------------- TAP
+
+
+def decision_code():
+    """The decision code as the daemon carries it: (the EVAL script of
+    $RATELIMITD --print-script, the Function library of $LOCAL_DRIVER
+    --print-library), as bytes. Skips the whole test without
+    redis-server; bails out without the built programs."""
+    if find_program("REDIS_SERVER", "redis-server") is None:
+        skip_all("redis-server not found (Debian package redis-server)")
+    exe = os.environ.get("RATELIMITD")
+    if not exe:
+        bail_out("set RATELIMITD to the built daemon")
+    driver = find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver:
+        bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    script = subprocess.run([exe, "--print-script"], stdout=subprocess.PIPE, check=True).stdout
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    return script, lib
+
+
+def flush_repeatedly(client, flush, times=20, gap=0.05):
+    """Sends the command flush (FUNCTION FLUSH, SCRIPT FLUSH) times times,
+    gap seconds apart, as operators and restarts make them: each one alone
+    (back to back in one millisecond, a flush can land between every reload
+    and its retry, past the reloads a call may make)."""
+    for _ in range(times):
+        client.command(*flush)
+        time.sleep(gap)
 
 
 def fixed_window_count(client, key):

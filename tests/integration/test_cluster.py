@@ -2,7 +2,10 @@
 """test_cluster.py: the Redis Cluster backend against a real 3-master +
 3-replica cluster (redis_cluster.py): /readyz while the cluster is not up
 yet and while a slot is unserved; checks routed to every master; 10 000
-checks over 1 000 keys decided exactly as on a single Redis; a request
+checks over 1 000 keys decided exactly as on a single Redis; batches
+(redis.batch) per slot: 100 clients on one key admit exactly its limit in
+calls carrying several requests, while spread keys meanwhile meet no
+CROSSSLOT error; a request
 whose checks live in two slots decided in two phases (a denial on one node
 consumes nothing on the other); such a denied request answered, for every
 algorithm, with the figures one Redis gives for it (/check, /json and
@@ -38,7 +41,7 @@ import harness  # noqa: E402
 import promtext  # noqa: E402
 import redis_cluster  # noqa: E402
 import rls_client  # noqa: E402
-from daemon import ALGORITHMS, Daemon  # noqa: E402
+from daemon import ALGORITHMS, Daemon, hammer  # noqa: E402
 
 POLICY = """policies:
   eq: {tiers: [{name: t, algorithm: fixed_window, limit: 7, window: 1h}]}
@@ -160,6 +163,44 @@ def equality(c, d):
                % len(slots))
     d1.stop()
     single.stop()
+
+
+def batched(c, d):
+    """redis.batch on a Cluster: 100 clients at once on one key (one slot)
+    are decided in batches (the histogram shows calls carrying more than
+    one request) and admit exactly the limit; at the same time, requests
+    over keys of every master (their own slots) are all decided: no
+    CROSSSLOT error from a batch that mixed slots."""
+    before = (metric(d, "ratelimitd_redis_batch_size_count") or 0,
+              metric(d, "ratelimitd_redis_batch_size_bucket", le="1") or 0)
+    errors_before = metric(d, "ratelimitd_redis_errors_total") or 0
+    spread = {"other": 0}
+
+    def spread_client(i):
+        conn = d.connection()
+        for j in range(60):
+            conn.request("POST", "/check",
+                         body=json.dumps({"policy": "m", "key": "bs%d-%d" % (i, j)}))
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                spread["other"] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=spread_client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    counts = hammer(d, "m", key="batched-hot", clients=100, per_client=3)
+    for t in threads:
+        t.join(60)
+    harness.eq(counts, {200: 100, 429: 200, "other": 0},
+               "batched: 300 checks of one key at once admit exactly its limit of 100")
+    harness.eq(spread["other"], 0, "batched: 480 checks over spread keys meanwhile all allowed")
+    calls = (metric(d, "ratelimitd_redis_batch_size_count") or 0) - before[0]
+    alone = (metric(d, "ratelimitd_redis_batch_size_bucket", le="1") or 0) - before[1]
+    harness.ok(0 < alone < calls, "batched: %d calls, %d of them alone" % (calls, alone))
+    harness.eq((metric(d, "ratelimitd_redis_errors_total") or 0) - errors_before, 0,
+               "batched: no error reply (no batch mixed slots)")
 
 
 def two_phase(c, d):
@@ -787,6 +828,7 @@ def main():
     readiness(c, d)
     routing(c, d)
     equality(c, d)
+    batched(c, d)
     two_phase(c, d)
     phase_two_denial(c, d)
     denied_figures(c)

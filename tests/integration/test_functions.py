@@ -6,7 +6,6 @@ error: every answer is a decision, none degraded."""
 import os
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -36,13 +35,7 @@ def flush_under_load(d, redis, flush, what):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    c = redis.client()
-    # Flushes as operators and restarts make them, each one alone: 50 ms
-    # apart. (Back to back in the same millisecond, a flush can land between
-    # every reload and its retry, past the 3 reloads a call may make.)
-    for _ in range(20):
-        c.command(*flush)
-        time.sleep(0.05)
+    harness.flush_repeatedly(redis.client(), flush)
     stop.set()
     for t in threads:
         t.join(30)

@@ -1095,8 +1095,8 @@ def load_library(script):
        "library: the name is the SHA1 of the library without its name")
     body = script.decode().split("\n")
     eq(lines[1:-2], body[:-2], "library: the same code as the EVAL script")
-    eq(lines[-2], "redis.register_function{function_name = '%s', callback = decide}" % FUNCTION,
-       "library: registers decide as the function of the same name")
+    eq(lines[-2], "redis.register_function{function_name = '%s', callback = decide_any}" % FUNCTION,
+       "library: registers decide_any as the function of the same name")
     eq(R.command("FUNCTION", "LOAD", "REPLACE", lib), FUNCTION, "FUNCTION LOAD REPLACE of the library")
     eq(R.command("FUNCTION", "LOAD", "REPLACE", lib), FUNCTION, "FUNCTION LOAD REPLACE again: same name")
 

@@ -21,6 +21,9 @@ test's own plain client): A with --tls-auth-clients optional and a password
 - B without cert_file: refused (/readyz 503, failure_mode answers); with
   cert_file and key_file: works.
 - A reload that changes redis.tls is refused, naming the field.
+- An encrypted client key_file: the daemon, started on a terminal, exits 1
+  at once naming the key, with no passphrase prompt (OpenSSL's default
+  would prompt and wait).
 
 Skipped when redis-server or openssl is missing, or redis-server was built
 without TLS.
@@ -187,6 +190,24 @@ def check_reload_refused(d):
     harness.eq(d.check("open", "after-reload").status, 200, "and the daemon keeps deciding")
 
 
+def encrypted_key(pki, tmp, url):
+    """A passphrase-protected client key: refused at start, never prompted
+    for, even on a terminal."""
+    enc = os.path.join(tmp, "client-enc.key")
+    openssl("pkey", "-in", pki["client.key"], "-aes256", "-passout", "pass:secret", "-out", enc,
+            cwd=tmp)
+    d = TlsDaemon(url, tls_lines(ca_file=pki["ca.crt"], cert_file=pki["client.crt"],
+                                 key_file=enc))
+    d.write_config(POLICY)
+    binary = harness.find_program("RATELIMITD", "./ratelimitd")
+    rc, out = harness.run_on_tty([binary, "--config", d.config])
+    harness.ok(rc == 1 and "redis.tls: key_file %s: the key is encrypted" % enc in out
+               and "pass phrase" not in out.lower(),
+               "an encrypted redis.tls key_file: exit 1 at once, no passphrase prompt (%s)" % rc)
+    if rc != 1:
+        harness.diag(out[-1000:])
+
+
 def main():
     if not harness.find_program("REDIS_SERVER", "redis-server"):
         harness.skip_all("redis-server not found")
@@ -236,6 +257,7 @@ def main():
                             key_file=pki["client.key"]), client=cb, key="k4")
         if d:
             harness.eq(d.stop(), 0, "client certificate: exits 0")
+    encrypted_key(pki, tmp, url_b)
 
 
 harness.run(main)

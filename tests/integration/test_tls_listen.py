@@ -54,9 +54,7 @@ when python3-grpcio or nginx is missing.
 import http.client
 import json
 import os
-import pty
 import re
-import select
 import shutil
 import signal
 import socket
@@ -186,28 +184,8 @@ def check_only_tty(config_text, tmp, name, timeout=10):
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
         f.write(config_text)
-    pid, fd = pty.fork()
-    if pid == 0:
-        binary = harness.find_program("RATELIMITD", "./ratelimitd")
-        os.execv(binary, [binary, "-t", "-c", path])
-    out, rc, deadline = b"", None, time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:  # EIO: the child closed its side
-                data = b""
-            out += data
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            rc = os.waitstatus_to_exitcode(status)
-            break
-    if rc is None:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    os.close(fd)
-    return rc, out.decode("utf-8", "replace")
+    binary = harness.find_program("RATELIMITD", "./ratelimitd")
+    return harness.run_on_tty([binary, "-t", "-c", path], timeout)
 
 
 def check_validation(pki, tmp):

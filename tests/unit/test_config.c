@@ -91,7 +91,8 @@ static const struct error_case {
     {"relative auth_token_file", "auth_token_file: token\n" POLICY_P, "1:18",
      "auth_token_file: must be an absolute path"},
     {"unknown redis field", "redis:\n  tiemout: 1s\n" POLICY_P, "2:3",
-     "redis: unknown field \"tiemout\" (known: url, timeout, key_prefix, tls, sentinel, cluster)"},
+     "redis: unknown field \"tiemout\" (known: url, timeout, batch, key_prefix, tls, sentinel, "
+     "cluster)"},
     {"unknown policy field", "policies:\n  p:\n    failuremode: open\n    tiers:\n" TIER_A, "3:5",
      "policies.p: unknown field \"failuremode\""},
     {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
@@ -1371,6 +1372,7 @@ static const struct {
     {"workers", "1"},
     {"redis.url", "redis://127.0.0.1:6379/0"},
     {"redis.timeout", "50000"},
+    {"redis.batch", "32"},
     {"redis.key_prefix", "rl:"},
     {"redis.tls.verify", "1"},
     {"clock", "0"},

@@ -157,6 +157,23 @@ static const char *const expected_scenario[] = {
     "ratelimitd_redis_request_duration_seconds_bucket{le=\"+Inf\"} 5",
     "ratelimitd_redis_request_duration_seconds_sum 2.002251",
     "ratelimitd_redis_request_duration_seconds_count 5",
+    "# HELP ratelimitd_redis_batch_size Requests per Redis call of the decision code (redis.batch "
+    "bounds it).",
+    "# TYPE ratelimitd_redis_batch_size histogram",
+    "ratelimitd_redis_batch_size_bucket{le=\"1\"} 1",
+    "ratelimitd_redis_batch_size_bucket{le=\"2\"} 1",
+    "ratelimitd_redis_batch_size_bucket{le=\"4\"} 2",
+    "ratelimitd_redis_batch_size_bucket{le=\"8\"} 2",
+    "ratelimitd_redis_batch_size_bucket{le=\"16\"} 2",
+    "ratelimitd_redis_batch_size_bucket{le=\"32\"} 2",
+    "ratelimitd_redis_batch_size_bucket{le=\"64\"} 3",
+    "ratelimitd_redis_batch_size_bucket{le=\"128\"} 3",
+    "ratelimitd_redis_batch_size_bucket{le=\"256\"} 3",
+    "ratelimitd_redis_batch_size_bucket{le=\"512\"} 3",
+    "ratelimitd_redis_batch_size_bucket{le=\"1024\"} 3",
+    "ratelimitd_redis_batch_size_bucket{le=\"+Inf\"} 4",
+    "ratelimitd_redis_batch_size_sum 2068",
+    "ratelimitd_redis_batch_size_count 4",
     "# HELP ratelimitd_redis_node_up 1 when every worker's connection to the node is up with the "
     "code loaded.",
     "# TYPE ratelimitd_redis_node_up gauge",
@@ -293,6 +310,10 @@ static void test_scenario(void)
     metrics_redis_latency(m, 100);     /* le 0.0001: the bound is inclusive */
     metrics_redis_latency(m, 101);     /* le 0.00025 */
     metrics_redis_latency(m, 2000);    /* le 0.0025 */
+    metrics_redis_batch(m, 1);         /* le 1 */
+    metrics_redis_batch(m, 3);         /* le 4 */
+    metrics_redis_batch(m, 64);        /* le 64: the bound is inclusive */
+    metrics_redis_batch(m, 2000);      /* +Inf */
     metrics_redis_latency(m, 2000000); /* +Inf only */
     metrics_count(m, METRICS_REDIS_RECONNECTS);
     metrics_count(m, METRICS_REDIS_ERRORS);
@@ -339,10 +360,10 @@ static void test_empty(void)
     char *text = metrics_render(m, NULL);
 
     /* build_info + checks + reports + in_flight + http + rls requests + rls
-     * descriptors + redis_up + histogram + 4 local lease families + 6 counters + 3 grpc counters +
-     * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 36, "empty: 36 families");
-    is_int(count_substr(text, "# HELP "), 36, "empty: 36 HELP lines");
+     * descriptors + redis_up + 2 histograms + 4 local lease families + 6 counters +
+     * 3 grpc counters + reloads + timestamp + policies */
+    is_int(count_substr(text, "# TYPE "), 37, "empty: 37 families");
+    is_int(count_substr(text, "# HELP "), 37, "empty: 37 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_reports_total") != NULL &&
@@ -698,7 +719,7 @@ static void test_no_redis(void)
     ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
     is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
     is_int(count_substr(text, "# TYPE "), 19,
-           "no_redis: 19 families (36 less redis_up, the histogram, 7 per node, 4 local "
+           "no_redis: 19 families (37 less redis_up, 2 histograms, 7 per node, 4 local "
            "lease families, 4 counters)");
     free(text);
     metrics_free(m);

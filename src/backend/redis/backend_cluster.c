@@ -161,6 +161,7 @@ struct backend_cluster {
     int64_t refresh_sent_us;    /* monotonic */
     struct event *refresh_ev;
     int64_t timeout_us; /* the last config's redis.timeout, for note_timeout */
+    int64_t batch;      /* the last config's redis.batch, every node's */
 
     struct ccall *calls;
     int started, freeing;
@@ -234,6 +235,7 @@ static struct cnode *node_get(struct backend_cluster *b, const char *host, int p
     endpoint_of(b, cn->host, port, &ep);
     cn->node = redis_node_new(b->base, b->log, b->metrics, &ep, 1, on_node_state, cn);
     redis_node_set_timeout(cn->node, b->timeout_us);
+    redis_node_set_batch(cn->node, b->batch);
     b->nodes = xrealloc(b->nodes, (b->nnodes + 1) * sizeof *b->nodes);
     b->nodes[b->nnodes++] = cn;
     if (b->started)
@@ -667,7 +669,11 @@ static void send_group(struct cgroup *g)
     g->sent_to = cn;
     if (cn->inflight++ == 0)
         cn->last_progress_us = util_monotonic_us();
-    if (redis_node_call(cn->node, &g->sc, g->asking, on_group_reply, g) < 0) {
+    /* Batched with the other calls of its slot (the keys of one FCALL
+     * share a slot); after an ASK, alone behind its ASKING. */
+    int rc = g->asking ? redis_node_call(cn->node, &g->sc, 1, on_group_reply, g)
+                       : redis_node_call_batched(cn->node, &g->sc, g->slot, on_group_reply, g);
+    if (rc < 0) {
         g->sent_to = NULL;
         cn->inflight--;
         /* Just named by a redirect and still connecting, or down. */
@@ -727,13 +733,17 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
     }
 }
 
-/* redis.timeout may change on reload: every node's stall rule follows. */
+/* redis.timeout and redis.batch may change on reload: every node's stall
+ * rule and batches follow. */
 static void follow_timeout(struct backend_cluster *b, const struct config *cfg)
 {
-    if (b->timeout_us != cfg->redis_timeout_us) {
+    if (b->timeout_us != cfg->redis_timeout_us || b->batch != cfg->redis_batch) {
         b->timeout_us = cfg->redis_timeout_us;
-        for (size_t i = 0; i < b->nnodes; i++)
+        b->batch = cfg->redis_batch;
+        for (size_t i = 0; i < b->nnodes; i++) {
             redis_node_set_timeout(b->nodes[i]->node, b->timeout_us);
+            redis_node_set_batch(b->nodes[i]->node, b->batch);
+        }
     }
 }
 

@@ -265,9 +265,11 @@ static int send_call(struct backend_redis *b, const struct config *cfg, struct p
 {
     p->b = b;
     p->arg = arg;
-    /* redis.timeout may change on reload: the stall rule follows. */
+    /* redis.timeout and redis.batch may change on reload: the stall rule
+     * and the batches follow. */
     redis_node_set_timeout(b->node, cfg->redis_timeout_us);
-    if (redis_node_call(b->node, &p->call, 0, on_call_reply, p) < 0) {
+    redis_node_set_batch(b->node, cfg->redis_batch);
+    if (redis_node_call_batched(b->node, &p->call, 0, on_call_reply, p) < 0) {
         pending_free(p);
         return -1;
     }

@@ -10,9 +10,19 @@
  * the ROLE check and the code load queued by the up callback always run
  * before any call, and a load sent after a NOSCRIPT always runs before the
  * retried call.
+ *
+ * Batches (redis.batch > 1): redis_node_call_batched queues the call, and
+ * an event made active once per loop turn (after the callbacks already
+ * active: the reads that made the calls) sends the queue, up to
+ * redis.batch calls of one group (Cluster slot) per FCALL, in the framing
+ * of lua/check.lua's decide_batch. A batch is one node_call whose members
+ * (the queued node_calls, linked by next) each get their own element of
+ * the reply; an error reply to the whole call (NOSCRIPT retried first:
+ * the call ran nothing) or the connection's loss reaches every member.
  */
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +64,14 @@ struct redis_node {
     int64_t timeout_us;   /* the calls' deadline; 0: every reply is in time */
     struct event ready_timer;
     struct buf cmd; /* the RESP of the call being sent, reused */
+    /* Batches: the calls queued this loop turn, in order, sent by flush_ev;
+     * sorted (by group, then order) through order[] when groups differ. */
+    int64_t batch_max; /* redis.batch; 1: no queue, every call sent at once */
+    struct event flush_ev;
+    struct node_call *queue_head, *queue_tail;
+    size_t nqueued;
+    struct node_call **order;
+    size_t order_cap;
     /* Finished calls kept for reuse: no allocation per call once warm. */
     struct node_call *spare;
     size_t nspare;
@@ -69,6 +87,14 @@ struct node_call {
     int retries;
     int64_t sent_us; /* monotonic, for the round-trip histogram */
     struct node_call *next_spare;
+    /* Batches: a queued call's group and place in the queue, and its link
+     * (the queue, then its batch's members); a batch has call NULL and its
+     * members in members (nmembers of them). */
+    unsigned group;
+    size_t seq;
+    struct node_call *next;
+    struct node_call *members;
+    size_t nmembers;
 };
 
 /* Spares kept at most: the calls in flight at a busy moment. */
@@ -257,6 +283,42 @@ static void resp_format_call(const struct redis_node *n, const struct script_cal
         resp_bulk(out, call->args[i], call->lens[i]);
 }
 
+/* A batch as RESP, into out (emptied first): FCALL (or EVALSHA), the name,
+ * every member's KEYS, then ARGV: SCRIPTS_BATCH, the count, each member's
+ * number of keys and of arguments, then every member's arguments
+ * (scripts.h). */
+static void resp_format_batch(const struct redis_node *n, const struct node_call *b,
+                              struct buf *out)
+{
+    char num[UTIL_INT_CHARS];
+    const char *cmd = n->use_eval ? "EVALSHA" : "FCALL";
+    const char *name = n->use_eval ? n->sha : scripts_function_name();
+    size_t nargs = 0, nkeys = 0;
+    for (const struct node_call *m = b->members; m; m = m->next) {
+        nargs += m->call->nargs;
+        nkeys += m->call->nkeys;
+    }
+    out->len = 0;
+    buf_append_char(out, '*');
+    buf_append_int(out, (long long)(3 + 2 + 2 * b->nmembers + nargs));
+    buf_append(out, "\r\n", 2);
+    resp_bulk(out, cmd, strlen(cmd));
+    resp_bulk(out, name, strlen(name));
+    resp_bulk(out, num, util_format_int(num, (long long)nkeys));
+    for (const struct node_call *m = b->members; m; m = m->next)
+        for (size_t i = 0; i < m->call->nkeys; i++)
+            resp_bulk(out, m->call->args[i], m->call->lens[i]);
+    resp_bulk(out, SCRIPTS_BATCH, strlen(SCRIPTS_BATCH));
+    resp_bulk(out, num, util_format_int(num, (long long)b->nmembers));
+    for (const struct node_call *m = b->members; m; m = m->next) {
+        resp_bulk(out, num, util_format_int(num, (long long)m->call->nkeys));
+        resp_bulk(out, num, util_format_int(num, (long long)(m->call->nargs - m->call->nkeys)));
+    }
+    for (const struct node_call *m = b->members; m; m = m->next)
+        for (size_t i = m->call->nkeys; i < m->call->nargs; i++)
+            resp_bulk(out, m->call->args[i], m->call->lens[i]);
+}
+
 static void ignore_reply(void *arg, redisReply *r)
 {
 }
@@ -294,7 +356,10 @@ static int send_call(struct node_call *nc)
     if (nc->asking && redis_conn_send(n->conn, asking, sizeof asking - 1, ignore_reply, NULL) < 0)
         return -1;
     nc->sent_us = util_monotonic_us();
-    resp_format_call(n, nc->call, &n->cmd);
+    if (nc->call)
+        resp_format_call(n, nc->call, &n->cmd);
+    else
+        resp_format_batch(n, nc, &n->cmd);
     return redis_conn_send(n->conn, n->cmd.data, n->cmd.len, on_call_reply, nc);
 }
 
@@ -310,6 +375,45 @@ static int code_missing(const char *err)
 static int is_redirect(const char *err)
 {
     return strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0;
+}
+
+static void count_error(struct redis_node *n, const redisReply *r)
+{
+    if (r && r->type == REDIS_REPLY_ERROR && !is_redirect(r->str)) {
+        metrics_count(n->metrics, METRICS_REDIS_ERRORS);
+        metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_ERRORS);
+    }
+}
+
+/* r (NULL: the connection went) to nc's caller, or to each member of a
+ * batch: its own element of the reply, or r itself when r is not the
+ * batch's array (an error to the whole call); then nc is done. */
+static void deliver(struct redis_node *n, struct node_call *nc, redisReply *r)
+{
+    if (nc->call) {
+        nc->fn(nc->arg, r);
+        call_done(n, nc);
+        return;
+    }
+    static char wrong_shape[] = "ERR batch reply of the wrong shape";
+    redisReply wrong = {
+        .type = REDIS_REPLY_ERROR, .str = wrong_shape, .len = sizeof wrong_shape - 1};
+    int split = r && r->type == REDIS_REPLY_ARRAY && r->elements == nc->nmembers;
+    if (r && r->type != REDIS_REPLY_ERROR && !split) {
+        count_error(n, &wrong);
+        r = &wrong;
+    }
+    struct node_call *m = nc->members;
+    call_done(n, nc);
+    for (size_t i = 0; m; i++) {
+        struct node_call *next = m->next;
+        redisReply *mr = split ? r->element[i] : r;
+        if (split)
+            count_error(n, mr);
+        m->fn(m->arg, mr);
+        call_done(n, m);
+        m = next;
+    }
 }
 
 static void on_call_reply(void *arg, redisReply *r)
@@ -335,17 +439,17 @@ static void on_call_reply(void *arg, redisReply *r)
             send_load(n);
             if (send_call(nc) == 0)
                 return;
-            nc->fn(nc->arg, NULL);
-            call_done(n, nc);
+            deliver(n, nc, NULL);
             return;
         }
-        if (!is_redirect(r->str)) {
-            metrics_count(n->metrics, METRICS_REDIS_ERRORS);
-            metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_ERRORS);
-        }
+        /* A batch's members count theirs: one each, as if sent alone. */
+        if (nc->call)
+            count_error(n, r);
+        else
+            for (size_t i = 0; i < nc->nmembers; i++)
+                count_error(n, r);
     }
-    nc->fn(nc->arg, r);
-    call_done(n, nc);
+    deliver(n, nc, r);
 }
 
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
@@ -360,7 +464,95 @@ int redis_node_call(struct redis_node *n, const struct script_call *call, int as
         return -1;
     }
     metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_CALLS);
+    metrics_redis_batch(n->metrics, 1);
     return 0;
+}
+
+/* Sends the first k of calls (one group, in order): alone when k is 1, else
+ * as one batch. Completes them with NULL if they cannot be sent. */
+static void send_chunk(struct redis_node *n, struct node_call **calls, size_t k)
+{
+    struct node_call *nc = calls[0];
+    if (k > 1) {
+        nc = call_new(n);
+        *nc = (struct node_call){.n = n, .nmembers = k, .members = calls[0]};
+        for (size_t i = 0; i < k; i++)
+            calls[i]->next = i + 1 < k ? calls[i + 1] : NULL;
+    }
+    if (!node_is_ready(n) || send_call(nc) < 0) {
+        deliver(n, nc, NULL);
+        return;
+    }
+    metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_CALLS);
+    metrics_redis_batch(n->metrics, k);
+}
+
+static int by_group(const void *a, const void *b)
+{
+    const struct node_call *x = *(struct node_call *const *)a, *y = *(struct node_call *const *)b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The end of a loop turn: sends the queue, each group's calls in order, at
+ * most batch_max per call. Calls queued meanwhile (a completion that calls
+ * again) wait for the next turn. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_node *n = arg;
+    size_t k = n->nqueued;
+    if (k > n->order_cap) {
+        n->order_cap = k;
+        free(n->order);
+        n->order = xcalloc(k, sizeof *n->order);
+    }
+    struct node_call **order = n->order;
+    int mixed = 0;
+    size_t i = 0;
+    for (struct node_call *nc = n->queue_head; nc; nc = nc->next) {
+        order[i++] = nc;
+        mixed |= nc->group != order[0]->group;
+    }
+    n->queue_head = n->queue_tail = NULL;
+    n->nqueued = 0;
+    if (mixed)
+        qsort(order, k, sizeof *order, by_group);
+    /* A completion below (a call that cannot be sent) may queue again, but
+     * never flush: the event runs no earlier than the next turn, so order
+     * stays as it is until this loop ends. */
+    for (i = 0; i < k;) {
+        size_t c = 1;
+        while (i + c < k && c < (size_t)n->batch_max && order[i + c]->group == order[i]->group)
+            c++;
+        send_chunk(n, order + i, c);
+        i += c;
+    }
+}
+
+int redis_node_call_batched(struct redis_node *n, const struct script_call *call, unsigned group,
+                            redis_reply_fn fn, void *arg)
+{
+    if (n->batch_max <= 1 || n->freeing)
+        return redis_node_call(n, call, 0, fn, arg);
+    if (!node_is_ready(n))
+        return -1;
+    struct node_call *nc = call_new(n);
+    *nc = (struct node_call){
+        .n = n, .call = call, .fn = fn, .arg = arg, .group = group, .seq = n->nqueued};
+    if (n->queue_tail)
+        n->queue_tail->next = nc;
+    else
+        n->queue_head = nc;
+    n->queue_tail = nc;
+    if (n->nqueued++ == 0)
+        event_active(&n->flush_ev, 0, 0);
+    return 0;
+}
+
+void redis_node_set_batch(struct redis_node *n, int64_t batch)
+{
+    n->batch_max = batch;
 }
 
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
@@ -393,8 +585,10 @@ struct redis_node *redis_node_new(struct event_base *base, const struct logger *
                              .require_master = require_master,
                              .on_state = fn,
                              .on_state_arg = arg};
+    n->batch_max = 1;
     scripts_sha1(n->sha);
     evtimer_assign(&n->ready_timer, base, on_ready_timeout, n);
+    event_assign(&n->flush_ev, base, -1, 0, on_flush, n);
     struct redis_conn_events ev = {.up = on_up, .down = on_down, .arg = n};
     n->conn = redis_conn_new(base, lg, "data", ep, &ev);
     metrics_node_up(m, redis_conn_target(n->conn), 0);
@@ -441,7 +635,15 @@ void redis_node_free(struct redis_node *n)
     if (!n)
         return;
     n->freeing = 1;
-    /* The calls still waiting complete with NULL here, n still valid. */
+    /* The calls queued for a batch, then those still waiting, complete
+     * with NULL here, n still valid. */
+    event_del(&n->flush_ev);
+    while (n->queue_head) {
+        struct node_call *nc = n->queue_head;
+        n->queue_head = nc->next;
+        nc->fn(nc->arg, NULL);
+        free(nc);
+    }
     redis_conn_free(n->conn);
     event_del(&n->ready_timer);
     while (n->spare) {
@@ -450,5 +652,6 @@ void redis_node_free(struct redis_node *n)
         free(nc);
     }
     buf_free(&n->cmd);
+    free(n->order);
     free(n);
 }

@@ -49,6 +49,19 @@ int redis_node_ready(const struct redis_node *n);
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
                     redis_reply_fn fn, void *arg);
 
+/* As redis_node_call (never ASKING), but with redis.batch > 1
+ * (redis_node_set_batch) the call waits for the end of this loop turn and
+ * goes with the other calls of its group queued by then, up to redis.batch
+ * per FCALL (a group: calls whose keys may share one command, the Cluster
+ * slot; 0 on one server). fn receives the call's own reply; an error to the
+ * whole batch, or NULL for the connection's loss, reaches every call of it.
+ * -1: not ready (fn never called). */
+int redis_node_call_batched(struct redis_node *n, const struct script_call *call, unsigned group,
+                            redis_reply_fn fn, void *arg);
+
+/* redis.batch: at most this many calls per FCALL (1: every call alone). */
+void redis_node_set_batch(struct redis_node *n, int64_t batch);
+
 /* Any other command on the node's connection (DEL and PUBLISH of a reset,
  * CLUSTER SLOTS). -1: not connected. */
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,

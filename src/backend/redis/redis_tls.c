@@ -16,6 +16,7 @@
 
 #include "backend/redis/redis_tls.h"
 #include "config/config.h"
+#include "lib/tls_server.h"
 
 struct redis_tls {
     SSL_CTX *ctx;
@@ -72,9 +73,12 @@ struct redis_tls *redis_tls_new(const struct redis_tls_config *cfg, char *err, s
             tls_fail(t, err, errlen, "cannot load cert_file", cfg->cert_file);
             return NULL;
         }
-        if (!cfg->key_file ||
-            SSL_CTX_use_PrivateKey_file(t->ctx, cfg->key_file, SSL_FILETYPE_PEM) != 1) {
-            tls_fail(t, err, errlen, "cannot load key_file", cfg->key_file);
+        if (!cfg->key_file) {
+            tls_fail(t, err, errlen, "cannot load key_file", NULL);
+            return NULL;
+        }
+        if (tls_use_key_file(t->ctx, cfg->key_file, "redis.tls: key_file", err, errlen) < 0) {
+            redis_tls_free(t);
             return NULL;
         }
         if (SSL_CTX_check_private_key(t->ctx) != 1) {

@@ -59,6 +59,13 @@ const char *scripts_function_name(void);
 #define SCRIPTS_LEASE_RELEASE "r"
 #define SCRIPTS_LEASE_RENEW "n"
 
+/* ARGV[1] of a batch (lua/check.lua's decide_batch): several calls in one,
+ * each decided as if alone. KEYS: every call's KEYS in order; ARGV:
+ * SCRIPTS_BATCH, the count, then per call its number of KEYS and of ARGV,
+ * then every call's ARGV in order. The reply holds each call's reply (or
+ * its error). redis_node.c frames it. */
+#define SCRIPTS_BATCH "B"
+
 /* The script's SHA1 as 40 lowercase hex digits (computed once, at start). */
 void scripts_sha1(char out[41]);
 

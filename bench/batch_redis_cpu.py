@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""batch_redis_cpu.py [SIZES...]: Redis's own CPU per request, sent alone
+or in batches (redis.batch), with no daemon in the way.
+
+Starts a private redis-server (unix socket, temp dir), loads the Function
+library ($LOCAL_DRIVER --print-library, default tests/unit/local_driver),
+and sends REQUESTS (default 20000) fixed_window checks on spread keys
+(100000, limit never reached, `clock: redis`) in rounds of DEPTH (default
+64) requests written at once, as a worker does at the end of a loop turn:
+DEPTH single FCALLs pipelined (size 1), or DEPTH/size FCALLs of size
+requests each. Prints per size, best of RUNS (default 3): Redis's main
+thread CPU (user + sys, INFO cpu) per request, and the part inside the
+calls (INFO commandstats). Bounded: every read has a timeout.
+"""
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+POLICY = "0 fixed_window 1000000000 3600000000 0 0"
+
+
+def resp(args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.settimeout(30)
+        self.s.connect(path)
+        self.buf = b""
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self.buf += self.s.recv(1 << 20)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind in (b"+", b":"):
+            return rest.decode()
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.s.recv(1 << 20)
+            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            return data.decode()
+        if kind == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise RuntimeError("unexpected reply %r" % line)
+
+    def command(self, *args):
+        self.s.sendall(resp(args))
+        return self.reply()
+
+
+def info(c, section, prefix):
+    out = {}
+    for line in c.command("INFO", section).split("\r\n"):
+        if line.startswith(prefix):
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+def run(c, fn, size, depth, total, rng):
+    c.command("CONFIG", "RESETSTAT")
+    cpu = info(c, "cpu", "used_cpu_")
+    c0 = float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+    sent = 0
+    while sent < total:
+        cmds = []
+        for _ in range(depth // size):
+            keys = ["rl:{b:%d}:t" % rng.randrange(100000) for _ in range(size)]
+            if size == 1:
+                cmds.append(resp(["FCALL", fn, 1, keys[0], "", "0", "1", POLICY]))
+            else:
+                cmds.append(resp(["FCALL", fn, size] + keys + ["B", size] + ["1", "4"] * size
+                                 + ["", "0", "1", POLICY] * size))
+        c.s.sendall(b"".join(cmds))
+        for _ in cmds:
+            c.reply()
+        sent += depth
+    cpu = info(c, "cpu", "used_cpu_")
+    c1 = float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+    fcall = info(c, "commandstats", "cmdstat_fcall").get("cmdstat_fcall", "usec=0")
+    usec = int(fcall.split("usec=")[1].split(",")[0])
+    return (c1 - c0) * 1e6 / sent, usec / sent
+
+
+def main():
+    sizes = [int(a) for a in sys.argv[1:]] or [1, 8, 16, 32, 64]
+    total = int(os.environ.get("REQUESTS", "20000"))
+    depth = int(os.environ.get("DEPTH", "64"))
+    runs = int(os.environ.get("RUNS", "3"))
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    driver = os.environ.get("LOCAL_DRIVER", os.path.join(top, "tests", "unit", "local_driver"))
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    d = tempfile.mkdtemp()
+    sock = os.path.join(d, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--dir", d,
+                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        c = Conn(sock)
+        fn = c.command("FUNCTION", "LOAD", "REPLACE", lib)
+        rng = random.Random(1)
+        print("%6s %12s %12s" % ("batch", "redis_us", "in_fcall_us"))
+        for size in sizes:
+            if size > depth:
+                continue
+            best = min((run(c, fn, size, depth, total, rng) for _ in range(runs)),
+                       key=lambda r: r[0])
+            print("%6d %12.2f %12.2f" % (size, best[0], best[1]))
+    finally:
+        redis.terminate()
+        redis.wait(10)
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
+
+
+main()

@@ -73,3 +73,11 @@ function calendar_window.report(t)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, n),
         'PX', px_in(t.window_end - t.now))
 end
+
+-- Local leases: as fixed_window's, on the calendar window's bounds.
+calendar_window.lease_avail = fixed_window.lease_avail
+calendar_window.lease_until = fixed_window.lease_until
+
+function calendar_window.lease_same(t, taken)
+    return taken >= t.window_start
+end

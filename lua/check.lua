@@ -54,6 +54,20 @@
 -- the charge: allowed is whether a unit would pass now, retry_us how long
 -- until one does. request_allowed: every tier of every non-shadow check
 -- would let a unit pass. Costs may be negative (>= -2^53) only here.
+--
+-- Local leases (src/core/local_lease.h): one check, every tier of an
+-- algorithm with lease_avail (fixed_window, calendar_window, token_bucket,
+-- gcra).
+-- argv[2] "L<want>": take a block. Decided as a real run of the check's
+-- cost; if allowed, takes g units of every tier instead, cost <= g <= want,
+-- as many as every tier has left; the figures are those after g is taken.
+-- Two integers follow the usual reply: g (0 if denied) and the time the
+-- block must be spent by (the earliest tier's lease_until; 0 if denied).
+-- argv[2] "G<taken>": give a block back: the check's cost (> 0) returns to
+-- every tier that is still in the window of time `taken` (the block's
+-- take's now_us; buckets always, no higher than full), then the figures
+-- of a cost of 1 as a report's. Two integers follow: the units given back
+-- to every tier (the cost, or 0 if a tier's window has passed) and 0.
 
 local ALGORITHMS = {
     fixed_window = fixed_window,
@@ -347,11 +361,107 @@ local function lease_ops(keys, argv, now, op)
     return out
 end
 
+-- The tiers of a lease call (see the top of this file): one check, every
+-- tier able to lease.
+local function lease_tiers(nchecks, ntiers, tiers)
+    if nchecks ~= 1 then
+        error('ratelimitd: a lease call takes exactly one check, got ' .. nchecks)
+    end
+    for i = 1, ntiers do
+        if not tiers[i].alg.lease_avail then
+            error('ratelimitd: ' .. tiers[i].name .. ' cannot be leased')
+        end
+    end
+end
+
+-- argv[2] "L<want>": takes a block (see the top of this file).
+local function take_block(keys, argv, now, want)
+    local nchecks, ntiers = parse(keys, argv, now, 1)
+    local tiers = TIERS
+    lease_tiers(nchecks, ntiers, tiers)
+    local allowed = true
+    for i = 1, ntiers do
+        allowed = read_and_decide(tiers[i]) and allowed
+    end
+    local granted, until_us = 0, 0
+    if allowed then
+        granted = max(want, tiers[1].cost)
+        until_us = EXACT_MAX
+        for i = 1, ntiers do
+            local t = tiers[i]
+            granted = min(granted, t.alg.lease_avail(t))
+            until_us = min(until_us, t.alg.lease_until(t))
+        end
+        for i = 1, ntiers do
+            tiers[i].cost = granted
+        end
+    end
+    local out = reply_of_size(4 + 7 * ntiers)
+    out[1], out[2] = now, allowed and 1 or 0
+    for i = 1, ntiers do
+        report(out, 2 + 7 * (i - 1), tiers[i], allowed)
+    end
+    if allowed then
+        for i = 1, ntiers do
+            tiers[i].alg.commit(tiers[i])
+        end
+    end
+    out[3 + 7 * ntiers], out[4 + 7 * ntiers] = granted, until_us
+    return out
+end
+
+-- argv[2] "G<taken>": gives a block back (see the top of this file). A
+-- tier whose window has passed since `taken` takes nothing back: a unit is
+-- never returned into a later window than the one it was taken from.
+local function give_back(keys, argv, now, taken)
+    local nchecks, ntiers = parse(keys, argv, now, 1)
+    local tiers = TIERS
+    lease_tiers(nchecks, ntiers, tiers)
+    local units = tiers[1].cost
+    local same = true
+    for i = 1, ntiers do
+        local t = tiers[i]
+        t.alg.load(t)
+        same = same and t.alg.lease_same(t, taken)
+    end
+    if same then
+        for i = 1, ntiers do
+            local t = tiers[i]
+            t.cost = -units
+            t.alg.report(t)
+        end
+    end
+    local out = reply_of_size(4 + 7 * ntiers)
+    local allowed = true
+    for i = 1, ntiers do
+        local t = tiers[i]
+        t.cost = 1
+        allowed = read_and_decide(t) and allowed
+        report(out, 2 + 7 * (i - 1), t, false)
+    end
+    out[1], out[2] = now, allowed and 1 or 0
+    out[3 + 7 * ntiers], out[4 + 7 * ntiers] = same and units or 0, 0
+    return out
+end
+
 local function decide(keys, argv)
     if not fmod then
         bind_globals()
     end
     local now = arg_now(argv)
+    local mode = argv[2]
+    if mode and #mode > 1 then
+        local op, n = match(mode, '^([LG])(%d+)$')
+        n = n and int_of(n, 1)
+        if not n then
+            error('ratelimitd: ARGV[2] must be 0, 1, 2, 3, r, n, L<want> or G<taken>, got '
+                .. tostring(mode))
+        end
+        if op == 'L' then
+            return take_block(keys, argv, now, n)
+        end
+        return give_back(keys, argv, now, n)
+    end
     if argv[2] == '3' then
         local nchecks, ntiers = parse(keys, argv, now, -EXACT_MAX)
         local out = reply_of_size(2 + 7 * ntiers)

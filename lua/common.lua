@@ -78,6 +78,10 @@ local EXACT_MAX = 2 ^ 53
 -- clock skew between daemons and the time between a script and the next.
 local EXPIRY_SLACK_MS = 1000
 
+-- A local lease's block of a bucket (token_bucket, gcra) is spent within
+-- this long of being taken (lua/token_bucket.lua's lease_until).
+local LEASE_BUCKET_SPAN_US = 1000000
+
 -- How many members one ZADD/HDEL takes at most: unpack() is bounded by the
 -- Lua C stack (a few thousand values).
 local CALL_CHUNK = 512

@@ -76,3 +76,19 @@ function fixed_window.report(t)
     redis.call('SET', t.key, format(FMT_F, t.window_end, n),
         'PX', px_in(t.window_end - t.now))
 end
+
+-- Local leases (lua/check.lua's take_block and give_back): the units a
+-- block may take now, when it must be spent by (the window's end: never in
+-- a later window), and whether a block taken at `taken` (µs) may be given
+-- back now (the same window only).
+function fixed_window.lease_avail(t)
+    return t.limit - t.n
+end
+
+function fixed_window.lease_until(t)
+    return t.window_end
+end
+
+function fixed_window.lease_same(t, taken)
+    return taken >= t.window_end - t.window
+end

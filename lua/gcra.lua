@@ -92,3 +92,11 @@ gcra.refunds = true
 function gcra.report(t)
     gcra_write(t, min(max(0, t.d + t.cost * t.window), EXACT_MAX))
 end
+
+-- Local leases: as token_bucket's (units consumed now, spent soon).
+function gcra.lease_avail(t)
+    return idiv(t.full - t.d, t.window)
+end
+
+gcra.lease_until = token_bucket.lease_until
+gcra.lease_same = token_bucket.lease_same

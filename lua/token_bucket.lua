@@ -106,3 +106,20 @@ token_bucket.refunds = true
 function token_bucket.report(t)
     token_bucket_write(t, max(min(t.s - t.cost * t.window, t.full), t.full - EXACT_MAX))
 end
+
+-- Local leases (lua/check.lua's take_block): the whole tokens there now.
+-- Tokens taken are consumed now, so a block has no window to stay in; it
+-- is spent within LEASE_BUCKET_SPAN_US (or the window, if shorter) so
+-- that an admission never trails its token by more, and a block given
+-- back refills the bucket no higher than full, as if never taken.
+function token_bucket.lease_avail(t)
+    return idiv(t.s, t.window)
+end
+
+function token_bucket.lease_until(t)
+    return t.now + min(t.window, LEASE_BUCKET_SPAN_US)
+end
+
+function token_bucket.lease_same(t, taken)
+    return true
+end

@@ -20,6 +20,7 @@
 #include "backend/redis/backend_redis.h"
 #include "build_info.h"
 #include "core/deny_cache.h"
+#include "core/local_lease_calls.h"
 #include "core/metrics.h"
 #include "front/registry.h"
 #include "notify.h"
@@ -116,6 +117,7 @@ static void set_config(struct worker *w, struct config *cfg)
         deny_cache_clear(core->deny);
     else
         reset_deny_cache(w, cfg);
+    local_lease_reload(core, cfg);
     config_unref(core->config);
     core->config = cfg; /* checks in flight keep their own reference */
     core->backend->ops->watch_resets(core->backend, cfg);
@@ -129,6 +131,8 @@ static void set_config(struct worker *w, struct config *cfg)
 static void drain(struct worker *w)
 {
     w->draining = 1;
+    /* Unspent blocks go back while Redis is still there to take them. */
+    local_lease_drain(&w->core);
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->drain(w->fronts[i]);
@@ -225,6 +229,8 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         core->backend = backend_redis_new(base, cfg, core->log, core->metrics, err, errlen);
     if (!core->backend)
         return -1;
+    if (core->backend->ops->local_leases)
+        core->leases = local_lease_new(w->srv->hash_seed ^ w->id ^ 0x6c65617365ULL);
     backend_on_state(core->backend, on_backend_state, w);
     backend_on_reset(core->backend, on_reset_seen, core);
     core->backend->ops->watch_resets(core->backend, cfg);
@@ -315,6 +321,8 @@ void worker_fini(struct worker *w)
     w->core.fallback = NULL;
     deny_cache_free(w->core.deny);
     w->core.deny = NULL;
+    local_lease_free(w->core.leases, NULL, NULL);
+    w->core.leases = NULL;
     metrics_free(w->core.metrics);
     w->core.metrics = NULL;
     config_unref(w->core.config);

@@ -47,6 +47,12 @@ struct backend_reply {
      * steps (a Redis Cluster request spanning slots, denied in its second
      * phase after other slots committed); 0 everywhere else. */
     uint64_t taken;
+    /* OK, for a request with a block_op (decision.h): TAKE: the units taken
+     * (the check's cost included; 0 when denied) and the backend time by
+     * which they must be spent; GIVE: the units given back (0: the window
+     * had passed) and 0. */
+    int64_t lease_granted;
+    int64_t lease_until_us;
 };
 
 /* reply and what it points to are valid only during the callback. */
@@ -113,6 +119,8 @@ struct backend_ops {
     void (*free)(struct backend *b);
     /* Decides in this process: no deadline is needed, no failure mode. */
     int in_process;
+    /* Takes requests with a block_op (local leases, core/local_lease.h). */
+    int local_leases;
 };
 
 /* Every implementation starts with this. */

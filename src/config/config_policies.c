@@ -67,6 +67,23 @@ static const struct field tier_fields[] = {
     {.name = NULL},
 };
 
+/* policies.NAME.lease: "auto" or a number of units (1 to 10^9). */
+static int parse_lease(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    char msg[RL_ERRLEN];
+    const char *s = cfg_scalar_text(ld, node, path, "auto or a number of units", 0);
+
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "auto") == 0) {
+        *(int64_t *)slot = POLICY_LEASE_AUTO;
+        return 0;
+    }
+    if (util_parse_int64(s, 1, 1000000000, slot, msg, sizeof msg) < 0)
+        return cfg_fail(ld, node, path, "expected auto or a number of units: %s", msg);
+    return 0;
+}
+
 /* The text of an override's key or prefix: what a request's key can match. */
 static int check_override_text(const char *s, char *err, size_t errlen)
 {
@@ -99,6 +116,7 @@ const struct field cfg_policy_fields[] = {
      .choices = failure_names},
     {"shadow", F_BOOL, .offset = offsetof(struct policy, shadow)},
     {"deny_cache", F_BOOL, .offset = offsetof(struct policy, deny_cache), .def = 1},
+    {"lease", F_CUSTOM, .offset = offsetof(struct policy, lease), .parse = parse_lease},
     /* HEADERS_INHERIT: the top-level headers, set at the end of the load. */
     {"headers", F_CHOICE, .offset = offsetof(struct policy, headers), .choices = cfg_header_names,
      .def = HEADERS_INHERIT},
@@ -434,6 +452,24 @@ static int check_lease_fronts(struct loader *ld, const yaml_node_t *map, const c
     return 0;
 }
 
+/* A policy with `lease:` must lease on every tier (local leases, core/
+ * local_lease.h): refused at the field otherwise. */
+static int check_local_lease(struct loader *ld, const yaml_node_t *map, const char *path,
+                             const struct policy *p)
+{
+    if (p->lease == 0)
+        return 0;
+    for (size_t j = 0; j < p->ntiers; j++) {
+        enum algorithm a = p->tiers[j].algorithm;
+        if (!policy_algorithm_leases(a))
+            return cfg_fail(ld, cfg_field_node(ld, map, "lease"), path,
+                            "lease: tier \"%s\" is %s, which cannot be leased exactly "
+                            "(only fixed_window, calendar windows, token_bucket and gcra can)",
+                            p->tiers[j].name, policy_algorithm_name(a));
+    }
+    return 0;
+}
+
 /* The policies mapping: name -> policy. Leaves c->policies sorted by name. */
 int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
@@ -474,6 +510,8 @@ int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *p
                               &parsed[i]);
         if (rc == 0)
             rc = check_lease_fronts(ld, cfg_node_at(ld, pair->value), child, &parsed[i]);
+        if (rc == 0)
+            rc = check_local_lease(ld, cfg_node_at(ld, pair->value), child, &parsed[i]);
     }
     if (rc == 0) {
         qsort(order, n, sizeof *order, entry_cmp);

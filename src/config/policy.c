@@ -130,6 +130,19 @@ int64_t policy_tier_span_us(const struct tier *t)
     return t->algorithm == ALG_CONCURRENCY ? t->lease_timeout_us : t->window_us;
 }
 
+int policy_algorithm_leases(enum algorithm a)
+{
+    return a == ALG_FIXED_WINDOW || a == ALG_TOKEN_BUCKET || a == ALG_GCRA;
+}
+
+int policy_leases(const struct policy *p)
+{
+    for (size_t j = 0; j < p->ntiers; j++)
+        if (!policy_algorithm_leases(p->tiers[j].algorithm))
+            return 0;
+    return p->ntiers > 0;
+}
+
 int policy_has_concurrency(const struct policy *p)
 {
     for (size_t j = 0; j < p->ntiers; j++)
@@ -348,10 +361,10 @@ static int tiers_equal(const struct tier *a, const struct tier *b, size_t n)
 int policy_equal(const struct policy *a, const struct policy *b)
 {
     if (strcmp(a->name, b->name) != 0 || a->failure_mode != b->failure_mode ||
-        a->shadow != b->shadow || a->deny_cache != b->deny_cache || a->headers != b->headers ||
-        strcmp(a->key.source, b->key.source) != 0 || a->missing_key != b->missing_key ||
-        a->deny_status != b->deny_status || a->ntiers != b->ntiers ||
-        !tiers_equal(a->tiers, b->tiers, a->ntiers))
+        a->shadow != b->shadow || a->deny_cache != b->deny_cache || a->lease != b->lease ||
+        a->headers != b->headers || strcmp(a->key.source, b->key.source) != 0 ||
+        a->missing_key != b->missing_key || a->deny_status != b->deny_status ||
+        a->ntiers != b->ntiers || !tiers_equal(a->tiers, b->tiers, a->ntiers))
         return 0;
     size_t n = policy_overrides_count(a->overrides);
     if (n != policy_overrides_count(b->overrides))

@@ -69,7 +69,11 @@ struct policy {
     char name[POLICY_NAME_MAX + 1];
     enum failure_mode failure_mode;
     int shadow;
-    int deny_cache;               /* its Redis denials may be answered locally (deny_cache.h) */
+    int deny_cache; /* its Redis denials may be answered locally (deny_cache.h) */
+    /* Local leases of hot keys (core/local_lease.h): 0 off, POLICY_LEASE_AUTO,
+     * else the units of a block. Only for policies whose every tier leases
+     * (policy_leases). */
+    int64_t lease;
     enum header_mode headers;     /* its own `headers:` or the top-level one */
     struct key_template key;      /* forward-auth: the key from the request */
     enum missing_key missing_key; /* forward-auth: a request lacking part of it */
@@ -106,6 +110,19 @@ int policy_algorithm_refunds(enum algorithm a);
 /* The span the scripts receive as a tier's window_us: the lease timeout for
  * concurrency, the window for every other algorithm. */
 int64_t policy_tier_span_us(const struct tier *t);
+
+/* `lease: auto` (struct policy's lease): the block sized from the rate seen. */
+#define POLICY_LEASE_AUTO (-1)
+
+/* 1 if a tier of algorithm a can hand out blocks of units that a daemon
+ * spends locally and exactly (a local lease, core/local_lease.h): the
+ * counters whose units, once taken, stay taken until their window ends or
+ * the bucket refills: fixed_window (calendar windows included),
+ * token_bucket, gcra. Else 0 (docs/algorithms.md says why). */
+int policy_algorithm_leases(enum algorithm a);
+
+/* 1 if every tier of p (not its overrides) leases, else 0. */
+int policy_leases(const struct policy *p);
 
 /* 1 if p (not its overrides) has a concurrency tier, else 0. */
 int policy_has_concurrency(const struct policy *p);

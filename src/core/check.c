@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/deny_cache.h"
 #include "core/lease_id.h"
+#include "core/local_lease_calls.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 
@@ -33,6 +34,10 @@ struct check {
     int64_t started_us; /* monotonic, for the access log */
     int64_t sent_us;    /* monotonic, when the backend was asked */
     int counted;        /* the call holds one of core->backend_pending (max_inflight) */
+    uint64_t ticket;    /* the request is a local lease's take (local_lease.h) */
+    /* In core->lease_waiting: waits for a take of its key (LOCAL_LEASE_WAIT). */
+    struct check *wait_prev, *wait_next;
+    int waiting_take;
 };
 
 static void check_free(struct pending *p)
@@ -254,11 +259,125 @@ static int take_inflight(struct check *c)
     return c->counted;
 }
 
+/* Takes c out of core->lease_waiting, if there: its wait, counted as a
+ * backend call for its deadline, is over. */
+static void unlink_waiting(struct check *c)
+{
+    if (!c->waiting_take)
+        return;
+    pending_disarm(&c->p);
+    pending_completed(&c->p);
+    if (c->wait_prev)
+        c->wait_prev->wait_next = c->wait_next;
+    else
+        c->core->lease_waiting = c->wait_next;
+    if (c->wait_next)
+        c->wait_next->wait_prev = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+    c->waiting_take = 0;
+}
+
+/* Decides c from its key's leased block when it can (local_lease.h):
+ * returns 1 if c was answered, or now waits for its key's take; else 0,
+ * c having perhaps become a take, asked as any check. */
+static int answer_from_lease(struct check *c)
+{
+    struct tier_result res[POLICY_MAX_TIERS];
+    if (!local_lease_eligible(c->core, &c->req))
+        return 0;
+    switch (local_lease_step(c->core, &c->req, util_monotonic_us(), res, &c->ticket)) {
+    case LOCAL_LEASE_SERVED: {
+        struct verdict v = {.kind = VERDICT_DECIDED, .results = res};
+        finish(c, &v);
+        return 1;
+    }
+    case LOCAL_LEASE_WAIT:
+        /* Woken by the take's end (end_take); the wait counts as a call,
+         * under the same deadline as one. */
+        c->waiting_take = 1;
+        c->wait_next = c->core->lease_waiting;
+        if (c->wait_next)
+            c->wait_next->wait_prev = c;
+        c->core->lease_waiting = c;
+        pending_call(&c->p);
+        pending_arm(&c->p, c->core->base, backend_call_timeout_us(c->core->backend, c->cfg));
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void dispatch(struct check *c);
+
+/* Asks again for every check waiting for a take of c's key: from the new
+ * block, as a take of their own, or as plain checks; or, when the take
+ * failed (r NULL: never sent, or not OK), answers them as it was (they
+ * would meet the same backend, which may be going away). */
+static void wake_waiting(struct check *c, const struct backend_reply *r)
+{
+    const struct check_item *it = &c->req.checks[0];
+    struct check *woken = NULL;
+    for (struct check *w = c->core->lease_waiting, *next; w; w = next) {
+        next = w->wait_next;
+        const struct check_item *wi = &w->req.checks[0];
+        if (wi->keylen == it->keylen && strcmp(wi->policy->name, it->policy->name) == 0 &&
+            memcmp(wi->key, it->key, it->keylen) == 0) {
+            unlink_waiting(w);
+            w->wait_next = woken; /* a list of their own: some may wait again */
+            woken = w;
+        }
+    }
+    while (woken) {
+        struct check *w = woken;
+        woken = w->wait_next;
+        w->wait_next = NULL;
+        pending_hold(&w->p);
+        if (r && r->status == BACKEND_OK)
+            dispatch(w);
+        else
+            backend_failed(w, "could not lease");
+        pending_unhold(&w->p);
+        pending_maybe_free(&w->p);
+    }
+}
+
+/* A take's call is over (r NULL: it was never made): its block, whether
+ * or not anyone still waits for the check; then the checks waiting for it. */
+static void end_take(struct check *c, const struct backend_reply *r)
+{
+    if (!c->ticket)
+        return;
+    local_lease_end(c->core, c->cfg, &c->req, c->ticket, c->sent_us, r);
+    c->ticket = 0;
+    wake_waiting(c, r);
+}
+
+/* The figures of r: a take's (local_lease.h) with the block counted as
+ * still there, since it is this daemon's to spend (as the checks it
+ * decides will say), written into took; r->results otherwise. */
+static const struct tier_result *take_figures(const struct check *c, const struct backend_reply *r,
+                                              struct tier_result *took)
+{
+    if (c->req.block_op != LEASE_BLOCK_TAKE || r->lease_granted <= c->req.checks[0].cost)
+        return r->results;
+    int64_t extra = r->lease_granted - c->req.checks[0].cost;
+    size_t n = c->req.checks[0].policy->ntiers;
+    for (size_t i = 0; i < n; i++) {
+        took[i] = r->results[i];
+        if (took[i].remaining + extra < took[i].limit)
+            took[i].remaining += extra;
+        else
+            took[i].remaining = took[i].limit;
+    }
+    return took;
+}
+
 static void on_backend_done(void *arg, const struct backend_reply *r)
 {
     struct check *c = arg;
     pending_completed(&c->p);
     release_inflight(c);
+    end_take(c, r);
     if (!c->p.waiting) {
         pending_maybe_free(&c->p); /* answered at the deadline, or cancelled */
         return;
@@ -266,6 +385,8 @@ static void on_backend_done(void *arg, const struct backend_reply *r)
     switch (r->status) {
     case BACKEND_OK: {
         struct verdict v = {.kind = VERDICT_DECIDED, .results = r->results, .taken = r->taken};
+        struct tier_result took[POLICY_MAX_TIERS];
+        v.results = take_figures(c, r, took);
         decision_summarize(&c->req, v.results, &v.sum);
         remember_denial(c, &v);
         finish(c, &v);
@@ -291,6 +412,13 @@ static void on_deadline(struct pending *p)
     struct check *c = (struct check *)p;
     struct core *core = c->core;
     char event[64];
+    if (c->waiting_take) {
+        /* Its key's take is late: answered as the take itself is. */
+        unlink_waiting(c);
+        backend_failed(c, "did not answer in time");
+        pending_maybe_free(&c->p);
+        return;
+    }
     log_limited(core->log, &core->late_log, util_monotonic_us(), LOG_LVL_WARN,
                 core_backend_said(core, event, sizeof event, "deadline passed"), NULL);
     metrics_count(core->metrics, METRICS_REDIS_TIMEOUTS);
@@ -314,10 +442,31 @@ static void ask_backend(struct check *c)
     if (backend_decide(core->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
         pending_completed(&c->p);
         release_inflight(c);
+        end_take(c, NULL);
         backend_failed(c, "is unavailable");
         return;
     }
     pending_arm(&c->p, core->base, backend_call_timeout_us(core->backend, cfg));
+}
+
+/* Answers c from the deny cache or a leased block, makes it wait for its
+ * key's take, or asks the backend. Past max_inflight calls waiting for the
+ * backend (answered at their deadline or not) in the whole process, answers
+ * at once rather than queue without bound. The caller holds c. */
+static void dispatch(struct check *c)
+{
+    if (answer_from_cache(c) || answer_from_lease(c)) {
+    } else if (!take_inflight(c)) {
+        end_take(c, NULL);
+        if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
+            answer_unavailable(c, "too many checks in flight");
+        } else {
+            struct verdict v = {.kind = VERDICT_OVERLOADED};
+            finish(c, &v);
+        }
+    } else {
+        ask_backend(c);
+    }
 }
 
 struct check *check_start(struct core *core, struct check_request *req, check_reply_fn reply,
@@ -341,22 +490,11 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
         }
     }
 
-    /* Past max_inflight calls waiting for the backend (answered at their
-     * deadline or not) in the whole process, answer at once rather than
-     * queue without bound. */
     if (nonce_failed) {
         struct verdict v = {.kind = VERDICT_UNAVAILABLE, .why = "no randomness for a lease id"};
         finish(c, &v);
-    } else if (answer_from_cache(c)) {
-    } else if (!take_inflight(c)) {
-        if (c->cfg->overload == OVERLOAD_FAILURE_MODE) {
-            answer_unavailable(c, "too many checks in flight");
-        } else {
-            struct verdict v = {.kind = VERDICT_OVERLOADED};
-            finish(c, &v);
-        }
     } else {
-        ask_backend(c);
+        dispatch(c);
     }
     return pending_started(&c->p) ? c : NULL;
 }
@@ -365,6 +503,7 @@ void check_cancel(struct check *c)
 {
     if (!c || !c->p.waiting)
         return;
+    unlink_waiting(c);
     c->core->inflight--;
     pending_cancel(&c->p);
 }

@@ -9,6 +9,8 @@
 #include "backend/backend.h"
 #include "core/core.h"
 #include "core/deny_cache.h"
+#include "core/local_lease.h"
+#include "core/metrics.h"
 
 int core_count_take(size_t *count, size_t max)
 {
@@ -35,9 +37,20 @@ static void forgotten(void *arg, const struct backend_reset_reply *reply)
     (void)reply;
 }
 
+/* A block dropped by a reset: not given back, since the count it came
+ * from is gone (local_lease.h): stranded. */
+static void strand_block(void *arg, const struct local_lease_block *b)
+{
+    struct core *core = arg;
+    metrics_local_lease(core->metrics, b->policy, METRICS_LOCAL_LEASE_STRANDED, (uint64_t)b->units);
+}
+
 void core_forget_key(struct core *core, const char *policy, const char *key, size_t keylen)
 {
     core->reset_seen_us = util_monotonic_us();
+    if (core->leases)
+        local_lease_drop(core->leases, policy, policy ? key : NULL, keylen, util_monotonic_us(),
+                         strand_block, core);
     if (!policy) {
         if (core->deny)
             deny_cache_clear(core->deny);

@@ -25,7 +25,9 @@
 
 struct event_base;
 struct backend;
+struct check;
 struct deny_cache;
+struct local_lease_table;
 struct metrics;
 
 /* The access log's status field for a verdict. It is in the HTTP front's
@@ -55,6 +57,13 @@ struct core {
     core_status_fn status_of;   /* for the access log; required when it is on */
     core_idle_fn idle;          /* NULL: nobody waits for idleness */
     void *idle_arg;
+
+    /* Hot keys' leased blocks (local_lease.h); NULL: none. */
+    struct local_lease_table *leases;
+    /* Draining: no lease is taken any more. */
+    int leases_off;
+    /* Checks waiting for a take of their key (check.c), a doubly linked list. */
+    struct check *lease_waiting;
 };
 
 /* Takes one unit of *count if fewer than max are taken, so that every
@@ -67,7 +76,8 @@ int core_count_take(size_t *count, size_t max) RL_WUR;
 void core_count_release(size_t *count);
 
 /* A reset of (policy, key) was announced or made: drops the key from the
- * deny cache and from the fallback's store, and remembers when (a denial of
+ * deny cache, its leased blocks (not given back: stranded) and from the
+ * fallback's store, and remembers when (a denial of
  * a check sent before is not cached). policy NULL: announcements may have
  * been missed: empties the deny cache. On the core's own thread. */
 void core_forget_key(struct core *core, const char *policy, const char *key, size_t keylen);

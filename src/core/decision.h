@@ -51,6 +51,15 @@ struct check_request {
     int report; /* POST /report: every cost is charged with no decision (a cost < 0
                  * gives back), and every tier then reports what a check of cost 1
                  * would see; never a dry run */
+    /* A local lease call instead of a check (core/local_lease.h), for a
+     * request of one check whose every tier leases; never a dry run or a
+     * report. LEASE_BLOCK_TAKE: decide the check's cost and, if allowed,
+     * take up to block_units units in all (the reply's lease_granted);
+     * LEASE_BLOCK_GIVE: give the check's cost back to every tier still in
+     * the window of block_taken_us (a take's tier_result.now_us). */
+    enum lease_block_op { LEASE_BLOCK_NONE, LEASE_BLOCK_TAKE, LEASE_BLOCK_GIVE } block_op;
+    int64_t block_units;
+    int64_t block_taken_us;
     size_t nchecks;
     struct check_item *checks; /* owned */
 };

@@ -34,8 +34,7 @@ struct entry {
 struct deny_cache {
     size_t max_entries;
     struct lru_table t;
-    char *scratch; /* the identity being looked up, grown as keys need */
-    size_t scratch_cap;
+    struct lru_id id; /* the identity being looked up */
 };
 
 static char *entry_id(struct entry *e)
@@ -68,7 +67,7 @@ void deny_cache_free(struct deny_cache *dc)
         return;
     deny_cache_clear(dc);
     lru_table_destroy(&dc->t);
-    free(dc->scratch);
+    lru_id_free(&dc->id);
     free(dc);
 }
 
@@ -77,25 +76,11 @@ size_t deny_cache_size(const struct deny_cache *dc)
     return dc->t.count;
 }
 
-/* Writes "policy\0key" into the scratch buffer; returns its length. */
-static size_t make_id(struct deny_cache *dc, const char *policy, const char *key, size_t keylen)
-{
-    size_t plen = strlen(policy), n = plen + 1 + keylen;
-    if (n > dc->scratch_cap) {
-        dc->scratch_cap = n;
-        dc->scratch = xrealloc(dc->scratch, n);
-    }
-    memcpy(dc->scratch, policy, plen + 1);
-    if (keylen)
-        memcpy(dc->scratch + plen + 1, key, keylen);
-    return n;
-}
-
 static struct entry *find(struct deny_cache *dc, size_t idlen, uint64_t h)
 {
     for (struct lru_node *n = lru_table_chain(&dc->t, h); n; n = n->chain) {
         struct entry *e = (struct entry *)n;
-        if (n->hash == h && e->idlen == idlen && memcmp(entry_id(e), dc->scratch, idlen) == 0)
+        if (n->hash == h && e->idlen == idlen && memcmp(entry_id(e), dc->id.p, idlen) == 0)
             return e;
     }
     return NULL;
@@ -107,8 +92,8 @@ static struct entry *find_key(struct deny_cache *dc, const char *policy, const c
 {
     if (dc->t.count == 0)
         return NULL;
-    size_t idlen = make_id(dc, policy, key, keylen);
-    return find(dc, idlen, lru_table_hash(&dc->t, dc->scratch, idlen));
+    size_t idlen = lru_id_make(&dc->id, policy, key, keylen);
+    return find(dc, idlen, lru_table_hash(&dc->t, dc->id.p, idlen));
 }
 
 static void entry_free(struct deny_cache *dc, struct lru_node *n)
@@ -139,8 +124,8 @@ void deny_cache_put(struct deny_cache *dc, const char *policy, const char *key, 
 {
     if (dc->max_entries == 0 || retry_us <= 0 || ntiers == 0)
         return;
-    size_t idlen = make_id(dc, policy, key, keylen);
-    uint64_t h = lru_table_hash(&dc->t, dc->scratch, idlen);
+    size_t idlen = lru_id_make(&dc->id, policy, key, keylen);
+    uint64_t h = lru_table_hash(&dc->t, dc->id.p, idlen);
     struct entry *old = find(dc, idlen, h);
     if (old)
         entry_free(dc, &old->node);
@@ -154,7 +139,7 @@ void deny_cache_put(struct deny_cache *dc, const char *policy, const char *key, 
                         .ntiers = ntiers,
                         .idlen = idlen};
     memcpy(e->tiers, results, ntiers * sizeof e->tiers[0]);
-    memcpy(entry_id(e), dc->scratch, idlen);
+    memcpy(entry_id(e), dc->id.p, idlen);
     lru_table_insert(&dc->t, &e->node, h);
 }
 

@@ -111,6 +111,7 @@ struct policy_slot {
     char name[POLICY_NAME_MAX + 1];
     uint64_t checks[METRICS_NDECISIONS];
     uint64_t reports[METRICS_NREPORTS];
+    uint64_t local_lease[METRICS_NLOCAL_LEASE];
 };
 
 /* One (domain, descriptor) series of ratelimitd_rls_descriptors_total. */
@@ -267,6 +268,16 @@ void metrics_report(struct metrics *m, const char *policy, enum metrics_report r
         return;
     pthread_mutex_lock(&m->lock);
     policy_slot(m, policy)->reports[r]++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_local_lease(struct metrics *m, const char *policy, enum metrics_local_lease k,
+                         uint64_t n)
+{
+    if ((unsigned)k >= METRICS_NLOCAL_LEASE)
+        return;
+    pthread_mutex_lock(&m->lock);
+    policy_slot(m, policy)->local_lease[k] += n;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -480,6 +491,8 @@ void metrics_add(struct metrics *into, struct metrics *from)
             t->checks[d] += f->checks[d];
         for (size_t r = 0; r < METRICS_NREPORTS; r++)
             t->reports[r] += f->reports[r];
+        for (size_t k = 0; k < METRICS_NLOCAL_LEASE; k++)
+            t->local_lease[k] += f->local_lease[k];
     }
     for (size_t i = 0; i < sizeof into->http / sizeof into->http[0]; i++)
         into->http[i] += from->http[i];
@@ -625,6 +638,34 @@ static void put_reports(struct buf *b, const struct metrics *m)
             put(b, "%s{policy=\"", name);
             put_label_value(b, m->policies[i].name);
             put(b, "\",result=\"%s\"} %" PRIu64 "\n", report_label[r], m->policies[i].reports[r]);
+        }
+    }
+}
+
+static void put_local_leases(struct buf *b, const struct metrics *m)
+{
+    static const struct {
+        const char *name, *help;
+    } info[METRICS_NLOCAL_LEASE] = {
+        [METRICS_LOCAL_LEASES_TAKEN] = {PREFIX "local_leases_taken_total",
+                                        "Blocks of units taken from Redis for a hot key, to "
+                                        "decide its checks locally (lease:), by policy."},
+        [METRICS_LOCAL_LEASE_LEASED] = {PREFIX "local_lease_units_leased_total",
+                                        "Units taken in those blocks beyond the asking check's "
+                                        "cost, by policy."},
+        [METRICS_LOCAL_LEASE_RETURNED] = {PREFIX "local_lease_units_returned_total",
+                                          "Unspent leased units given back to Redis, by policy."},
+        [METRICS_LOCAL_LEASE_STRANDED] = {PREFIX "local_lease_units_stranded_total",
+                                          "Unspent leased units not given back (window over, "
+                                          "reset, Redis unreachable): under-admission, by "
+                                          "policy."},
+    };
+    for (size_t k = 0; k < METRICS_NLOCAL_LEASE; k++) {
+        put_family(b, info[k].name, "counter", info[k].help);
+        for (size_t i = 0; i < m->npolicies; i++) {
+            put(b, "%s{policy=\"", info[k].name);
+            put_label_value(b, m->policies[i].name);
+            put(b, "\"} %" PRIu64 "\n", m->policies[i].local_lease[k]);
         }
     }
 }
@@ -798,6 +839,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
         put_latency(&b, m);
         put_batch(&b, m);
         put_nodes(&b, m);
+        put_local_leases(&b, m); /* Redis's blocks: none in memory */
     }
     for (size_t i = 0; i < METRICS_NCOUNTERS; i++)
         if (!(g->no_redis && counter_info[i].redis))

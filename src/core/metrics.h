@@ -144,6 +144,20 @@ void metrics_check(struct metrics *m, const char *policy, enum metrics_decision 
  * ignored); its series exist from metrics_policy_seen on, as checks'. */
 void metrics_report(struct metrics *m, const char *policy, enum metrics_report r);
 
+/* Local leases of hot keys (core/local_lease.h), by policy: one family
+ * each, ratelimitd_local_lease..._total. */
+enum metrics_local_lease {
+    METRICS_LOCAL_LEASES_TAKEN,   /* ratelimitd_local_leases_taken_total */
+    METRICS_LOCAL_LEASE_LEASED,   /* ratelimitd_local_lease_units_leased_total */
+    METRICS_LOCAL_LEASE_RETURNED, /* ratelimitd_local_lease_units_returned_total */
+    METRICS_LOCAL_LEASE_STRANDED, /* ratelimitd_local_lease_units_stranded_total */
+    METRICS_NLOCAL_LEASE
+};
+
+/* Adds n to policy's local lease counter k (out of range: ignored). */
+void metrics_local_lease(struct metrics *m, const char *policy, enum metrics_local_lease k,
+                         uint64_t n);
+
 /* Counts one rate limit service request by front and answer (out of
  * range: ignored). */
 void metrics_rls_request(struct metrics *m, enum metrics_rls_front f, enum metrics_rls_code c);

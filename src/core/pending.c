@@ -7,7 +7,7 @@
 
 #include "core/pending.h"
 
-static void disarm(struct pending *p)
+void pending_disarm(struct pending *p)
 {
     if (p->armed)
         event_del(&p->deadline);
@@ -48,7 +48,7 @@ int pending_answer(struct pending *p)
     if (!p->waiting)
         return 0;
     p->waiting = 0;
-    disarm(p);
+    pending_disarm(p);
     return 1;
 }
 
@@ -73,6 +73,6 @@ void pending_maybe_free(struct pending *p)
 {
     if (p->waiting || p->calls || p->holds)
         return;
-    disarm(p);
+    pending_disarm(p);
     p->free(p);
 }

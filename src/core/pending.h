@@ -66,6 +66,9 @@ static inline void pending_completed(struct pending *p)
  * for a call not yet completed and timeout_us > 0. */
 void pending_arm(struct pending *p, struct event_base *base, int64_t timeout_us);
 
+/* Stops the deadline, if armed (a call that arms it again next). */
+void pending_disarm(struct pending *p);
+
 /* Claims the one answer: returns 1 (the caller answers now; the deadline is
  * disarmed) or 0 (answered or cancelled already: nothing to do). */
 int pending_answer(struct pending *p);

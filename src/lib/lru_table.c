@@ -113,3 +113,23 @@ void lru_table_touch(struct lru_table *t, struct lru_node *n)
     unlink_lru(t, n);
     push_lru(t, n);
 }
+
+size_t lru_id_make(struct lru_id *id, const char *name, const char *key, size_t keylen)
+{
+    size_t nlen = strlen(name), n = nlen + 1 + keylen;
+    if (n > id->cap) {
+        id->cap = n;
+        id->p = xrealloc(id->p, n);
+    }
+    memcpy(id->p, name, nlen + 1);
+    if (keylen)
+        memcpy(id->p + nlen + 1, key, keylen);
+    return n;
+}
+
+void lru_id_free(struct lru_id *id)
+{
+    free(id->p);
+    id->p = NULL;
+    id->cap = 0;
+}

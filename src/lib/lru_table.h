@@ -64,4 +64,19 @@ void lru_table_remove(struct lru_table *t, struct lru_node *n);
 /* Makes n (in the table) the most recently used. */
 void lru_table_touch(struct lru_table *t, struct lru_node *n);
 
+/* The identity of an entry whose key is a name and a caller's key: the
+ * name, a NUL, then the key's bytes (names hold no NUL, so distinct pairs
+ * never share an identity even when keys hold NULs), built in a buffer
+ * reused from lookup to lookup. Zeroed is empty; lru_id_free frees it. */
+struct lru_id {
+    char *p;
+    size_t cap;
+};
+
+/* Writes the identity of (name, key of keylen bytes) into id->p, growing
+ * it as needed; returns its length. */
+size_t lru_id_make(struct lru_id *id, const char *name, const char *key, size_t keylen);
+
+void lru_id_free(struct lru_id *id);
+
 #endif

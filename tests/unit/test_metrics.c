@@ -191,6 +191,26 @@ static const char *const expected_scenario[] = {
     "# HELP ratelimitd_redis_node_failovers_total Times the node became the master in place of "
     "another (Sentinel switch, Cluster slot map change), by the new master.",
     "# TYPE ratelimitd_redis_node_failovers_total counter",
+    "# HELP ratelimitd_local_leases_taken_total Blocks of units taken from Redis for a hot key, to "
+    "decide its checks locally (lease:), by policy.",
+    "# TYPE ratelimitd_local_leases_taken_total counter",
+    "ratelimitd_local_leases_taken_total{policy=\"login\"} 2",
+    "ratelimitd_local_leases_taken_total{policy=\"api\"} 0",
+    "# HELP ratelimitd_local_lease_units_leased_total Units taken in those blocks beyond the "
+    "asking check's cost, by policy.",
+    "# TYPE ratelimitd_local_lease_units_leased_total counter",
+    "ratelimitd_local_lease_units_leased_total{policy=\"login\"} 500",
+    "ratelimitd_local_lease_units_leased_total{policy=\"api\"} 0",
+    "# HELP ratelimitd_local_lease_units_returned_total Unspent leased units given back to "
+    "Redis, by policy.",
+    "# TYPE ratelimitd_local_lease_units_returned_total counter",
+    "ratelimitd_local_lease_units_returned_total{policy=\"login\"} 0",
+    "ratelimitd_local_lease_units_returned_total{policy=\"api\"} 0",
+    "# HELP ratelimitd_local_lease_units_stranded_total Unspent leased units not given back "
+    "(window over, reset, Redis unreachable): under-admission, by policy.",
+    "# TYPE ratelimitd_local_lease_units_stranded_total counter",
+    "ratelimitd_local_lease_units_stranded_total{policy=\"login\"} 0",
+    "ratelimitd_local_lease_units_stranded_total{policy=\"api\"} 7",
     "# HELP ratelimitd_redis_reconnects_total Redis connections lost or dropped, each followed by "
     "reconnecting.",
     "# TYPE ratelimitd_redis_reconnects_total counter",
@@ -265,6 +285,10 @@ static void test_scenario(void)
     metrics_report(m, "login", METRICS_REPORT_RECORDED);
     metrics_report(m, "api", METRICS_REPORT_NOT_RECORDED);
     metrics_report(m, "api", METRICS_NREPORTS); /* out of range: ignored */
+    metrics_local_lease(m, "login", METRICS_LOCAL_LEASES_TAKEN, 2);
+    metrics_local_lease(m, "login", METRICS_LOCAL_LEASE_LEASED, 500);
+    metrics_local_lease(m, "api", METRICS_LOCAL_LEASE_STRANDED, 7);
+    metrics_local_lease(m, "api", METRICS_NLOCAL_LEASE, 1); /* out of range: ignored */
     metrics_http_status(m, 200);
     metrics_http_status(m, 200);
     metrics_http_status(m, 429);
@@ -336,10 +360,10 @@ static void test_empty(void)
     char *text = metrics_render(m, NULL);
 
     /* build_info + checks + reports + in_flight + http + rls requests + rls
-     * descriptors + redis_up + 2 histograms + 6 counters + 3 grpc counters +
-     * reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 33, "empty: 33 families");
-    is_int(count_substr(text, "# HELP "), 33, "empty: 33 HELP lines");
+     * descriptors + redis_up + 2 histograms + 4 local lease families + 6 counters +
+     * 3 grpc counters + reloads + timestamp + policies */
+    is_int(count_substr(text, "# TYPE "), 37, "empty: 37 families");
+    is_int(count_substr(text, "# HELP "), 37, "empty: 37 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_reports_total") != NULL &&
@@ -695,7 +719,8 @@ static void test_no_redis(void)
     ok(strstr(text, "ratelimitd_redis") == NULL, "no_redis: no ratelimitd_redis_* series");
     is_int(sample(text, "ratelimitd_key_resets_total"), 1, "no_redis: the other counters remain");
     is_int(count_substr(text, "# TYPE "), 19,
-           "no_redis: 19 families (33 less redis_up, 2 histograms, 7 per node, 4 counters)");
+           "no_redis: 19 families (37 less redis_up, 2 histograms, 7 per node, 4 local "
+           "lease families, 4 counters)");
     free(text);
     metrics_free(m);
 }

@@ -184,10 +184,17 @@ static void complete_ok(struct pending *p, const redisReply *r)
     for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
         ints[i] = r->element[i]->integer;
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
+    size_t n = r->elements;
+    if (p->call.block && i == n && n >= 2) {
+        /* A local lease call: its two integers after the usual reply. */
+        reply.lease_granted = ints[n - 2];
+        reply.lease_until_us = ints[n - 1];
+        n -= 2;
+    }
     if (i != r->elements) {
         reply = (struct backend_reply){.status = BACKEND_ERROR,
                                        .errmsg = "script reply holds a non-integer"};
-    } else if (scripts_decode_result(ints, r->elements, ntiers, res, err, sizeof err) < 0) {
+    } else if (scripts_decode_result(ints, n, ntiers, res, err, sizeof err) < 0) {
         reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = err};
     }
     p->done(p->arg, &reply);
@@ -391,6 +398,7 @@ static const struct backend_ops redis_ops = {
     .ready = redis_ready,
     .target = redis_target,
     .free = redis_free,
+    .local_leases = 1,
 };
 
 struct backend *backend_redis_new(struct event_base *base, const struct config *cfg,

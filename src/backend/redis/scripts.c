@@ -128,7 +128,7 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out)
 {
-    size_t nkeys = 0, ntiers = 0, bytes = 2 * NUM_BYTES;
+    size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
     size_t prefix = strlen(cfg->key_prefix);
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
@@ -177,7 +177,14 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push_int(out, &used, now_us);
     else
         push(out, &used, "", 0);
-    if (req->report)
+    if (req->block_op != LEASE_BLOCK_NONE) {
+        /* "L<want>" or "G<taken>" (lua/check.lua) */
+        char mode[UTIL_INT_CHARS + 1];
+        mode[0] = req->block_op == LEASE_BLOCK_TAKE ? 'L' : 'G';
+        int64_t v = req->block_op == LEASE_BLOCK_TAKE ? req->block_units : req->block_taken_us;
+        push(out, &used, mode, 1 + util_format_int(mode + 1, v));
+        out->block = 1;
+    } else if (req->report)
         push(out, &used, SCRIPTS_REPORT, 1);
     else if (req->dry_run)
         push(out, &used, SCRIPTS_DRY_RUN, 1);

@@ -34,8 +34,10 @@
 # Other options: --duration S (8), --warmup S (2), --sweep-duration S (5),
 # --sweep-conns "8 16 ..." , --clock redis|local (redis), --no-install,
 # --out DIR (bench/results), --deadline S (540; --quick 170: cases that
-# would end later are skipped; the cost hook gets what is left + 30 s). RL_BIN=/path/to/ratelimitd overrides the
-# binary; RSS_TOTAL=N the checks of the RSS run (1000000; --quick 300000).
+# would end later are skipped; the cost hook gets what is left + 30 s).
+# RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
+# of the RSS run (1000000; --quick 300000). Order of the run: nginx1,
+# nginx2, rlf, rl1, mem, redis, leases, grpc, rl2, cost.
 #
 # Everything started here is stopped on exit (also on Ctrl-C); every wait
 # and every wrk run is bounded.

@@ -4,12 +4,12 @@
 # this machine, on 127.0.0.1 only, and writes bench/results/.
 #
 #   bench/run.sh                      full run (~9 min)
-#   bench/run.sh --quick              short runs, 3-point sweep (~3 min)
+#   bench/run.sh --quick              short runs, no sweep (~3 min)
 #   bench/run.sh --only rl1,nginx1    some targets only
 #   bench/run.sh --note "quiet box"   a line printed under the table
 #
 # Targets (--only, comma-separated; default all, --quick all but nginx2,
-# rl2 and cost):
+# rl2, sweep and cost):
 #   nginx1  nginx, 1 worker, constant 200 JSON (the HTTP ceiling)
 #   nginx2  nginx, 2 workers
 #   rlf     Node rate-limiter-flexible + ioredis, cluster of 2 workers
@@ -76,8 +76,8 @@ while [ $# -gt 0 ]; do
 done
 case "$CLOCK" in redis|local) ;; *) echo "run.sh: --clock redis|local" >&2; exit 64 ;; esac
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
-# --quick without --only leaves out nginx2, rl2 and cost (about 3 minutes)
-[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,leases,grpc,sweep"
+# --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
+[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,leases,grpc"
 
 T_START=$(date +%s)
 log() { printf '[bench %3ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }

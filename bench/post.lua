@@ -8,6 +8,11 @@
 --   BENCH_CLOSE=1      "Connection: close" on every request: a new connection
 --                      (and TLS handshake) per request (bench/tls.sh); wrk's
 --                      -H is not used, since wrk.format is given its headers
+--   BENCH_AUTH=/path   forward-auth shape instead (run.sh's `mem` target):
+--                      GET /path with the key in the header X-Key, so that
+--                      nginx `limit_req` (zone keyed by $http_x_key) and
+--                      ratelimitd's /auth/<policy> (key "${header:X-Key}")
+--                      receive byte-identical requests
 -- All request strings are built in init(), before wrk starts its clock, so
 -- the per-request cost inside wrk is one random number and a table lookup.
 --
@@ -20,11 +25,13 @@ local mode   = os.getenv("BENCH_MODE") or "spread"
 local nkeys  = tonumber(os.getenv("BENCH_KEYS") or "100000")
 local policy = os.getenv("BENCH_POLICY") or "fw"
 local close  = os.getenv("BENCH_CLOSE") == "1"
+local auth   = os.getenv("BENCH_AUTH")
 
 local pool = {}
 local npool = 0
 
 local function build(key)
+  if auth then return wrk.format("GET", auth, { ["X-Key"] = key }) end
   local body = '{"policy":"' .. policy .. '","key":"' .. key .. '","cost":1}'
   local headers = { ["Content-Type"] = "application/json" }
   if close then headers["Connection"] = "close" end

@@ -3,23 +3,41 @@
 # bench/run.sh: one command that measures ratelimitd against its peers on
 # this machine, on 127.0.0.1 only, and writes bench/results/.
 #
-#   bench/run.sh                      full run (~5 min)
-#   bench/run.sh --quick              short runs, 3-point sweep (~1.5 min)
+#   bench/run.sh                      full run (~9 min)
+#   bench/run.sh --quick              short runs, no sweep (~3 min)
 #   bench/run.sh --only rl1,nginx1    some targets only
 #   bench/run.sh --note "quiet box"   a line printed under the table
 #
-# Targets (--only, comma-separated; default all):
+# Targets (--only, comma-separated; default all, --quick all but nginx2,
+# rl2, sweep and cost):
 #   nginx1  nginx, 1 worker, constant 200 JSON (the HTTP ceiling)
 #   nginx2  nginx, 2 workers
 #   rlf     Node rate-limiter-flexible + ioredis, cluster of 2 workers
+#   mem     ratelimitd `backend: memory` GET /auth/<policy> against nginx
+#           `limit_req` on the same GET load (1 worker each, spread and hot)
+#   redis   spread fixed_window via Redis, 1 worker, at `redis.batch: 1` and
+#           at the default batch (n/a where the daemon refuses the field):
+#           Redis CPU and calls per check, the `ratelimitd_redis_batch_size`
+#           histogram; then the daemon's RSS over RSS_TOTAL checks (1 M)
+#   leases  3 daemons, one Redis, one hot allowed key: `lease: auto` against
+#           `backend: memory` (and no lease), Redis calls per check, the
+#           local lease metrics (n/a where the daemon refuses `lease:`)
+#   grpc    bench/grpc.sh (h2load on both fronts): gRPC ÷ /check
 #   rl1     ratelimitd, 1 worker (fixed_window and token_bucket)
 #   rl2     ratelimitd, `workers: 2` (n/a while the daemon refuses the field)
 #   sweep   connection sweep of rl1 (and rl2) and nginx1 -> throughput.png
+#   cost    bench/redis_cost.sh (Redis's own µs per call of each algorithm),
+#           one run per variant, 100 000 calls (--quick 20 000)
+# At the end: the issue's targets, met or not, in summary.md (also printed),
+# and bars.dat plotted by bench/plot.gp into bars.png.
 #
 # Other options: --duration S (8), --warmup S (2), --sweep-duration S (5),
 # --sweep-conns "8 16 ..." , --clock redis|local (redis), --no-install,
-# --out DIR (bench/results), --deadline S (345: cases that would end later
-# are skipped). RL_BIN=/path/to/ratelimitd overrides the binary.
+# --out DIR (bench/results), --deadline S (540; --quick 170: cases that
+# would end later are skipped; the cost hook gets what is left + 30 s).
+# RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
+# of the RSS run (1000000; --quick 300000). Order of the run: nginx1,
+# nginx2, rlf, rl1, mem, redis, leases, grpc, rl2, cost.
 #
 # Everything started here is stopped on exit (also on Ctrl-C); every wait
 # and every wrk run is bounded.
@@ -29,8 +47,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
-ONLY="nginx1,nginx2,rlf,rl1,rl2,sweep" NOTE="" INSTALL=1 CLOCK=redis
-OUT="$HERE/results" DEADLINE=345 CONNS=64 KEYS=100000 QUICK=0
+ONLY="nginx1,nginx2,rlf,mem,redis,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
+OUT="$HERE/results" DEADLINE=540 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
 CMDLINE="bench/run.sh"
 for a in "$@"; do
     case "$a" in *[!A-Za-z0-9_./,:=+-]*|"") CMDLINE="$CMDLINE '${a//\'/\'\\\'\'}'" ;; *) CMDLINE="$CMDLINE $a" ;; esac
@@ -40,8 +58,8 @@ usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; 
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        -q|--quick) QUICK=1; DUR=3; WARM=1; SWEEP_DUR=2; SWEEP_CONNS="8 64 256"; DEADLINE=150 ;;
-        --only) ONLY=$2; shift ;;
+        -q|--quick) QUICK=1; DUR=3; WARM=1; SWEEP_DUR=2; SWEEP_CONNS="8 64 256"; DEADLINE=170 ;;
+        --only) ONLY=$2; ONLY_SET=1; shift ;;
         --duration) DUR=$2; shift ;;
         --warmup) WARM=$2; shift ;;
         --sweep-duration) SWEEP_DUR=$2; shift ;;
@@ -57,6 +75,9 @@ while [ $# -gt 0 ]; do
     shift
 done
 case "$CLOCK" in redis|local) ;; *) echo "run.sh: --clock redis|local" >&2; exit 64 ;; esac
+[ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
+# --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
+[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,leases,grpc"
 
 T_START=$(date +%s)
 log() { printf '[bench %3ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
@@ -135,7 +156,9 @@ tree_pids() {
 
 stop_pid() {
     local pid=$1 i kids
-    kill -0 "$pid" 2>/dev/null || return 0
+    # no longer ours once stopped: the exit trap must not signal a reused PID
+    for i in "${!STARTED[@]}"; do [ "${STARTED[$i]}" = "$pid" ] && unset "STARTED[$i]"; done
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
     kids=$(tree_pids "$pid")
     kill -TERM "$pid" 2>/dev/null
     for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -145,9 +168,9 @@ stop_pid() {
 }
 
 cleanup() {
-    local i
+    local i pids=("${STARTED[@]}")
     trap - EXIT INT TERM
-    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_pid "${STARTED[$i]}"; done
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[$i]}"; done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -183,10 +206,16 @@ cpu_ticks() {
 # busy and total jiffies of the whole machine
 box_ticks() { awk '/^cpu /{ print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9 }' /proc/stat; }
 
-probe() {   # probe URL KEY POLICY -> HTTP status
+probe() {   # probe URL KEY POLICY -> HTTP status (GET with X-Key while WRK_AUTH is set)
+    if [ -n "$WRK_AUTH" ]; then
+        curl -s -o /dev/null -m 2 -w '%{http_code}' -H "X-Key: $2" "$(base_of "$1")$WRK_AUTH"
+        return
+    fi
     curl -s -o /dev/null -m 2 -w '%{http_code}' -XPOST -H 'Content-Type: application/json' \
         -d "{\"policy\":\"$3\",\"key\":\"$2\",\"cost\":1}" "$1"
 }
+base_of() { printf '%s\n' "$1" | sed -E 's#^(https?://[^/]+).*#\1#'; }
+WRK_AUTH=""     # /auth/<policy>: the rows send GET with X-Key (bench/post.lua BENCH_AUTH)
 
 wait_ready() {   # wait_ready PID URL POLICY SECONDS
     local i code
@@ -233,9 +262,19 @@ start_failed() {   # start_failed NAME LOGFILE
     log "$START_ERR"
 }
 
-start_nginx() {   # start_nginx WORKERS
-    local d="$TMP/nginx$1" port
+start_nginx() {   # start_nginx WORKERS [limit_req]
+    local d="$TMP/nginx$1${2:-}" port zone="" loc
     port=$(free_port)
+    loc="location = /check { return 200 '{\"allowed\":true}'; }"
+    if [ "${2:-}" = limit_req ]; then
+        # The `mem` target's peer: a token bucket of 100 per 60 s keyed by
+        # X-Key (rate 100r/m, burst 100, nodelay), answering 429 when over,
+        # as ratelimitd's policy `mem`. limit_req runs in the preaccess
+        # phase, before `return` (rewrite phase) would answer: the 200 comes
+        # from empty_gif (content phase).
+        zone="limit_req_zone \$http_x_key zone=keys:64m rate=100r/m; limit_req_status 429;"
+        loc="location /auth/ { limit_req zone=keys burst=100 nodelay; empty_gif; }"
+    fi
     mkdir -p "$d/logs"
     cat >"$d/nginx.conf" <<EOF
 daemon off;
@@ -251,16 +290,17 @@ http {
     fastcgi_temp_path $d/fastcgi; uwsgi_temp_path $d/uwsgi; scgi_temp_path $d/scgi;
     keepalive_requests 10000000;
     keepalive_timeout 60s;
+    $zone
     server {
         listen 127.0.0.1:$port backlog=4096;
-        location = /check { return 200 '{"allowed":true}'; }
+        $loc
         location / { return 404 '{"error":"not_found"}'; }
     }
 }
 EOF
     nginx -p "$d/" -c "$d/nginx.conf" -e stderr >"$d/out.log" 2>&1 &
     TPID=$!; STARTED+=("$TPID")
-    URL="http://127.0.0.1:$port/check"
+    URL="http://127.0.0.1:$port${WRK_AUTH:-/check}"
     wait_ready "$TPID" "$URL" fw 10 || { start_failed "nginx" "$d/out.log"; return 1; }
 }
 
@@ -273,12 +313,13 @@ start_rlf() {   # start_rlf WORKERS
     wait_ready "$TPID" "$URL" fw 20 || { start_failed "node peer" "$TMP/rlf.log"; return 1; }
 }
 
-rl_config() {   # rl_config FILE PORT WORKERS ("" = no workers line)
+rl_config() {   # rl_config FILE PORT WORKERS ("" = no workers line) [BATCH]
     {
         echo "listen: 127.0.0.1:$2"
         echo "redis:"
         echo "  url: redis://127.0.0.1:$RPORT/0"
         echo "  timeout: 1s"
+        [ -n "${4:-}" ] && echo "  batch: $4"
         echo "clock: $CLOCK"
         echo "log_level: warn"
         [ -n "$3" ] && echo "workers: $3"
@@ -309,25 +350,150 @@ start_rl() {   # start_rl WORKERS
 
 stop_target() { [ -n "$TPID" ] && stop_pid "$TPID"; TPID=""; URL=""; }
 
+# A row can load several daemons at once (the `leases` target): MPIDS and
+# MURLS then replace TPID and URL; CONNS connections are shared among them.
+MPIDS=() MURLS=()
+row_pids() { if [ ${#MPIDS[@]} -gt 0 ]; then printf '%s\n' "${MPIDS[@]}"; else printf '%s\n' "$TPID"; fi; }
+row_urls() { if [ ${#MURLS[@]} -gt 0 ]; then printf '%s\n' "${MURLS[@]}"; else printf '%s\n' "$URL"; fi; }
+stop_multi() { local p; for p in "${MPIDS[@]}"; do stop_pid "$p"; done; MPIDS=() MURLS=(); }
+
+# spawn_rl NAME WRITER [ARGS...]: a daemon whose configuration WRITER FILE
+# PORT [ARGS...] writes, on a free port (3 tries), ready when /readyz
+# answers 200 (10 s at most). Sets S_PID and S_URL (its /check URL).
+S_PID="" S_URL=""
+spawn_rl() {
+    local name=$1 writer=$2 port try i
+    shift 2
+    for try in 1 2 3; do
+        port=$(free_port)
+        "$writer" "$TMP/$name.yaml" "$port" "$@"
+        "$RL_BIN" --config "$TMP/$name.yaml" >"$TMP/$name.log" 2>&1 &
+        S_PID=$!; STARTED+=("$S_PID")
+        S_URL="http://127.0.0.1:$port/check"
+        for i in $(seq 1 100); do
+            kill -0 "$S_PID" 2>/dev/null || break
+            [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && return 0
+            sleep 0.1
+        done
+        stop_pid "$S_PID"
+        log "$name did not start on port $port (try $try)"
+    done
+    start_failed "$name" "$TMP/$name.log"
+    return 1
+}
+
+# accepts WRITER [ARGS...]: does this daemon accept the configuration?
+# (--check-config; its first line of refusal in ACCEPT_ERR)
+ACCEPT_ERR=""
+accepts() {
+    "$1" "$TMP/accept.yaml" 1 "${@:2}" && "$RL_BIN" --check-config --config "$TMP/accept.yaml" >"$TMP/accept.out" 2>&1 \
+        && return 0
+    ACCEPT_ERR=$(grep -v '^[[:space:]]*$' "$TMP/accept.out" | head -n1 | cut -c1-200)
+    return 1
+}
+
+# Redis calls: the calls of the decision commands (FCALL, EVALSHA and their
+# read-only and EVAL forms) from INFO commandstats. (Its other counts, and
+# total_commands_processed, include the commands a script runs inside.)
+redis_calls() {
+    redis-cli -p "$RPORT" info commandstats 2>/dev/null | tr -d '\r' | awk -F'[:=,]' '
+        $1 ~ /^cmdstat_(fcall|fcall_ro|evalsha|evalsha_ro|eval|eval_ro)$/ { s += $3 }
+        END { printf "%d\n", s }'
+}
+
+# metrics_snap FILE: every row daemon's /metrics, one after the other.
+metrics_snap() {
+    local u
+    : >"$1"
+    [ -n "$METRIC_HIST$METRIC_SUM" ] || return 0
+    for u in $(row_urls); do curl -s -m 2 "$(base_of "$u")/metrics" >>"$1" 2>/dev/null; done
+}
+# hist_delta BEFORE AFTER NAME: a Prometheus histogram's change between two
+# snapshots, every label set but `le` summed: "calls N, mean M; <=le share% ..."
+# (the share of observations in each bucket), or "n/a" when it is absent.
+hist_delta() {
+    local out
+    out=$(awk -v n="$3" '
+        FNR == 1 { f++ }
+        index($0, n "_") == 1 && $1 ~ ("^" n "_(bucket|sum|count)([{]|$)") {
+            kind = substr($1, length(n) + 2); sub(/[{].*/, "", kind)
+            le = ""
+            if (match($1, /le="[^"]*"/)) le = substr($1, RSTART + 4, RLENGTH - 5)
+            v[kind, le] += (f == 1 ? -$NF : $NF); seen[kind]++
+            if (kind == "bucket") les[le] = 1
+        }
+        END {
+            if (!seen["count"]) exit
+            c = v["count", ""]; printf "C %d %.1f\n", c, c ? v["sum", ""] / c : 0
+            for (l in les) printf "B %s %d\n", l, v["bucket", l]
+        }' "$1" "$2")
+    [ -n "$out" ] || { echo "n/a"; return; }
+    { printf '%s\n' "$out" | grep '^C '; printf '%s\n' "$out" | grep '^B ' | sort -k2,2g; } | awk '
+        $1 == "C" { c = $2; printf "calls %d, mean %.1f requests/call;", $2, $3; next }
+        { printf " <=%s: %.0f%%", $2, c ? 100 * ($3 - p) / c : 0; p = $3 }
+        END { print "" }'
+}
+# sum_delta BEFORE AFTER PREFIX: each counter named PREFIX..., every label
+# set summed, after - before: "name=N ..." (ratelimitd_, local_ and _total
+# dropped from the names), or n/a.
+sum_delta() {
+    awk -v n="$3" '
+        FNR == 1 { f++ }
+        index($0, n) == 1 {
+            k = $1; sub(/[{].*/, "", k); v[k] += (f == 1 ? -$NF : $NF); seen = 1
+        }
+        END {
+            if (!seen) { print "n/a"; exit }
+            for (k in v) { s = k; sub(/^ratelimitd_(local_)?/, "", s); sub(/_total$/, "", s); printf "%s=%d\n", s, v[k] }
+        }' "$1" "$2" | sort | tr '\n' ' ' | sed 's/ $//'
+}
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+
 # ---------------------------------------------------------------- load ---
 # wrk_run CONNS SECONDS MODE POLICY URL -> prints the RESULT line (or nothing)
 wrk_run() {
-    BENCH_MODE=$3 BENCH_POLICY=$4 BENCH_KEYS=$KEYS \
+    env ${WRK_AUTH:+BENCH_AUTH=$WRK_AUTH} BENCH_MODE=$3 BENCH_POLICY=$4 BENCH_KEYS=$KEYS \
         timeout -k 5 $(( $2 + 20 )) wrk -t1 -c"$1" -d"$2s" --timeout 2s -s "$HERE/post.lua" "$5" 2>&1 \
         | grep '^RESULT ' | tail -n1
 }
-field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+# wrk_rows CONNS SECONDS MODE POLICY: wrk_run against the row's daemon, or,
+# for several, one wrk -t1 per daemon at once with CONNS / N connections
+# each; one RESULT line (requests, rps, errors summed; latencies the worst).
+wrk_rows() {
+    local urls n i u pids=()
+    urls=$(row_urls); n=$(printf '%s\n' "$urls" | wc -l)
+    if [ "$n" -le 1 ]; then wrk_run "$1" "$2" "$3" "$4" "$urls"; return; fi
+    i=0
+    for u in $urls; do
+        i=$((i + 1))
+        wrk_run $(( $1 / n )) "$2" "$3" "$4" "$u" >"$TMP/wrk.$i" &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i"; done
+    for i in $(seq 1 "$n"); do cat "$TMP/wrk.$i"; done | awk -v n="$n" '
+        /^RESULT / { k++; for (i = 2; i <= NF; i++) { split($i, kv, "="); f = kv[1]; x = kv[2]
+            if (f ~ /^(rps|requests|non2xx|sockerr)$/) v[f] += x; else if (x > v[f]) v[f] = x } }
+        END { if (k == n) printf "RESULT rps=%.1f requests=%d secs=%.3f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f non2xx=%d sockerr=%d\n",
+            v["rps"], v["requests"], v["secs"], v["p50_ms"], v["p90_ms"], v["p99_ms"], v["max_ms"], v["non2xx"], v["sockerr"] }'
+}
+field() { local kv; for kv in $1; do [ "${kv%%=*}" = "$2" ] && { printf '%s\n' "${kv#*=}"; return; }; done; }
 
 mkdir -p "$OUT"
 RAW="$OUT/runs.tsv"
-printf 'target\tworkers\talgorithm\tkeys\tconns\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\n' >"$RAW"
+printf 'target\tworkers\talgorithm\tkeys\tconns\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\tredis_calls_per_req\n' >"$RAW"
 
 declare -A R    # R[row,field]
 ROWS=()
 
-# measure ROWKEY TARGET WORKERS ALGO POLICY MODE
+cpu_sum() { local t=0 p; for p in "$@"; do t=$(( t + $(cpu_ticks "$p") )); done; echo "$t"; }
+
+# measure ROWKEY TARGET WORKERS ALGO POLICY MODE: one row against the row's
+# daemon(s) (row_pids, row_urls). With METRIC_HIST (a histogram's name) or
+# METRIC_SUM (a counter prefix) set, their change over the measured run is
+# scraped from the daemons' /metrics into R[ROWKEY,hist] / R[ROWKEY,msum].
+METRIC_HIST="" METRIC_SUM=""
 measure() {
-    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 res t0 t1 r0 r1 b0 b1 n tcpu rcpu busy pr pkey
+    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 res t0 t1 r0 r1 b0 b1 n tcpu rcpu busy pr pkey c0 c1 pids
     ROWS+=("$key")
     R[$key,target]=$tname R[$key,workers]=$w R[$key,algo]=$algo R[$key,keys]=$mode
     if [ $(( $(elapsed) + WARM + DUR + 8 )) -gt "$DEADLINE" ]; then
@@ -335,13 +501,19 @@ measure() {
     fi
     redis-cli -p "$RPORT" flushall >/dev/null
     [ "$mode" = hot ] && pkey=user:hot || pkey=user:1
-    wrk_run "$CONNS" "$WARM" "$mode" "$pol" "$URL" >/dev/null
-    t0=$(cpu_ticks "$TPID"); r0=$(cpu_ticks "$RPID"); b0=$(box_ticks)
-    res=$(wrk_run "$CONNS" "$DUR" "$mode" "$pol" "$URL")
-    t1=$(cpu_ticks "$TPID"); r1=$(cpu_ticks "$RPID"); b1=$(box_ticks)
-    pr=$(probe "$URL" "$pkey" "$pol")
+    wrk_rows "$CONNS" "$WARM" "$mode" "$pol" >/dev/null
+    metrics_snap "$TMP/metrics.0"; c0=$(redis_calls)
+    mapfile -t pids < <(row_pids)
+    t0=$(cpu_sum "${pids[@]}"); r0=$(cpu_ticks "$RPID"); b0=$(box_ticks)
+    res=$(wrk_rows "$CONNS" "$DUR" "$mode" "$pol")
+    t1=$(cpu_sum "${pids[@]}"); r1=$(cpu_ticks "$RPID"); b1=$(box_ticks)
+    c1=$(redis_calls); metrics_snap "$TMP/metrics.1"
+    pr=$(probe "$(row_urls | head -n1)" "$pkey" "$pol")
     if [ -z "$res" ]; then log "$key: wrk gave no result"; R[$key,rps]="failed"; return; fi
     n=$(field "$res" requests)
+    R[$key,rcalls]=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN { printf "%.4f\n", n ? (b - a) / n : 0 }')
+    [ -n "$METRIC_HIST" ] && R[$key,hist]=$(hist_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_HIST")
+    [ -n "$METRIC_SUM" ] && R[$key,msum]=$(sum_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_SUM")
     read -r tcpu rcpu busy < <(awk -v n="$n" -v hz="$CLK_TCK" -v dt=$((t1 - t0)) -v dr=$((r1 - r0)) \
         -v b="$b0 $b1" -v ncpu="$(nproc)" 'BEGIN { split(b, x, " ");
             printf "%.1f %.1f %.0f\n", n ? dt * 1e6 / hz / n : 0, n ? dr * 1e6 / hz / n : 0,
@@ -349,11 +521,15 @@ measure() {
     R[$key,rps]=$(field "$res" rps) R[$key,p50]=$(field "$res" p50_ms) R[$key,p99]=$(field "$res" p99_ms)
     R[$key,non2xx]=$(awk -v a="$(field "$res" non2xx)" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * a / n : 0 }')
     R[$key,sockerr]=$(field "$res" sockerr) R[$key,tcpu]=$tcpu R[$key,rcpu]=$rcpu R[$key,probe]=$pr R[$key,busy]=$busy
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$tname" "$w" "$algo" "$mode" "$CONNS" "$(field "$res" secs)" "$n" "${R[$key,rps]}" \
         "${R[$key,p50]}" "$(field "$res" p90_ms)" "${R[$key,p99]}" "$(field "$res" max_ms)" \
-        "$(field "$res" non2xx)" "${R[$key,sockerr]}" "$tcpu" "$rcpu" "$busy" "$pr" >>"$RAW"
-    log "$key: ${R[$key,rps]} req/s, p99 ${R[$key,p99]} ms, target ${tcpu} µs/req, redis ${rcpu} µs/req, non-2xx ${R[$key,non2xx]}%, probe $pr, box ${busy}%"
+        "$(field "$res" non2xx)" "${R[$key,sockerr]}" "$tcpu" "$rcpu" "$busy" "$pr" \
+        "${R[$key,rcalls]}" >>"$RAW"
+    log "$key: ${R[$key,rps]} req/s, p99 ${R[$key,p99]} ms, target ${tcpu} µs/req, redis ${rcpu} µs/req, redis calls ${R[$key,rcalls]}/req, non-2xx ${R[$key,non2xx]}%, probe $pr, box ${busy}%"
+    [ -n "$METRIC_HIST" ] && log "$key: $METRIC_HIST: ${R[$key,hist]}"
+    [ -n "$METRIC_SUM" ] && log "$key: ${METRIC_SUM}*: ${R[$key,msum]}"
+    return 0
 }
 
 na_row() {   # na_row ROWKEY TARGET WORKERS ALGO MODE WHY
@@ -417,13 +593,16 @@ if want rl2; then
     else log "ratelimitd has no 'workers' field yet: 2-worker rows are n/a ($(head -c 160 "$TMP/probe.out"))"; fi
 fi
 
-for w in 1 2; do
-    want "rl$w" || continue
+# run_rl W: ratelimitd with W workers (rl1 before the targets of issue 20,
+# rl2 last: what --deadline skips first).
+run_rl() {
+    local w=$1 a m
+    want "rl$w" || return 0
     if [ "$w" = 2 ] && [ "$RL2_OK" = 0 ]; then
         for a in fixed_window:fw token_bucket:tb; do
             for m in spread hot; do na_row "rl2-${a#*:}-$m" ratelimitd 2 "${a%:*}" "$m" "this ratelimitd has no \`workers:\` field"; done
         done
-        continue
+        return 0
     fi
     if start_target start_rl "$w"; then
         for a in fixed_window:fw token_bucket:tb; do
@@ -436,29 +615,283 @@ for w in 1 2; do
         done
     fi
     stop_target
-done
+}
 
-# Hook: another script measures what one check costs inside Redis.
+run_rl 1
+
+# ------------------------------------------------ targets of issue 20 ---
+# mem: ratelimitd `backend: memory`, GET /auth/mem (key from X-Key, token
+# bucket 100 per 60 s), against nginx limit_req on the same GET load.
+mem_config() {   # mem_config FILE PORT
+    cat >"$1" <<CFG
+listen: 127.0.0.1:$2
+backend: memory
+log_level: warn
+policies:
+  mem:
+    key: "\${header:X-Key}"
+    tiers:
+      - {name: minute, algorithm: token_bucket, limit: 100, window: 60s}
+CFG
+}
+start_nginx_lr() { start_nginx "$1" limit_req; }
+declare -A X     # other figures of the run, by name
+
+if want mem; then
+    WRK_AUTH=/auth/mem
+    if start_target start_nginx_lr 1; then
+        measure lr-spread "nginx limit_req" 1 "token_bucket (limit_req)" mem spread
+        measure lr-hot "nginx limit_req" 1 "token_bucket (limit_req)" mem hot
+    else
+        for m in spread hot; do na_row "lr-$m" "nginx limit_req" 1 "token_bucket (limit_req)" "$m" "$START_ERR"; done
+    fi
+    stop_target
+    if spawn_rl mem mem_config; then
+        TPID=$S_PID URL=$S_URL
+        X[mem_rss0]=$(rss_kib "$TPID")
+        measure mem-spread "ratelimitd memory /auth" 1 token_bucket mem spread
+        measure mem-hot "ratelimitd memory /auth" 1 token_bucket mem hot
+        X[mem_rss1]=$(rss_kib "$TPID")
+        log "mem: daemon RSS ${X[mem_rss0]} KiB at start, ${X[mem_rss1]} KiB after its rows"
+    else
+        for m in spread hot; do na_row "mem-$m" "ratelimitd memory /auth" 1 token_bucket "$m" "$START_ERR"; done
+    fi
+    stop_target
+    WRK_AUTH=""
+fi
+
+# rss_run: the daemon TPID's RSS over RSS_TOTAL spread checks (wrk slices of
+# DUR seconds, at most 60 s of them (--quick 10), and not past the
+# deadline): the growth from the end of the first slice to the end of the last.
+rss_run() {
+    local sent=0 slice=0 res n max
+    max=$(( ( $([ "$QUICK" = 1 ] && echo 10 || echo 60) + DUR - 1) / DUR ))
+    X[rss_start]=$(rss_kib "$TPID") X[rss_first]="" X[rss_last]=""
+    while [ "$sent" -lt "$RSS_TOTAL" ] && [ "$slice" -lt "$max" ]; do
+        if [ $(( $(elapsed) + DUR + 6 )) -gt "$DEADLINE" ]; then log "rss: stopped at $sent checks (deadline)"; break; fi
+        res=$(wrk_run "$CONNS" "$DUR" spread fw "$URL")
+        n=$(field "$res" requests)
+        [ -n "$n" ] || { log "rss: wrk gave no result"; break; }
+        sent=$(( sent + n )) slice=$(( slice + 1 ))
+        X[rss_last]=$(rss_kib "$TPID")
+        [ -n "${X[rss_first]}" ] || X[rss_first]=${X[rss_last]} X[rss_first_n]=$sent
+        log "rss: $sent checks, RSS ${X[rss_last]} KiB"
+    done
+    X[rss_sent]=$sent
+}
+
+if want redis; then
+    # `redis.batch: 1` (one request per Redis call) against the default
+    # batch: the same spread fixed_window load as rl1, 1 worker.
+    METRIC_HIST=ratelimitd_redis_batch_size
+    for b in default 1; do
+        if [ "$b" = default ]; then bn=""; tn="ratelimitd (default redis.batch)"; else bn=1; tn="ratelimitd redis.batch: 1"; fi
+        if [ "$b" = 1 ] && ! accepts rl_config "" 1; then
+            log "redis.batch: 1: n/a (redis.batch refused by this daemon): $ACCEPT_ERR"
+            na_row redis-b1 "$tn" 1 fixed_window spread "redis.batch refused by this daemon"
+            continue
+        fi
+        if spawn_rl "redis-b$b" rl_config "" $bn; then
+            TPID=$S_PID URL=$S_URL
+            measure "redis-b$b" "$tn" 1 fixed_window fw spread
+            [ "$b" = default ] && rss_run
+        else
+            na_row "redis-b$b" "$tn" 1 fixed_window spread "$START_ERR"
+        fi
+        stop_target
+    done
+    METRIC_HIST=""
+fi
+
+# leases: one hot key whose limit is far above the load (fixed_window 10^9
+# per 60 s), 3 daemons, CONNS/3 connections each (3 wrk -t1 at once).
+lease_config() {   # lease_config FILE PORT BACKEND (redis|memory) [LEASE]
+    {
+        echo "listen: 127.0.0.1:$2"
+        if [ "$3" = memory ]; then
+            echo "backend: memory"
+        else
+            printf 'redis:\n  url: redis://127.0.0.1:%s/0\n  timeout: 1s\nclock: %s\n' "$RPORT" "$CLOCK"
+        fi
+        echo "log_level: warn"
+        printf 'policies:\n  big:\n    failure_mode: closed\n'
+        [ -n "${4:-}" ] && echo "    lease: $4"
+        printf '    tiers:\n      - {name: minute, algorithm: fixed_window, limit: 1000000000, window: 60s}\n'
+    } >"$1"
+}
+spawn3() {   # spawn3 NAME WRITER-ARGS...: 3 daemons -> MPIDS, MURLS
+    local i
+    MPIDS=() MURLS=()
+    for i in 1 2 3; do
+        spawn_rl "$1-$i" lease_config "${@:2}" || { stop_multi; return 1; }
+        MPIDS+=("$S_PID") MURLS+=("$S_URL")
+    done
+}
+if want leases; then
+    METRIC_SUM=ratelimitd_local_lease
+    for v in memory none auto; do
+        case $v in
+            memory) tn="3 × ratelimitd backend: memory"; args=(memory) ;;
+            none) tn="3 × ratelimitd Redis, no lease"; args=(redis) ;;
+            auto) tn="3 × ratelimitd Redis, lease: auto"; args=(redis auto) ;;
+        esac
+        if [ "$v" = auto ] && ! accepts lease_config "${args[@]}"; then
+            log "leases: n/a (lease: refused by this daemon): $ACCEPT_ERR"
+            na_row leases-auto "$tn" 1 fixed_window hot-allowed "lease: refused by this daemon"
+            continue
+        fi
+        if spawn3 "lease-$v" "${args[@]}"; then
+            measure "leases-$v" "$tn" 1 fixed_window big hot
+            R[leases-$v,keys]=hot-allowed
+        else
+            na_row "leases-$v" "$tn" 1 fixed_window hot-allowed "$START_ERR"
+        fi
+        stop_multi
+    done
+    METRIC_SUM=""
+    X[leases_load]="3 × wrk -t1 -c$(( CONNS / 3 )) -d${DUR}s at once, one per daemon, all on this box's $(nproc) cores"
+fi
+
+# grpc: bench/grpc.sh, one run of each front and case; its ratio gRPC ÷
+# /check with h2load on both fronts (h2load --h1 for /check).
+declare -A G
+if want grpc; then
+    gdur=$(( DUR > 5 ? 5 : (QUICK ? 2 : DUR) ))
+    est=$(( 2 * 3 * (gdur + WARM) + 20 ))
+    if ! command -v h2load >/dev/null; then
+        G[why]="h2load is missing (Debian nghttp2-client)"
+    elif [ $(( $(elapsed) + est )) -gt "$DEADLINE" ]; then
+        G[why]="skipped (deadline ${DEADLINE}s)"
+    else
+        log "running bench/grpc.sh --runs 1 --duration $gdur --warmup $WARM (about ${est} s)"
+        if RL_BIN=$RL_BIN timeout -k 5 $(( est + 60 )) bash "$HERE/grpc.sh" --runs 1 --duration "$gdur" --warmup "$WARM" \
+            >"$OUT/grpc.txt" 2>"$TMP/grpc.err"; then
+            # "grpc allowed N/s" / "check denied N/s" lines where grpc.sh prints
+            # them; else its table: | case | gRPC (h2load) | wrk | x | /check (h2load --h1) | ...
+            while read -r front c r; do G[$c,$front]=$r; done < <(awk '
+                /^(grpc|check) (allowed|denied) [0-9.]+\/s/ { sub("/s", "", $3); print $1, $2, $3; lines = 1 }
+                /^\| (allow|deny) \|/ { split($0, f, "|"); c = f[2]; gsub(/ /, "", c); c = (c == "allow") ? "allowed" : "denied"
+                    split(f[3], g, " "); split(f[6], h, " "); tab[c] = g[1] " " h[1] }
+                END { if (!lines) for (c in tab) { split(tab[c], x, " "); print "grpc", c, x[1]; print "check", c, x[2] } }' "$OUT/grpc.txt")
+            log "grpc: allowed ${G[allowed,grpc]:-?} vs ${G[allowed,check]:-?}/s, denied ${G[denied,grpc]:-?} vs ${G[denied,check]:-?}/s"
+        else
+            G[why]="bench/grpc.sh failed: $(grep -v '^[[:space:]]*$' "$TMP/grpc.err" | tail -n1 | cut -c1-200)"
+        fi
+    fi
+    [ -n "${G[why]:-}" ] && log "grpc: n/a: ${G[why]}"
+fi
+
+run_rl 2
+
+# Hook: another script measures what one check costs inside Redis (one
+# run per variant, 100 000 calls; --quick 20 000), for at most 120 s and
+# not more than 30 s past the deadline.
 REDIS_COST=""
-if [ -f "$HERE/redis_cost.sh" ]; then
-    log "running bench/redis_cost.sh (hook)"
-    REDIS_HOST=127.0.0.1 REDIS_PORT=$RPORT RL_BIN=$RL_BIN QUICK=$QUICK \
-        timeout -k 5 120 bash "$HERE/redis_cost.sh" >"$OUT/redis_cost.txt" 2>"$TMP/redis_cost.err" \
-        && REDIS_COST=$(cat "$OUT/redis_cost.txt") \
-        || log "redis_cost.sh failed: $(tail -n3 "$TMP/redis_cost.err")"
+cost_secs=$(( DEADLINE + 30 - $(elapsed) )); [ "$cost_secs" -gt 120 ] && cost_secs=120
+if want cost && [ -f "$HERE/redis_cost.sh" ] && [ "$cost_secs" -lt 20 ]; then
+    log "redis_cost.sh: skipped (deadline)"
+elif want cost && [ -f "$HERE/redis_cost.sh" ]; then
+    log "running bench/redis_cost.sh (hook, at most ${cost_secs} s)"
+    calls=100000; [ "$QUICK" = 1 ] && calls=20000
+    REDIS_HOST=127.0.0.1 REDIS_PORT=$RPORT RL_BIN=$RL_BIN QUICK=$QUICK RUNS=1 \
+        timeout -k 5 "$cost_secs" bash "$HERE/redis_cost.sh" "$calls" \
+        >"$OUT/redis_cost.txt" 2>"$TMP/redis_cost.err"
+    case $? in
+        0) REDIS_COST=$(cat "$OUT/redis_cost.txt") ;;
+        124|137) log "redis_cost.sh: stopped after ${cost_secs} s (its table so far is in $OUT/redis_cost.txt)" ;;
+        *) log "redis_cost.sh failed: $(tail -n3 "$TMP/redis_cost.err")" ;;
+    esac
 fi
 
 stop_pid "$RPID"
 
 # -------------------------------------------------------------- report ---
 v() { printf '%s' "${R[$1,$2]:-}"; }
-has() { case "$(v "$1" rps)" in [0-9]*) return 0 ;; esac; return 1; }
+has() { case "${R[$1,rps]:-}" in [0-9]*) return 0 ;; esac; return 1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
-unit() { [ "$1" = n/a ] && echo n/a || echo "$1$2"; }
+unit() { case "$1" in n/a*) echo "$1" ;; *) echo "$1$2" ;; esac; }
 verdict() {   # verdict VALUE OP LIMIT
     case "$1" in n/a*) echo "n/a"; return ;; esac
     awk -v x="$1" -v op="$2" -v l="$3" 'BEGIN { ok = (op == ">=") ? x >= l : x <= l; print ok ? "met" : "NOT met" }'
 }
+
+# ------------------------------------------------- issue 20's targets ---
+# The row the Redis targets are read from: the `redis` target's default
+# batch, else rl1's spread fixed_window row (the same load).
+RK=""
+if has redis-bdefault; then RK=redis-bdefault; elif has rl1-fw-spread; then RK=rl1-fw-spread; fi
+na_why() { if [ -n "$(v "$1" why)" ]; then echo "n/a ($(v "$1" why))"; else echo "n/a"; fi; }
+fmt() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
+srow() {   # srow WHAT VALUE UNIT OP LIMIT [DETAIL]
+    printf '| %s | %s%s | %s %s%s | %s |\n' "$1" "$(unit "$2" "$3")" "${6:+ ($6)}" "$( [ "$4" = '>=' ] && echo '≥' || echo '≤')" \
+        "$5" "$3" "$(verdict "$2" "$4" "$5")"
+}
+SUMMARY=$(
+    echo "| target (issue 20) | measured | target | verdict |"
+    echo "|---|---|---|---|"
+    x=n/a d=""; [ -n "$RK" ] || x=$(na_why redis-bdefault)
+    if [ -n "$RK" ] && has rlf-spread; then x=$(ratio "$(v $RK rps)" "$(v rlf-spread rps)"); d="$(fmt "$(v $RK rps)") vs $(fmt "$(v rlf-spread rps)") checks/s"; fi
+    srow "spread fixed_window via Redis, 1 worker ÷ Node rate-limiter-flexible (2 workers)" "$x" x '>=' 2.0 "$d"
+    x=n/a; [ -n "$RK" ] && x=$(v $RK p99)
+    srow "p99 of that row (wrk -t1 -c$CONNS)" "$x" " ms" '<=' 2
+    x=n/a; [ -n "$RK" ] && x=$(v $RK rcpu)
+    srow "Redis CPU per check, that row" "$x" " µs" '<=' 5
+    x=$(na_why leases-auto) d=""
+    if has leases-auto; then x=$(awk -v c="$(v leases-auto rcalls)" 'BEGIN { printf "%.2f", 100 * c }'); d="$(v leases-auto rcalls) FCALL/EVALSHA per check"; fi
+    srow "one hot allowed key, 3 daemons, lease: auto: Redis calls per check" "$x" " %" '<=' 1 "$d"
+    x=$(na_why leases-auto) d=""
+    if has leases-auto && has leases-memory; then x=$(ratio "$(v leases-auto rps)" "$(v leases-memory rps)"); d="$(fmt "$(v leases-auto rps)") vs $(fmt "$(v leases-memory rps)") checks/s"; fi
+    srow "that load's throughput with lease: auto ÷ backend: memory" "$x" x '>=' 0.8 "$d"
+    for c in allowed denied; do
+        x="n/a${G[why]:+ (${G[why]})}" d=""
+        if [ -n "${G[$c,grpc]:-}" ] && [ -n "${G[$c,check]:-}" ]; then x=$(ratio "${G[$c,grpc]}" "${G[$c,check]}"); d="$(fmt "${G[$c,grpc]}") vs $(fmt "${G[$c,check]}")/s"; fi
+        srow "gRPC ShouldRateLimit ÷ /check (h2load on both), $c" "$x" x '>=' 0.9 "$d"
+    done
+    for m in spread hot; do
+        x=$(na_why "mem-$m") d=""
+        if has "mem-$m" && has "lr-$m"; then x=$(ratio "$(v "mem-$m" rps)" "$(v "lr-$m" rps)"); d="$(fmt "$(v "mem-$m" rps)") vs $(fmt "$(v "lr-$m" rps)")/s, p99 $(v "mem-$m" p99) vs $(v "lr-$m" p99) ms"; fi
+        srow "hold: backend: memory GET /auth ÷ nginx limit_req, $([ $m = hot ] && echo 'one hot key' || echo 'spread keys')" "$x" x '>=' 1.0 "$d"
+    done
+    x=n/a d=""
+    if has rl1-fw-hot && has nginx1-hot; then x=$(ratio "$(v rl1-fw-hot rps)" "$(v nginx1-hot rps)"); d="$(fmt "$(v rl1-fw-hot rps)") vs $(fmt "$(v nginx1-hot rps)")/s"; fi
+    srow "hold: one hot denied key (Redis, fixed_window) ÷ the nginx ceiling (1 worker)" "$x" x '>=' 1.0 "$d"
+    x=n/a d=""
+    if [ -n "$RK" ] && has nginx1-spread; then x=$(ratio "$(v $RK tcpu)" "$(v nginx1-spread tcpu)"); d="$(v $RK tcpu) vs $(v nginx1-spread tcpu) µs"; fi
+    srow "hold: daemon CPU per check (Redis, spread) ÷ nginx constant 200 per request" "$x" x '<=' 1.6 "$d"
+    x=$(na_why mem-spread) d=""
+    if has mem-spread && has lr-spread; then x=$(ratio "$(v mem-spread tcpu)" "$(v lr-spread tcpu)"); d="$(v mem-spread tcpu) vs $(v lr-spread tcpu) µs"; fi
+    srow "hold: daemon CPU per check (memory /auth, spread) ÷ nginx limit_req per request" "$x" x '<=' 1.6 "$d"
+    x=n/a d=""
+    if [ -n "${X[rss_last]:-}" ] && [ -n "${X[rss_first]:-}" ]; then
+        x=$(( X[rss_last] - X[rss_first] ))
+        d="${X[rss_first]} KiB after the first $(fmt "${X[rss_first_n]}") checks, ${X[rss_last]} KiB after $(fmt "${X[rss_sent]}")$([ "${X[rss_sent]}" -lt "$RSS_TOTAL" ] && echo ", short of $RSS_TOTAL")"
+    fi
+    srow "hold: daemon RSS growth over $RSS_TOTAL spread checks (Redis, default batch)" "$x" " KiB" '<=' 1024 "$d" \
+        | { if [ "${X[rss_sent]:-0}" -lt "$RSS_TOTAL" ]; then sed 's/ | \([^|]*\) |$/ | \1 (over fewer checks) |/'; else cat; fi; }
+)
+
+# Throughput bars: each of the run's comparisons, ratelimitd and its peer.
+BARS="$OUT/bars.dat"
+{
+    echo "# bench/run.sh $(date -u '+%Y-%m-%d %H:%M UTC'): label ratelimitd_rps peer_rps (NaN: not measured)${NOTE:+ ($NOTE)}"
+    bar() {   # bar LABEL ROW_RL ROW_PEER
+        local a=NaN b=NaN
+        has "$2" && a=$(v "$2" rps)
+        has "$3" && b=$(v "$3" rps)
+        printf '"%s" %s %s\n' "$1" "$a" "$b"
+    }
+    bar "memory /auth spread | nginx limit_req" mem-spread lr-spread
+    bar "memory /auth hot | nginx limit_req" mem-hot lr-hot
+    bar "Redis spread | Node RLF" "$RK" rlf-spread
+    bar "Redis spread, batch 1 | Node RLF" redis-b1 rlf-spread
+    bar "hot denied | nginx 200" rl1-fw-hot nginx1-hot
+    bar "3 daemons lease: auto | memory" leases-auto leases-memory
+    bar "3 daemons no lease | memory" leases-none leases-memory
+    for c in allowed denied; do printf '"gRPC %s | /check h2load" %s %s\n' "$c" "${G[$c,grpc]:-NaN}" "${G[$c,check]:-NaN}"; done
+} >"$BARS"
+gnuplot -e "barsfile='$BARS'; outfile='$OUT/bars.png'; title_note='${NOTE//\'/}'" "$HERE/plot.gp" 2>"$TMP/gnuplot-bars.err" \
+    || log "gnuplot (bars) failed: $(cat "$TMP/gnuplot-bars.err")"
+[ -s "$OUT/bars.png" ] && log "plot: $OUT/bars.png"
 
 MD="$OUT/results.md"
 {
@@ -472,15 +905,15 @@ MD="$OUT/results.md"
     echo "Box busy before the load (other work on the machine, 1 s sample): ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%."
     [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }
     echo
-    echo "| target | workers | algorithm | keys | req/s | p50 ms | p99 ms | target CPU µs/req | redis CPU µs/req | non-2xx % | probe after |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| target | workers | algorithm | keys | req/s | p50 ms | p99 ms | target CPU µs/req | redis CPU µs/req | redis calls/req | non-2xx % | probe after |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     for k in "${ROWS[@]}"; do
         if has "$k"; then
-            printf '| %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n' "$(v "$k" target)" "$(v "$k" workers)" \
+            printf '| %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$(v "$k" target)" "$(v "$k" workers)" \
                 "$(v "$k" algo)" "$(v "$k" keys)" "$(v "$k" rps)" "$(v "$k" p50)" "$(v "$k" p99)" \
-                "$(v "$k" tcpu)" "$(v "$k" rcpu)" "$(v "$k" non2xx)" "$(v "$k" probe)"
+                "$(v "$k" tcpu)" "$(v "$k" rcpu)" "$(v "$k" rcalls)" "$(v "$k" non2xx)" "$(v "$k" probe)"
         else
-            printf '| %s | %s | %s | %s | %s | | | | | | |\n' "$(v "$k" target)" "$(v "$k" workers)" \
+            printf '| %s | %s | %s | %s | %s | | | | | | | |\n' "$(v "$k" target)" "$(v "$k" workers)" \
                 "$(v "$k" algo)" "$(v "$k" keys)" "$(v "$k" rps)"
         fi
     done
@@ -505,6 +938,38 @@ MD="$OUT/results.md"
         x=n/a; has "rl$w-fw-hot" && has "nginx$w-hot" && x=$(ratio "$(v "rl$w-fw-hot" rps)" "$(v "nginx$w-hot" rps)")
         echo "| hot key fixed_window req/s ÷ nginx ($w worker$([ $w = 1 ] || echo s)) req/s | $w | $(unit "$x" x) | ≥ 0.6x | $(verdict "$x" '>=' 0.6) |"
     done
+    echo
+    echo "### The targets of issue 20"
+    echo
+    printf '%s\n' "$SUMMARY"
+    echo
+    echo "Details of its targets:"
+    echo
+    if has mem-spread; then
+        echo "- mem: \`backend: memory\` GET /auth/mem (X-Key, token_bucket 100/60 s) and nginx limit_req (rate 100r/m, burst 100 nodelay), 1 worker each, the same GET load; the daemon's RSS ${X[mem_rss0]:-?} KiB at its start, ${X[mem_rss1]:-?} KiB after its rows."
+    fi
+    for k in redis-bdefault redis-b1; do
+        if has "$k"; then
+            echo "- $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms, daemon $(v "$k" tcpu) µs and Redis $(v "$k" rcpu) µs of CPU per check, $(v "$k" rcalls) Redis calls (FCALL/EVALSHA) per check; ratelimitd_redis_batch_size over the run: $(v "$k" hist)."
+        elif [ -n "$(v "$k" target)" ]; then
+            echo "- $(v "$k" target): $(na_why "$k")."
+        fi
+    done
+    [ -n "${X[rss_sent]:-}" ] && echo "- RSS of the default-batch daemon: ${X[rss_start]:-?} KiB after its row, ${X[rss_first]:-?} KiB after the first $(fmt "${X[rss_first_n]:-0}") checks of the RSS run, ${X[rss_last]:-?} KiB after ${X[rss_sent]} (wrk -t1 -c$CONNS slices of ${DUR} s, spread keys)."
+    [ -n "${X[leases_load]:-}" ] && echo "- leases: one hot allowed key (fixed_window 10^9 per 60 s), ${X[leases_load]}."
+    for k in leases-memory leases-none leases-auto; do
+        if has "$k"; then
+            echo "  - $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms (the worst of the 3 wrk), $(v "$k" rcalls) Redis calls (FCALL/EVALSHA) per check; local lease counters over the run: $(v "$k" msum)."
+        elif [ -n "$(v "$k" target)" ]; then
+            echo "  - $(v "$k" target): $(na_why "$k")."
+        fi
+    done
+    if want grpc; then
+        if [ -n "${G[why]:-}" ]; then echo "- grpc: n/a (${G[why]})."
+        else echo "- grpc: bench/grpc.sh --runs 1 --duration $gdur --warmup $WARM, its whole output in grpc.txt:"; echo; echo '```'; cat "$OUT/grpc.txt"; echo '```'; fi
+    fi
+    echo
+    echo "Throughput of each comparison: [bars.png](bars.png), data in bars.dat."
     if [ -n "$REDIS_COST" ]; then
         echo; echo "### bench/redis_cost.sh"; echo; echo '```'; printf '%s\n' "$REDIS_COST"; echo '```'
     fi
@@ -530,6 +995,15 @@ if [ -n "${SW[*]:-}" ]; then
         "$HERE/plot.gp" 2>"$TMP/gnuplot.err" || log "gnuplot failed: $(cat "$TMP/gnuplot.err")"
     [ -s "$OUT/throughput.png" ] && log "plot: $OUT/throughput.png"
 fi
+
+{
+    echo "## The targets of issue 20: bench/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "Command: \`$CMDLINE\`$([ "$QUICK" = 1 ] && echo ' (QUICK MODE: short runs)'); box busy before the load: ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%; details in results.md."
+    [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }
+    echo
+    printf '%s\n' "$SUMMARY"
+} >"$OUT/summary.md"
 
 cat "$MD"
 log "done in $(elapsed) s; results in $OUT"

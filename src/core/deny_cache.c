@@ -76,24 +76,23 @@ size_t deny_cache_size(const struct deny_cache *dc)
     return dc->t.count;
 }
 
-static struct entry *find(struct deny_cache *dc, size_t idlen, uint64_t h)
+/* The entry's identity, for lru_table_find. */
+static const char *id_of(const struct lru_node *n, size_t *len)
 {
-    for (struct lru_node *n = lru_table_chain(&dc->t, h); n; n = n->chain) {
-        struct entry *e = (struct entry *)n;
-        if (n->hash == h && e->idlen == idlen && memcmp(entry_id(e), dc->id.p, idlen) == 0)
-            return e;
-    }
-    return NULL;
+    struct entry *e = (struct entry *)n;
+    *len = e->idlen;
+    return entry_id(e);
 }
 
-/* The entry of (policy, key), or NULL; an empty cache hashes nothing. */
+static struct entry *find(struct deny_cache *dc, size_t idlen, uint64_t h)
+{
+    return (struct entry *)lru_table_find(&dc->t, h, dc->id.p, idlen, id_of);
+}
+
 static struct entry *find_key(struct deny_cache *dc, const char *policy, const char *key,
                               size_t keylen)
 {
-    if (dc->t.count == 0)
-        return NULL;
-    size_t idlen = lru_id_make(&dc->id, policy, key, keylen);
-    return find(dc, idlen, lru_table_hash(&dc->t, dc->id.p, idlen));
+    return (struct entry *)lru_table_find_key(&dc->t, &dc->id, policy, key, keylen, id_of);
 }
 
 static void entry_free(struct deny_cache *dc, struct lru_node *n)

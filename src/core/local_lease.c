@@ -55,23 +55,23 @@ size_t local_lease_size(const struct local_lease_table *t)
     return t->t.count;
 }
 
+/* The entry's identity, for lru_table_find. */
+static const char *id_of(const struct lru_node *n, size_t *len)
+{
+    struct entry *e = (struct entry *)n;
+    *len = e->idlen;
+    return entry_id(e);
+}
+
 static struct entry *find(struct local_lease_table *t, size_t idlen, uint64_t h)
 {
-    for (struct lru_node *n = lru_table_chain(&t->t, h); n; n = n->chain) {
-        struct entry *e = (struct entry *)n;
-        if (n->hash == h && e->idlen == idlen && memcmp(entry_id(e), t->id.p, idlen) == 0)
-            return e;
-    }
-    return NULL;
+    return (struct entry *)lru_table_find(&t->t, h, t->id.p, idlen, id_of);
 }
 
 static struct entry *find_key(struct local_lease_table *t, const char *policy, const char *key,
                               size_t keylen)
 {
-    if (t->t.count == 0)
-        return NULL;
-    size_t idlen = lru_id_make(&t->id, policy, key, keylen);
-    return find(t, idlen, lru_table_hash(&t->t, t->id.p, idlen));
+    return (struct entry *)lru_table_find_key(&t->t, &t->id, policy, key, keylen, id_of);
 }
 
 /* Hands e's unspent block to spill and empties it. */

@@ -46,6 +46,20 @@ struct lru_node *lru_table_chain(const struct lru_table *t, uint64_t h)
     return t->slots[h & (t->nslots - 1)];
 }
 
+struct lru_node *lru_table_find(const struct lru_table *t, uint64_t h, const char *id, size_t len,
+                                lru_id_of_fn id_of)
+{
+    for (struct lru_node *n = lru_table_chain(t, h); n; n = n->chain) {
+        size_t nlen;
+        if (n->hash != h)
+            continue;
+        const char *nid = id_of(n, &nlen);
+        if (nlen == len && memcmp(nid, id, len) == 0)
+            return n;
+    }
+    return NULL;
+}
+
 static void unlink_lru(struct lru_table *t, struct lru_node *n)
 {
     if (n->newer)
@@ -132,4 +146,13 @@ void lru_id_free(struct lru_id *id)
     free(id->p);
     id->p = NULL;
     id->cap = 0;
+}
+
+struct lru_node *lru_table_find_key(const struct lru_table *t, struct lru_id *id, const char *name,
+                                    const char *key, size_t keylen, lru_id_of_fn id_of)
+{
+    if (t->count == 0)
+        return NULL;
+    size_t len = lru_id_make(id, name, key, keylen);
+    return lru_table_find(t, lru_table_hash(t, id->p, len), id->p, len, id_of);
 }

@@ -54,6 +54,15 @@ uint64_t lru_table_hash(const struct lru_table *t, const void *key, size_t len);
 /* The first node of the chain that holds hash h: follow ->chain. */
 struct lru_node *lru_table_chain(const struct lru_table *t, uint64_t h);
 
+/* Where an owner keeps an entry's identity: its bytes, and their length in
+ * *len. Lets the table compare identities it does not lay out. */
+typedef const char *(*lru_id_of_fn)(const struct lru_node *n, size_t *len);
+
+/* The node under hash h whose identity (id_of) is the len bytes at id, or
+ * NULL. */
+struct lru_node *lru_table_find(const struct lru_table *t, uint64_t h, const char *id, size_t len,
+                                lru_id_of_fn id_of);
+
 /* Adds n (not in the table) under hash h as the most recently used;
  * doubles the slot array when the chains grow long (amortised O(1)). */
 void lru_table_insert(struct lru_table *t, struct lru_node *n, uint64_t h);
@@ -78,5 +87,10 @@ struct lru_id {
 size_t lru_id_make(struct lru_id *id, const char *name, const char *key, size_t keylen);
 
 void lru_id_free(struct lru_id *id);
+
+/* The node of (name, key) in t, or NULL: its identity is built into id
+ * (lru_id_make) and looked up. An empty table hashes nothing. */
+struct lru_node *lru_table_find_key(const struct lru_table *t, struct lru_id *id, const char *name,
+                                    const char *key, size_t keylen, lru_id_of_fn id_of);
 
 #endif

@@ -30,7 +30,10 @@ clients on one hot key admit no more than the limit and no less than the
 limit minus the stranded bound (fixed_window, token_bucket); a hot allowed
 key costs the masters (INFO commandstats, summed) a few script calls per
 hundred checks; a reset, heard by each daemon's reset listener on the
-cluster, drops the blocks everywhere; a SIGTERM drain gives them back.
+cluster, drops the blocks everywhere; a SIGTERM drain gives them back;
+takes across a slot moved under MOVED and under ASK; connections to the
+key's master killed under load (each take in flight answered once, the
+limit kept).
 
 The fault tests under load (reshard, master kill, 3 daemons) are
 test_cluster_faults.py's."""
@@ -870,10 +873,74 @@ def leased_redirects(c, daemons):
                        "%s: the new master counted the whole limit" % kind)
 
 
+LOSS_LIMIT = 300
+LEASE_POLICY = leases.POLICY + (
+    "  closed: {lease: 20, failure_mode: closed,"
+    " tiers: [{name: t, algorithm: fixed_window, limit: %d, window: 1h}]}\n" % LOSS_LIMIT)
+
+
+def leased_connection_loss(c, daemons):
+    """The daemons' connections to a leased key's master killed again and
+    again under load (CLIENT KILL): a take in flight then completes as
+    unavailable, once (failure_mode closed: 503), every check gets one
+    answer, and never more than the limit is admitted."""
+    k = "loss"
+    port = c.node_for_key(redis_key("closed", k))
+    body = json.dumps({"policy": "closed", "key": k})
+    counts = {200: 0, 429: 0, 503: 0, "other": 0}
+    lock = threading.Lock()
+    go = threading.Event()
+
+    def client(d):
+        conn = d.connection()
+        go.wait()
+        for _ in range(150):
+            try:
+                conn.request("POST", "/check", body=body)
+                r = conn.getresponse()
+                r.read()
+                st = r.status if r.status in counts else "other"
+            except OSError:
+                st = "other"
+                conn = d.connection()
+            with lock:
+                counts[st] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(d,)) for d in daemons for _ in range(3)]
+    for t in threads:
+        t.start()
+    go.set()
+    for _ in range(10):
+        time.sleep(0.05)
+        try:
+            c.command(port, "CLIENT", "KILL", "TYPE", "normal")
+        except (OSError, harness.RedisError):
+            pass
+    for t in threads:
+        t.join(60)
+    harness.diag("connection loss under leases: %r" % counts)
+    harness.eq((counts["other"], sum(counts.values())), (0, len(threads) * 150),
+               "connections killed under leases: every check answered once (200, 429 or 503)")
+    harness.wait_until(lambda: all(d.admin("/readyz").status == 200 for d in daemons), 15,
+                       what="the daemons ready again")
+    allowed = counts[200]
+    for d in daemons:
+        denied = 0
+        for _ in range(LOSS_LIMIT + 50):
+            st = d.check("closed", k).status
+            allowed += st == 200
+            denied = denied + 1 if st == 429 else 0
+            if denied == 3:
+                break
+    harness.ok(allowed <= LOSS_LIMIT, "connections killed under leases: admitted %d <= %d"
+               % (allowed, LOSS_LIMIT))
+
+
 def local_leases(c):
     """lease: on a Cluster: the take and give-back calls go to the key's
     master (one slot: its {policy:key} tag), as on one Redis."""
-    daemons = [SeedsDaemon(c.seeds(), leases.POLICY, timeout="2s", admin=True).start()
+    daemons = [SeedsDaemon(c.seeds(), LEASE_POLICY, timeout="2s", admin=True).start()
                for _ in range(3)]
     leases.exactness(KeyMaster(c, "rl:{fw:k}:t"), daemons, policies=("fw", "tb"))
 
@@ -886,6 +953,7 @@ def local_leases(c):
     # DELETE published on the key's master.
     leases.reset_drops(None, daemons)
     leased_redirects(c, daemons)
+    leased_connection_loss(c, daemons)
     leases.drain_gives_back(KeyMaster(c, "rl:{fixed:dr}:t"), daemons)
 
 

@@ -24,7 +24,16 @@ again and again, back within a moment every time (its backoff starts
 afresh once subscribed); replicas given as seeds are let go once the map
 is known (no reconnecting forever); a master hung with its connection open
 (SIGSTOP) does not stop the slot map's refreshes, and its replica, let go
-as a seed, is used once promoted.
+as a seed, is used once promoted. Local leases of hot keys (`lease:`) on
+the cluster, with test_local_leases.py's checks: 3 daemons x concurrent
+clients on one hot key admit no more than the limit and no less than the
+limit minus the stranded bound (fixed_window, token_bucket); a hot allowed
+key costs the masters (INFO commandstats, summed) a few script calls per
+hundred checks; a reset, heard by each daemon's reset listener on the
+cluster, drops the blocks everywhere; a SIGTERM drain gives them back;
+takes across a slot moved under MOVED and under ASK; connections to the
+key's master killed under load (each take in flight answered once, the
+limit kept).
 
 The fault tests under load (reshard, master kill, 3 daemons) are
 test_cluster_faults.py's."""
@@ -41,7 +50,9 @@ import harness  # noqa: E402
 import promtext  # noqa: E402
 import redis_cluster  # noqa: E402
 import rls_client  # noqa: E402
+import test_local_leases as leases  # noqa: E402
 from daemon import ALGORITHMS, Daemon, hammer  # noqa: E402
+from daemon import ClusterDaemon as SeedsDaemon  # noqa: E402
 
 POLICY = """policies:
   eq: {tiers: [{name: t, algorithm: fixed_window, limit: 7, window: 1h}]}
@@ -816,6 +827,136 @@ def hung_master(c, d):
         c.procs[hung].send_signal(signal.SIGCONT)
 
 
+class KeyMaster:
+    """What test_local_leases.py's helpers ask of their `redis`: client(),
+    here on the master that serves key."""
+
+    def __init__(self, c, key):
+        self.c, self.key = c, key
+
+    def client(self):
+        return self.c.client(self.c.node_for_key(self.key))
+
+
+def redirects_counted(daemons, family, port):
+    return sum(metric(d, family, node="127.0.0.1:%d" % port) or 0 for d in daemons)
+
+
+def leased_redirects(c, daemons):
+    """Keys whose blocks are held while their slot moves: the next takes
+    follow MOVED (the slot moved, keys and all) and ASK (keys moved, the
+    slot still migrating) to the new master, and the limit holds across
+    the move (the count moved with the key)."""
+    for kind in ("moved", "ask"):
+        m = c.masters()
+        k, slot = key_on(c, "fixed", m[0], prefix="lr" + kind)
+        family = "ratelimitd_redis_node_%s_total" % kind
+        before = redirects_counted(daemons, family, m[0])
+        allowed = leases.take_blocks(daemons, k)
+        if kind == "moved":
+            c.migrate_slot(slot, m[0], m[1])
+        else:
+            c.begin_migration(slot, m[0], m[1])
+            c.move_keys(slot, m[0], m[1])
+        allowed += leases.until_denied(daemons, k)
+        after = redirects_counted(daemons, family, m[0])
+        harness.ok(after > before, "lease takes: %s followed (%s %s -> %s)"
+                   % (kind.upper(), family, before, after))
+        harness.ok(100 - 3 * 20 <= allowed <= 100,
+                   "lease takes across a slot move (%s): admitted %d, within [40, 100]"
+                   % (kind.upper(), allowed))
+        if kind == "ask":
+            c.finish_migration(slot, m[1])
+        harness.eq(c.slot_owner(slot), m[1], "%s: the slot is on the new master" % kind)
+        with c.client(m[1]) as cl:
+            harness.eq(harness.fixed_window_count(cl, redis_key("fixed", k)), "100",
+                       "%s: the new master counted the whole limit" % kind)
+
+
+LOSS_LIMIT = 300
+LEASE_POLICY = leases.POLICY + (
+    "  closed: {lease: 20, failure_mode: closed,"
+    " tiers: [{name: t, algorithm: fixed_window, limit: %d, window: 1h}]}\n" % LOSS_LIMIT)
+
+
+def leased_connection_loss(c, daemons):
+    """The daemons' connections to a leased key's master killed again and
+    again under load (CLIENT KILL): a take in flight then completes as
+    unavailable, once (failure_mode closed: 503), every check gets one
+    answer, and never more than the limit is admitted."""
+    k = "loss"
+    port = c.node_for_key(redis_key("closed", k))
+    body = json.dumps({"policy": "closed", "key": k})
+    counts = {200: 0, 429: 0, 503: 0, "other": 0}
+    lock = threading.Lock()
+    go = threading.Event()
+
+    def client(d):
+        conn = d.connection()
+        go.wait()
+        for _ in range(150):
+            try:
+                conn.request("POST", "/check", body=body)
+                r = conn.getresponse()
+                r.read()
+                st = r.status if r.status in counts else "other"
+            except OSError:
+                st = "other"
+                conn = d.connection()
+            with lock:
+                counts[st] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(d,)) for d in daemons for _ in range(3)]
+    for t in threads:
+        t.start()
+    go.set()
+    for _ in range(10):
+        time.sleep(0.05)
+        try:
+            c.command(port, "CLIENT", "KILL", "TYPE", "normal")
+        except (OSError, harness.RedisError):
+            pass
+    for t in threads:
+        t.join(60)
+    harness.diag("connection loss under leases: %r" % counts)
+    harness.eq((counts["other"], sum(counts.values())), (0, len(threads) * 150),
+               "connections killed under leases: every check answered once (200, 429 or 503)")
+    harness.wait_until(lambda: all(d.admin("/readyz").status == 200 for d in daemons), 15,
+                       what="the daemons ready again")
+    allowed = counts[200]
+    for d in daemons:
+        denied = 0
+        for _ in range(LOSS_LIMIT + 50):
+            st = d.check("closed", k).status
+            allowed += st == 200
+            denied = denied + 1 if st == 429 else 0
+            if denied == 3:
+                break
+    harness.ok(allowed <= LOSS_LIMIT, "connections killed under leases: admitted %d <= %d"
+               % (allowed, LOSS_LIMIT))
+
+
+def local_leases(c):
+    """lease: on a Cluster: the take and give-back calls go to the key's
+    master (one slot: its {policy:key} tag), as on one Redis."""
+    daemons = [SeedsDaemon(c.seeds(), LEASE_POLICY, timeout="2s", admin=True).start()
+               for _ in range(3)]
+    leases.exactness(KeyMaster(c, "rl:{fw:k}:t"), daemons, policies=("fw", "tb"))
+
+    def calls_now():
+        return sum(leases.script_calls(c.command(p, "INFO", "commandstats"))
+                   for p in c.masters())
+
+    leases.calls_per_check(calls_now, daemons)
+    # Every daemon's reset listener (on some node of the cluster) hears the
+    # DELETE published on the key's master.
+    leases.reset_drops(None, daemons)
+    leased_redirects(c, daemons)
+    leased_connection_loss(c, daemons)
+    leases.drain_gives_back(KeyMaster(c, "rl:{fixed:dr}:t"), daemons)
+
+
 def main():
     why = redis_cluster.why_unsupported()
     if why:
@@ -838,6 +979,7 @@ def main():
     ask(c, d)
     unserved(c, d)
     harness.eq(d.stop(), 0, "exits 0")
+    local_leases(c)
     # The keys API needs a token, which then guards checks too.
     token = os.path.join(harness.make_tempdir(), "token")
     with open(token, "w") as f:

@@ -39,6 +39,13 @@
  * failure_mode, and a caller that retries a 503 may charge those twice:
  * an overcount, never an undercount).
  * The tier results are put back in the request's check order.
+ * A local lease's take or give-back (check_request.block_op, core/
+ * local_lease.h) is a request of one check, so one group: one call in its
+ * mode ("L<want>", "G<taken>"), its reply's two more integers decoded as
+ * on one server (scripts_decode_call), with the redirects, retries and
+ * failures of any call (a take whose node is lost completes unavailable,
+ * once: the core then decides through Redis again; a give-back that fails
+ * counts its units stranded, local_lease_calls.c).
  *
  * Redirects and retries per group: MOVED counts on the node that sent it,
  * refreshes the map and resends to the named node; ASK resends to the
@@ -113,6 +120,9 @@ struct cgroup {
     int asking;
     int redirects, retries;
     int allowed; /* the script's request_allowed for this group */
+    /* A local lease take or give-back (sub.block_op): the reply's two more
+     * integers (scripts_decode_call). */
+    int64_t lease_granted, lease_until_us;
     /* A lease operation's group: its leases (copies) and their outcomes. */
     struct lease_ref *lrefs;
     struct lease_outcome *lout;
@@ -460,6 +470,11 @@ static void complete_ok(struct ccall *c)
         }
     }
     struct backend_reply reply = {.status = BACKEND_OK, .results = out, .taken = taken};
+    if (c->ngroups == 1) {
+        /* A local lease call is one check: one group. */
+        reply.lease_granted = c->groups[0].lease_granted;
+        reply.lease_until_us = c->groups[0].lease_until_us;
+    }
     c->done(c->arg, &reply);
     free(out);
 }
@@ -505,7 +520,10 @@ static void call_fail(struct ccall *c, enum backend_status st, const char *msg)
     snprintf(c->err, sizeof c->err, "%s", msg);
 }
 
-/* Sends every group with ARGV[2] = run (SCRIPTS_RUN...). */
+/* Sends every group with ARGV[2] = run (SCRIPTS_RUN...); run NULL: as
+ * the call was built (a request of one group, a report: the mode
+ * scripts_build_call wrote, a local lease's "L<want>" or "G<taken>"
+ * included). */
 static void start_phase(struct ccall *c, int phase, const char *run)
 {
     c->phase = phase;
@@ -514,7 +532,8 @@ static void start_phase(struct ccall *c, int phase, const char *run)
         struct cgroup *g = &c->groups[i];
         /* ARGV[2], right after the keys and the time; each is one byte, as
          * the argument scripts_build_call wrote there. */
-        g->sc.args[g->sc.nkeys + 1] = run;
+        if (run)
+            g->sc.args[g->sc.nkeys + 1] = run;
         g->redirects = g->retries = 0;
         g->redirect = NULL;
         g->asking = 0;
@@ -572,10 +591,7 @@ static void decode_group(struct cgroup *g, const redisReply *r)
     long long ints_buf[64];
     long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
     char err[RL_ERRLEN];
-    size_t i;
-    for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
-        ints[i] = r->element[i]->integer;
-    if (i != r->elements || r->elements < SCRIPTS_RESULT_HEAD) {
+    if (redis_node_reply_ints(r, ints) < 0 || r->elements < SCRIPTS_RESULT_HEAD) {
         call_fail(g->call, BACKEND_ERROR, "script reply holds a non-integer");
     } else if (g->call->lease_done) {
         if (scripts_decode_lease(ints, r->elements, g->nl, g->lout, err, sizeof err) < 0)
@@ -583,8 +599,8 @@ static void decode_group(struct cgroup *g, const redisReply *r)
     } else if ((g->call->phase == 1
                     ? scripts_decode_dry_run_both(ints, r->elements, g->sc.ntiers, g->res,
                                                   g->res_if_denied, err, sizeof err)
-                    : scripts_decode_result(ints, r->elements, g->sc.ntiers, g->res, err,
-                                            sizeof err)) < 0) {
+                    : scripts_decode_call(&g->sc, ints, r->elements, g->res, &g->lease_granted,
+                                          &g->lease_until_us, err, sizeof err)) < 0) {
         call_fail(g->call, BACKEND_ERROR, err);
     } else {
         g->allowed = ints[1] != 0;
@@ -715,6 +731,10 @@ static void make_groups(struct ccall *c, const struct config *cfg, int64_t now_u
             c->groups[g].index = xcalloc(n, sizeof *c->groups[g].index);
             c->groups[g].sub.dry_run = req->dry_run;
             c->groups[g].sub.report = req->report;
+            /* A local lease's take or give-back: one check, one group. */
+            c->groups[g].sub.block_op = req->block_op;
+            c->groups[g].sub.block_units = req->block_units;
+            c->groups[g].sub.block_taken_us = req->block_taken_us;
             memcpy(c->groups[g].sub.lease_nonce, req->lease_nonce, sizeof req->lease_nonce);
             c->ngroups++;
         }
@@ -790,10 +810,10 @@ static int cluster_decide(struct backend *iface, const struct config *cfg,
     make_groups(c, cfg, now_us);
     if (!call_link(b, c))
         return -1;
-    if (req->report)
-        start_phase(c, 2, SCRIPTS_REPORT); /* no decision: nothing to agree on first */
-    else if (c->ngroups == 1)
-        start_phase(c, 2, req->dry_run ? SCRIPTS_DRY_RUN : SCRIPTS_RUN);
+    /* One group, or a report (no decision: nothing to agree on first):
+     * each call as built. */
+    if (req->report || c->ngroups == 1)
+        start_phase(c, 2, NULL);
     else
         start_phase(c, 1, SCRIPTS_DRY_RUN_BOTH);
     return 0;
@@ -1017,6 +1037,7 @@ static const struct backend_ops cluster_ops = {
     .ready = cluster_ready,
     .target = cluster_target,
     .free = cluster_free,
+    .local_leases = 1,
 };
 
 struct backend *backend_cluster_new(struct event_base *base, const struct config *cfg,

@@ -171,7 +171,8 @@ static void pending_free(struct pending *p)
     free(p);
 }
 
-/* The script's integers, decoded into one result per tier for the caller. */
+/* The script's integers, decoded into one result per tier for the caller
+ * (and a local lease call's two more, scripts_decode_call). */
 static void complete_ok(struct pending *p, const redisReply *r)
 {
     long long ints_buf[64];
@@ -180,21 +181,12 @@ static void complete_ok(struct pending *p, const redisReply *r)
     long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
     struct tier_result *res = ntiers <= 8 ? res_buf : xcalloc(ntiers, sizeof *res);
     char err[RL_ERRLEN];
-    size_t i;
-    for (i = 0; i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
-        ints[i] = r->element[i]->integer;
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
-    size_t n = r->elements;
-    if (p->call.block && i == n && n >= 2) {
-        /* A local lease call: its two integers after the usual reply. */
-        reply.lease_granted = ints[n - 2];
-        reply.lease_until_us = ints[n - 1];
-        n -= 2;
-    }
-    if (i != r->elements) {
+    if (redis_node_reply_ints(r, ints) < 0) {
         reply = (struct backend_reply){.status = BACKEND_ERROR,
                                        .errmsg = "script reply holds a non-integer"};
-    } else if (scripts_decode_result(ints, n, ntiers, res, err, sizeof err) < 0) {
+    } else if (scripts_decode_call(&p->call, ints, r->elements, res, &reply.lease_granted,
+                                   &reply.lease_until_us, err, sizeof err) < 0) {
         reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = err};
     }
     p->done(p->arg, &reply);
@@ -211,11 +203,8 @@ static void complete_lease(struct pending *p, const redisReply *r)
     long long *ints = xcalloc(n ? n : 1, sizeof *ints);
     struct lease_outcome *out = xcalloc(p->nleases ? p->nleases : 1, sizeof *out);
     char err[RL_ERRLEN];
-    size_t i;
-    for (i = 0; i < n && r->element[i]->type == REDIS_REPLY_INTEGER; i++)
-        ints[i] = r->element[i]->integer;
     struct backend_lease_reply reply = {.status = BACKEND_OK, .outcomes = out};
-    if (i != n)
+    if (redis_node_reply_ints(r, ints) < 0)
         reply =
             (struct backend_lease_reply){BACKEND_ERROR, NULL, "lease reply holds a non-integer"};
     else if (scripts_decode_lease(ints, n, p->nleases, out, err, sizeof err) < 0)

@@ -452,6 +452,16 @@ static void on_call_reply(void *arg, redisReply *r)
     deliver(n, nc, r);
 }
 
+int redis_node_reply_ints(const redisReply *r, long long *ints)
+{
+    for (size_t i = 0; i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        ints[i] = r->element[i]->integer;
+    }
+    return 0;
+}
+
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
                     redis_reply_fn fn, void *arg)
 {

@@ -49,6 +49,11 @@ int redis_node_ready(const struct redis_node *n);
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
                     redis_reply_fn fn, void *arg);
 
+/* The integers of a reply of the code (an array of r->elements): copied
+ * into ints (room for r->elements). Returns 0, or -1 if one is not an
+ * integer (the script and the daemon out of step). */
+int redis_node_reply_ints(const redisReply *r, long long *ints) RL_WUR;
+
 /* As redis_node_call (never ASKING), but with redis.batch > 1
  * (redis_node_set_batch) the call waits for the end of this loop turn and
  * goes with the other calls of its group queued by then, up to redis.batch

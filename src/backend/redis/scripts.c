@@ -282,6 +282,23 @@ int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct
     return 0;
 }
 
+int scripts_decode_call(const struct script_call *call, const long long *ints, size_t n,
+                        struct tier_result *out, int64_t *granted, int64_t *until_us, char *err,
+                        size_t errlen)
+{
+    *granted = *until_us = 0;
+    if (call->block) {
+        if (n < 2) {
+            snprintf(err, errlen, "script returned %zu integers for a local lease call", n);
+            return -1;
+        }
+        *granted = ints[n - 2];
+        *until_us = ints[n - 1];
+        n -= 2;
+    }
+    return scripts_decode_result(ints, n, call->ntiers, out, err, errlen);
+}
+
 int scripts_decode_dry_run_both(const long long *ints, size_t n, size_t ntiers,
                                 struct tier_result *out, struct tier_result *if_denied, char *err,
                                 size_t errlen)

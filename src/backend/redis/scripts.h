@@ -111,6 +111,18 @@ int scripts_decode_result(const long long *ints, size_t n, size_t ntiers, struct
                           char *err, size_t errlen) RL_WUR;
 
 /*
+ * Decodes the reply of a call built by scripts_build_call: out as
+ * scripts_decode_result, and for a local lease call (call->block) the two
+ * integers after the usual reply: *granted, the units the take got (or the
+ * give-back returned), and *until_us, when they must be spent by (both 0
+ * for any other call). Shared by the single-server and Cluster backends.
+ * Returns 0, or -1 with a message if the reply does not have that shape.
+ */
+int scripts_decode_call(const struct script_call *call, const long long *ints, size_t n,
+                        struct tier_result *out, int64_t *granted, int64_t *until_us, char *err,
+                        size_t errlen) RL_WUR;
+
+/*
  * Decodes the reply of a SCRIPTS_DRY_RUN_BOTH call: out as
  * scripts_decode_result, and if_denied (ntiers entries) the same results
  * with remaining and reset_us as if nothing were taken. Returns 0, or -1

@@ -117,7 +117,14 @@ def test_reload_under_load(redis):
         for i in range(20):
             d.write_config(POLICY_B if i % 2 == 0 else POLICY_A, prefix="reload:")
             d.send_signal(signal.SIGHUP)
-            time.sleep(0.05)
+            # Two SIGHUPs sent before the daemon reads the first are one
+            # signal (the kernel does not queue them): wait for each reload
+            # before the next, as an operator's reload command does.
+            try:
+                harness.wait_until(lambda: d.logs().count("policies reloaded") > i, 5, 0.01,
+                                   "reload %d" % (i + 1))
+            except TimeoutError:
+                pass  # counted below
     finally:
         time.sleep(0.1)
         stop.set()

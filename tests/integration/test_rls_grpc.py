@@ -541,7 +541,9 @@ def test_envoy_examples(redis):
     envoy = os.path.join(SRCDIR, "conf", "envoy")
     d = Daemon("unix:" + redis.socket_path, "policies:\n  p: {tiers: [{name: t, algorithm: "
                "fixed_window, limit: 1, window: 1h}]}\n", prefix="rl-examples:",
-               extra="grpc_listen: 127.0.0.1:%d\n" % harness.free_port())
+               # Exact answers only: under valgrind a first call that takes
+               # longer than 200 ms would be answered per failure_mode.
+               timeout="2s", extra="grpc_listen: 127.0.0.1:%d\n" % harness.free_port())
     d.start(args=("--envoy-config", envoy))
     rls = Rls(grpc_port(d))
 
@@ -632,7 +634,7 @@ def test_reload(redis):
     envoy = harness.make_tempdir("rl-envoy-")
     write(os.path.join(envoy, "a.yaml"), ENVOY_A % 2)
     d = Daemon("unix:" + redis.socket_path, "policies:\n  p: {tiers: [{name: t, algorithm: fixed_window, "
-               "limit: 1, window: 1h}]}\n", prefix="rl-reload:",
+               "limit: 1, window: 1h}]}\n", prefix="rl-reload:", timeout="2s",
                extra="grpc_listen: 127.0.0.1:%d\n" % harness.free_port())
     d.start(args=("--envoy-config", envoy))
     rls = Rls(grpc_port(d))

@@ -110,12 +110,27 @@ local function arg_flag(argv, i)
     return v == '1'
 end
 
--- The current time in µs: argv[1], or the server's TIME if it is "".
+-- The server's TIME of the batch being decided (decide_batch): false
+-- until a request of the batch reads it, nil outside a batch.
+local batch_time = nil
+
+-- The current time in µs: argv[1], or the server's TIME if it is "". In a
+-- batch, TIME is read once, by the first request that needs it: the batch
+-- runs alone, so every request in it is decided at the instant the call
+-- started, as Redis itself sees the keys' expiry then (Redis 7 freezes a
+-- script's time for that). Saves a TIME per request.
 local function arg_now(argv)
     if argv[1] == '' then
+        if batch_time then
+            return batch_time
+        end
         -- Arithmetic converts TIME's two decimal strings: no tonumber calls.
         local time = redis.call('TIME')
-        return time[1] * 1000000 + time[2]
+        local now = time[1] * 1000000 + time[2]
+        if batch_time == false then
+            batch_time = now
+        end
+        return now
     end
     return int_of(argv[1], 0) or bad_int(argv, 1, 0)
 end
@@ -572,6 +587,7 @@ local function decide_batch(keys, argv)
             .. aoff .. ' arguments, got ' .. #keys .. ' and ' .. #argv)
     end
     local out1, nout1 = OUT, nout -- the single request's, put back after
+    batch_time = false
     koff, aoff = 0, 2 + 2 * n
     for r = 1, n do
         local nk, na = tonumber(argv[1 + 2 * r]), tonumber(argv[2 + 2 * r])
@@ -592,6 +608,7 @@ local function decide_batch(keys, argv)
         end
     end
     OUT, nout = out1, nout1
+    batch_time = nil
     return slice(BATCH_REPLY, BATCH_REPLY, 0, n)
 end
 
@@ -601,5 +618,8 @@ local function decide_any(keys, argv)
     if argv[1] == 'B' then
         return decide_batch(keys, argv)
     end
+    -- Set at every entry, not only cleared when a batch ends: a batch
+    -- stopped midway (FUNCTION KILL) must not leave its time to later calls.
+    batch_time = nil
     return decide(keys, argv)
 end

@@ -10,13 +10,14 @@ decided once request by request (db 0) and once in batches of 1 to 24
 type, value and expiry (within 3 s: each expiry is set relative to
 Redis's clock, and the two runs write moments apart). Then: a request the
 code refuses fails alone, its neighbours decided; a malformed frame fails
-whole and writes nothing; Redis TIME read per request.
+whole and writes nothing; Redis TIME read once per batch.
 """
 
 import os
 import random
 import re
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -270,9 +271,22 @@ def test_redis_time():
     nows = [r[0] for r in reply] if isinstance(reply, list) else []
     t = R.command("TIME")
     server = int(t[0]) * SEC + int(t[1])
-    ok(len(nows) == 5 and nows == sorted(nows) and abs(server - nows[0]) < 5 * SEC,
-       "argv[1] \"\": each request reads Redis TIME itself (%r)" % nows)
+    ok(len(nows) == 5 and len(set(nows)) == 1 and abs(server - nows[0]) < 5 * SEC,
+       "argv[1] \"\": Redis TIME read once per batch, every request decided at it (%r)" % nows)
     eq([r[4] for r in reply], [99, 98, 97, 96, 95], "and each is decided after the one before")
+    # A later call, alone or batched, reads TIME again: never the time of
+    # the batch before (bounded: 5 tries of 2 ms, TIME moves in µs).
+    later, later_batch = [], []
+    for _ in range(5):
+        time.sleep(0.002)
+        later = invoke(*req)
+        later_batch = invoke(keys, argv)
+        if isinstance(later, list) and later[0] > nows[0]:
+            break
+    ok(isinstance(later, list) and later[0] > nows[0],
+       "a single call after the batch reads TIME itself (%r)" % (later[:1] if isinstance(later, list) else later))
+    ok(isinstance(later_batch, list) and later_batch[0][0] >= later[0] and later_batch[-1][0] == later_batch[0][0],
+       "and so does the next batch")
 
 
 def main():

@@ -24,6 +24,7 @@ import atexit
 import faulthandler
 import os
 import pty
+import random
 import select
 import shutil
 import signal
@@ -129,8 +130,30 @@ def find_program(env_var, default):
     return shutil.which(name)
 
 
+def _ephemeral_low():
+    """The lowest port the kernel gives outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, taken below the
+    kernel's ephemeral range: a port bind(0) hands out is in that range,
+    where any outgoing connection (to Redis, say) may take it before the
+    daemon binds it."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -7,6 +7,7 @@
 #   bench/run.sh --quick              short runs, no sweep (~3 min)
 #   bench/run.sh --only rl1,nginx1    some targets only
 #   bench/run.sh --note "quiet box"   a line printed under the table
+#   bench/run.sh --rounds 3           each row the median of 3 measured runs
 #
 # Targets (--only, comma-separated; default all, --quick all but nginx2,
 # rl2, sweep and cost):
@@ -31,9 +32,13 @@
 # At the end: the issue's targets, met or not, in summary.md (also printed),
 # and bars.dat plotted by bench/plot.gp into bars.png.
 #
+# Rounds: a row is ROUNDS measured runs (--rounds N; default 1) of DUR
+# seconds back to back after one warmup, and reports the run of median
+# throughput, whole. On a shared box one run moves by 10-20 %: ratios of
+# single runs can flip a verdict; medians of 3 hold better.
 # Other options: --duration S (8), --warmup S (2), --sweep-duration S (5),
 # --sweep-conns "8 16 ..." , --clock redis|local (redis), --no-install,
-# --out DIR (bench/results), --deadline S (540; --quick 170: cases that
+# --out DIR (bench/results), --deadline S (540 per round; --quick 170: cases that
 # would end later are skipped; the cost hook gets what is left + 30 s).
 # RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
 # of the RSS run (1000000; --quick 300000). Order of the run: nginx1,
@@ -48,7 +53,7 @@ ROOT=$(dirname "$HERE")
 
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
 ONLY="nginx1,nginx2,rlf,mem,redis,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
-OUT="$HERE/results" DEADLINE=540 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
+OUT="$HERE/results" DEADLINE="" ROUNDS=1 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
 CMDLINE="bench/run.sh"
 for a in "$@"; do
     case "$a" in *[!A-Za-z0-9_./,:=+-]*|"") CMDLINE="$CMDLINE '${a//\'/\'\\\'\'}'" ;; *) CMDLINE="$CMDLINE $a" ;; esac
@@ -58,7 +63,7 @@ usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; 
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        -q|--quick) QUICK=1; DUR=3; WARM=1; SWEEP_DUR=2; SWEEP_CONNS="8 64 256"; DEADLINE=170 ;;
+        -q|--quick) QUICK=1; DUR=3; WARM=1; SWEEP_DUR=2; SWEEP_CONNS="8 64 256" ;;
         --only) ONLY=$2; ONLY_SET=1; shift ;;
         --duration) DUR=$2; shift ;;
         --warmup) WARM=$2; shift ;;
@@ -69,12 +74,15 @@ while [ $# -gt 0 ]; do
         --no-install) INSTALL=0 ;;
         --out) OUT=$2; shift ;;
         --deadline) DEADLINE=$2; shift ;;
+        --rounds) ROUNDS=$2; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
 done
 case "$CLOCK" in redis|local) ;; *) echo "run.sh: --clock redis|local" >&2; exit 64 ;; esac
+case "$ROUNDS" in [1-9]|[1-9][0-9]) ;; *) echo "run.sh: --rounds takes 1 to 99" >&2; exit 64 ;; esac
+[ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 170 || echo 540)) * ROUNDS ))
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
 # --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
 [ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,leases,grpc"
@@ -480,7 +488,7 @@ field() { local kv; for kv in $1; do [ "${kv%%=*}" = "$2" ] && { printf '%s\n' "
 
 mkdir -p "$OUT"
 RAW="$OUT/runs.tsv"
-printf 'target\tworkers\talgorithm\tkeys\tconns\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\tredis_calls_per_req\n' >"$RAW"
+printf 'target\tworkers\talgorithm\tkeys\tconns\tround\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\tredis_calls_per_req\n' >"$RAW"
 
 declare -A R    # R[row,field]
 ROWS=()
@@ -488,20 +496,41 @@ ROWS=()
 cpu_sum() { local t=0 p; for p in "$@"; do t=$(( t + $(cpu_ticks "$p") )); done; echo "$t"; }
 
 # measure ROWKEY TARGET WORKERS ALGO POLICY MODE: one row against the row's
-# daemon(s) (row_pids, row_urls). With METRIC_HIST (a histogram's name) or
-# METRIC_SUM (a counter prefix) set, their change over the measured run is
-# scraped from the daemons' /metrics into R[ROWKEY,hist] / R[ROWKEY,msum].
+# daemon(s) (row_pids, row_urls): a warmup, then ROUNDS measured runs back
+# to back; the row is the round of median throughput, whole (its latency,
+# CPU and calls come from the same run). With METRIC_HIST (a histogram's
+# name) or METRIC_SUM (a counter prefix) set, their change over the measured
+# run is scraped from the daemons' /metrics into R[ROWKEY,hist] /
+# R[ROWKEY,msum].
 METRIC_HIST="" METRIC_SUM=""
+declare -A RR   # RR[round,field]: one round of the row being measured
+FIELDS="rps p50 p99 non2xx sockerr tcpu rcpu probe busy rcalls hist msum"
 measure() {
-    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 res t0 t1 r0 r1 b0 b1 n tcpu rcpu busy pr pkey c0 c1 pids
+    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 i f list pick
     ROWS+=("$key")
     R[$key,target]=$tname R[$key,workers]=$w R[$key,algo]=$algo R[$key,keys]=$mode
-    if [ $(( $(elapsed) + WARM + DUR + 8 )) -gt "$DEADLINE" ]; then
+    if [ $(( $(elapsed) + WARM + ROUNDS * (DUR + 2) + 6 )) -gt "$DEADLINE" ]; then
         log "$key: skipped (deadline ${DEADLINE}s)"; R[$key,rps]="skipped"; return
     fi
     redis-cli -p "$RPORT" flushall >/dev/null
-    [ "$mode" = hot ] && pkey=user:hot || pkey=user:1
     wrk_rows "$CONNS" "$WARM" "$mode" "$pol" >/dev/null
+    RR=() list=""
+    for i in $(seq 1 "$ROUNDS"); do
+        measure_round "$key" "$tname" "$w" "$algo" "$pol" "$mode" "$i" || continue
+        list="$list$i ${RR[$i,rps]}"$'\n'
+    done
+    if [ -z "$list" ]; then R[$key,rps]="failed"; return; fi
+    # the median round by throughput (the lower middle of an even count)
+    pick=$(printf '%s' "$list" | sort -k2,2g | awk '{ r[NR] = $1 } END { print r[int((NR + 1) / 2)] }')
+    for f in $FIELDS; do R[$key,$f]=${RR[$pick,$f]:-}; done
+    [ "$ROUNDS" -gt 1 ] && log "$key: median of $(printf '%s' "$list" | wc -l) rounds: round $pick, ${R[$key,rps]} req/s"
+    return 0
+}
+# measure_round ...ROWKEY's args... ROUND: one measured run into RR[ROUND,*]
+# and a line of runs.tsv.
+measure_round() {
+    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 i=$7 res r0 r1 b0 b1 t0 t1 n pr pkey c0 c1 pids
+    [ "$mode" = hot ] && pkey=user:hot || pkey=user:1
     metrics_snap "$TMP/metrics.0"; c0=$(redis_calls)
     mapfile -t pids < <(row_pids)
     t0=$(cpu_sum "${pids[@]}"); r0=$(cpu_ticks "$RPID"); b0=$(box_ticks)
@@ -509,26 +538,26 @@ measure() {
     t1=$(cpu_sum "${pids[@]}"); r1=$(cpu_ticks "$RPID"); b1=$(box_ticks)
     c1=$(redis_calls); metrics_snap "$TMP/metrics.1"
     pr=$(probe "$(row_urls | head -n1)" "$pkey" "$pol")
-    if [ -z "$res" ]; then log "$key: wrk gave no result"; R[$key,rps]="failed"; return; fi
+    if [ -z "$res" ]; then log "$key round $i: wrk gave no result"; return 1; fi
     n=$(field "$res" requests)
-    R[$key,rcalls]=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN { printf "%.4f\n", n ? (b - a) / n : 0 }')
-    [ -n "$METRIC_HIST" ] && R[$key,hist]=$(hist_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_HIST")
-    [ -n "$METRIC_SUM" ] && R[$key,msum]=$(sum_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_SUM")
-    read -r tcpu rcpu busy < <(awk -v n="$n" -v hz="$CLK_TCK" -v dt=$((t1 - t0)) -v dr=$((r1 - r0)) \
+    RR[$i,rcalls]=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN { printf "%.4f\n", n ? (b - a) / n : 0 }')
+    [ -n "$METRIC_HIST" ] && RR[$i,hist]=$(hist_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_HIST")
+    [ -n "$METRIC_SUM" ] && RR[$i,msum]=$(sum_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_SUM")
+    read -r "RR[$i,tcpu]" "RR[$i,rcpu]" "RR[$i,busy]" < <(awk -v n="$n" -v hz="$CLK_TCK" -v dt=$((t1 - t0)) -v dr=$((r1 - r0)) \
         -v b="$b0 $b1" -v ncpu="$(nproc)" 'BEGIN { split(b, x, " ");
             printf "%.1f %.1f %.0f\n", n ? dt * 1e6 / hz / n : 0, n ? dr * 1e6 / hz / n : 0,
                    (x[4] - x[2]) ? 100 * ncpu * (x[3] - x[1]) / (x[4] - x[2]) : 0 }')
-    R[$key,rps]=$(field "$res" rps) R[$key,p50]=$(field "$res" p50_ms) R[$key,p99]=$(field "$res" p99_ms)
-    R[$key,non2xx]=$(awk -v a="$(field "$res" non2xx)" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * a / n : 0 }')
-    R[$key,sockerr]=$(field "$res" sockerr) R[$key,tcpu]=$tcpu R[$key,rcpu]=$rcpu R[$key,probe]=$pr R[$key,busy]=$busy
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$tname" "$w" "$algo" "$mode" "$CONNS" "$(field "$res" secs)" "$n" "${R[$key,rps]}" \
-        "${R[$key,p50]}" "$(field "$res" p90_ms)" "${R[$key,p99]}" "$(field "$res" max_ms)" \
-        "$(field "$res" non2xx)" "${R[$key,sockerr]}" "$tcpu" "$rcpu" "$busy" "$pr" \
-        "${R[$key,rcalls]}" >>"$RAW"
-    log "$key: ${R[$key,rps]} req/s, p99 ${R[$key,p99]} ms, target ${tcpu} µs/req, redis ${rcpu} µs/req, redis calls ${R[$key,rcalls]}/req, non-2xx ${R[$key,non2xx]}%, probe $pr, box ${busy}%"
-    [ -n "$METRIC_HIST" ] && log "$key: $METRIC_HIST: ${R[$key,hist]}"
-    [ -n "$METRIC_SUM" ] && log "$key: ${METRIC_SUM}*: ${R[$key,msum]}"
+    RR[$i,rps]=$(field "$res" rps) RR[$i,p50]=$(field "$res" p50_ms) RR[$i,p99]=$(field "$res" p99_ms)
+    RR[$i,non2xx]=$(awk -v a="$(field "$res" non2xx)" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * a / n : 0 }')
+    RR[$i,sockerr]=$(field "$res" sockerr) RR[$i,probe]=$pr
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$tname" "$w" "$algo" "$mode" "$CONNS" "$i" "$(field "$res" secs)" "$n" "${RR[$i,rps]}" \
+        "${RR[$i,p50]}" "$(field "$res" p90_ms)" "${RR[$i,p99]}" "$(field "$res" max_ms)" \
+        "$(field "$res" non2xx)" "${RR[$i,sockerr]}" "${RR[$i,tcpu]}" "${RR[$i,rcpu]}" "${RR[$i,busy]}" "$pr" \
+        "${RR[$i,rcalls]}" >>"$RAW"
+    log "$key$([ "$ROUNDS" -gt 1 ] && echo " round $i"): ${RR[$i,rps]} req/s, p99 ${RR[$i,p99]} ms, target ${RR[$i,tcpu]} µs/req, redis ${RR[$i,rcpu]} µs/req, redis calls ${RR[$i,rcalls]}/req, non-2xx ${RR[$i,non2xx]}%, probe $pr, box ${RR[$i,busy]}%"
+    [ -n "$METRIC_HIST" ] && log "$key: $METRIC_HIST: ${RR[$i,hist]}"
+    [ -n "$METRIC_SUM" ] && log "$key: ${METRIC_SUM}*: ${RR[$i,msum]}"
     return 0
 }
 
@@ -901,7 +930,7 @@ MD="$OUT/results.md"
          "redis $(redis-server --version | awk '{sub("v=","",$3); print $3}'), $(nginx -v 2>&1 | sed 's/.*: //')," \
          "node $(node --version), wrk $(dpkg-query -W -f='${Version}' wrk 2>/dev/null)."
     echo "Command: \`$CMDLINE\`."
-    echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup; daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"
+    echo "Load: wrk -t1 -c$CONNS, ${DUR} s per row after ${WARM} s of warmup$([ "$ROUNDS" -gt 1 ] && echo ", each row the run of median req/s of $ROUNDS (every run in runs.tsv)"); daemon clock: $CLOCK.$([ "$QUICK" = 1 ] && echo ' QUICK MODE (short runs).')"
     echo "Box busy before the load (other work on the machine, 1 s sample): ${IDLE_BUSY}% of $(( $(nproc) * 100 ))%."
     [ -n "$NOTE" ] && { echo; echo "**Note: $NOTE**"; }
     echo

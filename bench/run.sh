@@ -781,19 +781,19 @@ if want leases; then
     X[leases_load]="3 × wrk -t1 -c$(( CONNS / 3 )) -d${DUR}s at once, one per daemon, all on this box's $(nproc) cores"
 fi
 
-# grpc: bench/grpc.sh, one run of each front and case; its ratio gRPC ÷
+# grpc: bench/grpc.sh, ROUNDS runs of each front and case (medians); its ratio gRPC ÷
 # /check with h2load on both fronts (h2load --h1 for /check).
 declare -A G
 if want grpc; then
     gdur=$(( DUR > 5 ? 5 : (QUICK ? 2 : DUR) ))
-    est=$(( 2 * 3 * (gdur + WARM) + 20 ))
+    est=$(( 2 * 3 * ROUNDS * (gdur + WARM) + 20 ))
     if ! command -v h2load >/dev/null; then
         G[why]="h2load is missing (Debian nghttp2-client)"
     elif [ $(( $(elapsed) + est )) -gt "$DEADLINE" ]; then
         G[why]="skipped (deadline ${DEADLINE}s)"
     else
-        log "running bench/grpc.sh --runs 1 --duration $gdur --warmup $WARM (about ${est} s)"
-        if RL_BIN=$RL_BIN timeout -k 5 $(( est + 60 )) bash "$HERE/grpc.sh" --runs 1 --duration "$gdur" --warmup "$WARM" \
+        log "running bench/grpc.sh --runs $ROUNDS --duration $gdur --warmup $WARM (about ${est} s)"
+        if RL_BIN=$RL_BIN timeout -k 5 $(( est + 60 )) bash "$HERE/grpc.sh" --runs "$ROUNDS" --duration "$gdur" --warmup "$WARM" \
             >"$OUT/grpc.txt" 2>"$TMP/grpc.err"; then
             # "grpc allowed N/s" / "check denied N/s" lines where grpc.sh prints
             # them; else its table: | case | gRPC (h2load) | wrk | x | /check (h2load --h1) | ...
@@ -995,7 +995,7 @@ MD="$OUT/results.md"
     done
     if want grpc; then
         if [ -n "${G[why]:-}" ]; then echo "- grpc: n/a (${G[why]})."
-        else echo "- grpc: bench/grpc.sh --runs 1 --duration $gdur --warmup $WARM, its whole output in grpc.txt:"; echo; echo '```'; cat "$OUT/grpc.txt"; echo '```'; fi
+        else echo "- grpc: bench/grpc.sh --runs $ROUNDS --duration $gdur --warmup $WARM, its whole output in grpc.txt:"; echo; echo '```'; cat "$OUT/grpc.txt"; echo '```'; fi
     fi
     echo
     echo "Throughput of each comparison: [bars.png](bars.png), data in bars.dat."

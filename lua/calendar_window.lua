@@ -63,7 +63,7 @@ calendar_window.retry = fixed_window.retry
 
 function calendar_window.commit(t)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, t.n + t.cost),
-        'PX', px_in(t.window_end - t.now))
+        'PX', px_arg(t.window_end - t.now))
 end
 
 calendar_window.refunds = true
@@ -71,7 +71,7 @@ calendar_window.refunds = true
 function calendar_window.report(t)
     local n = min(max(0, t.n + t.cost), EXACT_MAX)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, n),
-        'PX', px_in(t.window_end - t.now))
+        'PX', px_arg(t.window_end - t.now))
 end
 
 -- Local leases: as fixed_window's, on the calendar window's bounds.

@@ -555,6 +555,9 @@ end
 -- a request decide refused (its neighbours are decided all the same).
 local BATCH_KEYS, BATCH_ARGV, BATCH_OUT, BATCH_NOUT = {}, {}, {}, {}
 local BATCH_REPLY = {}
+-- Each request's counts of KEYS and ARGV, as the framing's check read them
+-- (a string's conversion to a number is a strtod: not done twice).
+local BATCH_NK, BATCH_NA = {}, {}
 
 -- Fills t with src[from + 1 .. from + n] (entries past n cleared, so that
 -- #t is n) and returns t.
@@ -578,9 +581,12 @@ local function decide_batch(keys, argv)
     -- The framing is checked whole before anything is decided: a malformed
     -- batch (a daemon bug) fails as one error, having written nothing.
     local koff, aoff = 0, 2 + 2 * n
+    local nks, nas = BATCH_NK, BATCH_NA
     for r = 1, n do
-        koff = koff + (int_of(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0))
-        aoff = aoff + (int_of(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0))
+        local nk = int_of(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0)
+        local na = int_of(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0)
+        nks[r], nas[r] = nk, na
+        koff, aoff = koff + nk, aoff + na
     end
     if koff ~= #keys or aoff ~= #argv then
         error('ratelimitd: a batch of ' .. n .. ' requests takes ' .. koff .. ' keys and '
@@ -590,7 +596,7 @@ local function decide_batch(keys, argv)
     batch_time = false
     koff, aoff = 0, 2 + 2 * n
     for r = 1, n do
-        local nk, na = tonumber(argv[1 + 2 * r]), tonumber(argv[2 + 2 * r])
+        local nk, na = nks[r], nas[r]
         local k = slice(BATCH_KEYS[r] or {}, keys, koff, nk)
         local a = slice(BATCH_ARGV[r] or {}, argv, aoff, na)
         BATCH_KEYS[r], BATCH_ARGV[r] = k, a

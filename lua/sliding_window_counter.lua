@@ -91,7 +91,7 @@ end
 function sliding_window_counter.commit(t)
     local e = t.start + t.window
     redis.call('SET', t.key, format(FMT_C, e, t.cur + t.cost, t.prev),
-        'PX', px_in(e + t.window - t.now))
+        'PX', px_arg(e + t.window - t.now))
 end
 
 function sliding_window_counter.report(t)

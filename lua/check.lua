@@ -94,6 +94,28 @@ local function int_of(s, least)
     return nil
 end
 
+-- int_of(s, least) for the strings that calls repeat (a batch's counts,
+-- the costs): what tonumber made of s is kept, by s, so that a repeated
+-- string costs a table lookup instead of a tonumber (a strtod). Emptied at
+-- INTS_MAX strings: distinct strings cost a little more, never an answer.
+local INTS, nints = {}, 0
+local INTS_MAX = 1000
+
+local function int_of_kept(s, least)
+    local v = INTS[s]
+    if v == nil then
+        v = int_of(s, -EXACT_MAX) or false
+        if nints >= INTS_MAX then
+            INTS, nints = {}, 0
+        end
+        INTS[s], nints = v, nints + 1
+    end
+    if v and v >= least then
+        return v
+    end
+    return nil
+end
+
 -- Raises the error for argv[i], which is not an integer >= least: a bug in
 -- the caller. Used as `int_of(argv[i], least) or bad_int(argv, i, least)`.
 local function bad_int(argv, i, least)
@@ -118,9 +140,11 @@ local batch_time = nil
 -- batch, TIME is read once, by the first request that needs it: the batch
 -- runs alone, so every request in it is decided at the instant the call
 -- started, as Redis itself sees the keys' expiry then (Redis 7 freezes a
--- script's time for that). Saves a TIME per request.
+-- script's time for that). Saves a TIME per request. Sets now_is_server
+-- (common.lua) for the request.
 local function arg_now(argv)
-    if argv[1] == '' then
+    now_is_server = argv[1] == ''
+    if now_is_server then
         if batch_time then
             return batch_time
         end
@@ -248,7 +272,7 @@ local function parse(keys, argv, now, least_cost)
             check = {}
             CHECKS[c] = check
         end
-        local cost = int_of(argv[2 * c + 1], least_cost)
+        local cost = int_of_kept(argv[2 * c + 1], least_cost)
             or bad_int(argv, 2 * c + 1, least_cost)
         local s = argv[2 * c + 2]
         local policy = POLICIES[s]
@@ -583,8 +607,8 @@ local function decide_batch(keys, argv)
     local koff, aoff = 0, 2 + 2 * n
     local nks, nas = BATCH_NK, BATCH_NA
     for r = 1, n do
-        local nk = int_of(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0)
-        local na = int_of(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0)
+        local nk = int_of_kept(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0)
+        local na = int_of_kept(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0)
         nks[r], nas[r] = nk, na
         koff, aoff = koff + nk, aoff + na
     end

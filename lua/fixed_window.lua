@@ -8,7 +8,7 @@
 -- e (absolute µs). A stored e other than the current window's end means the
 -- count is 0: no need to reset anything when a window ends, and a window
 -- whose length changed (a reload) starts from 0 unless it ends at the same
--- instant. One GET to read, one SET ... PX to write.
+-- instant. One GET to read, one SET ... PX (PXAT with `clock: redis`) to write.
 -- Expiry: the end of the window (plus slack); after that e is stale anyway.
 -- Figures: remaining = limit - n; reset = end of window if n > 0; retry =
 -- end of window (the next window starts empty, and cost <= limit).
@@ -93,7 +93,7 @@ end
 
 function fixed_window.commit(t)
     redis.call('SET', t.key, state_string(t.window_end, t.n + t.cost),
-        'PX', px_arg(t.window_end - t.now))
+        expiry_until(t.now, t.window_end))
 end
 
 fixed_window.refunds = true
@@ -101,7 +101,7 @@ fixed_window.refunds = true
 function fixed_window.report(t)
     local n = min(max(0, t.n + t.cost), EXACT_MAX)
     redis.call('SET', t.key, state_string(t.window_end, n),
-        'PX', px_arg(t.window_end - t.now))
+        expiry_until(t.now, t.window_end))
 end
 
 -- Local leases (lua/check.lua's take_block and give_back): the units a

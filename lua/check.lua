@@ -105,6 +105,9 @@ local function int_of_kept(s, least)
     local v = INTS[s]
     if v == nil then
         v = int_of(s, -EXACT_MAX) or false
+        if s == nil then
+            return nil -- an argument past the end (no table key)
+        end
         if nints >= INTS_MAX then
             INTS, nints = {}, 0
         end
@@ -605,8 +608,8 @@ local function slice(src, from, n)
     return t
 end
 
--- Decides a batch's request r (keys[ko + 1 .. ko + nk], argv[ao + 1 .. ao +
--- na]).
+-- Decides one request of a batch (keys[ko + 1 .. ko + nk], argv[ao + 1 ..
+-- ao + na]).
 local function decide_in_batch(keys, ko, nk, argv, ao, na)
     if na < 2 then
         return decide(slice(keys, ko, nk), 0, nk, slice(argv, ao, na), 0, na)

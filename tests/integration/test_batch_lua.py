@@ -288,7 +288,8 @@ def test_frame_errors():
             ("an argument too many", keys, argv + ["1"]),
             ("a count that is no integer", keys, ["B", "two"] + argv[2:]),
             ("a count of 0", keys, ["B", "0"] + argv[2:]),
-            ("an extent that is no integer", keys, argv[:2] + ["x"] + argv[3:])):
+            ("an extent that is no integer", keys, argv[:2] + ["x"] + argv[3:]),
+            ("a count past the arguments", [], ["B", "3", "0"])):
         r = invoke(k, a)
         ok(isinstance(r, tuple) and "ratelimitd:" in r[1], "malformed frame (%s): one error" % what)
     eq(R.command("DBSIZE"), 0, "no malformed frame wrote anything")

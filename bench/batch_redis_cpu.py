@@ -12,6 +12,17 @@ DEPTH single FCALLs pipelined (size 1), or DEPTH/size FCALLs of size
 requests each. Prints per size, best of RUNS (default 3): Redis's main
 thread CPU (user + sys, INFO cpu) per request, and the part inside the
 calls (INFO commandstats). Bounded: every read has a timeout.
+
+CLOCK=local sends the time in each request (`clock: local`) instead of ""
+(the server's TIME). LIBRARIES=a.lua,b.lua... compares library texts
+(e.g. saved --print-library outputs of two builds) on one Redis: each
+round runs every library once, in rotated order, after a FLUSHALL (every
+key new), and the medians over RUNS rounds are printed per library, with
+the median of the per-round differences from the first library: the box's
+noise moves both sides of a pair alike. Two names in LIBRARIES are built
+in, floors for the same requests: `minimal`, a bare INCRBY + PEXPIRE per
+key; `getset`, a GET and a SET ... PX of a constant value per key with a
+9-integer reply per request (the Redis work a check cannot avoid).
 """
 import os
 import random
@@ -78,6 +89,12 @@ def info(c, section, prefix):
     return out
 
 
+def now_arg():
+    if os.environ.get("CLOCK") == "local":
+        return str(int(time.time() * 1e6))
+    return ""
+
+
 def run(c, fn, size, depth, total, rng):
     c.command("CONFIG", "RESETSTAT")
     cpu = info(c, "cpu", "used_cpu_")
@@ -85,13 +102,14 @@ def run(c, fn, size, depth, total, rng):
     sent = 0
     while sent < total:
         cmds = []
+        now = now_arg()
         for _ in range(depth // size):
             keys = ["rl:{b:%d}:t" % rng.randrange(100000) for _ in range(size)]
             if size == 1:
-                cmds.append(resp(["FCALL", fn, 1, keys[0], "", "0", "1", POLICY]))
+                cmds.append(resp(["FCALL", fn, 1, keys[0], now, "0", "1", POLICY]))
             else:
                 cmds.append(resp(["FCALL", fn, size] + keys + ["B", size] + ["1", "4"] * size
-                                 + ["", "0", "1", POLICY] * size))
+                                 + [now, "0", "1", POLICY] * size))
         c.s.sendall(b"".join(cmds))
         for _ in cmds:
             c.reply()
@@ -101,6 +119,70 @@ def run(c, fn, size, depth, total, rng):
     fcall = info(c, "commandstats", "cmdstat_fcall").get("cmdstat_fcall", "usec=0")
     usec = int(fcall.split("usec=")[1].split(",")[0])
     return (c1 - c0) * 1e6 / sent, usec / sent
+
+
+BUILTIN = {
+    "minimal": """#!lua name=minimal
+local R = {}
+local function f(keys, argv)
+    for i = 1, #keys do
+        R[i] = redis.call('INCRBY', keys[i], 1)
+        redis.call('PEXPIRE', keys[i], 3601000)
+    end
+    for i = #keys + 1, #R do
+        R[i] = nil
+    end
+    return R
+end
+redis.register_function('minimal', f)
+""",
+    "getset": """#!lua name=getset
+local R = {}
+local function f(keys, argv)
+    for i = 1, #keys do
+        redis.pcall('GET', keys[i])
+        redis.call('SET', keys[i], 'f:1764250800000000:1', 'PX', '3601000')
+        R[i] = {1, 1, 1, 1, 1, 1, 1, 1, 1}
+    end
+    for i = #keys + 1, #R do
+        R[i] = nil
+    end
+    if #keys == 1 and argv[1] ~= 'B' then
+        return R[1]
+    end
+    return R
+end
+redis.register_function('getset', f)
+""",
+}
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[n // 2] + xs[(n - 1) // 2]) / 2
+
+
+def compare(c, libs, sizes, depth, total, runs, rng):
+    fns = [c.command("FUNCTION", "LOAD", "REPLACE", BUILTIN.get(f) or open(f).read())
+           for f in libs]
+    print("%6s %-40s %12s %12s %12s %12s" % ("batch", "library", "redis_us", "in_fcall_us",
+                                             "d_redis_us", "d_fcall_us"))
+    for size in sizes:
+        if size > depth:
+            continue
+        res = [[] for _ in libs]
+        for r in range(runs):
+            for j in range(len(libs)):
+                i = (r + j) % len(libs)
+                c.command("FLUSHALL")
+                res[i].append(run(c, fns[i], size, depth, total, rng))
+        for i, f in enumerate(libs):
+            d = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(res[i], res[0])]
+            print("%6d %-40s %12.2f %12.2f %12.2f %12.2f" % (
+                size, os.path.basename(f)[:40], median([x[0] for x in res[i]]),
+                median([x[1] for x in res[i]]), median([x[0] for x in d]),
+                median([x[1] for x in d])))
 
 
 def main():
@@ -121,6 +203,10 @@ def main():
                 break
             time.sleep(0.05)
         c = Conn(sock)
+        if os.environ.get("LIBRARIES"):
+            compare(c, os.environ["LIBRARIES"].split(","), sizes, depth, total, runs,
+                    random.Random(1))
+            return
         fn = c.command("FUNCTION", "LOAD", "REPLACE", lib)
         rng = random.Random(1)
         print("%6s %12s %12s" % ("batch", "redis_us", "in_fcall_us"))

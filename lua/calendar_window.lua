@@ -13,8 +13,9 @@
 -- State: STRING KEYS[1] "w:<s>:<e>:<n>": n units taken in the window
 -- [s, e). Both ends must match for the count to be this window's, so a
 -- window of another length (a reload from month to day, say) never shares
--- a count even when the two end together. One GET, one SET ... PX with the
--- expiry at the window's end plus slack.
+-- a count even when the two end together. One GET, one SET ... PX (or
+-- PXAT, see common.lua's expiry_until) with the expiry at the window's end
+-- plus slack.
 -- Figures and retry as fixed_window's: reset and retry at the window's end.
 -- Report and refund as fixed_window's, in the calendar window.
 
@@ -63,7 +64,7 @@ calendar_window.retry = fixed_window.retry
 
 function calendar_window.commit(t)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, t.n + t.cost),
-        'PX', px_in(t.window_end - t.now))
+        expiry_until(t.now, t.window_end))
 end
 
 calendar_window.refunds = true
@@ -71,7 +72,7 @@ calendar_window.refunds = true
 function calendar_window.report(t)
     local n = min(max(0, t.n + t.cost), EXACT_MAX)
     redis.call('SET', t.key, format(FMT_W, t.window_start, t.window_end, n),
-        'PX', px_in(t.window_end - t.now))
+        expiry_until(t.now, t.window_end))
 end
 
 -- Local leases: as fixed_window's, on the calendar window's bounds.

@@ -94,16 +94,46 @@ local function int_of(s, least)
     return nil
 end
 
--- Raises the error for argv[i], which is not an integer >= least: a bug in
--- the caller. Used as `int_of(argv[i], least) or bad_int(argv, i, least)`.
-local function bad_int(argv, i, least)
-    error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
-        .. ', got ' .. tostring(argv[i]))
+-- int_of(s, least) for the strings that calls repeat (a batch's counts,
+-- the costs): what tonumber made of s is kept, by s, so that a repeated
+-- string costs a table lookup instead of a tonumber (a strtod). Emptied at
+-- INTS_MAX strings: distinct strings cost a little more, never an answer.
+local INTS, nints = {}, 0
+local INTS_MAX = 1000
+
+local function int_of_kept(s, least)
+    local v = INTS[s]
+    if v == nil then
+        v = int_of(s, -EXACT_MAX) or false
+        if s == nil then
+            return nil -- an argument past the end (no table key)
+        end
+        if nints >= INTS_MAX then
+            INTS, nints = {}, 0
+        end
+        INTS[s], nints = v, nints + 1
+    end
+    if v and v >= least then
+        return v
+    end
+    return nil
 end
 
--- argv[i] as a boolean, from "0" or "1".
-local function arg_flag(argv, i)
-    local v = argv[i]
+-- A request's arguments are argv[ao + 1 .. ao + na] (a batch's requests
+-- share its ARGV, and its KEYS the same way: no copies), and its i-th is
+-- named ARGV[i] in errors, as in a call of its own.
+
+-- Raises the error for the request's i-th argument, which is not an integer
+-- >= least: a bug in the caller. Used as
+-- `int_of(argv[ao + i], least) or bad_int(argv, ao, i, least)`.
+local function bad_int(argv, ao, i, least)
+    error('ratelimitd: ARGV[' .. i .. '] must be an integer >= ' .. least
+        .. ', got ' .. tostring(argv[ao + i]))
+end
+
+-- The request's i-th argument as a boolean, from "0" or "1".
+local function arg_flag(argv, ao, i)
+    local v = argv[ao + i]
     if v ~= '0' and v ~= '1' then
         error('ratelimitd: ARGV[' .. i .. '] must be 0 or 1, got ' .. tostring(v))
     end
@@ -114,13 +144,16 @@ end
 -- until a request of the batch reads it, nil outside a batch.
 local batch_time = nil
 
--- The current time in µs: argv[1], or the server's TIME if it is "". In a
+-- The current time in µs: the request's first argument, or the server's
+-- TIME if it is "". In a
 -- batch, TIME is read once, by the first request that needs it: the batch
 -- runs alone, so every request in it is decided at the instant the call
 -- started, as Redis itself sees the keys' expiry then (Redis 7 freezes a
--- script's time for that). Saves a TIME per request.
-local function arg_now(argv)
-    if argv[1] == '' then
+-- script's time for that). Saves a TIME per request. Sets now_is_server
+-- (common.lua) for the request.
+local function arg_now(argv, ao)
+    now_is_server = argv[ao + 1] == ''
+    if now_is_server then
         if batch_time then
             return batch_time
         end
@@ -132,7 +165,7 @@ local function arg_now(argv)
         end
         return now
     end
-    return int_of(argv[1], 0) or bad_int(argv, 1, 0)
+    return int_of(argv[ao + 1], 0) or bad_int(argv, ao, 1, 0)
 end
 
 -- One tier's settings from words[i .. i + 4] of a policy string, validated.
@@ -221,15 +254,16 @@ end
 -- by parse, or set by its own load before it is read.
 local CHECKS, TIERS = {}, {}
 
--- Parses the checks into CHECKS[1..nchecks], each {shadow, cost, first,
--- last}, TIERS[first..last] being its tiers. Returns nchecks and the
--- number of tiers in all.
-local function parse(keys, argv, now, least_cost)
-    local nargs = #argv
+-- Parses the checks of the request (keys[ko + 1 .. ko + nk], argv[ao + 1
+-- .. ao + na]) into CHECKS[1..nchecks], each {shadow, cost, first, last},
+-- TIERS[first..last] being its tiers. Returns nchecks and the number of
+-- tiers in all.
+local function parse(keys, ko, nk, argv, ao, na, now, least_cost)
+    local nargs = na
     -- An odd count: the last is the lease nonce (concurrency.lua).
     local nonce = nil
     if nargs % 2 == 1 then
-        nonce = argv[nargs]
+        nonce = argv[ao + nargs]
         nargs = nargs - 1
         if #nonce ~= 22 or not match(nonce, '^[%w_-]+$') then
             error('ratelimitd: the lease nonce must be 22 of [A-Za-z0-9_-], got '
@@ -238,19 +272,19 @@ local function parse(keys, argv, now, least_cost)
     end
     if nargs < 2 then
         error('ratelimitd: ARGV is now, dry_run, then cost and policy per check'
-            .. ' (and the lease nonce); got ' .. #argv .. ' arguments')
+            .. ' (and the lease nonce); got ' .. na .. ' arguments')
     end
     ncalls = ncalls + 1
-    local nkeys, ntiers = 0, 0
+    local nkeys, ntiers = ko, 0
     for c = 1, nargs / 2 - 1 do
         local check = CHECKS[c]
         if not check then
             check = {}
             CHECKS[c] = check
         end
-        local cost = int_of(argv[2 * c + 1], least_cost)
-            or bad_int(argv, 2 * c + 1, least_cost)
-        local s = argv[2 * c + 2]
+        local cost = int_of_kept(argv[ao + 2 * c + 1], least_cost)
+            or bad_int(argv, ao, 2 * c + 1, least_cost)
+        local s = argv[ao + 2 * c + 2]
         local policy = POLICIES[s]
         if not policy or policy.call == ncalls then
             policy = policy_parsed(s)
@@ -267,8 +301,10 @@ local function parse(keys, argv, now, least_cost)
         end
         check.last = ntiers
     end
-    if nkeys ~= #keys then
-        error('ratelimitd: the checks need ' .. nkeys .. ' keys, got ' .. #keys)
+    -- (A tier past the request's keys read its neighbour's, or nil: never
+    -- used, as this refuses the request first.)
+    if nkeys - ko ~= nk then
+        error('ratelimitd: the checks need ' .. nkeys - ko .. ' keys, got ' .. nk)
     end
     return nargs / 2 - 1, ntiers
 end
@@ -362,15 +398,16 @@ end
 -- member, ARGV[2 + 2i] the renewal's timeout in µs ("0" for a release).
 -- Returns {now_us, then per lease: status (1 done, 2 expired, 0 unknown),
 -- expires_us (renewed: the new expiry, else 0)}.
-local function lease_ops(keys, argv, now, op)
-    if #argv ~= 2 + 2 * #keys then
+local function lease_ops(keys, ko, nk, argv, ao, na, now, op)
+    if na ~= 2 + 2 * nk then
         error('ratelimitd: a lease operation takes a member and a timeout per key; got '
-            .. #argv .. ' arguments for ' .. #keys .. ' keys')
+            .. na .. ' arguments for ' .. nk .. ' keys')
     end
     local out = { now }
-    for i = 1, #keys do
-        local timeout = int_of(argv[2 + 2 * i], 0) or bad_int(argv, 2 + 2 * i, 0)
-        local status, expires = concurrency.lease_op(keys[i], argv[1 + 2 * i], op, timeout, now)
+    for i = 1, nk do
+        local timeout = int_of(argv[ao + 2 + 2 * i], 0) or bad_int(argv, ao, 2 + 2 * i, 0)
+        local status, expires = concurrency.lease_op(keys[ko + i], argv[ao + 1 + 2 * i], op,
+            timeout, now)
         out[2 * i], out[2 * i + 1] = status, expires
     end
     return out
@@ -390,8 +427,8 @@ local function lease_tiers(nchecks, ntiers, tiers)
 end
 
 -- argv[2] "L<want>": takes a block (see the top of this file).
-local function take_block(keys, argv, now, want)
-    local nchecks, ntiers = parse(keys, argv, now, 1)
+local function take_block(keys, ko, nk, argv, ao, na, now, want)
+    local nchecks, ntiers = parse(keys, ko, nk, argv, ao, na, now, 1)
     local tiers = TIERS
     lease_tiers(nchecks, ntiers, tiers)
     local allowed = true
@@ -428,8 +465,8 @@ end
 -- argv[2] "G<taken>": gives a block back (see the top of this file). A
 -- tier whose window has passed since `taken` takes nothing back: a unit is
 -- never returned into a later window than the one it was taken from.
-local function give_back(keys, argv, now, taken)
-    local nchecks, ntiers = parse(keys, argv, now, 1)
+local function give_back(keys, ko, nk, argv, ao, na, now, taken)
+    local nchecks, ntiers = parse(keys, ko, nk, argv, ao, na, now, 1)
     local tiers = TIERS
     lease_tiers(nchecks, ntiers, tiers)
     local units = tiers[1].cost
@@ -459,12 +496,13 @@ local function give_back(keys, argv, now, taken)
     return out
 end
 
-local function decide(keys, argv)
+-- Decides one request: keys[ko + 1 .. ko + nk], argv[ao + 1 .. ao + na].
+local function decide(keys, ko, nk, argv, ao, na)
     if not fmod then
         bind_globals()
     end
-    local now = arg_now(argv)
-    local mode = argv[2]
+    local now = arg_now(argv, ao)
+    local mode = argv[ao + 2]
     if mode and #mode > 1 then
         local op, n = match(mode, '^([LG])(%d+)$')
         n = n and int_of(n, 1)
@@ -473,12 +511,12 @@ local function decide(keys, argv)
                 .. tostring(mode))
         end
         if op == 'L' then
-            return take_block(keys, argv, now, n)
+            return take_block(keys, ko, nk, argv, ao, na, now, n)
         end
-        return give_back(keys, argv, now, n)
+        return give_back(keys, ko, nk, argv, ao, na, now, n)
     end
-    if argv[2] == '3' then
-        local nchecks, ntiers = parse(keys, argv, now, -EXACT_MAX)
+    if mode == '3' then
+        local nchecks, ntiers = parse(keys, ko, nk, argv, ao, na, now, -EXACT_MAX)
         local out = reply_of_size(2 + 7 * ntiers)
         out[1], out[2] = now, charge(nchecks, ntiers, TIERS) and 1 or 0
         for i = 1, ntiers do
@@ -486,12 +524,12 @@ local function decide(keys, argv)
         end
         return out
     end
-    if argv[2] == 'r' or argv[2] == 'n' then
-        return lease_ops(keys, argv, now, argv[2])
+    if mode == 'r' or mode == 'n' then
+        return lease_ops(keys, ko, nk, argv, ao, na, now, mode)
     end
-    local both = argv[2] == '2'
-    local dry_run = both or arg_flag(argv, 2)
-    local nchecks, ntiers = parse(keys, argv, now, 0)
+    local both = mode == '2'
+    local dry_run = both or arg_flag(argv, ao, 2)
+    local nchecks, ntiers = parse(keys, ko, nk, argv, ao, na, now, 0)
     local checks, tiers = CHECKS, TIERS
 
     -- Pass 1: read every tier and decide. Every tier is read even after one
@@ -553,34 +591,46 @@ end
 -- own; then every request's ARGV, in order; KEYS is every request's KEYS,
 -- in order. Returns n replies: each decide's array, or an error reply for
 -- a request decide refused (its neighbours are decided all the same).
-local BATCH_KEYS, BATCH_ARGV, BATCH_OUT, BATCH_NOUT = {}, {}, {}, {}
-local BATCH_REPLY = {}
+-- Each request is decided in place, through offsets into KEYS and ARGV.
+local BATCH_OUT, BATCH_NOUT, BATCH_REPLY = {}, {}, {}
+-- Each request's counts of KEYS and ARGV, as the framing's check read them
+-- (a string's conversion to a number is a strtod: not done twice).
+local BATCH_NK, BATCH_NA = {}, {}
 
--- Fills t with src[from + 1 .. from + n] (entries past n cleared, so that
--- #t is n) and returns t.
-local function slice(t, src, from, n)
+-- A copy of src[from + 1 .. from + n], for a request of fewer than 2
+-- arguments (refused): decide reads ARGV[1] and ARGV[2] before it counts
+-- them, and must read nil there, not a neighbour's, to refuse it as alone.
+local function slice(src, from, n)
+    local t = {}
     for i = 1, n do
         t[i] = src[from + i]
     end
-    local i = n + 1
-    while t[i] ~= nil do
-        t[i] = nil
-        i = i + 1
-    end
     return t
+end
+
+-- Decides one request of a batch (keys[ko + 1 .. ko + nk], argv[ao + 1 ..
+-- ao + na]).
+local function decide_in_batch(keys, ko, nk, argv, ao, na)
+    if na < 2 then
+        return decide(slice(keys, ko, nk), 0, nk, slice(argv, ao, na), 0, na)
+    end
+    return decide(keys, ko, nk, argv, ao, na)
 end
 
 local function decide_batch(keys, argv)
     if not fmod then
         bind_globals()
     end
-    local n = int_of(argv[2], 1) or bad_int(argv, 2, 1)
+    local n = int_of(argv[2], 1) or bad_int(argv, 0, 2, 1)
     -- The framing is checked whole before anything is decided: a malformed
     -- batch (a daemon bug) fails as one error, having written nothing.
     local koff, aoff = 0, 2 + 2 * n
+    local nks, nas = BATCH_NK, BATCH_NA
     for r = 1, n do
-        koff = koff + (int_of(argv[1 + 2 * r], 0) or bad_int(argv, 1 + 2 * r, 0))
-        aoff = aoff + (int_of(argv[2 + 2 * r], 0) or bad_int(argv, 2 + 2 * r, 0))
+        local nk = int_of_kept(argv[1 + 2 * r], 0) or bad_int(argv, 0, 1 + 2 * r, 0)
+        local na = int_of_kept(argv[2 + 2 * r], 0) or bad_int(argv, 0, 2 + 2 * r, 0)
+        nks[r], nas[r] = nk, na
+        koff, aoff = koff + nk, aoff + na
     end
     if koff ~= #keys or aoff ~= #argv then
         error('ratelimitd: a batch of ' .. n .. ' requests takes ' .. koff .. ' keys and '
@@ -590,15 +640,12 @@ local function decide_batch(keys, argv)
     batch_time = false
     koff, aoff = 0, 2 + 2 * n
     for r = 1, n do
-        local nk, na = tonumber(argv[1 + 2 * r]), tonumber(argv[2 + 2 * r])
-        local k = slice(BATCH_KEYS[r] or {}, keys, koff, nk)
-        local a = slice(BATCH_ARGV[r] or {}, argv, aoff, na)
-        BATCH_KEYS[r], BATCH_ARGV[r] = k, a
-        koff, aoff = koff + nk, aoff + na
+        local nk, na = nks[r], nas[r]
         -- Each request fills a reply table of its own (decide reuses OUT
         -- from call to call): swapped in, and out again after.
         OUT, nout = BATCH_OUT[r] or {}, BATCH_NOUT[r] or 0
-        local ok, res = pcall(decide, k, a)
+        local ok, res = pcall(decide_in_batch, keys, koff, nk, argv, aoff, na)
+        koff, aoff = koff + nk, aoff + na
         BATCH_OUT[r], BATCH_NOUT[r] = OUT, nout
         if ok or (type(res) == 'table' and res.err) then
             BATCH_REPLY[r] = res -- a reply, or a Redis command's error
@@ -609,7 +656,11 @@ local function decide_batch(keys, argv)
     end
     OUT, nout = out1, nout1
     batch_time = nil
-    return slice(BATCH_REPLY, BATCH_REPLY, 0, n)
+    -- The reply ends at n: a larger batch before left entries past it.
+    for r = n + 1, #BATCH_REPLY do
+        BATCH_REPLY[r] = nil
+    end
+    return BATCH_REPLY
 end
 
 -- The entry point the EVAL script and the Function call (lua/embed.sh): a
@@ -621,5 +672,5 @@ local function decide_any(keys, argv)
     -- Set at every entry, not only cleared when a batch ends: a batch
     -- stopped midway (FUNCTION KILL) must not leave its time to later calls.
     batch_time = nil
-    return decide(keys, argv)
+    return decide(keys, 0, #keys, argv, 0, #argv)
 end

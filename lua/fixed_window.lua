@@ -8,7 +8,7 @@
 -- e (absolute µs). A stored e other than the current window's end means the
 -- count is 0: no need to reset anything when a window ends, and a window
 -- whose length changed (a reload) starts from 0 unless it ends at the same
--- instant. One GET to read, one SET ... PX to write.
+-- instant. One GET to read, one SET ... PX (PXAT with `clock: redis`) to write.
 -- Expiry: the end of the window (plus slack); after that e is stale anyway.
 -- Figures: remaining = limit - n; reset = end of window if n > 0; retry =
 -- end of window (the next window starts empty, and cost <= limit).
@@ -64,17 +64,44 @@ function fixed_window.retry(t)
     return t.window_end - t.now
 end
 
+-- The state strings "f:<e>:<n>" of counts up to F_KEPT_N, by window end
+-- e, for at most F_KEPT_ENDS ends at once (all dropped when one more comes):
+-- with spread keys most writes of a window store one of a few counts (1 for
+-- a new key), and a kept string saves a format and a new string (garbage)
+-- per write.
+local F_KEPT, nf_kept = {}, 0
+local F_KEPT_N, F_KEPT_ENDS = 64, 8
+
+local function state_string(e, n)
+    local by_n = F_KEPT[e]
+    if not by_n then
+        if nf_kept >= F_KEPT_ENDS then
+            F_KEPT, nf_kept = {}, 0
+        end
+        by_n = {}
+        F_KEPT[e], nf_kept = by_n, nf_kept + 1
+    end
+    local s = by_n[n]
+    if not s then
+        s = format(FMT_F, e, n)
+        if n <= F_KEPT_N then
+            by_n[n] = s
+        end
+    end
+    return s
+end
+
 function fixed_window.commit(t)
-    redis.call('SET', t.key, format(FMT_F, t.window_end, t.n + t.cost),
-        'PX', px_in(t.window_end - t.now))
+    redis.call('SET', t.key, state_string(t.window_end, t.n + t.cost),
+        expiry_until(t.now, t.window_end))
 end
 
 fixed_window.refunds = true
 
 function fixed_window.report(t)
     local n = min(max(0, t.n + t.cost), EXACT_MAX)
-    redis.call('SET', t.key, format(FMT_F, t.window_end, n),
-        'PX', px_in(t.window_end - t.now))
+    redis.call('SET', t.key, state_string(t.window_end, n),
+        expiry_until(t.now, t.window_end))
 end
 
 -- Local leases (lua/check.lua's take_block and give_back): the units a

@@ -14,7 +14,7 @@
 -- (absolute µs), p in the window before it. Stored e == the current
 -- window's end: cur = c, prev = p; e == its start: the window has rolled,
 -- prev = c and cur = 0; anything else (older, or a window whose length
--- changed): both 0. One GET, one SET ... PX.
+-- changed): both 0. One GET, one SET ... PX (or PXAT: expiry_until).
 -- Expiry: the end of the next window, when this window's count stops
 -- weighing on the estimate.
 -- Figures: remaining = floor(limit - estimate after); reset = end of the
@@ -91,7 +91,7 @@ end
 function sliding_window_counter.commit(t)
     local e = t.start + t.window
     redis.call('SET', t.key, format(FMT_C, e, t.cur + t.cost, t.prev),
-        'PX', px_in(e + t.window - t.now))
+        expiry_until(t.now, e + t.window))
 end
 
 function sliding_window_counter.report(t)

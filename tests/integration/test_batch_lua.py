@@ -246,6 +246,37 @@ def test_errors_isolated():
     eq(R.command("EXISTS", "{b}:t", "{c}:t"), 0, "the refused requests wrote nothing")
 
 
+def test_misshapen_requests():
+    """Requests of the wrong shape (too few arguments or keys for their
+    checks, a lease call's counts off) between good ones in a batch: each
+    refused as alone, with the same error, its neighbours decided; a
+    request is read in place in the batch's KEYS and ARGV, and must never
+    read a neighbour's."""
+    R.command("FLUSHALL")
+    now = str(T0)
+    pol = "0 fixed_window 5 60000000 0 0"
+    good = (["{a}:t"], [now, "0", "1", pol])
+    bad = [([], []), ([], [""]), (["{a}:t"], [now]), (["{a}:t"], [now, "0"]),
+           ([], [now, "0", "1", pol]), (["{a}:t", "{a}:u"], [now, "0", "1", pol]),
+           (["{a}:t"], [now, "0", "1", pol + " fixed_window"]),
+           (["{a}:t"], [now, "r", "m"]), (["{a}:t"], [now, "L5", "1", pol, "1", pol]),
+           (["{a}:t"], [now, "0", "1", pol, "short"])]
+    alone = [normalize(invoke(k, a)) for k, a in bad]
+    ok(all(isinstance(r, tuple) for r in alone), "each misshapen request alone is refused")
+    reqs = [good]
+    for b in bad:
+        reqs += [b, good]
+    keys, argv = batch_frame(reqs)
+    reply = invoke(keys, argv)
+    ok(isinstance(reply, list) and len(reply) == len(reqs), "one reply per request")
+    if not (isinstance(reply, list) and len(reply) == len(reqs)):
+        return
+    eq([normalize(reply[2 * i + 1]) for i in range(len(bad))], alone,
+       "each misshapen request refused in the batch as alone")
+    eq([reply[2 * i][4] for i in range(len(bad) + 1)], [4, 3, 2, 1, 0] + [0] * (len(bad) - 4),
+       "the good requests between them decided in order")
+
+
 def test_frame_errors():
     R.command("FLUSHALL")
     now = str(T0)
@@ -257,7 +288,8 @@ def test_frame_errors():
             ("an argument too many", keys, argv + ["1"]),
             ("a count that is no integer", keys, ["B", "two"] + argv[2:]),
             ("a count of 0", keys, ["B", "0"] + argv[2:]),
-            ("an extent that is no integer", keys, argv[:2] + ["x"] + argv[3:])):
+            ("an extent that is no integer", keys, argv[:2] + ["x"] + argv[3:]),
+            ("a count past the arguments", [], ["B", "3", "0"])):
         r = invoke(k, a)
         ok(isinstance(r, tuple) and "ratelimitd:" in r[1], "malformed frame (%s): one error" % what)
     eq(R.command("DBSIZE"), 0, "no malformed frame wrote anything")
@@ -300,6 +332,7 @@ def main():
         test_stream(7, 600)
         test_stream(8, 600)
         test_errors_isolated()
+        test_misshapen_requests()
         test_frame_errors()
         test_redis_time()
     server.stop()

@@ -949,6 +949,42 @@ def test_redis_time():
     eq(got, want, "Redis TIME: figures exact for the time it returned")
 
 
+def test_kept_strings():
+    """The strings the code keeps from call to call (lua/common.lua's
+    expiry_until, fixed_window's state strings): with Redis TIME an expiry
+    is absolute, the window's end (ms, rounded up) plus the slack, for
+    every key that window writes; counts past the kept ones and more window
+    ends than are kept at once are written as "f:<end>:<count>" all the
+    same."""
+    W = 10 * SEC
+    fw = "0 fixed_window 1000 %d 0 0" % W
+    swc = "0 sliding_window_counter 1000 %d 0 0" % W
+    for i in range(3):
+        k = "kept:%s:fw:%d" % (CALLER, i)
+        now = int(invoke(R, [k], ["", "0", "1", fw])[0])
+        end = now - now % W + W
+        eq(R.command("PEXPIRETIME", k), -(-end // 1000) + SLACK_MS,
+           "clock redis: fixed_window key %d expires at its window's end + slack (PXAT)" % i)
+        k = "kept:%s:swc:%d" % (CALLER, i)
+        now = int(invoke(R, [k], ["", "0", "1", swc])[0])
+        end = now - now % W + 2 * W
+        eq(R.command("PEXPIRETIME", k), -(-end // 1000) + SLACK_MS,
+           "clock redis: sliding_window_counter key %d expires at the next window's end + slack" % i)
+    # 10 window ends in turn (8 are kept at once), counts rising past 64.
+    problems = []
+    for rnd in range(4):
+        for w in range(10):
+            k = "kept:%s:n:%d" % (CALLER, w)
+            now = T0 + w * W + rnd
+            got = invoke(R, [k], [str(now), "0", "30", fw])
+            n = 30 * (rnd + 1)
+            want = "f:%d:%d" % (T0 + (w + 1) * W, n)
+            if got[4] != 1000 - n or R.command("GET", k) != want:
+                problems.append("window %d round %d: remaining %r, state %r, want %d, %r"
+                                % (w, rnd, got[4], R.command("GET", k), 1000 - n, want))
+    report("kept state strings: 10 window ends, counts 30..120", problems)
+
+
 def test_concurrency():
     """lua/concurrency.lua at chosen times: the same sequence and figures
     as test_concurrency in tests/unit/test_limiter_local.c."""
@@ -1112,6 +1148,7 @@ def run_suite():
     test_gcra_equals_token_bucket()
     test_leaky_delays()
     test_redis_time()
+    test_kept_strings()
     test_concurrency()
     test_abi_errors()
 

@@ -65,6 +65,19 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
     push(c, used, buf, util_format_int(buf, v));
 }
 
+/* Empties out and gives it room for nargs arguments of bytes bytes in all:
+ * one allocation (args, lens, then the bytes), freed by scripts_call_free,
+ * since a call's allocations are a share of each check's cost. */
+static void call_alloc(struct script_call *out, size_t nargs, size_t bytes)
+{
+    memset(out, 0, sizeof *out);
+    char *block = xmalloc(nargs * (sizeof *out->args + sizeof *out->lens) + bytes);
+    out->args = (const char **)(void *)block;
+    out->lens = (size_t *)(void *)(block + nargs * sizeof *out->args);
+    out->mem = block + nargs * (sizeof *out->args + sizeof *out->lens);
+    out->mem_size = bytes;
+}
+
 /* A bound on the bytes one number takes in the call, with its NUL. */
 #define NUM_BYTES 24
 
@@ -148,11 +161,7 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
     int nonce = req->lease_nonce[0] != '\0';
     size_t nargs = nkeys + 2 + 2 * req->nchecks + (size_t)nonce;
     bytes += sizeof req->lease_nonce;
-    memset(out, 0, sizeof *out);
-    out->args = xcalloc(nargs, sizeof *out->args);
-    out->lens = xcalloc(nargs, sizeof *out->lens);
-    out->mem = xmalloc(bytes);
-    out->mem_size = bytes;
+    call_alloc(out, nargs, bytes);
     out->ntiers = ntiers;
     out->nkeys = nkeys;
     size_t used = 0;
@@ -207,11 +216,7 @@ void scripts_build_lease_call(const struct config *cfg, int renew, const struct 
     size_t bytes = 2 * NUM_BYTES + 4;
     for (size_t i = 0; i < n; i++)
         bytes += POLICY_KEY_BUF + LEASE_MEMBER_MAX + NUM_BYTES;
-    memset(out, 0, sizeof *out);
-    out->args = xcalloc(n + 2 + 2 * n, sizeof *out->args);
-    out->lens = xcalloc(n + 2 + 2 * n, sizeof *out->lens);
-    out->mem = xmalloc(bytes);
-    out->mem_size = bytes;
+    call_alloc(out, n + 2 + 2 * n, bytes);
     out->nkeys = n;
     size_t used = 0;
     char key[POLICY_KEY_BUF], member[LEASE_MEMBER_MAX];
@@ -252,9 +257,7 @@ int scripts_decode_lease(const long long *ints, size_t n, size_t nleases, struct
 
 void scripts_call_free(struct script_call *call)
 {
-    free(call->args);
-    free(call->lens);
-    free(call->mem);
+    free(call->args); /* the one block of call_alloc */
     memset(call, 0, sizeof *call);
 }
 

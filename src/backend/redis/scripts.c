@@ -66,16 +66,24 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
 }
 
 /* Empties out and gives it room for nargs arguments of bytes bytes in all:
- * one allocation (args, lens, then the bytes), freed by scripts_call_free,
- * since a call's allocations are a share of each check's cost. */
+ * one allocation (args, lens, then the bytes), kept from the call out held
+ * before when large enough, freed by scripts_call_free. */
 static void call_alloc(struct script_call *out, size_t nargs, size_t bytes)
 {
+    size_t need = nargs * (sizeof *out->args + sizeof *out->lens) + bytes;
+    char *block = (char *)(void *)out->args;
+    size_t cap = out->cap;
+    if (!block || cap < need) {
+        free(block);
+        block = xmalloc(need);
+        cap = need;
+    }
     memset(out, 0, sizeof *out);
-    char *block = xmalloc(nargs * (sizeof *out->args + sizeof *out->lens) + bytes);
     out->args = (const char **)(void *)block;
     out->lens = (size_t *)(void *)(block + nargs * sizeof *out->args);
     out->mem = block + nargs * (sizeof *out->args + sizeof *out->lens);
     out->mem_size = bytes;
+    out->cap = cap;
 }
 
 /* A bound on the bytes one number takes in the call, with its NUL. */

@@ -71,7 +71,10 @@ void scripts_sha1(char out[41]);
 
 /*
  * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
- * Free it with scripts_call_free.
+ * Free it with scripts_call_free. A build (scripts_build_call,
+ * scripts_build_lease_call) takes a zeroed struct or one built before and
+ * not freed, whose memory it reuses when large enough: a caller that keeps
+ * its calls for reuse allocates nothing per call once warm.
  */
 struct script_call {
     size_t nkeys;
@@ -82,6 +85,7 @@ struct script_call {
     size_t *lens;
     char *mem;
     size_t mem_size;
+    size_t cap; /* bytes of the one allocation, which starts at args */
 };
 
 /* Builds the call deciding every tier of every check of req. now_us < 0

@@ -304,7 +304,7 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
     struct pending *p = pending_new(b);
     p->b = b;
     p->done = done;
-    scripts_build_call(cfg, req, now_us, &p->call);
+    scripts_rebuild_call(cfg, req, now_us, &p->call);
     return send_call(b, cfg, p, arg);
 }
 
@@ -320,7 +320,7 @@ static int redis_lease(struct backend *iface, const struct config *cfg, int rene
     p->lease_done = done;
     p->nleases = n;
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
-    scripts_build_lease_call(cfg, renew, refs, n, now, &p->call);
+    scripts_rebuild_lease_call(cfg, renew, refs, n, now, &p->call);
     return send_call(b, cfg, p, arg);
 }
 

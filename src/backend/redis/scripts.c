@@ -146,8 +146,8 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
     *used += len + 1;
 }
 
-void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
-                        struct script_call *out)
+void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                          struct script_call *out)
 {
     size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
     size_t prefix = strlen(cfg->key_prefix);
@@ -218,8 +218,8 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push(out, &used, req->lease_nonce, strlen(req->lease_nonce));
 }
 
-void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
-                              size_t n, int64_t now_us, struct script_call *out)
+void scripts_rebuild_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                                size_t n, int64_t now_us, struct script_call *out)
 {
     size_t bytes = 2 * NUM_BYTES + 4;
     for (size_t i = 0; i < n; i++)
@@ -261,6 +261,20 @@ int scripts_decode_lease(const long long *ints, size_t n, size_t nleases, struct
         out[i].expires_us = ints[2 + 2 * i];
     }
     return 0;
+}
+
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out)
+{
+    memset(out, 0, sizeof *out);
+    scripts_rebuild_call(cfg, req, now_us, out);
+}
+
+void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                              size_t n, int64_t now_us, struct script_call *out)
+{
+    memset(out, 0, sizeof *out);
+    scripts_rebuild_lease_call(cfg, renew, refs, n, now_us, out);
 }
 
 void scripts_call_free(struct script_call *call)

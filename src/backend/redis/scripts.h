@@ -71,10 +71,7 @@ void scripts_sha1(char out[41]);
 
 /*
  * The arguments of one script call: args[0..nkeys) are KEYS, the rest ARGV.
- * Free it with scripts_call_free. A build (scripts_build_call,
- * scripts_build_lease_call) takes a zeroed struct or one built before and
- * not freed, whose memory it reuses when large enough: a caller that keeps
- * its calls for reuse allocates nothing per call once warm.
+ * Free it with scripts_call_free.
  */
 struct script_call {
     size_t nkeys;
@@ -93,6 +90,14 @@ struct script_call {
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out);
 void scripts_call_free(struct script_call *call);
+
+/* The same builds into a call built before and not freed (or zeroed),
+ * reusing its memory when large enough: a caller that keeps its calls for
+ * reuse allocates nothing per call once warm. */
+void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                          struct script_call *out);
+void scripts_rebuild_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                                size_t n, int64_t now_us, struct script_call *out);
 
 /* Builds the call releasing (renew 0) or renewing the n leases of refs,
  * one KEY each: ARGV now_us (or ""), SCRIPTS_LEASE_*, then per lease its

@@ -2,10 +2,9 @@
 /*
  * redis_conn.h: one connection to one Redis server that the daemon drives
  * itself: a libevent bufferevent (plain TCP, a unix socket, or TLS through
- * libevent_openssl), our reply parser (resp_reader.h, which builds
- * hiredis's redisReply trees) and hiredis's command formatter
- * (redisFormatCommandArgv), nothing else of hiredis. Debian's hiredis 0.14
- * has no TLS and no timeouts, hence this module.
+ * libevent_openssl), hiredis's reply reader (redisReaderCreate) and command
+ * formatter (redisFormatCommandArgv), nothing else of hiredis. Debian's
+ * hiredis 0.14 has no TLS and no timeouts, hence this module.
  *
  * What it owns: the socket, the TLS session, the connect deadline, AUTH and
  * SELECT from the endpoint (sent first on every connection), the FIFO of

@@ -182,15 +182,15 @@ static void json_calendar(struct json_out *j, const struct calendar_spec *c)
 {
     if (c->unit == CALENDAR_NONE)
         return;
-    json_out_key(j, "calendar");
+    json_out_lkey(j, "calendar");
     json_out_begin(j, '{');
-    json_out_key(j, "unit");
+    json_out_lkey(j, "unit");
     json_out_cstr(j, calendar_unit_names[c->unit - 1]);
-    json_out_key(j, "timezone");
+    json_out_lkey(j, "timezone");
     json_out_cstr(j, tzif_name(c->zone));
-    json_out_key(j, "anchor_day");
+    json_out_lkey(j, "anchor_day");
     json_out_int(j, c->anchor_day);
-    json_out_key(j, "week_start");
+    json_out_lkey(j, "week_start");
     json_out_cstr(j, calendar_weekday_names[c->week_start]);
     json_out_end(j, '}');
 }
@@ -269,24 +269,24 @@ static void json_field(struct json_out *j, const struct domain_limit *l, const s
 
 static void json_policy(struct json_out *j, const struct policy *p)
 {
-    json_out_key(j, "policy");
+    json_out_lkey(j, "policy");
     if (!p) {
         json_out_null(j);
         return;
     }
     json_out_begin(j, '{');
-    json_out_key(j, "name");
+    json_out_lkey(j, "name");
     json_out_cstr(j, p->name);
-    json_out_key(j, "shadow");
+    json_out_lkey(j, "shadow");
     json_out_bool(j, p->shadow);
-    json_out_key(j, "tiers");
+    json_out_lkey(j, "tiers");
     json_out_begin(j, '[');
     for (size_t i = 0; i < p->ntiers; i++) {
         const struct tier *t = &p->tiers[i];
         json_out_begin(j, '{');
-        json_out_key(j, "name");
+        json_out_lkey(j, "name");
         json_out_cstr(j, t->name);
-        json_out_key(j, "algorithm");
+        json_out_lkey(j, "algorithm");
         json_out_cstr(j, policy_algorithm_name(t->algorithm));
         for (size_t k = 0; k < NTIER_INTS; k++) {
             json_out_key(j, TIER_INTS[k].name);
@@ -306,9 +306,9 @@ static void json_entries(struct json_out *j, const struct frame *f)
         json_entries(j, f->up);
     const struct domain_node *d = f->node;
     json_out_begin(j, '{');
-    json_out_key(j, "key");
+    json_out_lkey(j, "key");
     json_out_cstr(j, d->key);
-    json_out_key(j, "value");
+    json_out_lkey(j, "value");
     if (!d->value)
         json_out_null(j);
     else
@@ -325,13 +325,13 @@ static void json_nodes(struct json_out *j, struct buf *scratch, const char *doma
         if (d->has_limit) {
             const struct domain_limit *l = &d->limit;
             json_out_begin(j, '{');
-            json_out_key(j, "key");
+            json_out_lkey(j, "key");
             scratch->len = 0;
             buf_append_str(scratch, domain);
             buf_append_char(scratch, '.');
             buf_append_str(scratch, l->path ? l->path : "");
             json_out_str(j, scratch->data, scratch->len);
-            json_out_key(j, "descriptors");
+            json_out_lkey(j, "descriptors");
             json_out_begin(j, '[');
             json_entries(j, &f);
             json_out_end(j, ']');
@@ -349,13 +349,13 @@ void domains_dump_json(const struct domain *domains, size_t n, struct buf *out)
     struct json_out j = json_out_start(out);
     struct buf scratch = {0};
     json_out_begin(&j, '{');
-    json_out_key(&j, "domains");
+    json_out_lkey(&j, "domains");
     json_out_begin(&j, '[');
     for (size_t i = 0; i < n; i++) {
         json_out_begin(&j, '{');
-        json_out_key(&j, "domain");
+        json_out_lkey(&j, "domain");
         json_out_cstr(&j, domains[i].name);
-        json_out_key(&j, "limits");
+        json_out_lkey(&j, "limits");
         json_out_begin(&j, '[');
         json_nodes(&j, &scratch, domains[i].name, domains[i].children, domains[i].nchildren, NULL);
         json_out_end(&j, ']');

@@ -38,6 +38,12 @@ void json_out_key(struct json_out *j, const char *key)
     j->comma = 0;
 }
 
+void json_out_raw_key(struct json_out *j, const char *quoted, size_t len)
+{
+    sep(j);
+    buf_append(j->b, quoted, len);
+}
+
 /* The length of the valid UTF-8 sequence at p (n > 0 bytes left), or 0. */
 static size_t utf8_seq(const unsigned char *p, size_t n)
 {

@@ -38,6 +38,14 @@ void json_out_end(struct json_out *j, char close);
 /* "key": (key is trusted text: a literal of the caller's). */
 void json_out_key(struct json_out *j, const char *key);
 
+/* The same for a string literal of plain ASCII (nothing to escape), quoted
+ * at compile time and written with one copy: the answers' keys, a sixth of
+ * the instructions of a check's answer when escaped one by one. */
+#define json_out_lkey(j, lit) json_out_raw_key((j), "\"" lit "\":", sizeof(lit) + 2)
+
+/* Writes quoted (len bytes: "key": as it must appear) where a key goes. */
+void json_out_raw_key(struct json_out *j, const char *quoted, size_t len);
+
 /* A string of len bytes (may contain NUL: written as \u0000), cleaned. */
 void json_out_str(struct json_out *j, const char *s, size_t len);
 

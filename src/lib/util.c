@@ -197,22 +197,43 @@ int64_t util_realtime_us(void)
     return clock_us(CLOCK_REALTIME);
 }
 
+/* Two digits per division: the answers' and the calls' numbers are
+ * mostly of 10 to 16 digits (microseconds since the epoch, limits). */
+static const char digit_pairs[] = "00010203040506070809"
+                                  "10111213141516171819"
+                                  "20212223242526272829"
+                                  "30313233343536373839"
+                                  "40414243444546474849"
+                                  "50515253545556575859"
+                                  "60616263646566676869"
+                                  "70717273747576777879"
+                                  "80818283848586878889"
+                                  "90919293949596979899";
+
 size_t util_format_int(char *out, long long v)
 {
     /* The magnitude as unsigned, so LLONG_MIN needs no special case. */
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
     char tmp[UTIL_INT_CHARS];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    char *p = tmp + sizeof tmp;
+    while (u >= 100) {
+        unsigned d = (unsigned)(u % 100) * 2;
+        u /= 100;
+        p -= 2;
+        memcpy(p, digit_pairs + d, 2);
+    }
+    if (u >= 10) {
+        p -= 2;
+        memcpy(p, digit_pairs + u * 2, 2);
+    } else {
+        *--p = (char)('0' + u);
+    }
     size_t len = 0;
     if (v < 0)
         out[len++] = '-';
-    while (n)
-        out[len++] = tmp[--n];
-    return len;
+    size_t n = (size_t)(tmp + sizeof tmp - p);
+    memcpy(out + len, p, n);
+    return len + n;
 }
 
 int64_t util_ceil_div(int64_t a, int64_t b)

@@ -37,7 +37,7 @@ static void test_shape(void)
     json_out_bool(&j, 1);
     json_out_key(&j, "n");
     json_out_int(&j, -9223372036854775807LL - 1);
-    json_out_key(&j, "none");
+    json_out_lkey(&j, "none");
     json_out_null(&j);
     json_out_key(&j, "list");
     json_out_begin(&j, '[');
@@ -52,11 +52,13 @@ static void test_shape(void)
     json_out_begin(&j, '[');
     json_out_end(&j, ']');
     json_out_end(&j, ']');
+    json_out_lkey(&j, "k"); /* after a value: a comma first */
+    json_out_int(&j, 7);
     json_out_end(&j, '}');
     is_str(text(&b),
            "{\"allowed\":true,\"n\":-9223372036854775808,\"none\":null,"
-           "\"list\":[{\"a\":false},{},7,\"s\",[]]}",
-           "objects, arrays, separators, every kind of value");
+           "\"list\":[{\"a\":false},{},7,\"s\",[]],\"k\":7}",
+           "objects, arrays, separators, every kind of value, keys literal or not");
     buf_free(&b);
 
     /* After an HTTP head (ends with '\n') no separator is written. */

@@ -5,7 +5,7 @@
  * (resets.h) subscribed to "<key_prefix>reset". See
  * backend_redis.h. Owns the node, the listener, the TLS context (when the
  * URL is rediss://), the URL's credentials and every in-flight call's copy
- * of its arguments.
+ * of its arguments (and the finished calls kept for reuse).
  *
  * Resets (the admin API's DELETE) go on the node's connection, and the
  * listener is its own connection to the same server: both are resets.h's.
@@ -55,6 +55,10 @@ struct backend_redis {
     struct resets_listener *sub;
     char *channel; /* owned; NULL until watch_resets */
     int started;   /* ops->start was called: the listener may connect */
+    /* Finished calls kept for reuse with their arguments' memory: no
+     * allocation per check once warm. */
+    struct pending *spare;
+    size_t nspare;
 };
 
 /* One call in flight; owns its arguments (the node borrows them, and may
@@ -66,7 +70,11 @@ struct pending {
     size_t nleases;
     void *arg;
     struct script_call call;
+    struct pending *next_spare;
 };
+
+/* Spares kept at most: the calls in flight at a busy moment. */
+#define MAX_SPARE_PENDING 256
 
 /* ---- the server ---- */
 
@@ -165,8 +173,28 @@ static void on_node_state(void *arg, struct redis_node *n, int ready)
 
 /* ---- calls ---- */
 
+/* A call to fill: a spare (its call's memory kept) or a new one. */
+static struct pending *pending_new(struct backend_redis *b)
+{
+    struct pending *p = b->spare;
+    if (!p)
+        return xcalloc(1, sizeof *p);
+    b->spare = p->next_spare;
+    b->nspare--;
+    struct script_call keep = p->call;
+    *p = (struct pending){.call = keep};
+    return p;
+}
+
 static void pending_free(struct pending *p)
 {
+    struct backend_redis *b = p->b;
+    if (b && !b->freeing && b->nspare < MAX_SPARE_PENDING) {
+        p->next_spare = b->spare;
+        b->spare = p;
+        b->nspare++;
+        return;
+    }
     scripts_call_free(&p->call);
     free(p);
 }
@@ -252,7 +280,6 @@ static void on_call_reply(void *arg, redisReply *r)
 static int send_call(struct backend_redis *b, const struct config *cfg, struct pending *p,
                      void *arg)
 {
-    p->b = b;
     p->arg = arg;
     /* redis.timeout and redis.batch may change on reload: the stall rule
      * and the batches follow. */
@@ -274,9 +301,10 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
      * answer now rather than wait for a deadline. */
     if (!redis_node_ready(b->node))
         return -1;
-    struct pending *p = xcalloc(1, sizeof *p);
+    struct pending *p = pending_new(b);
+    p->b = b;
     p->done = done;
-    scripts_build_call(cfg, req, now_us, &p->call);
+    scripts_rebuild_call(cfg, req, now_us, &p->call);
     return send_call(b, cfg, p, arg);
 }
 
@@ -287,11 +315,12 @@ static int redis_lease(struct backend *iface, const struct config *cfg, int rene
     struct backend_redis *b = (struct backend_redis *)iface;
     if (!redis_node_ready(b->node))
         return -1;
-    struct pending *p = xcalloc(1, sizeof *p);
+    struct pending *p = pending_new(b);
+    p->b = b;
     p->lease_done = done;
     p->nleases = n;
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
-    scripts_build_lease_call(cfg, renew, refs, n, now, &p->call);
+    scripts_rebuild_lease_call(cfg, renew, refs, n, now, &p->call);
     return send_call(b, cfg, p, arg);
 }
 
@@ -360,6 +389,12 @@ static void redis_free(struct backend *iface)
     b->freeing = 1;
     redis_sentinel_free(b->sentinel);
     redis_node_free(b->node);
+    while (b->spare) {
+        struct pending *p = b->spare;
+        b->spare = p->next_spare;
+        scripts_call_free(&p->call);
+        free(p);
+    }
     resets_listener_free(b->sub);
     free(b->channel);
     free(b->master_host);

@@ -251,13 +251,20 @@ static void on_ready_timeout(evutil_socket_t fd, short what, void *arg)
 
 /* ---- calls ---- */
 
+/* One bulk string, written straight into room reserved for it. */
 static void resp_bulk(struct buf *out, const char *s, size_t len)
 {
-    buf_append_char(out, '$');
-    buf_append_int(out, (long long)len);
-    buf_append(out, "\r\n", 2);
-    buf_append(out, s, len);
-    buf_append(out, "\r\n", 2);
+    char *p = buf_reserve(out, len + UTIL_INT_CHARS + 5);
+    size_t n = 0;
+    p[n++] = '$';
+    n += util_format_int(p + n, (long long)len);
+    p[n++] = '\r';
+    p[n++] = '\n';
+    memcpy(p + n, s, len);
+    n += len;
+    p[n++] = '\r';
+    p[n++] = '\n';
+    out->len += n;
 }
 
 /* The call as RESP, into out (emptied first): FCALL (or EVALSHA on a server

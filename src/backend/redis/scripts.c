@@ -65,6 +65,27 @@ static void push_int(struct script_call *c, size_t *used, int64_t v)
     push(c, used, buf, util_format_int(buf, v));
 }
 
+/* Empties out and gives it room for nargs arguments of bytes bytes in all:
+ * one allocation (args, lens, then the bytes), kept from the call out held
+ * before when large enough, freed by scripts_call_free. */
+static void call_alloc(struct script_call *out, size_t nargs, size_t bytes)
+{
+    size_t need = nargs * (sizeof *out->args + sizeof *out->lens) + bytes;
+    char *block = (char *)(void *)out->args;
+    size_t cap = out->cap;
+    if (!block || cap < need) {
+        free(block);
+        block = xmalloc(need);
+        cap = need;
+    }
+    memset(out, 0, sizeof *out);
+    out->args = (const char **)(void *)block;
+    out->lens = (size_t *)(void *)(block + nargs * sizeof *out->args);
+    out->mem = block + nargs * (sizeof *out->args + sizeof *out->lens);
+    out->mem_size = bytes;
+    out->cap = cap;
+}
+
 /* A bound on the bytes one number takes in the call, with its NUL. */
 #define NUM_BYTES 24
 
@@ -125,8 +146,8 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
     *used += len + 1;
 }
 
-void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
-                        struct script_call *out)
+void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                          struct script_call *out)
 {
     size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
     size_t prefix = strlen(cfg->key_prefix);
@@ -148,11 +169,7 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
     int nonce = req->lease_nonce[0] != '\0';
     size_t nargs = nkeys + 2 + 2 * req->nchecks + (size_t)nonce;
     bytes += sizeof req->lease_nonce;
-    memset(out, 0, sizeof *out);
-    out->args = xcalloc(nargs, sizeof *out->args);
-    out->lens = xcalloc(nargs, sizeof *out->lens);
-    out->mem = xmalloc(bytes);
-    out->mem_size = bytes;
+    call_alloc(out, nargs, bytes);
     out->ntiers = ntiers;
     out->nkeys = nkeys;
     size_t used = 0;
@@ -201,17 +218,13 @@ void scripts_build_call(const struct config *cfg, const struct check_request *re
         push(out, &used, req->lease_nonce, strlen(req->lease_nonce));
 }
 
-void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
-                              size_t n, int64_t now_us, struct script_call *out)
+void scripts_rebuild_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                                size_t n, int64_t now_us, struct script_call *out)
 {
     size_t bytes = 2 * NUM_BYTES + 4;
     for (size_t i = 0; i < n; i++)
         bytes += POLICY_KEY_BUF + LEASE_MEMBER_MAX + NUM_BYTES;
-    memset(out, 0, sizeof *out);
-    out->args = xcalloc(n + 2 + 2 * n, sizeof *out->args);
-    out->lens = xcalloc(n + 2 + 2 * n, sizeof *out->lens);
-    out->mem = xmalloc(bytes);
-    out->mem_size = bytes;
+    call_alloc(out, n + 2 + 2 * n, bytes);
     out->nkeys = n;
     size_t used = 0;
     char key[POLICY_KEY_BUF], member[LEASE_MEMBER_MAX];
@@ -250,11 +263,23 @@ int scripts_decode_lease(const long long *ints, size_t n, size_t nleases, struct
     return 0;
 }
 
+void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                        struct script_call *out)
+{
+    memset(out, 0, sizeof *out);
+    scripts_rebuild_call(cfg, req, now_us, out);
+}
+
+void scripts_build_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                              size_t n, int64_t now_us, struct script_call *out)
+{
+    memset(out, 0, sizeof *out);
+    scripts_rebuild_lease_call(cfg, renew, refs, n, now_us, out);
+}
+
 void scripts_call_free(struct script_call *call)
 {
-    free(call->args);
-    free(call->lens);
-    free(call->mem);
+    free(call->args); /* the one block of call_alloc */
     memset(call, 0, sizeof *call);
 }
 

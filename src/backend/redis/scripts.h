@@ -82,6 +82,7 @@ struct script_call {
     size_t *lens;
     char *mem;
     size_t mem_size;
+    size_t cap; /* bytes of the one allocation, which starts at args */
 };
 
 /* Builds the call deciding every tier of every check of req. now_us < 0
@@ -89,6 +90,14 @@ struct script_call {
 void scripts_build_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                         struct script_call *out);
 void scripts_call_free(struct script_call *call);
+
+/* The same builds into a call built before and not freed (or zeroed),
+ * reusing its memory when large enough: a caller that keeps its calls for
+ * reuse allocates nothing per call once warm. */
+void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                          struct script_call *out);
+void scripts_rebuild_lease_call(const struct config *cfg, int renew, const struct lease_ref *refs,
+                                size_t n, int64_t now_us, struct script_call *out);
 
 /* Builds the call releasing (renew 0) or renewing the n leases of refs,
  * one KEY each: ARGV now_us (or ""), SCRIPTS_LEASE_*, then per lease its

@@ -130,9 +130,9 @@ void admin_inspect_request(struct admin_target *t, struct check_request *out)
 
 static void names_json(struct json_out *j, const char *policy, const char *key, size_t keylen)
 {
-    json_out_key(j, "policy");
+    json_out_lkey(j, "policy");
     json_out_cstr(j, policy);
-    json_out_key(j, "key");
+    json_out_lkey(j, "key");
     json_out_str(j, key, keylen);
 }
 
@@ -156,15 +156,15 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
     struct json_out j = json_out_start(&body);
     json_out_begin(&j, '{');
     names_json(&j, p->name, c->key, c->keylen);
-    json_out_key(&j, "allowed");
+    json_out_lkey(&j, "allowed");
     json_out_bool(&j, allowed);
     if (v->kind == VERDICT_LOCAL) {
-        json_out_key(&j, "degraded");
+        json_out_lkey(&j, "degraded");
         json_out_bool(&j, 1);
-        json_out_key(&j, "local");
+        json_out_lkey(&j, "local");
         json_out_bool(&j, 1);
     }
-    json_out_key(&j, "tiers");
+    json_out_lkey(&j, "tiers");
     json_out_begin(&j, '[');
     for (size_t i = 0; i < p->ntiers; i++)
         response_tier_json(&j, &p->tiers[i], &now[i], &next[i], RESPONSE_TIER_INSPECT);
@@ -197,12 +197,12 @@ int admin_render_reset(struct buf *out, const struct reset_result *res, unsigned
     struct json_out j = json_out_start(&body);
     json_out_begin(&j, '{');
     names_json(&j, res->policy, res->key, res->keylen);
-    json_out_key(&j, "reset");
+    json_out_lkey(&j, "reset");
     json_out_bool(&j, 1);
-    json_out_key(&j, "deleted");
+    json_out_lkey(&j, "deleted");
     json_out_int(&j, res->deleted);
     if (res->notified >= 0) {
-        json_out_key(&j, "notified");
+        json_out_lkey(&j, "notified");
         json_out_int(&j, res->notified);
     }
     json_out_end(&j, '}');

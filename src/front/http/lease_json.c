@@ -76,30 +76,30 @@ int lease_json_render(struct buf *out, const struct lease_result *res, unsigned 
     struct json_out j = json_out_start(&body);
     json_out_begin(&j, '{');
     if (res->renew) {
-        json_out_key(&j, "renewed");
+        json_out_lkey(&j, "renewed");
         json_out_int(&j, (long long)res->renewed);
-        json_out_key(&j, "expired");
+        json_out_lkey(&j, "expired");
         json_out_int(&j, (long long)res->expired);
-        json_out_key(&j, "unknown");
+        json_out_lkey(&j, "unknown");
         json_out_int(&j, (long long)res->unknown);
     } else {
-        json_out_key(&j, "released");
+        json_out_lkey(&j, "released");
         json_out_int(&j, (long long)res->released);
-        json_out_key(&j, "unknown");
+        json_out_lkey(&j, "unknown");
         json_out_int(&j, (long long)(res->unknown + res->expired));
-        json_out_key(&j, "expired");
+        json_out_lkey(&j, "expired");
         json_out_int(&j, (long long)res->expired);
     }
-    json_out_key(&j, "leases");
+    json_out_lkey(&j, "leases");
     json_out_begin(&j, '[');
     for (size_t i = 0; i < res->n; i++) {
         json_out_begin(&j, '{');
-        json_out_key(&j, "id");
+        json_out_lkey(&j, "id");
         json_out_cstr(&j, res->ids[i]);
-        json_out_key(&j, "status");
+        json_out_lkey(&j, "status");
         json_out_cstr(&j, status_name(res, res->outcomes[i].status));
         if (res->renew && res->outcomes[i].status == LEASE_DONE) {
-            json_out_key(&j, "expires_ms");
+            json_out_lkey(&j, "expires_ms");
             json_out_int(&j, res->outcomes[i].expires_us / 1000);
         }
         json_out_end(&j, '}');

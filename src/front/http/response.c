@@ -136,32 +136,32 @@ void response_tier_json(struct json_out *j, const struct tier *t, const struct t
                         const struct tier_result *next, enum response_tier_form form)
 {
     json_out_begin(j, '{');
-    json_out_key(j, "name");
+    json_out_lkey(j, "name");
     json_out_cstr(j, t->name);
-    json_out_key(j, "algorithm");
+    json_out_lkey(j, "algorithm");
     json_out_cstr(j, policy_algorithm_name(t->algorithm));
     if (form == RESPONSE_TIER_CHECK) {
-        json_out_key(j, "allowed");
+        json_out_lkey(j, "allowed");
         json_out_bool(j, next->allowed);
     }
-    json_out_key(j, "limit");
+    json_out_lkey(j, "limit");
     json_out_int(j, now->limit);
-    json_out_key(j, "remaining");
+    json_out_lkey(j, "remaining");
     json_out_int(j, now->remaining);
-    json_out_key(j, "reset_ms");
+    json_out_lkey(j, "reset_ms");
     json_out_int(j, rate_headers_ms(now->reset_us));
     if (form == RESPONSE_TIER_INSPECT) {
-        json_out_key(j, "allowed");
+        json_out_lkey(j, "allowed");
         json_out_bool(j, next->allowed);
     }
-    json_out_key(j, "retry_after_ms");
+    json_out_lkey(j, "retry_after_ms");
     ms_or_null(j, next->allowed ? 0 : next->retry_us);
     if (policy_algorithm_has_delay(t->algorithm)) {
-        json_out_key(j, "delay_ms");
+        json_out_lkey(j, "delay_ms");
         json_out_int(j, rate_headers_ms(next->delay_us));
     }
     if (form == RESPONSE_TIER_CHECK && next->cost_exceeds_limit) {
-        json_out_key(j, "reason");
+        json_out_lkey(j, "reason");
         json_out_cstr(j, "cost_exceeds_limit");
     }
     json_out_end(j, '}');
@@ -170,9 +170,9 @@ void response_tier_json(struct json_out *j, const struct tier *t, const struct t
 /* "policy", "key" of one check. */
 static void check_names(struct json_out *j, const struct check_item *c)
 {
-    json_out_key(j, "policy");
+    json_out_lkey(j, "policy");
     json_out_cstr(j, c->policy->name);
-    json_out_key(j, "key");
+    json_out_lkey(j, "key");
     json_out_str(j, c->key, c->keylen);
 }
 
@@ -180,7 +180,7 @@ static void checks_json(struct json_out *j, const struct check_request *req,
                         const struct tier_result *results, const struct decision_summary *sum)
 {
     const struct tier_result *r = results;
-    json_out_key(j, "checks");
+    json_out_lkey(j, "checks");
     json_out_begin(j, '[');
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
@@ -188,13 +188,13 @@ static void checks_json(struct json_out *j, const struct check_request *req,
         int check_allowed = decision_check_allowed(sum, i);
         json_out_begin(j, '{');
         check_names(j, c);
-        json_out_key(j, "allowed");
+        json_out_lkey(j, "allowed");
         json_out_bool(j, check_allowed || p->shadow);
         if (p->shadow && !check_allowed) {
-            json_out_key(j, "shadow_denied");
+            json_out_lkey(j, "shadow_denied");
             json_out_bool(j, 1);
         }
-        json_out_key(j, "tiers");
+        json_out_lkey(j, "tiers");
         json_out_begin(j, '[');
         for (size_t t = 0; t < p->ntiers; t++, r++)
             response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK);
@@ -223,16 +223,16 @@ static void leases_json(struct json_out *j, const struct verdict *v, int local, 
             if (n < 0)
                 continue; /* LEASE_ID_MAX bounds every valid id */
             if (!any) {
-                json_out_key(j, "leases");
+                json_out_lkey(j, "leases");
                 json_out_begin(j, '[');
             }
             json_out_begin(j, '{');
             check_names(j, c);
-            json_out_key(j, "tier");
+            json_out_lkey(j, "tier");
             json_out_cstr(j, tier->name);
-            json_out_key(j, "id");
+            json_out_lkey(j, "id");
             json_out_str(j, id, (size_t)n);
-            json_out_key(j, "expires_ms");
+            json_out_lkey(j, "expires_ms");
             json_out_int(j, (r->now_us + tier->lease_timeout_us) / 1000);
             json_out_end(j, '}');
             if (any)
@@ -253,36 +253,36 @@ static int decision(struct buf *out, const struct verdict *v, int local, unsigne
     size_t start = out->len;
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
-    json_out_key(&j, "allowed");
+    json_out_lkey(&j, "allowed");
     json_out_bool(&j, sum->allowed);
-    json_out_key(&j, "limit");
+    json_out_lkey(&j, "limit");
     json_out_int(&j, bind->limit);
-    json_out_key(&j, "remaining");
+    json_out_lkey(&j, "remaining");
     json_out_int(&j, bind->remaining);
-    json_out_key(&j, "reset_ms");
+    json_out_lkey(&j, "reset_ms");
     json_out_int(&j, rate_headers_ms(bind->reset_us));
-    json_out_key(&j, "retry_after_ms");
+    json_out_lkey(&j, "retry_after_ms");
     ms_or_null(&j, sum->retry_us);
     if (sum->any_leaky) {
-        json_out_key(&j, "delay_ms");
+        json_out_lkey(&j, "delay_ms");
         json_out_int(&j, rate_headers_ms(sum->delay_us));
     }
     if (sum->shadow_denied) {
-        json_out_key(&j, "shadow_denied");
+        json_out_lkey(&j, "shadow_denied");
         json_out_bool(&j, 1);
     }
     if (v->req->dry_run) {
-        json_out_key(&j, "dry_run");
+        json_out_lkey(&j, "dry_run");
         json_out_bool(&j, 1);
     }
     if (v->req->report) {
-        json_out_key(&j, "reported");
+        json_out_lkey(&j, "reported");
         json_out_bool(&j, 1);
     }
     if (local) {
-        json_out_key(&j, "degraded");
+        json_out_lkey(&j, "degraded");
         json_out_bool(&j, 1);
-        json_out_key(&j, "local");
+        json_out_lkey(&j, "local");
         json_out_bool(&j, 1);
     }
     checks_json(&j, v->req, v->results, sum);
@@ -311,29 +311,29 @@ static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
     size_t start = out->len;
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
-    json_out_key(&j, "allowed");
+    json_out_lkey(&j, "allowed");
     json_out_bool(&j, !closed);
     if (closed) {
-        json_out_key(&j, "error");
+        json_out_lkey(&j, "error");
         json_out_cstr(&j, "backend_unavailable");
     } else {
-        json_out_key(&j, "degraded");
+        json_out_lkey(&j, "degraded");
         json_out_bool(&j, 1);
     }
     if (req->report) {
         /* open: answered, not charged; closed: 503, for the caller to
          * send again */
-        json_out_key(&j, "reported");
+        json_out_lkey(&j, "reported");
         json_out_bool(&j, 0);
     }
-    json_out_key(&j, "message");
+    json_out_lkey(&j, "message");
     json_out_cstr(&j, v->why ? v->why : "the backend could not decide");
-    json_out_key(&j, "checks");
+    json_out_lkey(&j, "checks");
     json_out_begin(&j, '[');
     for (size_t i = 0; i < req->nchecks; i++) {
         json_out_begin(&j, '{');
         check_names(&j, &req->checks[i]);
-        json_out_key(&j, "failure_mode");
+        json_out_lkey(&j, "failure_mode");
         json_out_cstr(&j, mode_names[req->checks[i].policy->failure_mode]);
         json_out_end(&j, '}');
     }
@@ -353,9 +353,9 @@ static void error_answer(struct buf *out, int status, const char *code, const ch
     size_t start = out->len;
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
-    json_out_key(&j, "error");
+    json_out_lkey(&j, "error");
     json_out_cstr(&j, code);
-    json_out_key(&j, "message");
+    json_out_lkey(&j, "message");
     json_out_cstr(&j, message);
     json_out_end(&j, '}');
     finish(out, start, status, NULL, hs, flags);
@@ -419,32 +419,32 @@ static void rls_status_json(struct json_out *j, const struct rls_status *st)
 {
     json_out_begin(j, '{');
     if (st->code != RLS_CODE_UNKNOWN) {
-        json_out_key(j, "code");
+        json_out_lkey(j, "code");
         json_out_cstr(j, rls_code_name(st->code));
     }
     if (st->has_limit) {
-        json_out_key(j, "currentLimit");
+        json_out_lkey(j, "currentLimit");
         json_out_begin(j, '{');
         if (st->requests_per_unit) {
-            json_out_key(j, "requestsPerUnit");
+            json_out_lkey(j, "requestsPerUnit");
             json_out_int(j, st->requests_per_unit);
         }
         if (st->unit != RLS_UNIT_UNKNOWN) {
-            json_out_key(j, "unit");
+            json_out_lkey(j, "unit");
             json_out_cstr(j, rls_unit_name(st->unit));
         }
         if (st->limit_name && *st->limit_name) {
-            json_out_key(j, "name");
+            json_out_lkey(j, "name");
             json_out_cstr(j, st->limit_name);
         }
         json_out_end(j, '}');
     }
     if (st->limit_remaining) {
-        json_out_key(j, "limitRemaining");
+        json_out_lkey(j, "limitRemaining");
         json_out_int(j, st->limit_remaining);
     }
     if (st->has_limit) {
-        json_out_key(j, "durationUntilReset");
+        json_out_lkey(j, "durationUntilReset");
         json_duration(j, st->until_reset_s);
     }
     json_out_end(j, '}');
@@ -460,24 +460,24 @@ int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags)
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
     if (a->overall != RLS_CODE_UNKNOWN) {
-        json_out_key(&j, "overallCode");
+        json_out_lkey(&j, "overallCode");
         json_out_cstr(&j, rls_code_name(a->overall));
     }
     if (a->nstatuses) {
-        json_out_key(&j, "statuses");
+        json_out_lkey(&j, "statuses");
         json_out_begin(&j, '[');
         for (size_t i = 0; i < a->nstatuses; i++)
             rls_status_json(&j, &a->statuses[i]);
         json_out_end(&j, ']');
     }
     if (a->nheaders) {
-        json_out_key(&j, "responseHeadersToAdd");
+        json_out_lkey(&j, "responseHeadersToAdd");
         json_out_begin(&j, '[');
         for (size_t i = 0; i < a->nheaders; i++) {
             json_out_begin(&j, '{');
-            json_out_key(&j, "key");
+            json_out_lkey(&j, "key");
             json_out_cstr(&j, a->headers[i].name);
-            json_out_key(&j, "value");
+            json_out_lkey(&j, "value");
             json_out_str(&j, a->headers[i].value, a->headers[i].len);
             json_out_end(&j, '}');
         }
@@ -494,13 +494,13 @@ void response_auth_skipped(struct buf *out, const char *policy, const char *miss
     size_t start = out->len;
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
-    json_out_key(&j, "allowed");
+    json_out_lkey(&j, "allowed");
     json_out_bool(&j, 1);
-    json_out_key(&j, "skipped");
+    json_out_lkey(&j, "skipped");
     json_out_bool(&j, 1);
-    json_out_key(&j, "policy");
+    json_out_lkey(&j, "policy");
     json_out_cstr(&j, policy);
-    json_out_key(&j, "missing");
+    json_out_lkey(&j, "missing");
     json_out_cstr(&j, missing);
     json_out_end(&j, '}');
     finish(out, start, 200, NULL, NULL, flags);

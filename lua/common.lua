@@ -54,7 +54,14 @@ local fmod, floor, max, min, format, match, gmatch, tonumber, type
 -- they fall back to '%.0f'.
 local FMT_INT, FMT_F, FMT_C, FMT_T, FMT_G, FMT_W
 
+-- Whether SET takes PXAT (Redis 6.2+). redis.REDIS_VERSION_NUM exists from
+-- Redis 7.0 on: older servers (Redis 6.0, KeyDB, which run the EVAL form)
+-- get PX, which every Redis since 2.6.12 takes.
+local set_takes_pxat = false
+
 local function bind_globals()
+    local v = redis.REDIS_VERSION_NUM
+    set_takes_pxat = _G.type(v) == 'number' and v >= 0x060200
     fmod, floor, max, min = math.fmod, math.floor, math.max, math.min
     format, match, gmatch = string.format, string.match, string.gmatch
     tonumber, type = _G.tonumber, _G.type
@@ -148,7 +155,7 @@ end
 -- sliding_window_counter; measured with bench/batch_redis_cpu.py
 -- LIBRARIES=.)
 local function expiry_until(now, end_us)
-    if now_is_server then
+    if now_is_server and set_takes_pxat then
         return 'PXAT', int_string(idiv_ceil(end_us, 1000) + EXPIRY_SLACK_MS)
     end
     return 'PX', int_string(idiv_ceil(end_us - now, 1000) + EXPIRY_SLACK_MS)

@@ -317,6 +317,21 @@ int main(void)
     is_int(calls_null, 1, "with NULL, not with what followed the error");
     ok(strncmp(last_down, "protocol error", 14) == 0, "down says why: %s", last_down);
 
+    /* An array far larger than any reply (8 GB of element pointers): the
+     * reader fails and the connection drops, instead of an allocation
+     * aborting the daemon. */
+    ok(run_until(reconnected), "reconnects");
+    run_until(has_setup);
+    server_send("+OK\r\n+OK\r\n");
+    reset_counts();
+    nreceived = 0;
+    redis_conn_command(conn, record, "q", 1, ping, ping_len);
+    run_until(got_ping);
+    server_send("*1000000000\r\n:1\r\n");
+    ok(run_until(is_down), "a billion-element array drops the connection");
+    is_str(order, "q", "the waiting call completed once");
+    is_int(calls_null, 1, "with NULL");
+
     /* Free with a call waiting: it completes with NULL, no down. */
     ok(run_until(reconnected), "reconnects");
     run_until(has_setup);

@@ -230,8 +230,15 @@ typedef size_t reply_count;
 typedef int reply_count;
 #endif
 
+/* More elements than any reply of ours holds: a broken or hostile server.
+ * NULL makes the reader fail with an error (the connection is dropped)
+ * rather than xmalloc abort the daemon, or memset gigabytes. */
+#define REPLY_MAX_ELEMENTS (1 << 20)
+
 static void *reply_array(const redisReadTask *task, reply_count n)
 {
+    if (n > REPLY_MAX_ELEMENTS)
+        return NULL;
     redisReply **elements =
         n > 0 ? arena_alloc(task->privdata, (size_t)n * sizeof *elements) : NULL;
     if (elements)

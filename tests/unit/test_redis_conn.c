@@ -225,6 +225,24 @@ static void send_three(redis_reply_fn first, const char *tags)
     run_until(got_ping);
 }
 
+/* After a reconnection, one call whose reply is `bytes`, which the reader
+ * must refuse: the connection drops and the call completes once, with
+ * NULL, not with what followed. */
+static void reply_drops(const char *bytes, const char *what)
+{
+    ok(run_until(reconnected), "reconnects");
+    run_until(has_setup);
+    server_send("+OK\r\n+OK\r\n");
+    reset_counts();
+    nreceived = 0;
+    redis_conn_command(conn, record, "p", 1, ping, ping_len);
+    run_until(got_ping);
+    server_send(bytes);
+    ok(run_until(is_down), "%s drops the connection", what);
+    is_str(order, "p", "the waiting call completed once");
+    is_int(calls_null, 1, "with NULL, not with what followed");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as the daemon does (main.c) */
@@ -304,33 +322,13 @@ int main(void)
     /* Bytes that are not RESP: the reader's error drops the connection
      * (input never aborts the daemon), the waiting call completes with
      * NULL, and it reconnects as after any loss. */
-    ok(run_until(reconnected), "reconnects");
-    run_until(has_setup);
-    server_send("+OK\r\n+OK\r\n");
-    reset_counts();
-    nreceived = 0;
-    redis_conn_command(conn, record, "p", 1, ping, ping_len);
-    run_until(got_ping);
-    server_send("?this is not RESP\r\n+PONG\r\n");
-    ok(run_until(is_down), "a protocol error drops the connection");
-    is_str(order, "p", "the waiting call completed once");
-    is_int(calls_null, 1, "with NULL, not with what followed the error");
+    reply_drops("?this is not RESP\r\n+PONG\r\n", "a protocol error");
     ok(strncmp(last_down, "protocol error", 14) == 0, "down says why: %s", last_down);
 
     /* An array far larger than any reply (8 GB of element pointers): the
      * reader fails and the connection drops, instead of an allocation
      * aborting the daemon. */
-    ok(run_until(reconnected), "reconnects");
-    run_until(has_setup);
-    server_send("+OK\r\n+OK\r\n");
-    reset_counts();
-    nreceived = 0;
-    redis_conn_command(conn, record, "q", 1, ping, ping_len);
-    run_until(got_ping);
-    server_send("*1000000000\r\n:1\r\n");
-    ok(run_until(is_down), "a billion-element array drops the connection");
-    is_str(order, "q", "the waiting call completed once");
-    is_int(calls_null, 1, "with NULL");
+    reply_drops("*1000000000\r\n:1\r\n", "a billion-element array");
 
     /* Free with a call waiting: it completes with NULL, no down. */
     ok(run_until(reconnected), "reconnects");

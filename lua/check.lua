@@ -102,12 +102,12 @@ local INTS, nints = {}, 0
 local INTS_MAX = 1000
 
 local function int_of_kept(s, least)
+    if s == nil then
+        return nil -- an argument past the end (nil is no table key)
+    end
     local v = INTS[s]
     if v == nil then
         v = int_of(s, -EXACT_MAX) or false
-        if s == nil then
-            return nil -- an argument past the end (no table key)
-        end
         if nints >= INTS_MAX then
             INTS, nints = {}, 0
         end

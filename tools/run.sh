@@ -35,7 +35,7 @@ for a in "$@"; do
     case $a in
     -c | --config | --config=* | --listen | --listen=* | --backend | --backend=* | \
         --redis-url | --redis-url=*)
-        echo "run.sh: give the policy file, the port and the Redis as POLICY=, PORT=, BACKEND=, REDIS_URL=, not $a" >&2
+        echo "run.sh: not $a: give POLICY=, PORT=, BACKEND=, REDIS_URL= (run.sh passes them)" >&2
         exit 64
         ;;
     esac

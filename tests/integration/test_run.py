@@ -15,7 +15,8 @@
   non-zero with the daemon's bind error, and never says it is up.
 - A SIGHUP (a terminal's hang-up) or SIGQUIT (Ctrl-\\) to run.sh's process
   group: run.sh exits 128 + the signal, and leaves no process of the group
-  and no temp directory behind.
+  and no temp directory behind. The same when run.sh's own terminal (a
+  pty) goes away: what the kernel sends then stops everything.
 - What run.sh installs (tools/build.sh -> `tools/deps.sh`, no flag) names no
   test tool and no server but redis-server; `--test` adds them.
 
@@ -24,7 +25,9 @@ build."""
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -56,7 +59,7 @@ def check(port):
 
 def processes(field, value):
     """(pid, command name) of every process whose /proc/PID/stat field
-    (1: the parent, 2: the process group) is value."""
+    (1: the parent, 2: the process group, 3: the session) is value."""
     found = []
     for d in os.listdir("/proc"):
         try:
@@ -250,6 +253,7 @@ def main():
     port_taken(tmp)
     for sig in (signal.SIGHUP, signal.SIGQUIT):
         group_signal(tmp, sig)
+    terminal_closed(tmp)
 
 
 def reload_applies(proc, port, log, mine):
@@ -333,6 +337,55 @@ def group_signal(tmp, sig):
     if left:
         os.killpg(proc.pid, signal.SIGKILL)
     harness.eq(os.listdir(tmpdir), [], "%s: run.sh's temp directory is gone" % name)
+
+
+
+def terminal_closed(tmp):
+    """run.sh on a terminal of its own, as the leader of its session, and
+    the terminal goes away (the pty's master closed, as a terminal window
+    is): the kernel's hang-up stops run.sh, its daemon and its Redis, and
+    the temp directory goes."""
+    tmpdir = os.path.join(tmp, "tmp-pty")
+    os.mkdir(tmpdir)
+    port = harness.free_port()
+    env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY), PORT=str(port),
+               REDIS_PORT=str(harness.free_port()), TMPDIR=tmpdir)
+    run = os.path.abspath(os.path.join(SRC, "tools", "run.sh"))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve("/bin/sh", ["sh", run], env)
+    harness.at_exit(lambda: [os.kill(p, signal.SIGKILL) for p, _ in processes(3, pid)])
+    out = []
+
+    def up():
+        # Read what run.sh writes, so that it never blocks on a full pty.
+        while select.select([fd], [], [], 0)[0]:
+            out.append(os.read(fd, 4096).decode("utf-8", "replace"))
+        check(port)
+        return True
+    try:
+        harness.wait_until(up, 15, 0.1, "run.sh on a pty to answer /check")
+    except TimeoutError as e:
+        harness.diag("%s\n%s" % (e, "".join(out)))
+    names = [name for _, name in processes(3, pid)]
+    harness.ok("ratelimitd" in names and "redis-server" in names,
+               "on a pty: run.sh runs a daemon and a Redis in its session: %s" % names)
+    os.close(fd)
+
+    def ended():
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return os.waitstatus_to_exitcode(status) if done else None
+    try:
+        rc = harness.wait_until(ended, 30, 0.1, "run.sh to end with its terminal")
+    except TimeoutError:
+        rc = None
+    harness.eq(rc, 128 + signal.SIGHUP, "terminal closed: run.sh exits 129 (its hang-up)")
+    try:
+        harness.wait_until(lambda: not processes(3, pid), 15, 0.1, "run.sh's session to end")
+    except TimeoutError:
+        pass
+    harness.eq(processes(3, pid), [], "terminal closed: no process of run.sh's session is left")
+    harness.eq(os.listdir(tmpdir), [], "terminal closed: run.sh's temp directory is gone")
 
 
 harness.run(main)

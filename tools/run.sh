@@ -10,6 +10,8 @@
 #   BACKEND=redis      or memory: counters in the daemon, no Redis at all
 #   REDIS_PORT=6379    where the throwaway redis-server (no data saved) listens
 #   REDIS_URL=...      use this Redis instead, on purpose: none is started
+#                      (passed as --redis-url: others on this machine can
+#                      read a password in it with ps)
 #   RATELIMITD=path    a built daemon: tools/build.sh is not run
 #
 # It never writes into a Redis it did not start unless REDIS_URL names it:

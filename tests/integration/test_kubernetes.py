@@ -328,7 +328,8 @@ def test_commands(docs, dirs):
         with open(os.path.join(SRC, page)) as f:
             text = f.read()
         made = re.findall(r"^kubectl create secret generic (\S+)", text, re.M)
-        harness.eq(made, secrets, "%s creates the Secret the Deployments read: %s" % (page, secrets))
+        harness.eq(made, secrets, "%s creates the Secret the Deployments read: %s"
+                   % (page, secrets))
         applied = re.findall(r"^kubectl apply (-[fk]) (\S+)", text, re.M)
         harness.ok(("-f", "deploy/kubernetes/shared/") in applied or
                    ("-k", "deploy/kubernetes/shared/") in applied,

@@ -339,6 +339,12 @@ const struct http_route *http_routes_find(const char *path, unsigned roles)
     return NULL;
 }
 
+void http_routes_foreach(void (*fn)(const struct http_route *r, void *arg), void *arg)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        fn(&routes[i], arg);
+}
+
 int http_route_allows(const struct http_route *r, enum http_method method)
 {
     if (r->methods == HTTP_ROUTE_ANY_METHOD)

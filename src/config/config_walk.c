@@ -47,30 +47,15 @@ static char *format_message(const char *fmt, va_list ap)
     return msg;
 }
 
-/* "<file>:<line>:<col>: <path>: <message>" into ld->err; returns the length
- * the whole report needs, so that a caller can tell whether it fitted. */
-static size_t report(struct loader *ld, size_t line, size_t col, const char *path, const char *fmt,
-                     va_list ap)
+/* "<file>:<line>:<col>: <path>: <message>" into ld->err. */
+static void report(struct loader *ld, size_t line, size_t col, const char *path, const char *fmt,
+                   va_list ap)
 {
     char *msg = format_message(fmt, ap);
-    int n = snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, line, col, path,
-                     *path ? ": " : "", msg);
 
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, line, col, path,
+             *path ? ": " : "", msg);
     free(msg);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-/* cfg_fail's report, with the length it needs (see report). */
-__attribute__((format(printf, 4, 5))) static size_t
-fail_measured(struct loader *ld, const yaml_node_t *node, const char *path, const char *fmt, ...)
-{
-    va_list ap;
-    size_t n;
-
-    va_start(ap, fmt);
-    n = report(ld, node->start_mark.line + 1, node->start_mark.column + 1, path, fmt, ap);
-    va_end(ap);
-    return n;
 }
 
 /* Reports an error at node and returns -1. path is the dotted path to the
@@ -322,8 +307,11 @@ static int unknown_field(struct loader *ld, const yaml_node_t *key, const char *
             buf_append_str(&known, " more in " FIELDS_PAGE);
             *buf_reserve(&known, 1) = '\0';
         }
-        if (fail_measured(ld, key, path, "unknown field \"%s\" (known: %s)", cfg_shown(name, buf),
-                          known.data) < ld->errlen)
+        cfg_fail(ld, key, path, "unknown field \"%s\" (known: %s)", cfg_shown(name, buf),
+                 known.data);
+        /* A report that filled the buffer may have been cut: one name
+         * fewer then, even if it fitted exactly. */
+        if (strlen(ld->err) + 1 < ld->errlen)
             break;
     }
     buf_free(&known);

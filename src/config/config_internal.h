@@ -38,6 +38,7 @@
 #define MAX_FIELDS 40 /* rows in the largest field table */
 #define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
 
+struct buf;
 struct config;
 struct config_cli;
 struct policy;
@@ -129,8 +130,9 @@ __attribute__((format(printf, 5, 6))) int cfg_fail_in(struct loader *ld, const y
                                                       ...);
 /* A value from the file made safe to quote in a message, in buf. */
 const char *cfg_shown(const char *s, char buf[SHOWN_LEN]);
-/* Appends name to a ", "-separated list in buf. */
-void cfg_list_add(char *buf, size_t size, const char *name);
+/* Appends name to a ", "-separated list in b, kept NUL-terminated and
+ * built to its length (the caller frees it with buf_free). */
+void cfg_list_add(struct buf *b, const char *name);
 /* path.name into out (PATH_LEN bytes); name alone at the top. */
 void cfg_join(char *out, const char *path, const char *name);
 

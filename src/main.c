@@ -58,6 +58,11 @@ static void usage(FILE *out)
             "      --envoy-quota-mode\n"
             "                        every Envoy descriptor is a quota descriptor (as the\n"
             "                        file's envoy_quota_mode: true)\n"
+            "      --listen ADDR     listen here, not at the file's listen (same forms)\n"
+            "      --backend NAME    redis or memory, whatever the file's backend says\n"
+            "      --redis-url URL   this Redis, not the file's redis.url (others can read\n"
+            "                        a password in it with ps)\n"
+            "                        (these three hold on every reload)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -215,6 +220,9 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
         {"envoy-merge-domains", optional_argument, NULL, 'M'},
         {"envoy-shadow-mode", no_argument, NULL, 'W'},
         {"envoy-quota-mode", no_argument, NULL, 'Q'},
+        {"listen", required_argument, NULL, 'L'},
+        {"backend", required_argument, NULL, 'B'},
+        {"redis-url", required_argument, NULL, 'R'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -251,6 +259,15 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             break;
         case 'Q':
             srv->cli.envoy_quota_mode = 1;
+            break;
+        case 'L':
+            srv->cli.listen = optarg;
+            break;
+        case 'B':
+            srv->cli.backend = optarg;
+            break;
+        case 'R':
+            srv->cli.redis_url = optarg;
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv->log.level) < 0) {

@@ -1638,8 +1638,58 @@ static void test_warnings(void)
     }
 }
 
+/* --listen, --backend, --redis-url over the file's values; errors name
+ * the option, and never quote a URL (it may hold a password). */
+static void test_cli_overrides(void)
+{
+    static const struct {
+        const char *yaml, *listen, *backend, *url;
+        const char *error; /* NULL: loads */
+    } cases[] = {
+        {"listen: 127.0.0.1:1\nredis:\n  url: redis://h:1/0\n" POLICY_P, "127.0.0.1:9", "memory",
+         NULL, NULL},
+        {"backend: memory\n" POLICY_P, NULL, "redis", "rediss://:s3cret@h:6380/2", NULL},
+        {POLICY_P, "nope", NULL, NULL, "--listen nope: expected host:port"},
+        {POLICY_P, NULL, "mem", NULL, "--backend: redis or memory, not \"mem\""},
+        {POLICY_P, NULL, "memory", "redis://h", "--redis-url: not used with backend memory"},
+        {SENTINEL("    addresses: [h:26379]\n    master_name: m\n"), NULL, NULL, "redis://h",
+         "names redis.sentinel, which the one URL would replace"},
+        {POLICY_P, NULL, NULL, "redis://:s3cret@h:x", "--redis-url: "},
+    };
+    char path[] = "/tmp/test_config_cli_XXXXXX", err[1024];
+    int fd = mkstemp(path);
+    if (!ok(fd >= 0, "temp file for the command-line cases"))
+        return;
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].yaml, f);
+        fclose(f);
+        struct config_cli cli = {.envoy_merge_domains = -1,
+                                 .listen = cases[i].listen,
+                                 .backend = cases[i].backend,
+                                 .redis_url = cases[i].url};
+        struct config *c = config_load_cli(path, &cli, err, sizeof err);
+        if (cases[i].error) {
+            ok(!c && strstr(err, cases[i].error) && !strstr(err, "s3cret"), "cli case %zu: %s", i,
+               c ? "(loaded)" : err);
+        } else if (ok(c != NULL, "cli case %zu loads: %s", i, c ? "" : err)) {
+            ok((!cases[i].listen || strcmp(c->listen, cases[i].listen) == 0) &&
+                   (int)c->backend == (strcmp(cases[i].backend, "memory") == 0) &&
+                   (!cases[i].url || strcmp(c->redis_url, cases[i].url) == 0) &&
+                   c->redis_tls_on == (cases[i].url != NULL) && c->warning == NULL,
+               "cli case %zu: the options win, rediss:// is TLS, no warning for the redis section "
+               "--backend memory leaves aside",
+               i);
+        }
+        config_unref(c);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
+    test_cli_overrides();
     test_warnings();
     test_errors();
     test_unknown_field_bounded();

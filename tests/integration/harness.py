@@ -187,6 +187,39 @@ def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def in_one_window(seconds, body, what="the counts", fresh_keys=True):
+    """Runs body(fresh) inside one fixed window of `seconds` (windows start
+    at multiples of it since the epoch, as fixed_window's and Envoy's units
+    do) and returns what body returns.
+
+    A test that counts inside such a window sees the count restart when a
+    boundary passes, and a slow machine (valgrind) makes that likely, not
+    rare. So when a boundary passed while body ran, body runs again with a
+    new `fresh` (a string for its keys, so that nothing counted before is
+    seen), after waiting for the next boundary when what is left of the
+    window is shorter than the last run took. A body whose counters cannot
+    be new (a configuration names its keys, or share_threshold makes every
+    value one counter) passes fresh_keys=False: a second run then always
+    starts at a boundary, in a window nothing has counted in. Three runs at
+    most: a body slower than the window fails with its durations. body
+    reports no test point: it returns what it saw, compared afterwards."""
+    took = []
+    for attempt in range(3):
+        left = seconds - time.time() % seconds
+        if took and (not fresh_keys or left < took[-1] * 1.5):
+            time.sleep(left + 0.005)
+        fresh = "%d-%d" % (attempt, random.getrandbits(32))
+        start = time.time()
+        got = body(fresh)
+        end = time.time()
+        took.append(end - start)
+        if start // seconds == end // seconds:
+            return got
+        diag("%s crossed a %g s window boundary (%.2f s); once more" % (what, seconds, end - start))
+    raise Fatal("%s: every run crossed a %g s window boundary (%s s)"
+                % (what, seconds, ", ".join("%.2f" % t for t in took)))
+
+
 def rss_kib(pid):
     """The resident set size of process pid, in KiB (Linux)."""
     with open("/proc/%d/status" % pid) as f:

@@ -942,7 +942,7 @@ def local_leases(c):
     master (one slot: its {policy:key} tag), as on one Redis."""
     daemons = [SeedsDaemon(c.seeds(), LEASE_POLICY, timeout="2s", admin=True).start()
                for _ in range(3)]
-    leases.exactness(KeyMaster(c, "rl:{fw:k}:t"), daemons, policies=("fw", "tb"))
+    leases.exactness(daemons, policies=("fw", "tb"))
 
     def calls_now():
         return sum(leases.script_calls(c.command(p, "INFO", "commandstats"))

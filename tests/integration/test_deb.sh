@@ -118,7 +118,7 @@ listen: 127.0.0.1:$port
 backend: memory
 policies:
   api:
-    tiers: [{name: minute, algorithm: fixed_window, limit: 2, window: 1m}]
+    tiers: [{name: hour, algorithm: fixed_window, limit: 2, window: 1h}]
 YAML
 chmod 644 "$root/tmp/memory.yaml"
 chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \

@@ -115,74 +115,85 @@ def test_basic(ch):
     harness.ok(whole_seconds(r, 1), "basic/key1: duration_until_reset 1 s, whole (%r)"
                % (r.statuses[0].duration_until_reset,))
 
-    key = str(random.getrandbits(48))
-    got, want, whole = [], [], True
-    for i in range(25):
-        r = call(ch, "another", [[("key2", key)]])
-        got.append(answer(r))
-        over = i >= 20
-        want.append((OVER if over else OK, [(OVER if over else OK, 20, "MINUTE", 0 if over else 19 - i)]))
-        whole = whole and whole_seconds(r, 60)
+    def one_by_one(key):
+        got, whole = [], True
+        for _ in range(25):
+            r = call(ch, "another", [[("key2", key)]])
+            got.append(answer(r))
+            whole = whole and whole_seconds(r, 60)
+        return got, whole
+
+    got, whole = harness.in_one_window(60, one_by_one, "25 calls on key2 (20 a minute)")
+    want = [(OVER if i >= 20 else OK, [(OVER if i >= 20 else OK, 20, "MINUTE", 0 if i >= 20 else 19 - i)])
+            for i in range(25)]
     harness.eq(got, want, "another/key2, 25 calls: 20 OK (remaining 19..0), then OVER_LIMIT remaining 0")
     harness.ok(whole, "another/key2: every duration_until_reset whole seconds in [1, 60]")
 
-    key = str(random.getrandbits(48))
-    got, want = [], []
-    for i in range(15):
-        r = call(ch, "another", [[("key2", key)], [("key3", key)]])
-        got.append(answer(r))
-        if i < 10:
-            want.append((OK, [(OK, 20, "MINUTE", 19 - i), (OK, 10, "HOUR", 9 - i)]))
-        else:
-            # Denied: nothing consumed, key2 stays at 10 left (the peer's
-            # stop-increment variant; its default would say 19 - i).
-            want.append((OVER, [(OK, 20, "MINUTE", 10), (OVER, 10, "HOUR", 0)]))
+    def with_key3(key):
+        got = [answer(call(ch, "another", [[("key2", key)], [("key3", key)]])) for _ in range(15)]
+        return got, answer(call(ch, "another", [[("key2", key)]]))
+
+    got, alone = harness.in_one_window(60, with_key3, "15 calls on key2 (a minute) + key3 (an hour)")
+    # Denied: nothing consumed, key2 stays at 10 left (the peer's
+    # stop-increment variant; its default would say 19 - i).
+    want = [(OK, [(OK, 20, "MINUTE", 19 - i), (OK, 10, "HOUR", 9 - i)]) for i in range(10)]
+    want += [(OVER, [(OK, 20, "MINUTE", 10), (OVER, 10, "HOUR", 0)])] * 5
     harness.eq(got, want, "another/key2 + key3, 15 calls: 10 OK, then OVER_LIMIT on key3; "
                "key2's remaining stays 10 (a denied call consumes nothing)")
-    r = call(ch, "another", [[("key2", key)]])
-    harness.eq(answer(r), (OK, [(OK, 20, "MINUTE", 9)]),
+    harness.eq(alone, (OK, [(OK, 20, "MINUTE", 9)]),
                "key2 alone afterwards: 9 left, only the 10 allowed calls (and this one) counted")
 
 
 def test_concurrent(ch):
     """The peer's asynchronous variants: exact counts under concurrency."""
-    key = str(random.getrandbits(48))
-    codes = outcomes([rls_client.should_rate_limit_future(ch, "another", [[("key2", key)]])
-                      for _ in range(25)])
-    harness.eq((codes.count(OK), codes.count(OVER)), (20, 5), "25 calls at once on key2: 20 OK, 5 OVER_LIMIT")
+    def at_once(key, n, descriptors):
+        codes = outcomes([rls_client.should_rate_limit_future(ch, "another", descriptors)
+                          for _ in range(n)])
+        return codes.count(OK), codes.count(OVER)
 
-    key = str(random.getrandbits(48))
-    codes = outcomes([rls_client.should_rate_limit_future(
-        ch, "another", [[("key2", key)], [("key3", key)]]) for _ in range(15)])
-    harness.eq((codes.count(OK), codes.count(OVER)), (10, 5),
-               "15 key2 + key3 calls at once: 10 OK, 5 OVER_LIMIT")
+    harness.eq(harness.in_one_window(60, lambda key: at_once(key, 25, [[("key2", key)]]),
+                                     "25 calls at once on key2"),
+               (20, 5), "25 calls at once on key2: 20 OK, 5 OVER_LIMIT")
+    harness.eq(harness.in_one_window(60, lambda key: at_once(key, 15, [[("key2", key)], [("key3", key)]]),
+                                     "15 calls at once on key2 + key3"),
+               (10, 5), "15 key2 + key3 calls at once: 10 OK, 5 OVER_LIMIT")
 
-    key = str(random.getrandbits(48))
-    five = [[("key%d" % k, key)] for k in range(2, 7)]
-    codes = outcomes([rls_client.should_rate_limit_future(ch, "another", five) for _ in range(200)])
-    harness.eq((codes.count(OK), codes.count(OVER)), (10, 190),
+    def five(key):
+        counts = at_once(key, 200, [[("key%d" % k, key)] for k in range(2, 7)])
+        r = call(ch, "another", [[("key2", key)], [("key4", key)]])
+        return counts, [s.limit_remaining for s in r.statuses]
+
+    counts, left = harness.in_one_window(60, five, "200 calls at once on key2..key6")
+    harness.eq(counts, (10, 190),
                "200 calls at once of key2..key6 (key3: 10 an hour): 10 OK, 190 OVER_LIMIT")
-    r = call(ch, "another", [[("key2", key)], [("key4", key)]])
-    harness.eq([s.limit_remaining for s in r.statuses], [9, 9],
-               "and key2, key4 took exactly the 10 allowed calls (9 left after this one)")
+    harness.eq(left, [9, 9], "and key2, key4 took exactly the 10 allowed calls (9 left after this one)")
 
 
 def test_duration(ch):
-    r1 = call(ch, "another", [[("key4", "durTest")]])
-    time.sleep(2)
-    r2 = call(ch, "another", [[("key4", "durTest")]])
-    d1, d2 = r1.statuses[0].duration_until_reset, r2.statuses[0].duration_until_reset
+    def two(key):
+        r1 = call(ch, "another", [[("key4", "durTest-" + key)]])
+        time.sleep(2)
+        r2 = call(ch, "another", [[("key4", "durTest-" + key)]])
+        return r1.statuses[0].duration_until_reset, r2.statuses[0].duration_until_reset
+
+    d1, d2 = harness.in_one_window(86400, two, "two calls on key4 (a day)")
     harness.ok(d2.seconds < d1.seconds and d1.nanos == 0 and d2.nanos == 0,
                "key4 (a day): duration_until_reset goes down in whole seconds (%d s, then %d s)"
                % (d1.seconds, d2.seconds))
+
+
+def second_call(ch, value):
+    """The answer to the second of two calls on basic/one_per_minute=value
+    (1 a minute)."""
+    call(ch, "basic", [[("one_per_minute", value)]])
+    return call(ch, "basic", [[("one_per_minute", value)]])
 
 
 def test_headers_none(ch):
     r = call(ch, "basic_headers", [[("key1", "none")]])
     harness.eq((answer(r), headers(r)), ((OK, [(OK, 50, "SECOND", 49)]), {}),
                "headers: none: no response header (the peer's default)")
-    call(ch, "basic", [[("one_per_minute", "none")]])
-    r = call(ch, "basic", [[("one_per_minute", "none")]])
+    r = harness.in_one_window(60, lambda key: second_call(ch, "none-" + key), "two calls on one_per_minute")
     harness.eq((answer(r), headers(r)), ((OVER, [(OVER, 1, "MINUTE", 0)]), {}),
                "headers: none, OVER_LIMIT: no header at all, not even Retry-After")
 
@@ -195,8 +206,7 @@ def test_headers_x(ch):
                ("50", "49", "1", False),
                "headers: x-ratelimit: the limit, remaining and reset of the binding descriptor, "
                "no Retry-After when OK (the peer's LIMIT_RESPONSE_HEADERS_ENABLED)")
-    call(ch, "basic", [[("one_per_minute", "x")]])
-    r = call(ch, "basic", [[("one_per_minute", "x")]])
+    r = harness.in_one_window(60, lambda key: second_call(ch, "x-" + key), "two calls on one_per_minute")
     h = headers(r)
     harness.ok(CODES[r.overall_code] == OVER and h.get("x-ratelimit-remaining") == "0"
                and 1 <= int(h.get("retry-after", "0")) <= 60,
@@ -208,19 +218,22 @@ def hits(entries, n):
 
 
 def test_hits_addend(ch, d):
-    k = [("one_per_minute", "hits")]
-    r = call(ch, "basic", [hits(k, 0)])
-    harness.eq(answer(r), (OK, [(OK, 1, "MINUTE", 1)]),
+    def five(value):
+        k = [("one_per_minute", value)]
+        return [answer(call(ch, "basic", [hits(k, 0)])),
+                answer(call(ch, "basic", [k])),
+                answer(call(ch, "basic", [hits(k, 0)])),
+                answer(call(ch, "basic", [k], hits_addend=0)),
+                answer(call(ch, "basic", [hits(k, 0)], hits_addend=5))]
+
+    got = harness.in_one_window(60, five, "five calls on one_per_minute")
+    harness.eq(got[0], (OK, [(OK, 1, "MINUTE", 1)]),
                "descriptor hits_addend 0: checks without consuming (remaining 1 of 1)")
-    r = call(ch, "basic", [k])
-    harness.eq(answer(r), (OK, [(OK, 1, "MINUTE", 0)]), "then a call of 1: OK, remaining 0")
-    r = call(ch, "basic", [hits(k, 0)])
-    harness.eq(answer(r), (OK, [(OK, 1, "MINUTE", 0)]),
+    harness.eq(got[1], (OK, [(OK, 1, "MINUTE", 0)]), "then a call of 1: OK, remaining 0")
+    harness.eq(got[2], (OK, [(OK, 1, "MINUTE", 0)]),
                "hits_addend 0 at the limit: OK, remaining 0 (the peer's isOverLimit with 0 hits)")
-    r = call(ch, "basic", [k], hits_addend=0)
-    harness.eq(answer(r), (OVER, [(OVER, 1, "MINUTE", 0)]), "the request's hits_addend 0 means 1: OVER_LIMIT")
-    r = call(ch, "basic", [hits(k, 0)], hits_addend=5)
-    harness.eq(answer(r), (OK, [(OK, 1, "MINUTE", 0)]),
+    harness.eq(got[3], (OVER, [(OVER, 1, "MINUTE", 0)]), "the request's hits_addend 0 means 1: OVER_LIMIT")
+    harness.eq(got[4], (OK, [(OK, 1, "MINUTE", 0)]),
                "a descriptor's 0 wins over the request's 5: still a check without consuming")
 
     k2 = [("key2", "hits-%d" % random.getrandbits(32))]
@@ -228,21 +241,25 @@ def test_hits_addend(ch, d):
     harness.eq(answer(r), (OK, [(OK, 20, "MINUTE", 15), (OK, 20, "MINUTE", 15)]),
                "descriptor hits 3 and the request's 2 on one key: 5 taken, both statuses say 15")
 
-    body = {"domain": "basic", "descriptors": [{"entries": [{"key": "one_per_minute", "value": "json"}],
-                                                "hits_addend": 0}]}
-    r = d.request("POST", "/json", json.dumps(body))
+    def three(value):
+        body = {"domain": "basic", "descriptors": [{"entries": [{"key": "one_per_minute", "value": value}],
+                                                    "hits_addend": 0}]}
+        got = [d.request("POST", "/json", json.dumps(body))]
+        body["descriptors"][0].pop("hits_addend")
+        got.append(d.request("POST", "/json", json.dumps(body)))
+        body["descriptors"][0]["hitsAddend"] = "0"
+        got.append(d.request("POST", "/json", json.dumps(body)))
+        return got
+
+    r, r2, r3 = harness.in_one_window(60, three, "three POST /json on one_per_minute")
     st = r.json["statuses"][0]
     harness.eq((r.status, st.get("limitRemaining"), st.get("durationUntilReset", "")[-1:]),
                (200, 1, "s"), "POST /json, hits_addend 0: 200, remaining 1 (nothing taken)")
     harness.ok(st["durationUntilReset"][:-1].isdigit(),
                "POST /json: durationUntilReset in whole seconds (%s)" % st["durationUntilReset"])
-    body["descriptors"][0].pop("hits_addend")
-    r = d.request("POST", "/json", json.dumps(body))
-    harness.eq((r.status, r.json["statuses"][0].get("limitRemaining")), (200, None),
+    harness.eq((r2.status, r2.json["statuses"][0].get("limitRemaining")), (200, None),
                "without hits_addend: 1 taken (remaining 0, left out)")
-    body["descriptors"][0]["hitsAddend"] = "0"
-    r = d.request("POST", "/json", json.dumps(body))
-    harness.eq((r.status, r.json["overallCode"]), (200, "OK"),
+    harness.eq((r3.status, r3.json["overallCode"]), (200, "OK"),
                "hitsAddend \"0\" (protojson's uint64) at the limit: OK")
 
 

@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -142,7 +141,9 @@ def test_shipped(redis):
                "unknown domain: OK, no current_limit (the peer's test 1)")
     harness.eq(rls.statuses("basic", [("key1", "foo")]), ([(OK, (50, "SECOND", ""), 49)], OK),
                "basic key1: 50/SECOND, 49 left (the peer's test 2)")
-    harness.eq(rls.codes("another", [("key2", "r1")], 25), [OK] * 20 + [OVER] * 5,
+    harness.eq(harness.in_one_window(60, lambda key: rls.codes("another", [("key2", key)], 25),
+                                     "25 calls on key2 (20 a minute)"),
+               [OK] * 20 + [OVER] * 5,
                "another key2 (20/MINUTE): 25 calls, 20 OK then OVER_LIMIT")
     harness.eq(rls.statuses("basic_legacy", [("key2_10", "x")])[0][0][1], (10, "SECOND", ""),
                "basic_legacy key2_10: 10/SECOND")
@@ -252,20 +253,28 @@ descriptors:
 def test_mid_wildcards(d, rls):
     """'*' in the middle or at the start of a value, over gRPC and /json:
     without share_threshold one counter per value, with it one for all."""
-    harness.eq([rls.statuses("wild", [("path", "/api/v1/users")])[0][0][2] for _ in range(3)],
-               [2, 1, 0], "/api/*/users: /api/v1/users meets the 3/minute node (gRPC)")
-    r = rls.json("wild", [("path", "/api/v2/users")])
+    def counted(v):
+        """Within one minute: three calls on one path, the same path's
+        neighbour over /json, three values of a shared pattern, then one
+        more value of it over /json."""
+        return ([rls.statuses("wild", [("path", "/api/%s/users" % v)])[0][0][2] for _ in range(3)],
+                rls.json("wild", [("path", "/api/%s-2/users" % v)]),
+                [rls.statuses("wild", [("spath", "/api/%s-%s/users" % (v, c))])[0][0] for c in "abc"],
+                rls.json("wild", [("spath", "/api//users")]))
+
+    # spath's values share one counter: a second run waits for a new minute.
+    path, r, got, r2 = harness.in_one_window(60, counted, "the 3-a-minute wildcard nodes",
+                                             fresh_keys=False)
+    harness.eq(path, [2, 1, 0], "/api/*/users: /api/v1/users meets the 3/minute node (gRPC)")
     harness.eq((r.status, r.json["statuses"][0].get("limitRemaining"),
                 r.json["statuses"][0].get("currentLimit")),
                (200, 2, {"requestsPerUnit": 3, "unit": "MINUTE"}),
                "/api/*/users without share_threshold: /api/v2/users its own counter (/json)")
     harness.eq(rls.statuses("wild", [("path", "/api/v1/users/7")]), ([(OK, None, 0)], OK),
                "/api/*/users does not match /api/v1/users/7: the end counts (no limit)")
-    got = [rls.statuses("wild", [("spath", "/api/%s/users" % v)])[0][0] for v in ("a", "b", "c")]
     harness.eq([(code, left) for code, _, left in got], [(OK, 2), (OK, 1), (OK, 0)],
                "share_threshold on /api/*/users: three values take from one counter (gRPC)")
-    r = rls.json("wild", [("spath", "/api//users")])
-    harness.eq((r.status, r.json["overallCode"]), (429, OVER),
+    harness.eq((r2.status, r2.json["overallCode"]), (429, OVER),
                "share_threshold: /api//users (the empty run) is over too (/json)")
     harness.eq(rls.statuses("wild", [("host", "a.example.com")])[0][0][1], (7, "MINUTE", ""),
                "*.example.com: a leading '*' (gRPC)")
@@ -288,7 +297,8 @@ def test_rpu_zero_memory(redis):
     harness.ok(CODES[r.overall_code] == OVER and r.statuses[0].current_limit.requests_per_unit == 0
                and 0 < dur.seconds + dur.nanos / 1e9 <= 1,
                "backend: memory: requests_per_unit 0 is OVER_LIMIT until the window's end")
-    harness.eq(rls.codes("reload", [("one_per_minute", "x")], 2), [OK, OVER],
+    harness.eq(harness.in_one_window(60, lambda key: rls.codes("reload", [("one_per_minute", key)], 2),
+                                     "two calls on one_per_minute"), [OK, OVER],
                "backend: memory: one_per_minute, 1 then OVER_LIMIT")
     rls.close()
     harness.eq(d.stop(), 0, "daemon exits 0")
@@ -587,23 +597,6 @@ descriptors:
 """
 
 
-def burst(rls, domain, descriptor, n):
-    """n calls started just after a second begins (per-second limits); their
-    overall codes, or None if they did not all finish within that second."""
-    time.sleep(1.02 - time.time() % 1.0)
-    begin = int(time.time())
-    codes = rls.codes(domain, descriptor, n)
-    return codes if int(time.time()) == begin else None
-
-
-def per_second(rls, domain, descriptor, n):
-    for _ in range(3):
-        codes = burst(rls, domain, descriptor, n)
-        if codes is not None:
-            return codes
-    return None
-
-
 def test_readme(redis):
     envoy = harness.make_tempdir("rl-readme-")
     for name, text in README.items():
@@ -650,18 +643,23 @@ def test_readme(redis):
     # Example 6: shadow_mode never denies; user-b 20 a second.
     a = [("service", "auth-service"), ("user", "user-a")]
     harness.eq(rls.codes("example6", a, 12), [OK] * 12, "example 6: user-a (shadow) never limited")
-    codes = per_second(rls, "example6", [("service", "auth-service"), ("user", "user-b")], 21)
-    harness.eq(codes and (codes.count(OK), codes.count(OVER)), (20, 1),
+    codes = harness.in_one_window(
+        1, lambda _: rls.codes("example6", [("service", "auth-service"), ("user", "user-b")], 21),
+        "21 calls of user-b (20 a second)", fresh_keys=False)
+    harness.eq((codes.count(OK), codes.count(OVER)), (20, 1),
                "example 6: user-b 20 a second, the 21st over")
     # Example 7: replaces.
     one = [("key_1", "value_1"), ("user", "bkthomps")]
     two = [("key_2", "value_2"), ("user", "bkthomps")]
-    harness.eq(rls.statuses("example7", one, two)[0],
-               [(OK, None, 0), (OK, (10, "SECOND", ""), 9)],
+    both, alone1, alone2 = harness.in_one_window(
+        1, lambda _: (rls.statuses("example7", one, two)[0], rls.statuses("example7", one)[0],
+                      rls.statuses("example7", two)[0]),
+        "three calls of example 7 (a second)", fresh_keys=False)
+    harness.eq(both, [(OK, None, 0), (OK, (10, "SECOND", ""), 9)],
                "example 7: both: the replaced limit drops, 10/SECOND applies")
-    harness.eq(rls.statuses("example7", one)[0], [(OK, (5, "SECOND", "specific_limit"), 4)],
+    harness.eq(alone1, [(OK, (5, "SECOND", "specific_limit"), 4)],
                "example 7: key_1 alone: 5/SECOND, untouched by the replaced call")
-    harness.eq(rls.statuses("example7", two)[0], [(OK, (10, "SECOND", ""), 8)],
+    harness.eq(alone2, [(OK, (10, "SECOND", ""), 8)],
                "example 7: key_2 alone: 10/SECOND")
     # Example 8: detailed_metric.
     harness.eq(rls.statuses("example8", [("key1", "unspecified_value")],

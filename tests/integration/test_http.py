@@ -14,8 +14,10 @@ POLICY = """max_body: 2048
 policies:
   login:
     failure_mode: closed
+    # A token each 720 s: the 11 calls below cannot see one refill, however
+    # slowly the daemon (valgrind) answers them.
     tiers:
-      - {name: burst, algorithm: token_bucket, limit: 5, window: 1s, burst: 10}
+      - {name: burst, algorithm: token_bucket, limit: 5, window: 1h, burst: 10}
       - {name: hourly, algorithm: sliding_window_log, limit: 100, window: 1h}
   two:
     tiers:
@@ -36,7 +38,8 @@ policies:
       - {name: t, algorithm: fixed_window, limit: 1, window: 1h}
   shaped:
     tiers:
-      - {name: q, algorithm: leaky_bucket, limit: 10, window: 10s, burst: 2}
+      # One request drains per hour: the 4 calls below cannot see a drain.
+      - {name: q, algorithm: leaky_bucket, limit: 1, window: 1h, burst: 2}
   every:
     tiers:
       - {name: fw, algorithm: fixed_window, limit: 50, window: 1m}
@@ -61,21 +64,22 @@ def test_login_example(d):
                            "retry_after_ms"], "top-level fields")
     harness.eq((j["allowed"], j["limit"], j["remaining"], j["retry_after_ms"]),
                (True, 10, 9, 0), "figures of the binding tier (burst)")
-    harness.ok(0 < j["reset_ms"] <= 200, "reset_ms: one token refills in 200 ms (%r)" % j["reset_ms"])
+    harness.eq(j["reset_ms"], 720000, "reset_ms: one token refills in 720 s")
     t = j["checks"][0]["tiers"]
     harness.eq([x["name"] for x in t], ["burst", "hourly"], "every tier reported, in order")
     harness.eq((t[1]["algorithm"], t[1]["limit"], t[1]["remaining"]),
                ("sliding_window_log", 100, 99), "the hourly tier's figures")
     harness.eq((first.headers.get("x-ratelimit-limit"), first.headers.get("x-ratelimit-remaining"),
-                first.headers.get("x-ratelimit-reset")), ("10", "9", "1"), "X-RateLimit-* headers")
+                first.headers.get("x-ratelimit-reset")), ("10", "9", "720"), "X-RateLimit-* headers")
     harness.eq(first.headers.get("content-type"), "application/json", "JSON content type")
     statuses = [first.status] + [d.check("login", "ip:1.2.3.4").status for _ in range(10)]
     harness.eq(statuses, [200] * 10 + [429], "of 11 calls back to back the 11th is a 429")
     last = d.check("login", "ip:1.2.3.4")
-    harness.eq(last.headers.get("retry-after"), "1", "429 carries Retry-After: 1")
     harness.eq(last.json["allowed"], False, "allowed:false")
-    harness.ok(0 < last.json["retry_after_ms"] <= 200, "retry_after_ms within one token (%r)"
+    harness.ok(0 < last.json["retry_after_ms"] <= 720000, "retry_after_ms within one token (%r)"
                % last.json["retry_after_ms"])
+    harness.eq(last.headers.get("retry-after"), str(-(-last.json["retry_after_ms"] // 1000)),
+               "429 carries Retry-After: retry_after_ms in seconds, rounded up")
     harness.eq(last.json["checks"][0]["tiers"][1]["remaining"], 90,
                "denied calls consumed nothing in the other tier")
 
@@ -135,13 +139,15 @@ def test_shadow_and_leaky(d):
                "a shadow policy that would deny answers allowed with shadow_denied")
     harness.eq(s.json["checks"][0]["tiers"][0]["allowed"], False, "its tier shows the denial")
     delays = [d.check("shaped", "q").json for _ in range(4)]
-    # Wall-clock time passes between the calls: allow 100 ms of it.
+    # Wall-clock time passes between the calls: allow 10 s of it.
     got = [x.get("delay_ms") for x in delays[:3]]
-    harness.ok(got[0] == 0 and 900 < got[1] <= 1000 and 1900 < got[2] <= 2000,
+    hour = 3600000
+    harness.ok(got[0] == 0 and hour - 10000 < got[1] <= hour
+               and 2 * hour - 10000 < got[2] <= 2 * hour,
                "leaky_bucket: delay_ms grows one interval per queued request: %r" % got)
     harness.eq((delays[3]["allowed"], delays[3]["limit"]), (False, 3),
                "past the queue: denied; capacity burst + 1")
-    harness.ok(900 < delays[3]["retry_after_ms"] <= 1000,
+    harness.ok(hour - 10000 < delays[3]["retry_after_ms"] <= hour,
                "retry when the next slot frees: %r" % delays[3]["retry_after_ms"])
 
 

@@ -45,6 +45,9 @@ POLICY = """policies:
 """
 # A bucket refills limit per hour: 400 / 3600 s, a unit every 9 s.
 REFILL_PER_S = {"tb": 400 / 3600.0, "gc": 400 / 3600.0, "multi": 0}
+# The policies whose limit is per window of that many seconds (fixed_window
+# 30s): short, so that a block leased near a window's end is exercised.
+WINDOW_S = {"fw": 30, "multi": 30}
 
 
 def metric(d, name, policy):
@@ -96,23 +99,20 @@ def hammer(daemons, policy, key, per_daemon, clients=6):
     return counts["allowed"]
 
 
-def away_from_window_end(redis, window_s=30, margin_s=10):
-    """Waits until Redis's clock is at least margin_s from the end of the
-    current window_s window, so that a run stays in one window."""
-    for _ in range(100):
-        sec, _us = redis.client().command("TIME")
-        left = window_s - int(sec) % window_s
-        if left > margin_s:
-            return
-        time.sleep(left + 0.1)
-
-
-def exactness(redis, daemons, policies=("fw", "cal", "tb", "gc", "multi")):
-    for policy in policies:
-        away_from_window_end(redis)
+def exactness(daemons, policies=("fw", "cal", "tb", "gc", "multi")):
+    def run(policy, key):
         start = time.monotonic()
-        allowed = hammer(daemons, policy, "k", per_daemon=360)
-        elapsed = time.monotonic() - start
+        allowed = hammer(daemons, policy, key, per_daemon=360)
+        return allowed, time.monotonic() - start
+
+    for policy in policies:
+        # A run across a window's end would be allowed a second limit: a
+        # slow box (valgrind) runs again in one window, on a fresh key.
+        if policy in WINDOW_S:
+            allowed, elapsed = harness.in_one_window(
+                WINDOW_S[policy], lambda fresh: run(policy, "k-" + fresh), "%s's run" % policy)
+        else:
+            allowed, elapsed = run(policy, "k")
         limit = 300 if policy == "multi" else LIMIT
         ceiling = limit + int(REFILL_PER_S.get(policy, 0) * elapsed) + 1
         harness.ok(allowed <= ceiling, "%s: admitted %d <= %d across 3 daemons" %
@@ -334,7 +334,7 @@ def main():
     extra = ""
     script_modes(redis)
     daemons = [daemon(redis, extra) for _ in range(3)]
-    exactness(redis, daemons)
+    exactness(daemons)
     calls_per_check(lambda: redis_calls(redis), daemons)
     reload_gives_back(redis, daemons[0], extra)
     reset_drops(redis, daemons)

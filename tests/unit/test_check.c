@@ -36,7 +36,7 @@ static const char yaml[] = "max_inflight: 2\n"
                            "  local:\n"
                            "    failure_mode: local\n"
                            "    tiers:\n"
-                           "      - {name: t, algorithm: fixed_window, limit: 1, window: 1m}\n"
+                           "      - {name: t, algorithm: fixed_window, limit: 1, window: 1h}\n"
                            "      - {name: u, algorithm: fixed_window, limit: 5, window: 1h}\n";
 
 /* ---- a fake backend: answers as the test tells it ---- */

@@ -77,30 +77,27 @@ def make_tempdir(prefix="rl-test-"):
     return path
 
 
-def _die_with_parent():
-    # Linux: the child gets SIGTERM if the test is killed outright (SIGKILL
-    # skips atexit), so no server outlives its test. Best effort elsewhere.
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except Exception:
-        pass
+# Linux: the child gets SIGTERM if the test is killed outright (SIGKILL skips
+# atexit), so no server outlives its test. Set by util-linux's setpriv in the
+# child rather than by a preexec_fn: with a preexec_fn Python must fork(),
+# which runs the pthread_atfork handlers of whatever the test has loaded, and
+# grpcio's abort the test ("thread_pool.cc: assertion failed: state_ ==
+# State::kRunning") when a fork meets its thread pool stopping after a
+# channel's close; without one, subprocess uses vfork, which runs none.
+_PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
 
 
 def spawn(argv, log_path, **kwargs):
     """Starts argv with stdout and stderr appended to log_path; the process
-    is terminated when the test exits. Returns the Popen."""
+    is terminated when the test exits (and gets SIGTERM if the test dies
+    outright). Returns the Popen."""
     log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(
-            argv,
+            _PDEATHSIG + list(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
             **kwargs
         )
     finally:

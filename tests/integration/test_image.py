@@ -114,7 +114,8 @@ def pristine_sources(work):
     if not os.path.isfile(os.path.join(SRC, "Makefile")):
         harness.skip_all("no .git and not configured in %s: no pristine copy to build from"
                          " (run tools/build.sh, or test from a clone)" % SRC)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     dist = sh(["make", "distdir", "distdir=" + tree], cwd=SRC, env=env)
     if dist.returncode != 0:
         harness.bail_out("make distdir failed: " + (dist.stdout + dist.stderr)[-2000:])

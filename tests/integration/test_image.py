@@ -72,7 +72,8 @@ def context_leaves_out_generated(work):
     if not os.path.exists(os.path.join(SRC, ".git")):
         harness.skip("no .git in %s: which files are generated is git's to say" % SRC)
         return
-    ignored = sh(["git", "-C", SRC, "ls-files", "-z", "--others", "--ignored", "--exclude-standard"])
+    ignored = sh(["git", "-C", SRC, "ls-files", "-z", "--others", "--ignored",
+                  "--exclude-standard"])
     if ignored.returncode != 0:
         harness.bail_out("git ls-files failed: " + ignored.stderr)
     containerfile = os.path.join(work, "Containerfile.context")

@@ -58,6 +58,11 @@ static void usage(FILE *out)
             "      --envoy-quota-mode\n"
             "                        every Envoy descriptor is a quota descriptor (as the\n"
             "                        file's envoy_quota_mode: true)\n"
+            "      --listen ADDR     listen here, not at the file's listen (same forms)\n"
+            "      --backend NAME    redis or memory, whatever the file's backend says\n"
+            "      --redis-url URL   this Redis, not the file's redis.url (others can read\n"
+            "                        a password in it with ps)\n"
+            "                        (these three hold on every reload)\n"
             "  -l, --log-level LVL   debug, info, warn or error (default: the file's log_level)\n"
             "      --strict-permissions\n"
             "                        refuse a policy file that others may write, or a token\n"
@@ -84,19 +89,27 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
         worker_post_drain(&srv->workers[i]);
 }
 
+/* What the options ask for besides the server's own fields. */
+struct options {
+    int check_only;
+    int strict_perms;
+};
+
 /* A file whose mode grants others (not the owner, not the group: root:
  * ratelimitd 0640 is how the daemon is meant to read its files) any of the
- * bits in mask: a warning, or with strict a refusal to start (-1). what
- * names the file and how loose it is, e.g. "the policy file is writable". */
+ * bits in mask: a warning, or with --strict-permissions a refusal (-1): to
+ * start, or with --check-config a failed check, said as such (nothing was
+ * going to start). what names the file and how loose it is, e.g. "the
+ * policy file is writable". */
 static int check_file_mode(const struct server *srv, const char *path, mode_t mask,
-                           const char *what, const char *fix, int strict)
+                           const char *what, const char *fix, const struct options *o)
 {
     struct stat st;
     if (stat(path, &st) < 0 || !(st.st_mode & mask))
         return 0; /* a missing file is config_load's to report */
-    if (strict) {
-        fprintf(stderr, "ratelimitd: %s: %s by others; refusing to start (chmod %s it)\n", path,
-                what, fix);
+    if (o->strict_perms) {
+        fprintf(stderr, "ratelimitd: %s: %s by others; %s (chmod %s it)\n", path, what,
+                o->check_only ? "not valid with --strict-permissions" : "refusing to start", fix);
         return -1;
     }
     char msg[128];
@@ -110,14 +123,15 @@ static int check_file_mode(const struct server *srv, const char *path, mode_t ma
  * write it may lock them all out at the next reload. cfg NULL: checks the
  * policy file (before it is loaded); else cfg's auth_token_file, if any.
  * Both are checked at start only; a reload does not check again. */
-static int check_permissions(const struct server *srv, const struct config *cfg, int strict)
+static int check_permissions(const struct server *srv, const struct config *cfg,
+                             const struct options *o)
 {
     if (!cfg)
         return check_file_mode(srv, srv->config_path, S_IWOTH, "the policy file is writable", "o-w",
-                               strict);
+                               o);
     if (cfg->auth_token_file)
         return check_file_mode(srv, cfg->auth_token_file, S_IROTH | S_IWOTH,
-                               "the auth_token_file is readable or writable", "o-rw", strict);
+                               "the auth_token_file is readable or writable", "o-rw", o);
     return 0;
 }
 
@@ -194,12 +208,6 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
     reload_config(arg, "SIGHUP");
 }
 
-/* What the options ask for besides the server's own fields. */
-struct options {
-    int check_only;
-    int strict_perms;
-};
-
 /* Reads the options into srv and o. Returns -1 to go on, or the exit code
  * when they say to stop here (--help, --version, --print-script, a bad
  * option). */
@@ -212,6 +220,9 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
         {"envoy-merge-domains", optional_argument, NULL, 'M'},
         {"envoy-shadow-mode", no_argument, NULL, 'W'},
         {"envoy-quota-mode", no_argument, NULL, 'Q'},
+        {"listen", required_argument, NULL, 'L'},
+        {"backend", required_argument, NULL, 'B'},
+        {"redis-url", required_argument, NULL, 'R'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-script", no_argument, NULL, 'P'},
         {"strict-permissions", no_argument, NULL, 'S'},
@@ -248,6 +259,15 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             break;
         case 'Q':
             srv->cli.envoy_quota_mode = 1;
+            break;
+        case 'L':
+            srv->cli.listen = optarg;
+            break;
+        case 'B':
+            srv->cli.backend = optarg;
+            break;
+        case 'R':
+            srv->cli.redis_url = optarg;
             break;
         case 'l':
             if (log_level_from_name(optarg, &srv->log.level) < 0) {
@@ -288,14 +308,14 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
 static int load(struct server *srv, const struct options *o)
 {
     char err[RL_ERRLEN * 2];
-    if (check_permissions(srv, NULL, o->strict_perms) < 0)
+    if (check_permissions(srv, NULL, o) < 0)
         return 1;
     srv->config = config_load_cli(srv->config_path, &srv->cli, err, sizeof err);
     if (!srv->config) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return 1;
     }
-    if (check_permissions(srv, srv->config, o->strict_perms) < 0)
+    if (check_permissions(srv, srv->config, o) < 0)
         return 1;
     if (!srv->log_level_from_cli)
         srv->log.level = srv->config->log_level;

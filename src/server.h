@@ -25,7 +25,7 @@ struct server {
     struct logger log;
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
-    struct config_cli cli; /* --envoy-config and the other switches of the Envoy domains */
+    struct config_cli cli; /* what the options say over the policy file */
     struct config *config; /* current snapshot; one reference held here */
     struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;

@@ -2,22 +2,27 @@
 # SPDX-License-Identifier: Apache-2.0
 # run.sh: builds ratelimitd if needed and runs it in the foreground with the
 # example policy (conf/ratelimitd.yaml) or yours, /check on 127.0.0.1:$PORT.
-# Ctrl-C stops it and the Redis it started. Other arguments go to the daemon.
+# Ctrl-C, Ctrl-\ or closing the terminal stops it and the Redis it started.
+# Other arguments go to the daemon.
 #
 #   POLICY=FILE        the policy file (default conf/ratelimitd.yaml)
 #   PORT=8080          the daemon's port on 127.0.0.1
 #   BACKEND=redis      or memory: counters in the daemon, no Redis at all
 #   REDIS_PORT=6379    where the throwaway redis-server (no data saved) listens
 #   REDIS_URL=...      use this Redis instead, on purpose: none is started
+#                      (passed as --redis-url: others on this machine can
+#                      read a password in it with ps)
 #   RATELIMITD=path    a built daemon: tools/build.sh is not run
 #
 # It never writes into a Redis it did not start unless REDIS_URL names it:
 # when something already answers on REDIS_PORT, it says so and starts its
-# Redis on the next port that nothing answers on. The daemon has no option
-# for its listen address or Redis URL, so those go into a copy of the
-# policy file in a temporary directory (its top-level listen and backend
-# lines and the url line of its redis section replaced, or added): a
-# --config argument would bypass them, and is refused.
+# Redis on the next port that nothing answers on. The daemon reads the
+# policy file itself, with this run's port, backend and Redis given as
+# --listen, --backend and --redis-url, which hold over the file's lines at
+# start and on every reload: edit the file and reload (kill -HUP the
+# daemon, or watch: true in the file), and its messages name the file.
+# Those options, and --config, given here would undo PORT and POLICY:
+# refused.
 set -eu
 # Paths the caller gave are the caller's: absolute before the cd.
 case ${POLICY:-} in "" | /*) ;; *) POLICY=$(pwd)/$POLICY ;; esac
@@ -30,8 +35,9 @@ REDIS_URL=${REDIS_URL:-}
 POLICY=${POLICY:-conf/ratelimitd.yaml}
 for a in "$@"; do
     case $a in
-    -c | --config | --config=*)
-        echo "run.sh: give the policy file as POLICY=FILE (run.sh puts its port and Redis in a copy)" >&2
+    -c | --config | --config=* | --listen | --listen=* | --backend | --backend=* | \
+        --redis-url | --redis-url=*)
+        echo "run.sh: not $a: give POLICY=, PORT=, BACKEND=, REDIS_URL= (run.sh passes them)" >&2
         exit 64
         ;;
     esac
@@ -51,13 +57,21 @@ fi
 tmp=$(mktemp -d)
 redis_pid=""
 daemon=""
+# A terminal's hang-up reaches its whole foreground process group: this
+# script, the daemon (which takes a HUP as a reload) and redis-server
+# (which ignores it). Only this script's trap stops them, so a second
+# signal (Ctrl-C pressed twice, the hang-up after it) must not cut the
+# cleanup short.
 cleanup() {
+    trap '' HUP INT QUIT TERM
     [ -z "$daemon" ] || { kill -TERM "$daemon" 2>/dev/null && wait "$daemon"; } || true
     [ -z "$redis_pid" ] || { kill "$redis_pid" 2>/dev/null && wait "$redis_pid"; } || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM
+trap 'exit 129' HUP
+trap 'exit 131' QUIT
 
 # Starts redis-server on 127.0.0.1:$1; 0 once it answers and is ours (its
 # process_id is the one started here), 1 if it exited (the port was taken).
@@ -102,35 +116,40 @@ else
     echo "run.sh: started redis-server on 127.0.0.1:$port (data not saved)"
 fi
 
-# The policy with this run's port, backend and Redis: each top-level line
-# replaced where the file has it, added where it has none.
-cfg=$tmp/ratelimitd.yaml
-esc=$(printf '%s' "$url" | sed 's/[\\|&]/\\&/g')
-sed -e "s|^listen:.*|listen: 127.0.0.1:$PORT|" -e "s|^backend:.*|backend: $BACKEND|" \
-    "$POLICY" >"$cfg"
-grep -q '^listen:' "$cfg" || printf 'listen: 127.0.0.1:%s\n' "$PORT" >>"$cfg"
-grep -q '^backend:' "$cfg" || printf 'backend: %s\n' "$BACKEND" >>"$cfg"
-if [ "$BACKEND" = redis ]; then
-    if ! grep -q '^redis:' "$cfg"; then
-        printf 'redis:\n  url: %s\n' "$url" >>"$cfg"
-    elif sed -n '/^redis:/,/^[^ #]/p' "$cfg" | grep -q '^  url:'; then
-        # Only the url of the redis section (the block up to the next
-        # top-level key), not another section's.
-        sed -i "/^redis:/,/^[^ #]/ s|^  url:.*|  url: $esc|" "$cfg"
-    else
-        sed -i "s|^redis:[[:space:]]*\$|redis:\n  url: $esc|" "$cfg"
-    fi
-fi
-for line in "listen: 127.0.0.1:$PORT" "backend: $BACKEND"; do
-    grep -qxF "$line" "$cfg" || { echo "run.sh: cannot set '$line' in a copy of $POLICY" >&2; exit 1; }
-done
-if [ "$BACKEND" = redis ] && ! grep -qxF "  url: $url" "$cfg"; then
-    echo "run.sh: cannot set redis.url in a copy of $POLICY (a redis: section in flow style?)" >&2
-    exit 1
-fi
-"$bin" --check-config --config "$cfg" >/dev/null || exit 1
-echo "run.sh: ratelimitd on http://127.0.0.1:$PORT (Ctrl-C stops it)"
-"$bin" --config "$cfg" "$@" &
+set -- --config "$POLICY" --listen "127.0.0.1:$PORT" --backend "$BACKEND" "$@"
+[ "$BACKEND" = memory ] || set -- --redis-url "$url" "$@"
+"$bin" --check-config "$@" >/dev/null || exit 1
+
+# Any answer on PORT: /healthz's 200, a 404 when the policy serves it on
+# admin_listen, a TLS listener's refusal of plain HTTP. Not a refused
+# connection (7) nor a silence (28).
+answers() {
+    rc=0
+    curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/healthz" || rc=$?
+    [ "$rc" -ne 7 ] && [ "$rc" -ne 28 ]
+}
+# Something answering on PORT already is not the daemon: it will fail to
+# bind there, and its own message says so.
+taken=0
+if answers; then taken=1; fi
+"$bin" "$@" &
 daemon=$!
+deadline=$(($(date +%s) + 60))
+until [ "$taken" = 0 ] && answers; do
+    if ! kill -0 "$daemon" 2>/dev/null; then
+        # 0: asked for something else (--help, --version, ...), done.
+        rc=0
+        wait "$daemon" || rc=$?
+        daemon=""
+        [ "$rc" = 0 ] || echo "run.sh: ratelimitd did not start (exit $rc)" >&2
+        exit "$rc"
+    fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "run.sh: ratelimitd did not answer on 127.0.0.1:$PORT within 60 s" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+echo "run.sh: ratelimitd on http://127.0.0.1:$PORT (Ctrl-C stops it)"
 wait "$daemon" || { rc=$?; daemon=""; exit "$rc"; }
 daemon=""

@@ -314,7 +314,7 @@ static struct config *load_string(const char *name, const char *yaml, size_t len
     c = config_new(name);
     ld.c = c;
     root = yaml_document_get_root_node(&ld.doc);
-    if (cfg_parse_fields(&ld, root, "", cfg_top_fields, c) < 0 ||
+    if (cfg_parse_fields(&ld, root, "", cfg_top_fields, c) < 0 || cfg_apply_cli(&ld, c, cli) < 0 ||
         cfg_check_unix_fields(&ld, root, c) < 0 || cfg_check_admin_on_listen(&ld, root, c) < 0 ||
         cfg_check_redis_modes(&ld, root, c) < 0 || cfg_load_listen_tls(&ld, root, c) < 0) {
         config_free(c);
@@ -356,7 +356,7 @@ struct config *config_load(const char *path, char *err, size_t errlen)
 
 struct config *config_load_envoy(const char *path, const char *envoy_dir, char *err, size_t errlen)
 {
-    struct config_cli cli = {envoy_dir, -1, 0, 0};
+    struct config_cli cli = {.envoy_dir = envoy_dir, .envoy_merge_domains = -1};
     return config_load_cli(path, &cli, err, errlen);
 }
 

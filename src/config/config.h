@@ -180,6 +180,12 @@ struct config_cli {
      * the file says, at start and on every reload */
     int envoy_shadow_mode;
     int envoy_quota_mode;
+    /* --listen, --backend, --redis-url: the value over the file's listen,
+     * backend and redis.url, at start and on every reload; NULL: the
+     * file's. */
+    const char *listen;
+    const char *backend;
+    const char *redis_url;
 };
 
 /* config_load_envoy with every command-line setting of c (NULL: none). */

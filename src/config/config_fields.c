@@ -546,3 +546,54 @@ static int parse_token_file(struct loader *ld, const yaml_node_t *node, const ch
     c->auth_token = xstrdup(buf);
     return 0;
 }
+
+/* One of backend_names, or -1. */
+static int backend_kind_of(const char *name)
+{
+    for (int i = 0; backend_names[i] != NULL; i++)
+        if (strcmp(backend_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* Before the rules between fields, so that they hold for the values in
+ * use. A --redis-url is one server, so it
+ * cannot stand beside the file's sentinel or cluster, which name others;
+ * its value is never quoted back (it may hold a password). */
+int cfg_apply_cli(struct loader *ld, struct config *c, const struct config_cli *cli)
+{
+    char msg[RL_ERRLEN];
+    int kind;
+
+    if (cli == NULL)
+        return 0;
+    if (cli->listen != NULL) {
+        if (check_listen(cli->listen, msg, sizeof msg) < 0)
+            return snprintf(ld->err, ld->errlen, "--listen %s: %s", cli->listen, msg), -1;
+        free(c->listen);
+        c->listen = xstrdup(cli->listen);
+    }
+    if (cli->backend != NULL) {
+        if ((kind = backend_kind_of(cli->backend)) < 0)
+            return snprintf(ld->err, ld->errlen, "--backend: redis or memory, not \"%s\"",
+                            cli->backend),
+                   -1;
+        c->backend = kind;
+        ld->backend_from_cli = 1;
+    }
+    if (cli->redis_url == NULL)
+        return 0;
+    if (c->backend == BACKEND_KIND_MEMORY)
+        return snprintf(ld->err, ld->errlen, "--redis-url: not used with backend memory"), -1;
+    if (c->redis_ncluster > 0 || c->redis_sentinel.naddresses > 0)
+        return snprintf(ld->err, ld->errlen,
+                        "--redis-url: %s names redis.%s, which the one URL would replace: "
+                        "remove one of them",
+                        ld->name, c->redis_ncluster > 0 ? "cluster" : "sentinel"),
+               -1;
+    if (check_redis_url(cli->redis_url, msg, sizeof msg) < 0)
+        return snprintf(ld->err, ld->errlen, "--redis-url: %s", msg), -1;
+    free(c->redis_url);
+    c->redis_url = xstrdup(cli->redis_url);
+    return 0;
+}

@@ -38,7 +38,9 @@
 #define MAX_FIELDS 40 /* rows in the largest field table */
 #define NROWS(t) (sizeof(t) / sizeof((t)[0]) - 1)
 
+struct buf;
 struct config;
+struct config_cli;
 struct policy;
 
 struct loader {
@@ -50,6 +52,7 @@ struct loader {
     const yaml_node_t *domains; /* `domains:`, parsed once the policies are final */
     int envoy_file;             /* an envoyproxy/ratelimit file: no `policy:` */
     int depth;                  /* of the descriptors being parsed */
+    int backend_from_cli;       /* --backend: the file's redis section left aside on purpose */
     /* When set, asked about a key no field of the table names: 0 to skip
      * it (the callee warns), -1 to refuse it as unknown. */
     int (*unknown)(struct loader *ld, const yaml_node_t *key, const char *path, const char *name);
@@ -127,8 +130,9 @@ __attribute__((format(printf, 5, 6))) int cfg_fail_in(struct loader *ld, const y
                                                       ...);
 /* A value from the file made safe to quote in a message, in buf. */
 const char *cfg_shown(const char *s, char buf[SHOWN_LEN]);
-/* Appends name to a ", "-separated list in buf. */
-void cfg_list_add(char *buf, size_t size, const char *name);
+/* Appends name to a ", "-separated list in b, kept NUL-terminated and
+ * built to its length (the caller frees it with buf_free). */
+void cfg_list_add(struct buf *b, const char *name);
 /* path.name into out (PATH_LEN bytes); name alone at the top. */
 void cfg_join(char *out, const char *path, const char *name);
 
@@ -170,6 +174,9 @@ int cfg_check_host_port(const char *s, int port_required, char *err, size_t errl
 int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
 /* admin_on_listen: true needs no admin_listen. */
 int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root, const struct config *c);
+/* cli's listen, backend and redis_url over c's (cli NULL: none), checked
+ * as the file's values are; -1 with the option named in ld->err. */
+int cfg_apply_cli(struct loader *ld, struct config *c, const struct config_cli *cli);
 /* client_auth's words: none, request, require. */
 extern const char *const cfg_client_auth_names[];
 

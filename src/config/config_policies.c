@@ -17,6 +17,7 @@
  */
 #include "config/config.h"
 #include "config/config_internal.h"
+#include "lib/buf.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -139,7 +140,8 @@ _Static_assert(NROWS(tier_fields) <= MAX_FIELDS && NROWS(cfg_policy_fields) <= M
 
 static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
-    char buf[SHOWN_LEN], list[RL_ERRLEN] = "";
+    char buf[SHOWN_LEN];
+    struct buf list = {NULL, 0, 0};
     const char *s = cfg_scalar_text(ld, node, path, "an algorithm name", 0);
     int i;
 
@@ -148,14 +150,16 @@ static int parse_algorithm(struct loader *ld, const yaml_node_t *node, const cha
     if (policy_algorithm_from_name(s, slot) == 0)
         return 0;
     for (i = 0; i < ALG__COUNT; i++)
-        cfg_list_add(list, sizeof list, policy_algorithm_name((enum algorithm)i));
-    return cfg_fail(ld, node, path, "unknown algorithm \"%s\" (known: %s)", cfg_shown(s, buf),
-                    list);
+        cfg_list_add(&list, policy_algorithm_name((enum algorithm)i));
+    cfg_fail(ld, node, path, "unknown algorithm \"%s\" (known: %s)", cfg_shown(s, buf), list.data);
+    buf_free(&list);
+    return -1;
 }
 
 static int parse_calendar(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
 {
-    char buf[SHOWN_LEN], list[RL_ERRLEN] = "";
+    char buf[SHOWN_LEN];
+    struct buf list = {NULL, 0, 0};
     const char *s = cfg_scalar_text(ld, node, path, "a calendar unit", 0);
 
     if (s == NULL)
@@ -165,9 +169,12 @@ static int parse_calendar(struct loader *ld, const yaml_node_t *node, const char
             *(enum calendar_unit *)slot = (enum calendar_unit)(i + 1);
             return 0;
         }
-        cfg_list_add(list, sizeof list, calendar_unit_names[i]);
     }
-    return cfg_fail(ld, node, path, "unknown calendar \"%s\" (known: %s)", cfg_shown(s, buf), list);
+    for (int i = 0; calendar_unit_names[i] != NULL; i++)
+        cfg_list_add(&list, calendar_unit_names[i]);
+    cfg_fail(ld, node, path, "unknown calendar \"%s\" (known: %s)", cfg_shown(s, buf), list.data);
+    buf_free(&list);
+    return -1;
 }
 
 int cfg_zone(struct loader *ld, const char *name, const struct tzif_zone **out, char *err,

@@ -162,13 +162,19 @@ int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct con
     char msg[RL_ERRLEN];
     int is_unix;
 
-    if (redis == NULL)
-        return 0; /* the default URL: plain TCP */
+    if (redis == NULL) {
+        /* The default URL, or --redis-url's. */
+        c->redis_tls_on = is_rediss(c->redis_url);
+        return 0;
+    }
     /* Warned about, not refused (as listen_mode without a unix socket
      * is): a memory file is often the Redis one with its backend line
-     * switched (the container image's, tools/run.sh's), and the section
-     * then does nothing rather than something wrong. The daemon logs the
-     * warning at start and on reload, -t prints it. */
+     * switched (the container image's), and the section then does
+     * nothing rather than something wrong. The daemon logs the warning at
+     * start and on reload, -t prints it. Not with --backend memory (as
+     * tools/run.sh gives it): the command line says it on purpose. */
+    if (c->backend == BACKEND_KIND_MEMORY && ld->backend_from_cli)
+        return 0;
     if (c->backend == BACKEND_KIND_MEMORY) {
         char note[4096 + RL_ERRLEN]; /* the file's path, then the message */
         snprintf(note, sizeof note,

@@ -17,6 +17,7 @@
  */
 #include "config/config_internal.h"
 #include "config/policy.h"
+#include "lib/buf.h"
 #include "lib/util.h"
 
 #include <stdarg.h>
@@ -27,19 +28,46 @@
 
 /* ---- messages ---------------------------------------------------------- */
 
+/* The message of fmt and ap, built to its length (the caller frees it):
+ * only the caller's error buffer bounds what is reported. */
+static char *format_message(const char *fmt, va_list ap)
+{
+    va_list again;
+    int n;
+    char *msg;
+
+    va_copy(again, ap);
+    n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    msg = xmalloc(n < 0 ? 1 : (size_t)n + 1);
+    if (n < 0)
+        msg[0] = '\0'; /* only a bad format: the position still says where */
+    else
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+    return msg;
+}
+
+/* "<file>:<line>:<col>: <path>: <message>" into ld->err. */
+static void report(struct loader *ld, size_t line, size_t col, const char *path, const char *fmt,
+                   va_list ap)
+{
+    char *msg = format_message(fmt, ap);
+
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, line, col, path,
+             *path ? ": " : "", msg);
+    free(msg);
+}
+
 /* Reports an error at node and returns -1. path is the dotted path to the
  * node ("" for the top), fmt the message. */
 __attribute__((format(printf, 4, 5))) int cfg_fail(struct loader *ld, const yaml_node_t *node,
                                                    const char *path, const char *fmt, ...)
 {
-    char msg[2 * RL_ERRLEN];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    report(ld, node->start_mark.line + 1, node->start_mark.column + 1, path, fmt, ap);
     va_end(ap);
-    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s%s%s", ld->name, node->start_mark.line + 1,
-             node->start_mark.column + 1, path, *path ? ": " : "", msg);
     return -1;
 }
 
@@ -50,19 +78,16 @@ __attribute__((format(printf, 5, 6))) int cfg_fail_in(struct loader *ld, const y
                                                       size_t at, const char *path, const char *fmt,
                                                       ...)
 {
-    char msg[2 * RL_ERRLEN];
     va_list ap;
     size_t col = node->start_mark.column + 1;
     size_t width = node->end_mark.column - node->start_mark.column;
     size_t quotes = node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 2;
 
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (node->start_mark.line == node->end_mark.line && width == node->data.scalar.length + quotes)
         col += at + quotes / 2;
-    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s: %s", ld->name, node->start_mark.line + 1, col,
-             path, msg);
+    va_start(ap, fmt);
+    report(ld, node->start_mark.line + 1, col, path, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -78,11 +103,15 @@ const char *cfg_shown(const char *s, char buf[SHOWN_LEN])
     return buf;
 }
 
-/* Appends name to a ", "-separated list in buf. */
-void cfg_list_add(char *buf, size_t size, const char *name)
+/* Appends name to a ", "-separated list, kept NUL-terminated (b->len does
+ * not count the NUL) and built to its length: a message quoting a list is
+ * never cut inside it. */
+void cfg_list_add(struct buf *b, const char *name)
 {
-    size_t n = strlen(buf);
-    snprintf(buf + n, size - n, "%s%s", n ? ", " : "", name);
+    if (b->len > 0)
+        buf_append(b, ", ", 2);
+    buf_append_str(b, name);
+    *buf_reserve(b, 1) = '\0';
 }
 
 void cfg_join(char *out, const char *path, const char *name)
@@ -182,7 +211,8 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
                        const char *path, void *target)
 {
     void *slot = (char *)target + f->offset;
-    char msg[RL_ERRLEN], buf[SHOWN_LEN], list[RL_ERRLEN / 2] = "";
+    char msg[RL_ERRLEN], buf[SHOWN_LEN];
+    struct buf list = {NULL, 0, 0};
     const char *s = NULL;
     int rc = 0;
     size_t i;
@@ -234,15 +264,58 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
                 *(int *)slot = (int)i;
                 return 0;
             }
-            cfg_list_add(list, sizeof list, f->choices[i]);
         }
-        rc = -1;
-        snprintf(msg, sizeof msg, "must be one of %s", list);
-        break;
+        for (i = 0; f->choices[i] != NULL; i++)
+            cfg_list_add(&list, f->choices[i]);
+        cfg_fail(ld, node, path, "invalid value \"%s\": must be one of %s", cfg_shown(s, buf),
+                 list.data);
+        buf_free(&list);
+        return -1;
     }
     if (rc < 0)
         return cfg_fail(ld, node, path, "invalid value \"%s\": %s", cfg_shown(s, buf), msg);
     return 0;
+}
+
+/* Where a list of known fields too long for the caller's error buffer
+ * sends the reader: every field is there. */
+#define FIELDS_PAGE "ratelimitd.yaml(5) or docs/configuration.md"
+
+/*
+ * Reports an unknown field with the table's known names: all of them when
+ * the report fits the caller's buffer; else as many as fit (one at least:
+ * a buffer too small for that is too small for any report) and how many
+ * more, with the page that lists them, so that the message ends whole
+ * instead of being cut mid-name.
+ */
+static int unknown_field(struct loader *ld, const yaml_node_t *key, const char *path,
+                         const char *name, const struct field *fields)
+{
+    char buf[SHOWN_LEN];
+    struct buf known = {NULL, 0, 0};
+    size_t n = 0;
+
+    while (fields[n].name != NULL)
+        n++;
+    for (size_t shown = n; shown > 0; shown--) {
+        known.len = 0;
+        for (size_t i = 0; i < shown; i++)
+            cfg_list_add(&known, fields[i].name);
+        if (shown < n) {
+            buf_append_str(&known, " and ");
+            buf_append_int(&known, (long long)(n - shown));
+            buf_append_str(&known, " more in " FIELDS_PAGE);
+            *buf_reserve(&known, 1) = '\0';
+        }
+        cfg_fail(ld, key, path, "unknown field \"%s\" (known: %s)", cfg_shown(name, buf),
+                 known.data);
+        /* A report that filled the buffer may have been cut: one name
+         * fewer then, even if it fitted exactly. */
+        if (strlen(ld->err) + 1 < ld->errlen)
+            break;
+    }
+    buf_free(&known);
+    return -1;
 }
 
 /*
@@ -255,7 +328,7 @@ int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path
 {
     const yaml_node_t *seen[MAX_FIELDS] = {NULL};
     const yaml_node_pair_t *pair;
-    char child[PATH_LEN], buf[SHOWN_LEN], known[2 * RL_ERRLEN] = "";
+    char child[PATH_LEN];
     const struct field *f;
 
     if (map->type != YAML_MAPPING_NODE)
@@ -270,12 +343,8 @@ int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path
             ;
         if (f->name == NULL && ld->unknown != NULL && ld->unknown(ld, key, path, name) == 0)
             continue;
-        if (f->name == NULL) {
-            for (f = fields; f->name != NULL; f++)
-                cfg_list_add(known, sizeof known, f->name);
-            return cfg_fail(ld, key, path, "unknown field \"%s\" (known: %s)", cfg_shown(name, buf),
-                            known);
-        }
+        if (f->name == NULL)
+            return unknown_field(ld, key, path, name, fields);
         if (seen[f - fields] != NULL)
             return cfg_fail(ld, key, path, "duplicate field \"%s\"", name);
         seen[f - fields] = key;
@@ -290,6 +359,27 @@ int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path
 }
 
 /* ---- the document ------------------------------------------------------------- */
+
+/* Whether the byte at line:col (both from 0) of yaml is a tab that only
+ * blanks precede on its line: a tab in the indentation, which YAML
+ * forbids. Lines end at "\n", "\r\n" or "\r", as libyaml counts them. */
+static int tab_in_indentation(const char *yaml, size_t len, size_t line, size_t col)
+{
+    size_t i = 0, at;
+
+    for (size_t l = 0; l < line; l++) {
+        while (i < len && yaml[i] != '\n' && yaml[i] != '\r')
+            i++;
+        if (i == len)
+            return 0;
+        i += yaml[i] == '\r' && i + 1 < len && yaml[i + 1] == '\n' ? 2 : 1;
+    }
+    /* Blanks are one byte each, so up to the mark a column is a byte. */
+    for (at = i; at < i + col; at++)
+        if (at >= len || (yaml[at] != ' ' && yaml[at] != '\t'))
+            return 0;
+    return at < len && yaml[at] == '\t';
+}
 
 /* Reports libyaml's complaint with the position it gives. A reader error
  * (bad UTF-8, say) has only a byte offset, so the line is counted here. */
@@ -311,7 +401,15 @@ static void syntax_error(struct loader *ld, const yaml_parser_t *parser, const c
                 col++;
         }
     }
-    if (parser->context != NULL)
+    /* libyaml says "found character that cannot start any token" (or that
+     * the tab "violates indentation"): true, but it names neither the tab
+     * nor the fix. */
+    if (parser->error == YAML_SCANNER_ERROR &&
+        tab_in_indentation(yaml, len, parser->problem_mark.line, parser->problem_mark.column))
+        snprintf(ld->err, ld->errlen,
+                 "%s:%zu:%zu: tabs are not allowed for indentation; indent with spaces", ld->name,
+                 line, col);
+    else if (parser->context != NULL)
         snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s (%s at %zu:%zu)", ld->name, line, col,
                  problem, parser->context, parser->context_mark.line + 1,
                  parser->context_mark.column + 1);

@@ -87,7 +87,7 @@ static int open_fd(const struct config *cfg, const char *addr, int shared, char 
     if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
         int fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
         if (fd < 0)
-            snprintf(err, errlen, "listen: %s: %s", addr, strerror(errno));
+            snprintf(err, errlen, "%s: %s", addr, strerror(errno));
         return fd;
     }
     const struct listen_perm perm = {
@@ -96,15 +96,19 @@ static int open_fd(const struct config *cfg, const char *addr, int shared, char 
 }
 
 struct listener_socket *listener_open(struct listener *l, const struct config *cfg,
-                                      const char *addr, const struct listener *first,
-                                      unsigned roles, int counted, char *err, size_t errlen)
+                                      const char *field, const char *addr,
+                                      const struct listener *first, unsigned roles, int counted,
+                                      char *err, size_t errlen)
 {
     if (l->nsocks == LISTENER_MAX_SOCKETS)
         abort(); /* a front opening more sockets than it said: a bug */
     int shared = first && l->nsocks < first->nsocks ? first->socks[l->nsocks].fd : -1;
-    int fd = open_fd(cfg, addr, shared, err, errlen);
-    if (fd < 0)
+    char msg[RL_ERRLEN * 2];
+    int fd = open_fd(cfg, addr, shared, msg, sizeof msg);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", field, msg);
         return NULL;
+    }
     struct listener_socket *s = &l->socks[l->nsocks++];
     /* The first worker's socket file goes with it; the others share it. */
     *s = (struct listener_socket){

@@ -68,7 +68,10 @@ void listener_init(struct listener *l, const struct front_host *host, listener_a
                    void *arg);
 
 /*
- * Opens a listening socket on addr (listen.h: TCP or "unix:/path") with
+ * Opens a listening socket on addr (listen.h: TCP or "unix:/path"), the
+ * value of the policy file's field `field` (which a failure's message
+ * names first: with several listeners, the address alone does not say
+ * which setting to change), with
  * cfg's socket file permissions, SO_REUSEPORT when cfg has several
  * workers; accepting starts with listener_start. first: the same front's listener on
  * worker 0, whose sockets were added in the same order (NULL on worker 0):
@@ -76,8 +79,9 @@ void listener_init(struct listener *l, const struct front_host *host, listener_a
  * Returns the socket (owned by l), or NULL with a message.
  */
 struct listener_socket *listener_open(struct listener *l, const struct config *cfg,
-                                      const char *addr, const struct listener *first,
-                                      unsigned roles, int counted, char *err, size_t errlen) RL_WUR;
+                                      const char *field, const char *addr,
+                                      const struct listener *first, unsigned roles, int counted,
+                                      char *err, size_t errlen) RL_WUR;
 
 /* Starts accepting on every socket opened. Returns -1 if libevent cannot
  * watch them (the caller says so in its own words). */

@@ -23,13 +23,13 @@ static int set_perm(const char *path, const struct listen_perm *perm, char *err,
      * bits, and the mode written in the file must be the one that holds. */
     if (perm->gid >= 0 && chown(path, (uid_t)-1, (gid_t)perm->gid) < 0) {
         snprintf(err, errlen,
-                 "listen: cannot give %s to group %s: %s (the daemon must run as root or be "
+                 "cannot give %s to group %s: %s (the daemon must run as root or be "
                  "a member of that group)",
                  path, perm->group ? perm->group : "?", strerror(errno));
         return -1;
     }
     if (perm->mode >= 0 && chmod(path, (mode_t)perm->mode) < 0) {
-        snprintf(err, errlen, "listen: cannot chmod %s to %04o: %s", path, (unsigned)perm->mode,
+        snprintf(err, errlen, "cannot chmod %s to %04o: %s", path, (unsigned)perm->mode,
                  strerror(errno));
         return -1;
     }
@@ -40,13 +40,13 @@ static int open_unix(const char *path, const struct listen_perm *perm, char *err
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path) {
-        snprintf(err, errlen, "listen: unix socket path too long: %s", path);
+        snprintf(err, errlen, "unix socket path too long: %s", path);
         return -1;
     }
     strcpy(sa.sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        snprintf(err, errlen, "listen: socket: %s", strerror(errno));
+        snprintf(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
     struct stat st;
@@ -56,21 +56,21 @@ static int open_unix(const char *path, const struct listen_perm *perm, char *err
         if (probe >= 0)
             close(probe);
         if (live) {
-            snprintf(err, errlen, "listen: %s is in use by another process", path);
+            snprintf(err, errlen, "%s is in use by another process", path);
             close(fd);
             return -1;
         }
         unlink(path);
     }
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        snprintf(err, errlen, "listen: cannot bind %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot bind %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     /* The file is ours from bind on: on any failure below it goes too. */
     int ok = !perm || set_perm(path, perm, err, errlen) == 0;
     if (ok && listen(fd, LISTEN_BACKLOG) < 0) {
-        snprintf(err, errlen, "listen: cannot listen on %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
         ok = 0;
     }
     if (!ok) {
@@ -106,7 +106,7 @@ static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
 {
     char host[256], port[8];
     if (split_host_port(addr, host, sizeof host, port, sizeof port) < 0) {
-        snprintf(err, errlen, "listen: bad address %s", addr);
+        snprintf(err, errlen, "bad address %s", addr);
         return -1;
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -115,7 +115,7 @@ static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
     struct addrinfo *ai;
     int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
     if (rc != 0) {
-        snprintf(err, errlen, "listen: cannot resolve %s: %s", addr, gai_strerror(rc));
+        snprintf(err, errlen, "cannot resolve %s: %s", addr, gai_strerror(rc));
         return -1;
     }
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
@@ -123,7 +123,7 @@ static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
         (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0) ||
         bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
-        snprintf(err, errlen, "listen: cannot bind %s: %s", addr, strerror(errno));
+        snprintf(err, errlen, "cannot bind %s: %s", addr, strerror(errno));
         if (fd >= 0)
             close(fd);
         fd = -1;

@@ -27,7 +27,9 @@ struct listen_perm {
  * file left by a previous run is replaced, but not one another process
  * still answers on; perm (NULL: none) sets a unix socket file's mode and
  * group, and is ignored for TCP. Returns the descriptor (the caller owns
- * it), or -1 with a message; a socket file it made is removed on failure.
+ * it), or -1 with a message naming the address but not what it is for:
+ * the caller knows the setting it came from and prefixes it. A socket file
+ * it made is removed on failure.
  */
 int listen_open(const char *addr, int reuseport, const struct listen_perm *perm, char *err,
                 size_t errlen) RL_WUR;

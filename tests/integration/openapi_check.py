@@ -8,11 +8,15 @@ describe it.
 What is checked, after the $refs are resolved:
 - the path and method name an operation (a path template's parameters
   match one segment, or the rest of the path when the parameter says
-  `x-greedy: true`); a path or method no operation names may only be
-  answered with a status of the top-level `x-unrouted-responses`, which an
-  operation's own answers fall back to as well (a 404 `not_found` or a 503
-  `too_many_connections` can answer any request);
-- the status is one of the operation's responses (exact, then `4XX`);
+  `x-greedy: true`), and the status is one of the operation's own
+  responses (exact, then `4XX`): nothing falls back, so each operation
+  must list every status its path can send;
+- a path the contract names, asked with a method none of its operations
+  names (GET /check, BREW /check), may only be answered 405 or with a
+  status of the top-level `x-unrouted-responses` (what does not depend on
+  the path), as the path's operations describe it;
+- a path no template matches may only be answered with a status of
+  `x-unrouted-responses`;
 - every header the response marks required is there, every header sent is
   described (but HTTP's framing: Content-Type, Content-Length, Connection,
   Transfer-Encoding, Date), and each value fits its schema;
@@ -107,26 +111,33 @@ def _where(method, path, status):
     return "%s %s -> %s" % (method, path, status)
 
 
+def _lookup(responses, code):
+    """responses' entry for the status code (exact, then its class), or None."""
+    return next((responses[k] for k in (code, code[0] + "XX") if k in responses), None)
+
+
 def _find_response(spec, method, path, status):
     """The response object the contract gives this answer, or raises."""
     path = path.split("?", 1)[0].split("#", 1)[0]
-    op = None
-    for rx, template, item in spec["_routes"]:
-        if rx.match(path):
-            op = item.get(method.lower()) if method.lower() in METHODS else None
-            break
-    candidates = []
-    if op is not None:
-        candidates.append(op.get("responses", {}))
-    candidates.append(spec.get("x-unrouted-responses", {}))
     code = str(status)
-    for responses in candidates:
-        for key in (code, code[0] + "XX"):
-            if key in responses:
-                return responses[key]
-    raise ContractError("%s: the contract describes no such answer%s" % (
-        _where(method, path, status),
-        "" if op is not None else " (no operation for this method and path)"))
+    unrouted = spec.get("x-unrouted-responses", {})
+    item = next((item for rx, _t, item in spec["_routes"] if rx.match(path)), None)
+    op = item.get(method.lower()) if item is not None and method.lower() in METHODS else None
+    found, why = None, ""
+    if op is not None:
+        found = _lookup(op.get("responses", {}), code)
+    elif item is not None:
+        why = " (no operation for this method: only 405 or %s)" % "/".join(sorted(unrouted))
+        if code == "405" or code in unrouted:
+            found = next((r for m in METHODS if isinstance(item.get(m), dict)
+                          for r in [_lookup(item[m].get("responses", {}), code)] if r), None)
+    else:
+        why = " (no path of the contract matches)"
+        found = _lookup(unrouted, code)
+    if found is None:
+        raise ContractError("%s: the contract describes no such answer%s" % (
+            _where(method, path, status), why))
+    return found
 
 
 def validate(method, path, status, headers, body, spec=None):

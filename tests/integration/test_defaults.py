@@ -3,8 +3,9 @@
 against the real daemon:
 
 - the admin API on keys (/v1/keys/) is served on `listen` only with an
-  auth_token_file or `admin_on_listen: true` (else 404, and the start line
-  warns once), always on admin_listen; a reload applies admin_on_listen;
+  auth_token_file or `admin_on_listen: true` (else 404, whose message names
+  the fields that turn it on, and the start line warns once), always on
+  admin_listen; a reload applies admin_on_listen;
 - every status is counted under its own label (403 from deny_status, 501),
   never "other";
 - backend: memory exports no Redis series, logs clock=local, and warns
@@ -62,10 +63,17 @@ def started_line(d):
 
 def test_admin_default():
     d = Daemon(NO_REDIS, POLICY, extra=MEMORY).start()
-    for method in ("GET", "DELETE"):
-        r = d.request(method, "/v1/keys/api/k")
+    for method, path in (("GET", "/v1/keys/api/k"), ("DELETE", "/v1/keys/api/k"),
+                         ("GET", "/rlconfig")):
+        r = d.request(method, path)
         harness.eq((r.status, (r.json or {}).get("error")), (404, "not_found"),
-                   "no token, no admin_listen: %s /v1/keys/ is 404 on listen" % method)
+                   "no token, no admin_listen: %s %s is 404 on listen" % (method, path))
+        message = (r.json or {}).get("message", "")
+        harness.ok(all(f in message for f in ("admin_listen", "auth_token_file",
+                                              "admin_on_listen: true")),
+                   "its message says which field turns the admin API on: %r" % message)
+    harness.eq(d.request("GET", "/nowhere").json["message"], "no such path",
+               "a path served nowhere is still just not found")
     harness.eq(d.request("GET", "/healthz").status, 200, "listen still serves /healthz")
     harness.eq(d.logs().count(WARNING), 1, "the start warns once that /v1/keys/ is not served")
     # admin_on_listen: true, by a reload: now served without a token.

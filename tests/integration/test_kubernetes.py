@@ -24,6 +24,11 @@ Kubernetes objects and agree with the daemon.
   escalation, every capability dropped, seccompProfile RuntimeDefault,
   CPU and memory requests and limits, the image ratelimitd:0.9.0.
 
+- Commands: README.md's Install and docs/install.md create the Secret the
+  Deployments read (`kubectl create secret generic <name>`) and apply
+  directories that hold the manifests checked here (`-f`, or `-k` only
+  where a kustomization.yaml is), the shared one among them.
+
 The grace period against the longest drain is checked by tests/unit/test_docs.c.
 """
 import copy
@@ -314,6 +319,29 @@ def test_service(docs):
                    % pdb["metadata"]["name"])
 
 
+def test_commands(docs, dirs):
+    """The kubectl commands of README.md and docs/install.md fit the manifests."""
+    secrets = sorted({ref["secretKeyRef"]["name"] for d in docs if d["kind"] == "Deployment"
+                      for _, _, c in ratelimitd_containers([d]) for e in c.get("env", [])
+                      for ref in [e.get("valueFrom", {})] if "secretKeyRef" in ref})
+    for page in ("README.md", "docs/install.md"):
+        with open(os.path.join(SRC, page)) as f:
+            text = f.read()
+        made = re.findall(r"^kubectl create secret generic (\S+)", text, re.M)
+        harness.eq(made, secrets, "%s creates the Secret the Deployments read: %s"
+                   % (page, secrets))
+        applied = re.findall(r"^kubectl apply (-[fk]) (\S+)", text, re.M)
+        harness.ok(("-f", "deploy/kubernetes/shared/") in applied or
+                   ("-k", "deploy/kubernetes/shared/") in applied,
+                   "%s applies deploy/kubernetes/shared/: %r" % (page, applied))
+        for flag, path in applied:
+            where = os.path.join(SRC, path)
+            harness.ok(path.rstrip("/") in dirs and (flag == "-f" or os.path.exists(
+                os.path.join(where, "kustomization.yaml"))),
+                "%s: kubectl apply %s %s names a directory of manifests%s" % (
+                    page, flag, path, "" if flag == "-f" else " with a kustomization.yaml"))
+
+
 def main():
     if not BINARY:
         harness.skip_all("ratelimitd not built (set RATELIMITD)")
@@ -335,6 +363,7 @@ def main():
         for d, spec, c in ratelimitd_containers(objs):
             test_deployment(objs, d, spec, c, tmp)
         test_service(objs)
+    test_commands(docs, dirs)
 
 
 harness.run(main)

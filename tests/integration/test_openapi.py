@@ -19,6 +19,15 @@ integration tests receive.
   and HEAD), 404 for another path, 405 with Allow, 501 for an unknown
   method, 401 with WWW-Authenticate. Each goes through Daemon.request,
   which raises on an answer the contract does not describe.
+- Every route of the daemon's table (src/front/http/http_routes.c, read by
+  route_table.py) has its path and methods in the contract, and every
+  operation lists itself every status its path can send: 404, 405 (unless
+  the path takes every method), and each of `x-unrouted-responses`.
+- Each route, asked live, answers as the contract says: with an unknown
+  method (501), with a method it does not take (405 and the table's
+  Allow), on the listener that does not serve it (404: the check routes on
+  admin_listen, the others on listen), and the admin API on keys where
+  listen does not serve it (404, no token and no admin_on_listen).
 """
 import json
 import os
@@ -29,6 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import openapi_check  # noqa: E402
+import route_table  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -77,7 +87,8 @@ def lint():
     # the lint must be able to fail.
     with open(openapi_check.CONTRACT) as f:
         text = f.read()
-    broken = text.replace("          description: Not ready, and why.\n", "", 1)
+    broken = text.replace("          description: Not ready, and why; or `too_many_connections` "
+                          "(as on `/healthz`).\n", "", 1)
     assert broken != text
     path = os.path.join(harness.make_tempdir(), "openapi.yaml")
     with open(path, "w") as f:
@@ -204,18 +215,83 @@ def live(d, token_daemon):
     refuses("/check's real answer as /json's", "POST", "/json", r.status, r.headers, r.body)
 
 
+def listed(op, code):
+    """True if the operation describes an answer with status code."""
+    return openapi_check._lookup(op.get("responses", {}), code) is not None
+
+
+def coverage():
+    """Every route is in the contract, and every operation lists every
+    status its path can send."""
+    spec = openapi_check.load()
+    unrouted = sorted(spec["x-unrouted-responses"])
+    harness.ok("404" in unrouted and "405" not in unrouted,
+               "x-unrouted-responses has 404, not 405 (a path no route serves is never 405): %s"
+               % unrouted)
+    for route in route_table.routes():
+        path = route_table.example(route)
+        item = next((item for rx, _t, item in spec["_routes"] if rx.match(path)), None)
+        if not harness.ok(item is not None, "%s (%s) is a path of the contract" % (path, route)):
+            continue
+        ops = {m.upper(): op for m, op in item.items()
+               if m in openapi_check.METHODS and isinstance(op, dict)}
+        want = route.methods or [m.upper() for m in openapi_check.METHODS]
+        harness.eq(sorted(ops), sorted(want), "%s: the contract's methods are the table's" % path)
+        for method, op in sorted(ops.items()):
+            codes = ["404"] + unrouted + ([] if route.methods is None else ["405"])
+            missing = sorted({c for c in codes if not listed(op, c)})
+            harness.eq(missing, [], "%s %s lists 404, 405 and %s itself"
+                       % (method, path, "/".join(unrouted)))
+
+
+def other_method(route):
+    """A method the daemon knows that route does not take."""
+    return next(m for m in ("GET", "POST", "PUT") if m not in route.methods)
+
+
+def every_route(d, off):
+    """d has admin_listen; off has neither, nor a token, nor admin_on_listen.
+    Each answer goes through Daemon.request, held against the contract."""
+    for route in route_table.routes():
+        path = route_table.example(route)
+        method = route.methods[0] if route.methods else "GET"
+        own, other = ((d.port, d.admin_port) if route.role == "CHECKS"
+                      else (d.admin_port, d.port))
+        r = d.request("BREW", path, port=own)
+        harness.eq((r.status, (r.json or {}).get("error")), (501, "not_implemented"),
+                   "BREW %s: 501, as the contract describes" % path)
+        if route.methods is not None:
+            r = d.request(other_method(route), path, port=own)
+            harness.eq((r.status, r.headers.get("allow")), (405, route.allow),
+                       "%s %s: 405 with Allow: %s, as the contract describes"
+                       % (other_method(route), path, route.allow))
+        r = d.request(method, path, port=other)
+        harness.eq((r.status, (r.json or {}).get("error")), (404, "not_found"),
+                   "%s %s on the %s listener: 404, as the contract describes"
+                   % (method, path, "admin" if route.role == "CHECKS" else "check"))
+        if route.role == "KEYS":
+            # The body is the disabled admin API's own message: not asserted.
+            harness.eq(off.request(method, path).status, 404,
+                       "%s %s on listen without a token or admin_on_listen: 404, as the "
+                       "contract describes" % (method, path))
+
+
 def main():
     lint()
     validator()
+    coverage()
     tokfile = os.path.join(harness.make_tempdir(), "token")
     with open(tokfile, "w") as f:
         f.write(TOKEN + "\n")
     os.chmod(tokfile, 0o600)
     d = Daemon(None, POLICY, admin=True, extra="backend: memory\n").start()
     t = Daemon(None, POLICY, extra="backend: memory\nauth_token_file: %s\n" % tokfile).start()
+    off = Daemon(None, POLICY, extra="backend: memory\n").start()
     live(d, t)
+    every_route(d, off)
     harness.eq(d.stop(), 0, "the daemon exits cleanly")
     harness.eq(t.stop(), 0, "the token daemon exits cleanly")
+    harness.eq(off.stop(), 0, "the daemon without an admin API exits cleanly")
     harness.done()
 
 

@@ -8,7 +8,15 @@
 - REDIS_URL names the test's Redis: used on purpose, no redis-server started.
 - BACKEND=memory: /check answers with no Redis and no redis-server started.
 - POLICY=FILE: a policy file without listen, backend or redis gets
-  run.sh's port and Redis; a --config argument is refused (exit 64).
+  run.sh's port and Redis; an edit to it and a SIGHUP to the daemon apply
+  the edit (the daemon reads FILE, not a copy); a --config argument is
+  refused (exit 64). An error in FILE is reported as FILE:line:col.
+- PORT taken (a socket that listens and never answers): run.sh exits
+  non-zero with the daemon's bind error, and never says it is up.
+- A SIGHUP (a terminal's hang-up) or SIGQUIT (Ctrl-\\) to run.sh's process
+  group: run.sh exits 128 + the signal, and leaves no process of the group
+  and no temp directory behind. The same when run.sh's own terminal (a
+  pty) goes away: what the kernel sends then stops everything.
 - What run.sh installs (tools/build.sh -> `tools/deps.sh`, no flag) names no
   test tool and no server but redis-server; `--test` adds them.
 
@@ -17,8 +25,11 @@ build."""
 import http.client
 import json
 import os
+import pty
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 
@@ -46,26 +57,47 @@ def check(port):
         conn.close()
 
 
-def children(pid):
-    """The command names of pid's child processes."""
-    names = []
+def processes(field, value):
+    """(pid, command name) of every process whose /proc/PID/stat field
+    (1: the parent, 2: the process group, 3: the session) is value."""
+    found = []
     for d in os.listdir("/proc"):
         try:
             with open("/proc/%s/stat" % d) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
+            if int(fields[field]) == value:
                 with open("/proc/%s/comm" % d) as f:
-                    names.append(f.read().strip())
+                    found.append((int(d), f.read().strip()))
         except (OSError, ValueError, IndexError):
             pass
-    return names
+    return found
 
 
-def run_sh(env_extra, tmp, name):
+def children(pid):
+    """The command names of pid's child processes."""
+    return [name for _, name in processes(1, pid)]
+
+
+def daemon_of(proc):
+    """The pid of run.sh's ratelimitd."""
+    pids = [p for p, name in processes(1, proc.pid) if name == "ratelimitd"]
+    harness.eq(len(pids), 1, "one ratelimitd runs under run.sh")
+    return pids[0]
+
+
+def run_sh(env_extra, tmp, name, **kwargs):
     env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY), **env_extra)
     log = os.path.join(tmp, name + ".log")
-    proc = harness.spawn(["sh", os.path.join(SRC, "tools", "run.sh")], log, env=env)
+    proc = harness.spawn(["sh", os.path.join(SRC, "tools", "run.sh")], log, env=env, **kwargs)
     return proc, log
+
+
+def run_sh_to_end(env_extra):
+    """run.sh run to its end: (exit status, stdout and stderr together)."""
+    env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY), **env_extra)
+    res = subprocess.run(["sh", os.path.join(SRC, "tools", "run.sh")], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    return res.returncode, res.stdout
 
 
 def answered(proc, port, log):
@@ -204,6 +236,7 @@ def main():
     with theirs.client() as c:
         harness.eq(sorted(c.command("KEYS", "*")), before,
                    "POLICY=FILE: the test's Redis is left as it was")
+    reload_applies(proc, port, log, mine)
     stop(proc, log, "POLICY=FILE")
     env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY))
     res = subprocess.run(["sh", os.path.join(SRC, "tools", "run.sh"), "--config", mine], env=env,
@@ -215,6 +248,144 @@ def main():
     # A wrong BACKEND is a usage error, before anything starts.
     proc, log = run_sh({"BACKEND": "postgres"}, tmp, "bad")
     harness.eq(proc.wait(10), 64, "BACKEND=postgres: exit 64")
+
+    error_names_file(tmp)
+    port_taken(tmp)
+    for sig in (signal.SIGHUP, signal.SIGQUIT):
+        group_signal(tmp, sig)
+    terminal_closed(tmp)
+
+
+def reload_applies(proc, port, log, mine):
+    """FILE edited (burst 3 -> 5) and the daemon sent a SIGHUP: its answers
+    take the edit. The daemon of a copy of FILE would say changes=none."""
+    with open(mine, "w") as f:
+        f.write("policies:\n  login:\n    tiers:\n"
+                "      - {name: burst, algorithm: token_bucket, limit: 10, window: 1m, burst: 5}\n")
+    os.kill(daemon_of(proc), signal.SIGHUP)
+
+    def reloaded():
+        got = check(port)
+        return got if got[1].get("limit") == 5 else None
+    try:
+        harness.wait_until(reloaded, 15, 0.1, "the edit of POLICY=FILE to apply")
+        applied = True
+    except TimeoutError as e:
+        harness.diag("%s\n%s" % (e, harness.tail(log)))
+        applied = False
+    harness.ok(applied, "POLICY=FILE edited, SIGHUP to the daemon: the edit applies")
+
+
+def error_names_file(tmp):
+    """An error in FILE is said as FILE:line:col, the file the user wrote."""
+    bad = os.path.join(tmp, "typo.yaml")
+    with open(bad, "w") as f:
+        f.write("policies:\n  login:\n    tiers:\n"
+                "      - {name: burst, algorithm: token_bucket, limit: 10, windw: 1m, burst: 3}\n")
+    rc, out = run_sh_to_end({"PORT": str(harness.free_port()), "BACKEND": "memory",
+                             "POLICY": bad})
+    harness.ok(rc != 0 and ("%s:4:" % bad) in out and "unknown field" in out,
+               "an error in POLICY=FILE names that file: exit %d: %s" % (rc, out.strip()))
+
+
+def port_taken(tmp):
+    """PORT taken by a socket that listens and never answers: the daemon
+    cannot bind, run.sh passes its message on, exits non-zero, and never
+    announced the daemon."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        rc, out = run_sh_to_end({"PORT": str(port), "BACKEND": "memory"})
+    harness.ok(rc != 0, "PORT taken: run.sh exits non-zero: %d" % rc)
+    harness.ok("Address already in use" in out or "cannot bind" in out,
+               "PORT taken: the daemon's own message is shown")
+    harness.ok("ratelimitd on http://" not in out,
+               "PORT taken: run.sh never says the daemon is up:\n%s" % out.strip())
+
+
+def group_signal(tmp, sig):
+    """sig to run.sh's whole process group, as a terminal's hang-up (HUP)
+    or Ctrl-\\ (QUIT) sends it: run.sh, its daemon and its Redis stop, the
+    temp directory goes."""
+    name = signal.Signals(sig).name
+    tmpdir = os.path.join(tmp, "tmp-" + name)
+    os.mkdir(tmpdir)
+    port = harness.free_port()
+    proc, log = run_sh({"PORT": str(port), "REDIS_PORT": str(harness.free_port()),
+                        "TMPDIR": tmpdir}, tmp, name, start_new_session=True)
+    answered(proc, port, log)
+    names = children(proc.pid)
+    harness.ok("ratelimitd" in names and "redis-server" in names,
+               "%s: run.sh runs a daemon and a Redis: %s" % (name, names))
+    harness.ok(os.listdir(tmpdir), "%s: run.sh made its temp directory in TMPDIR" % name)
+    os.killpg(proc.pid, sig)
+    try:
+        rc = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    harness.eq(rc, 128 + sig, "%s to the process group: run.sh exits 128 + %d" % (name, sig))
+
+    def group_gone():
+        return not processes(2, proc.pid)
+    try:
+        harness.wait_until(group_gone, 15, 0.1, "run.sh's process group to end")
+    except TimeoutError:
+        pass
+    left = processes(2, proc.pid)
+    harness.eq(left, [], "%s: no process of run.sh's group is left" % name)
+    if left:
+        os.killpg(proc.pid, signal.SIGKILL)
+    harness.eq(os.listdir(tmpdir), [], "%s: run.sh's temp directory is gone" % name)
+
+
+
+def terminal_closed(tmp):
+    """run.sh on a terminal of its own, as the leader of its session, and
+    the terminal goes away (the pty's master closed, as a terminal window
+    is): the kernel's hang-up stops run.sh, its daemon and its Redis, and
+    the temp directory goes."""
+    tmpdir = os.path.join(tmp, "tmp-pty")
+    os.mkdir(tmpdir)
+    port = harness.free_port()
+    env = dict(os.environ, RATELIMITD=os.path.abspath(BINARY), PORT=str(port),
+               REDIS_PORT=str(harness.free_port()), TMPDIR=tmpdir)
+    run = os.path.abspath(os.path.join(SRC, "tools", "run.sh"))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve("/bin/sh", ["sh", run], env)
+    harness.at_exit(lambda: [os.kill(p, signal.SIGKILL) for p, _ in processes(3, pid)])
+    out = []
+
+    def up():
+        # Read what run.sh writes, so that it never blocks on a full pty.
+        while select.select([fd], [], [], 0)[0]:
+            out.append(os.read(fd, 4096).decode("utf-8", "replace"))
+        check(port)
+        return True
+    try:
+        harness.wait_until(up, 15, 0.1, "run.sh on a pty to answer /check")
+    except TimeoutError as e:
+        harness.diag("%s\n%s" % (e, "".join(out)))
+    names = [name for _, name in processes(3, pid)]
+    harness.ok("ratelimitd" in names and "redis-server" in names,
+               "on a pty: run.sh runs a daemon and a Redis in its session: %s" % names)
+    os.close(fd)
+
+    def ended():
+        done, status = os.waitpid(pid, os.WNOHANG)
+        return os.waitstatus_to_exitcode(status) if done else None
+    try:
+        rc = harness.wait_until(ended, 30, 0.1, "run.sh to end with its terminal")
+    except TimeoutError:
+        rc = None
+    harness.eq(rc, 128 + signal.SIGHUP, "terminal closed: run.sh exits 129 (its hang-up)")
+    try:
+        harness.wait_until(lambda: not processes(3, pid), 15, 0.1, "run.sh's session to end")
+    except TimeoutError:
+        pass
+    harness.eq(processes(3, pid), [], "terminal closed: no process of run.sh's session is left")
+    harness.eq(os.listdir(tmpdir), [], "terminal closed: run.sh's temp directory is gone")
 
 
 harness.run(main)

@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 SRC = os.environ.get("RL_SRCDIR", ".")
+BUILD = os.environ.get("RL_BUILDDIR", ".")
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 
 
@@ -28,11 +29,12 @@ def main():
     path = os.path.join(tmp, "ratelimitd.service")
     with open(path, "w") as f:
         f.write(unit)
-    # Documentation=man:... is checked with man(1): give it this tree's pages.
+    # Documentation=man:... is checked with man(1): give it this build's
+    # pages (make makes them from man/*.in, in the build tree).
     for section in ("5", "8"):
         os.makedirs(os.path.join(tmp, "man", "man" + section))
     for page in ("ratelimitd.8", "ratelimitd.yaml.5"):
-        shutil.copy(os.path.join(SRC, "man", page),
+        shutil.copy(os.path.join(BUILD, "man", page),
                     os.path.join(tmp, "man", "man" + page[-1], page))
     env = dict(os.environ, MANPATH=os.path.join(tmp, "man"))
 

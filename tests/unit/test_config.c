@@ -48,8 +48,18 @@ static const struct error_case {
 } error_cases[] = {
     /* YAML syntax, with libyaml's own position */
     {"mapping in a plain scalar", "a: b: c\n", "1:5", "mapping values are not allowed"},
+    /* a tab in the indentation, at the tab, however libyaml words it */
     {"tab indentation", "policies:\n\tp: 1\n", "2:1",
-     "found character that cannot start any token"},
+     "tabs are not allowed for indentation; indent with spaces"},
+    {"tab after spaces", "policies:\n  \tp: 1\n", "2:3", "tabs are not allowed for indentation"},
+    {"tab before a sibling key", "redis:\n  url: x\n\ttimeout: 1s\n", "3:1",
+     "tabs are not allowed for indentation"},
+    {"tab in a block scalar's indentation", "listen: |\n\tx\n", "2:1",
+     "tabs are not allowed for indentation"},
+    {"tab indentation after CRLF", "policies:\r\n\tp: 1\r\n", "2:1",
+     "tabs are not allowed for indentation"},
+    {"tab indentation after CR", "policies:\r\tp: 1\r", "2:1",
+     "tabs are not allowed for indentation"},
     {"unclosed flow sequence", "policies: [a,\n", "2:1", "did not find expected"},
     {"unclosed quote", "listen: \"abc\n", "2:1", "found unexpected end of stream"},
     {"bad indentation", "policies:\n  p:\n    tiers:\n   x: 1\n", "4:4",
@@ -667,6 +677,69 @@ static void test_errors(void)
         config_unref(c);
     }
     is_int(leaked, 0, "no message quotes a Redis password");
+}
+
+/* The top level's known fields, in the order the unknown-field message
+ * lists them (error_cases has the whole list). */
+#define TOP_KNOWN                                                                                  \
+    "listen, listen_mode, listen_group, backend, workers, redis, clock, max_body, log_level, "     \
+    "access_log, admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, "            \
+    "max_inflight, overload, max_connections, idle_timeout, request_timeout, local_max_keys, "     \
+    "deny_cache_max_keys, headers, auth_token_file, trusted_proxies, deny_status, policies, "      \
+    "domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, envoy_quota_mode, "            \
+    "envoy_calendar_units, tls, admin_tls, grpc_tls"
+#define TOP_NKNOWN 36
+#define FIELDS_PAGE "ratelimitd.yaml(5) or docs/configuration.md)"
+
+/* How many names a ", "-separated prefix of TOP_KNOWN holds; 0 if names
+ * (len bytes) is not one, ending at a name's end. */
+static int top_known_prefix(const char *names, size_t len)
+{
+    int n = 1;
+
+    if (len == 0 || strncmp(names, TOP_KNOWN, len) != 0 || TOP_KNOWN[len] != ',')
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        n += names[i] == ',';
+    return n;
+}
+
+/* An unknown field's list of known ones, in a buffer too small for it
+ * (main's is 512 bytes; the file's name comes first), ends whole: the
+ * names that fit, in order, then how many more and where every field is
+ * listed. */
+static void test_unknown_field_bounded(void)
+{
+    static const struct {
+        const char *name; /* the file: its length takes room */
+        size_t errlen;
+    } cases[] = {
+        {"/etc/ratelimitd.yaml", 512},
+        {"/var/lib/a/rather/long/path/to/where/the/policy/file/lives/ratelimitd.yaml", 512},
+        {"t.yaml", 200},
+    };
+    const char *yaml = "listn: x\n" POLICY_P;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[1024] = "", head[1024];
+        struct config *c =
+            config_load_string(cases[i].name, yaml, strlen(yaml), err, cases[i].errlen);
+        const char *list = NULL, *and = NULL;
+        int shown = 0, more = 0, end = 0;
+
+        snprintf(head, sizeof head, "%s:1:1: unknown field \"listn\" (known: ", cases[i].name);
+        if (strncmp(err, head, strlen(head)) == 0)
+            list = err + strlen(head);
+        if (list && (and = strstr(list, " and ")) != NULL)
+            shown = top_known_prefix(list, (size_t)(and-list));
+        if (and&&sscanf(and, " and %d more in %n", &more, &end) == 1 && end > 0)
+            end = strcmp(and+end, FIELDS_PAGE) == 0;
+        if (!ok(c == NULL && shown > 0 && shown + more == TOP_NKNOWN && end,
+                "%s in %zu bytes: %d names whole, then how many more and where", cases[i].name,
+                cases[i].errlen, shown))
+            printf("#   got \"%s\"\n", err);
+        config_unref(c);
+    }
 }
 
 /* The 17th tier is refused, at the 17th tier. */
@@ -1565,10 +1638,61 @@ static void test_warnings(void)
     }
 }
 
+/* --listen, --backend, --redis-url over the file's values; errors name
+ * the option, and never quote a URL (it may hold a password). */
+static void test_cli_overrides(void)
+{
+    static const struct {
+        const char *yaml, *listen, *backend, *url;
+        const char *error; /* NULL: loads */
+    } cases[] = {
+        {"listen: 127.0.0.1:1\nredis:\n  url: redis://h:1/0\n" POLICY_P, "127.0.0.1:9", "memory",
+         NULL, NULL},
+        {"backend: memory\n" POLICY_P, NULL, "redis", "rediss://:s3cret@h:6380/2", NULL},
+        {POLICY_P, "nope", NULL, NULL, "--listen nope: expected host:port"},
+        {POLICY_P, NULL, "mem", NULL, "--backend: redis or memory, not \"mem\""},
+        {POLICY_P, NULL, "memory", "redis://h", "--redis-url: not used with backend memory"},
+        {SENTINEL("    addresses: [h:26379]\n    master_name: m\n"), NULL, NULL, "redis://h",
+         "names redis.sentinel, which the one URL would replace"},
+        {POLICY_P, NULL, NULL, "redis://:s3cret@h:x", "--redis-url: "},
+    };
+    char path[] = "/tmp/test_config_cli_XXXXXX", err[1024];
+    int fd = mkstemp(path);
+    if (!ok(fd >= 0, "temp file for the command-line cases"))
+        return;
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(cases[i].yaml, f);
+        fclose(f);
+        struct config_cli cli = {.envoy_merge_domains = -1,
+                                 .listen = cases[i].listen,
+                                 .backend = cases[i].backend,
+                                 .redis_url = cases[i].url};
+        struct config *c = config_load_cli(path, &cli, err, sizeof err);
+        if (cases[i].error) {
+            ok(!c && strstr(err, cases[i].error) && !strstr(err, "s3cret"), "cli case %zu: %s", i,
+               c ? "(loaded)" : err);
+        } else if (ok(c != NULL, "cli case %zu loads: %s", i, c ? "" : err)) {
+            ok((!cases[i].listen || strcmp(c->listen, cases[i].listen) == 0) &&
+                   (int)c->backend == (strcmp(cases[i].backend, "memory") == 0) &&
+                   (!cases[i].url || strcmp(c->redis_url, cases[i].url) == 0) &&
+                   c->redis_tls_on == (cases[i].url != NULL) && c->warning == NULL,
+               "cli case %zu: the options win, rediss:// is TLS, no warning for the redis section "
+               "--backend memory leaves aside",
+               i);
+        }
+        config_unref(c);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
+    test_cli_overrides();
     test_warnings();
     test_errors();
+    test_unknown_field_bounded();
     test_too_many_tiers();
     test_override_lengths();
     test_too_many_overrides();

@@ -12,6 +12,11 @@
  * - The lists of restart-only and reloadable fields in docs/configuration.md,
  *   ratelimitd(8) and ratelimitd.yaml(5) (between "fields: restart" or
  *   "fields: applied" and "fields: end" marks) name exactly the table's.
+ * - ratelimitd(8)'s HTTP API has a ".SS METHOD /path" heading for every
+ *   method of every row of the route table (".SS /path ... (any method)"
+ *   for a row taking any), and every such heading names a row that takes
+ *   that method: a path served without docs, or documented but not served,
+ *   fails here.
  * - The stop timeouts that ship (the systemd unit, ratelimitd(8),
  *   docker/compose.yaml, the Dockerfile's advice, the Kubernetes grace
  *   periods) agree and exceed the longest drain the code allows, which
@@ -28,6 +33,7 @@
 
 #include "config/config.h"
 #include "front/http/http.h"
+#include "front/http/http_routes.h"
 #include "tap.h"
 
 struct docs {
@@ -93,7 +99,7 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
 {
     const long drain = CONFIG_REDIS_TIMEOUT_MAX_US / 1000000 + HTTP_DRAIN_MAX_S;
     const long unit = number_after(dir, "systemd/ratelimitd.service.in", "\nTimeoutStopSec=");
-    const long man = number_after(dir, "man/ratelimitd.8", "TimeoutStopSec=");
+    const long man = number_after(dir, "man/ratelimitd.8.in", "TimeoutStopSec=");
     const long compose = number_after(dir, "docker/compose.yaml", "stop_grace_period: ");
     const long docker = number_after(dir, "docker/Dockerfile", "--time ");
     char said[128];
@@ -120,7 +126,7 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
     snprintf(said, sizeof said, "at most `redis.timeout` + %d s", HTTP_DRAIN_MAX_S);
     ok(d->operations && strstr(d->operations, said), "docs/operations.md: %s", said);
     snprintf(said, sizeof said, "redis.timeout\nplus %d seconds", HTTP_DRAIN_MAX_S);
-    ok(file_has(dir, "man/ratelimitd.8", said),
+    ok(file_has(dir, "man/ratelimitd.8.in", said),
        "ratelimitd(8): the drain lasts at most redis.timeout plus %d seconds", HTTP_DRAIN_MAX_S);
 }
 
@@ -510,6 +516,94 @@ static void test_known(const char *reference, const char *man)
     ok(entries >= 60, "ratelimitd.yaml(5)'s FIELDS has its entries (%ld)", entries);
 }
 
+/* ---- the HTTP API: ratelimitd(8)'s headings and the route table ------------- */
+
+/* The text of ratelimitd(8)'s HTTP API section, from its ".SH" up to the
+ * next, in out; 0 when there is none. */
+static int http_api_section(const char *man, char *out, size_t size)
+{
+    const char *at = man ? strstr(man, "\n.SH HTTP API\n") : NULL;
+    const char *end = at ? strstr(at + 1, "\n.SH ") : NULL;
+    if (end == NULL || (size_t)(end - at) + 2 > size)
+        return 0;
+    snprintf(out, size, "%.*s\n", (int)(end - at), at);
+    return 1;
+}
+
+/* Whether the section has a heading ".SS method path" (method NULL:
+ * ".SS path", saying "(any method)"), the path whole or, for a prefix
+ * row, followed by its placeholders ("\fIpolicy\fP"). */
+static int has_heading(const char *api, const char *method, const struct http_route *r)
+{
+    char head[160];
+    if (method)
+        snprintf(head, sizeof head, "\n.SS %s %s", method, r->path);
+    else
+        snprintf(head, sizeof head, "\n.SS %s", r->path);
+    for (const char *at = api; (at = strstr(at, head)) != NULL; at++) {
+        const char *rest = at + strlen(head), *eol = strchr(rest, '\n');
+        if (!r->prefix && *rest != '\n' && *rest != ' ')
+            continue;
+        if (method || (eol && strstr(rest, "(any method)") && strstr(rest, "(any method)") < eol))
+            return 1;
+    }
+    return 0;
+}
+
+static void check_route_documented(const struct http_route *r, void *arg)
+{
+    const char *api = arg;
+    if (r->methods == HTTP_ROUTE_ANY_METHOD) {
+        ok(has_heading(api, NULL, r), "ratelimitd(8) has a heading \".SS %s... (any method)\"",
+           r->path);
+        return;
+    }
+    for (unsigned m = 0; m < 64; m++) {
+        /* HEAD is GET without the body: the page says "also HEAD". */
+        if (!(r->methods & HTTP_ROUTE_METHOD(m)) || m == HTTP_HEAD)
+            continue;
+        const char *name = http_method_str((enum http_method)m);
+        ok(has_heading(api, name, r), "ratelimitd(8) has a heading \".SS %s %s\"", name, r->path);
+    }
+}
+
+/* Every heading naming a path (".SS POST /check", ".SS /auth/...") is a
+ * row of the table that takes the method it names. */
+static void test_headings_served(const char *api)
+{
+    const unsigned every_role = HTTP_ROLE_CHECKS | HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS;
+    long headings = 0;
+    for (const char *at = api; (at = strstr(at, "\n.SS ")) != NULL; at++) {
+        const char *line = at + strlen("\n.SS "), *path = line;
+        char method[16] = "", where[128];
+        size_t n = strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        if (n > 0 && n < sizeof method && line[n] == ' ' && line[n + 1] == '/') {
+            snprintf(method, sizeof method, "%.*s", (int)n, line);
+            path = line + n + 1;
+        } else if (*line != '/') {
+            continue; /* a heading of its own ("Error codes") */
+        }
+        snprintf(where, sizeof where, "%.*s", (int)strcspn(path, " \\\n"), path);
+        const struct http_route *r = http_routes_find(where, every_role);
+        int served = r != NULL;
+        for (unsigned m = 0; served && method[0] && m < 64; m++)
+            if (strcmp(http_method_str((enum http_method)m), method) == 0)
+                served = http_route_allows(r, (enum http_method)m);
+        ok(served, "ratelimitd(8)'s heading \"%.*s\" is served", (int)strcspn(line, "\n"), line);
+        headings++;
+    }
+    ok(headings >= 10, "ratelimitd(8)'s HTTP API has its headings (%ld)", headings);
+}
+
+static void test_routes_documented(const char *man)
+{
+    static char api[65536];
+    if (!ok(http_api_section(man, api, sizeof api), "ratelimitd(8) has an HTTP API section"))
+        return;
+    http_routes_foreach(check_route_documented, api);
+    test_headings_served(api);
+}
+
 /* ---- one version: configure.ac, CHANGELOG.md, debian/changelog ---------------- */
 
 /* CHANGELOG.md's newest release: the text after the first "\n## [" that
@@ -558,7 +652,7 @@ int main(void)
     const char *dir = getenv("RL_SRCDIR") ? getenv("RL_SRCDIR") : ".";
     struct docs d = {slurp(dir, "docs/configuration.md"), slurp(dir, "conf/ratelimitd.yaml"),
                      slurp(dir, "docs/operations.md")};
-    char *man5 = slurp(dir, "man/ratelimitd.yaml.5"), *man8 = slurp(dir, "man/ratelimitd.8");
+    char *man5 = slurp(dir, "man/ratelimitd.yaml.5.in"), *man8 = slurp(dir, "man/ratelimitd.8.in");
     static struct table tb;
 
     if (ok(d.reference && d.example && man5 && man8,
@@ -574,6 +668,7 @@ int main(void)
         }
         test_known(d.reference, man5);
     }
+    test_routes_documented(man8);
     test_stop_timeouts(dir, &d);
     test_file_docs(dir);
     test_versions(dir);

@@ -897,7 +897,7 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
     grpc_apply_config(&g->base, cfg);
     const struct listener *first_l = first ? &((const struct grpc *)first)->l : NULL;
     struct listener_socket *s =
-        listener_open(&g->l, cfg, cfg->grpc_listen, first_l, 0, 1, err, errlen);
+        listener_open(&g->l, cfg, "grpc_listen", cfg->grpc_listen, first_l, 0, 1, err, errlen);
     if (!s) {
         grpc_free(&g->base);
         return NULL;

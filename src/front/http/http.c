@@ -458,9 +458,10 @@ static struct front *http_new(const struct front_host *host, const struct front 
     unsigned main_roles =
         HTTP_ROLE_CHECKS | (cfg->admin_listen ? 0 : HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS_IF_GUARDED);
     struct listener_socket *main_s, *admin_s = NULL;
-    if (!(main_s = listener_open(&h->l, cfg, cfg->listen, first_l, main_roles, 1, err, errlen)) ||
+    if (!(main_s = listener_open(&h->l, cfg, "listen", cfg->listen, first_l, main_roles, 1, err,
+                                 errlen)) ||
         (cfg->admin_listen &&
-         !(admin_s = listener_open(&h->l, cfg, cfg->admin_listen, first_l,
+         !(admin_s = listener_open(&h->l, cfg, "admin_listen", cfg->admin_listen, first_l,
                                    HTTP_ROLE_ADMIN | HTTP_ROLE_KEYS, 0, err, errlen)))) {
         http_free(&h->base);
         return NULL;

@@ -339,11 +339,28 @@ const struct http_route *http_routes_find(const char *path, unsigned roles)
     return NULL;
 }
 
+void http_routes_foreach(void (*fn)(const struct http_route *r, void *arg), void *arg)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        fn(&routes[i], arg);
+}
+
 int http_route_allows(const struct http_route *r, enum http_method method)
 {
     if (r->methods == HTTP_ROUTE_ANY_METHOD)
         return 1;
     return (unsigned)method < 64 && (r->methods & HTTP_ROUTE_METHOD(method)) != 0;
+}
+
+/* The message of a 404 for path on a socket with socket_roles: where the
+ * admin API is off for want of a guard, how to turn it on (the start-up
+ * log says so too, but a client sees only this answer). */
+static const char *not_found_message(const char *path, unsigned socket_roles)
+{
+    if ((socket_roles & HTTP_ROLE_KEYS_IF_GUARDED) && http_routes_find(path, HTTP_ROLE_KEYS))
+        return "the admin API is off: listen has no auth_token_file to guard it; set "
+               "admin_listen, auth_token_file or admin_on_listen: true";
+    return "no such path";
 }
 
 /* The guards in their order: the method (405 with the row's Allow), then
@@ -367,7 +384,8 @@ void http_route(struct conn *c, const struct http_request *req)
         http_answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
                           "Retry-After", "1");
     else if (!r)
-        http_answer_error(s, 404, "not_found", "no such path", NULL, NULL);
+        http_answer_error(s, 404, "not_found", not_found_message(req->path, c->sock->roles), NULL,
+                          NULL);
     else if (!http_route_allows(r, req->method))
         http_answer_error(s, 405, "method_not_allowed", r->use, "Allow", r->allow);
     else if (r->guarded && *c->h->host->draining)

@@ -74,6 +74,10 @@ unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen
 /* The row serving path on a socket with roles, or NULL (404). */
 const struct http_route *http_routes_find(const char *path, unsigned roles);
 
+/* Calls fn(route, arg) for every row of the table, in its order: for the
+ * docs test, which holds ratelimitd(8)'s HTTP API to the paths served. */
+void http_routes_foreach(void (*fn)(const struct http_route *r, void *arg), void *arg);
+
 /* True if the row takes method. */
 int http_route_allows(const struct http_route *r, enum http_method method);
 

@@ -2,8 +2,17 @@
 """test_image.py: the container image, built and run without a container
 engine (tools/test.sh runs it; it takes minutes, so it is not in make check).
 
+- What `docker build .` would be sent from this working tree, whatever a
+  build left in it: podman's own reading of .dockerignore (the tree copied
+  into an empty image) holds none of the files git ignores, so that no
+  generated file (build_info.h, protoc-c's output, objects...) reaches the
+  image's build; skipped without .git (git says what is generated).
 - tools/image.sh builds docker/Dockerfile with podman (--isolation=chroot,
-  offline: the base is made from Debian's archive when none is here).
+  offline: the base is made from Debian's archive when none is here), from
+  a pristine copy of the sources, never from the working tree: `git
+  archive HEAD` (uncommitted changes are not in it: a diagnostic says so),
+  or, without .git (an unpacked tarball), `make distdir`. The Dockerfile
+  runs `make ratelimitd` alone in it, as in a fresh clone.
 - The image's config (podman image inspect): a non-root User, a
   HEALTHCHECK, the ratelimitd entrypoint; its size is printed.
 - In the mounted image (podman image mount): ldd finds every library of
@@ -57,16 +66,77 @@ def sh(argv, **kw):
 # ------------------------------------------------------------- the outside
 
 
+def context_leaves_out_generated(work):
+    """podman's build context of the working tree, copied into an empty
+    image, against the files git ignores (what builds and tests made)."""
+    if not os.path.exists(os.path.join(SRC, ".git")):
+        harness.skip("no .git in %s: which files are generated is git's to say" % SRC)
+        return
+    ignored = sh(["git", "-C", SRC, "ls-files", "-z", "--others", "--ignored",
+                  "--exclude-standard"])
+    if ignored.returncode != 0:
+        harness.bail_out("git ls-files failed: " + ignored.stderr)
+    containerfile = os.path.join(work, "Containerfile.context")
+    with open(containerfile, "w") as f:
+        f.write("FROM scratch\nCOPY . /context/\n")
+    tag = TAG + "-context"
+    built = sh(["podman", "build", "--quiet", "--isolation=chroot", "-f", containerfile,
+                "--ignorefile", os.path.join(SRC, ".dockerignore"), "-t", tag, SRC])
+    if built.returncode != 0:
+        harness.bail_out("the context image did not build: " + built.stderr[-2000:])
+    harness.at_exit(lambda: sh(["podman", "rmi", "--force", tag]))
+    root = sh(["podman", "image", "mount", tag]).stdout.strip()
+    harness.at_exit(lambda: sh(["podman", "image", "unmount", tag]))
+    context = os.path.join(root, "context")
+    harness.ok(os.path.isfile(os.path.join(context, "configure.ac")),
+               "the build context holds the sources")
+    leaked = [p for p in ignored.stdout.split("\0")
+              if p and os.path.lexists(os.path.join(context, p))]
+    if os.path.lexists(os.path.join(context, ".git")):
+        leaked.append(".git")
+    harness.eq(leaked[:20], [], ".dockerignore keeps out every file git ignores (%d here)"
+               % ignored.stdout.count("\0"))
+
+
+def pristine_sources(work):
+    """A copy of the sources as a fresh clone (or the tarball) has them."""
+    tree = os.path.join(work, "src")
+    if os.path.exists(os.path.join(SRC, ".git")):
+        if sh(["git", "-C", SRC, "status", "--porcelain", "--untracked-files=no"]).stdout:
+            harness.diag("uncommitted changes in %s are not in the image: it is built from HEAD"
+                         % SRC)
+        os.mkdir(tree)
+        git = subprocess.Popen(["git", "-C", SRC, "archive", "HEAD"], stdout=subprocess.PIPE)
+        tar = sh(["tar", "-C", tree, "-x"], stdin=git.stdout)
+        git.stdout.close()
+        if git.wait() != 0 or tar.returncode != 0:
+            harness.bail_out("git archive HEAD | tar -x failed: " + tar.stderr)
+        return tree, "git archive HEAD"
+    if not os.path.isfile(os.path.join(SRC, "Makefile")):
+        harness.skip_all("no .git and not configured in %s: no pristine copy to build from"
+                         " (run tools/build.sh, or test from a clone)" % SRC)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    dist = sh(["make", "distdir", "distdir=" + tree], cwd=SRC, env=env)
+    if dist.returncode != 0:
+        harness.bail_out("make distdir failed: " + (dist.stdout + dist.stderr)[-2000:])
+    return tree, "make distdir"
+
+
 def outside():
     if os.geteuid() != 0:
         harness.skip_all("needs root (podman image mount, chroot, unshare)")
     for tool in ("podman", "unshare", "chroot", "mount"):
         if not shutil.which(tool):
             harness.skip_all("%s is not installed (tools/deps.sh --test)" % tool)
+    work = harness.make_tempdir("rl-image-src-")
+    tree, how = pristine_sources(work)
+    context_leaves_out_generated(work)
     t0 = time.monotonic()
-    build = sh(["sh", os.path.join(SRC, "tools", "image.sh"), TAG], cwd=SRC)
+    build = sh(["sh", os.path.join(tree, "tools", "image.sh"), TAG], cwd=tree)
     took = time.monotonic() - t0
-    harness.eq(build.returncode, 0, "tools/image.sh builds the image (%.0f s)" % took)
+    harness.eq(build.returncode, 0, "tools/image.sh builds the image from %s (%.0f s)"
+               % (how, took))
     if build.returncode != 0:
         harness.bail_out("the build failed:\n" + (build.stdout + build.stderr)[-3000:])
     info = json.loads(sh(["podman", "image", "inspect", TAG]).stdout)[0]

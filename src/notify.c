@@ -9,6 +9,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "lib/timer.h"
 #include "lib/util.h"
 #include "notify.h"
 #include "server.h"
@@ -42,11 +43,12 @@ struct notify *notify_new(struct event_base *base)
     if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
         /* Half the interval, as systemd recommends: the loop must be stuck
          * for a whole interval before systemd acts. */
-        struct timeval tv = {.tv_sec = (time_t)(usec / 2 / 1000000),
-                             .tv_usec = (suseconds_t)(usec / 2 % 1000000)};
         n->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, n);
-        if (n->watchdog)
-            event_add(n->watchdog, &tv);
+        if (!n->watchdog) { /* out of memory, as xcalloc would be */
+            fprintf(stderr, "ratelimitd: cannot make the watchdog's timer\n");
+            abort();
+        }
+        timer_arm_us(n->watchdog, (int64_t)(usec / 2));
     }
 #else
     (void)base;

@@ -27,6 +27,7 @@
 #include "config/envoy_config.h"
 #include "lib/log.h"
 #include "lib/sha1.h"
+#include "lib/timer.h"
 #include "watch.h"
 
 #define WATCH_SETTLE_US 100000
@@ -141,8 +142,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
      * directory changed. */
     while (read(w->fd, buf, sizeof buf) > 0)
         ;
-    struct timeval tv = {.tv_sec = 0, .tv_usec = WATCH_SETTLE_US};
-    evtimer_add(w->settle, &tv);
+    timer_arm_us(w->settle, WATCH_SETTLE_US);
 }
 
 struct watch *watch_new(const struct watch_target *t, char *err, size_t errlen)

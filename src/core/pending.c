@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/pending.h"
+#include "lib/timer.h"
 
 void pending_disarm(struct pending *p)
 {
@@ -37,9 +38,9 @@ void pending_arm(struct pending *p, struct event_base *base, int64_t timeout_us)
 {
     if (!p->waiting || !p->calls || timeout_us <= 0)
         return;
-    struct timeval tv = {.tv_sec = timeout_us / 1000000, .tv_usec = timeout_us % 1000000};
-    if (evtimer_assign(&p->deadline, base, on_timer, p) < 0 || evtimer_add(&p->deadline, &tv) < 0)
-        abort(); /* only on a broken event base */
+    if (evtimer_assign(&p->deadline, base, on_timer, p) < 0)
+        abort(); /* only with a NULL base or event: a broken invariant */
+    timer_arm_us(&p->deadline, timeout_us);
     p->armed = 1;
 }
 

@@ -15,6 +15,7 @@
 #include "front/front.h"
 #include "front/listener.h"
 #include "lib/listen.h"
+#include "lib/timer.h"
 
 /* Stops watching every socket (event_del fails only for an event never
  * assigned: a socket that has none is skipped). */
@@ -42,9 +43,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
 static void pause_accepting(struct listener *l)
 {
     unwatch(l);
-    struct timeval tv = {.tv_sec = LISTENER_ACCEPT_RESUME_S};
-    if (event_add(&l->resume, &tv) < 0)
-        abort(); /* as in front_event_want */
+    timer_arm_us(&l->resume, LISTENER_ACCEPT_RESUME_S * 1000000);
 }
 
 static void on_accept(evutil_socket_t fd, short what, void *arg)

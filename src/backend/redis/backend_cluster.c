@@ -74,6 +74,7 @@
 #include "config/config.h"
 #include "config/redis_url.h"
 #include "core/metrics.h"
+#include "lib/timer.h"
 
 #define MAX_REDIRECTS 5
 #define MAX_RETRIES 3
@@ -196,10 +197,7 @@ static void endpoint_of(const struct backend_cluster *b, const char *host, int p
 
 static void arm_refresh(struct backend_cluster *b)
 {
-    int64_t us = b->ready ? REFRESH_READY_US : REFRESH_NOT_READY_US;
-    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
-    if (evtimer_add(b->refresh_ev, &tv) < 0)
-        abort(); /* only on a broken event base */
+    timer_arm_us(b->refresh_ev, b->ready ? REFRESH_READY_US : REFRESH_NOT_READY_US);
 }
 
 static void recompute_ready(struct backend_cluster *b)
@@ -577,12 +575,11 @@ static void retry_later(struct cgroup *g, const char *why)
         group_fail(g, BACKEND_UNAVAILABLE, why);
         return;
     }
-    struct timeval tv = {0, RETRY_DELAY_US};
-    if (evtimer_assign(&g->retry_ev, b->base, on_retry_timer, g) < 0 ||
-        evtimer_add(&g->retry_ev, &tv) < 0) {
+    if (evtimer_assign(&g->retry_ev, b->base, on_retry_timer, g) < 0) {
         group_fail(g, BACKEND_UNAVAILABLE, why);
         return;
     }
+    timer_arm_us(&g->retry_ev, RETRY_DELAY_US);
     g->retry_armed = 1;
 }
 

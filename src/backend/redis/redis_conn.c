@@ -48,6 +48,7 @@
 
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_tls.h"
+#include "lib/timer.h"
 #include "lib/util.h"
 
 #define CONNECT_TIMEOUT_US 1000000 /* TCP connect and TLS handshake */
@@ -345,10 +346,7 @@ static void schedule_reconnect(struct redis_conn *c)
     /* Half fixed, half random, so that many daemons (and connections)
      * losing one server together do not reconnect in lockstep. */
     int64_t d = c->backoff_us / 2 + (int64_t)(next_random(c) % (uint64_t)(c->backoff_us / 2 + 1));
-    struct timeval tv = {.tv_sec = d / 1000000, .tv_usec = d % 1000000};
-    /* evtimer_add on an embedded, assigned timer fails only on a broken
-     * invariant (a bad timeval): nothing to recover. */
-    evtimer_add(&c->reconnect_timer, &tv);
+    timer_arm_us(&c->reconnect_timer, d);
     c->backoff_us = c->backoff_us * 2 > BACKOFF_MAX_US ? BACKOFF_MAX_US : c->backoff_us * 2;
 }
 
@@ -608,9 +606,7 @@ static void start_connect(struct redis_conn *c)
         close_conn(c, err, 1);
         return;
     }
-    struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_US / 1000000,
-                         .tv_usec = CONNECT_TIMEOUT_US % 1000000};
-    evtimer_add(&c->connect_timer, &tv);
+    timer_arm_us(&c->connect_timer, CONNECT_TIMEOUT_US);
 }
 
 static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)

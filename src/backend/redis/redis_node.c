@@ -31,6 +31,7 @@
 #include "backend/redis/redis_node.h"
 #include "core/metrics.h"
 #include "lib/buf.h"
+#include "lib/timer.h"
 #include "lib/util.h"
 
 /* From connect to the code loaded: a Redis that accepts the connection but
@@ -219,9 +220,7 @@ static void on_up(void *arg, struct redis_conn *c)
     n->load_in_flight = 0;
     n->stalled_timeouts = 0;
     n->role_ok = !n->require_master;
-    struct timeval tv = {.tv_sec = READY_TIMEOUT_US / 1000000,
-                         .tv_usec = READY_TIMEOUT_US % 1000000};
-    evtimer_add(&n->ready_timer, &tv);
+    timer_arm_us(&n->ready_timer, READY_TIMEOUT_US);
     if (n->require_master)
         redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4});
     send_load(n);

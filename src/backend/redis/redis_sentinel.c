@@ -34,6 +34,7 @@
 #include "config/config.h"
 #include "config/redis_url.h"
 #include "core/metrics.h"
+#include "lib/timer.h"
 #include "lib/util.h"
 
 #define SWITCH_CHANNEL "+switch-master"
@@ -168,18 +169,10 @@ static int parse_port(const char *text, size_t len, int *out)
 
 /* ---- rounds of questions ---- */
 
-static void arm(struct event *ev, int64_t us)
-{
-    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
-    /* evtimer_add fails only on a broken event base: the next poll or the
-     * owner's next rediscover starts a round anyway. */
-    (void)evtimer_add(ev, &tv);
-}
-
 static void schedule_poll(struct redis_sentinel *s)
 {
     int fast = !s->master_host || util_monotonic_us() < s->suspect_until_us;
-    arm(s->poll_ev, fast ? POLL_UNKNOWN_US : POLL_KNOWN_US);
+    timer_arm_us(s->poll_ev, fast ? POLL_UNKNOWN_US : POLL_KNOWN_US);
 }
 
 /* The round is over (an answer, or every sentinel failed). */
@@ -190,7 +183,7 @@ static void end_round(struct redis_sentinel *s)
     event_del(s->deadline_ev);
     if (s->again) {
         s->again = 0;
-        arm(s->step_ev, 0);
+        timer_arm_us(s->step_ev, 0);
         return;
     }
     schedule_poll(s);
@@ -221,7 +214,7 @@ static void sentinel_failed(struct redis_sentinel *s, const char *why)
     s->awaiting = 0;
     event_del(s->deadline_ev);
     s->tried++;
-    arm(s->step_ev, 0);
+    timer_arm_us(s->step_ev, 0);
 }
 
 static void on_master_addr(void *arg, redisReply *r)
@@ -269,7 +262,7 @@ static void ask(struct redis_sentinel *s)
         return;
     }
     s->awaiting = 1;
-    arm(s->deadline_ev, QUERY_TIMEOUT_US);
+    timer_arm_us(s->deadline_ev, QUERY_TIMEOUT_US);
 }
 
 /* Asks sentinel cur: at once when connected to it, else when the
@@ -496,7 +489,7 @@ static void ask_again(struct redis_sentinel *s, const char *why)
     /* From a timer: the owner may call from inside a connection's
      * callback, and a round may switch connections. */
     event_del(s->poll_ev);
-    arm(s->step_ev, 0);
+    timer_arm_us(s->step_ev, 0);
 }
 
 void redis_sentinel_rediscover(struct redis_sentinel *s, const char *why)

@@ -54,6 +54,7 @@
 #include "front/listener.h"
 #include "front/tls.h"
 #include "lib/buf.h"
+#include "lib/timer.h"
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -662,12 +663,7 @@ static void arm_timer(struct gconn *c)
         return;
     }
     int64_t deadline = c->lingering ? c->linger_until_us : c->last_us + c->g->idle_us;
-    int64_t us = deadline - util_monotonic_us();
-    if (us < 0)
-        us = 0;
-    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
-    if (event_add(&c->timer, &tv) < 0)
-        abort(); /* as in front_event_want */
+    timer_arm_us(&c->timer, deadline - util_monotonic_us());
 }
 
 /* Writes what is due, then decides what the connection waits for. */

@@ -58,6 +58,7 @@
 #include "front/http/http_routes.h"
 #include "front/http/response.h"
 #include "lib/client_ip.h"
+#include "lib/timer.h"
 
 #define HTTP_READ_CHUNK 16384  /* bytes read at once */
 #define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
@@ -293,12 +294,7 @@ static void arm_timer(struct conn *c)
         event_del(&c->timer); /* the core answers every check in time */
         return;
     }
-    int64_t us = deadline - util_monotonic_us();
-    if (us < 0)
-        us = 0;
-    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
-    if (event_add(&c->timer, &tv) < 0)
-        abort(); /* as in front_event_want */
+    timer_arm_us(&c->timer, deadline - util_monotonic_us());
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)

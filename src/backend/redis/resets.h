@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "backend/redis/redis_conn.h"
 #include "lib/log.h"
 #include "lib/util.h"

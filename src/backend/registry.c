@@ -89,7 +89,7 @@ static const struct backend_row cluster_row = {cluster_chosen, cluster_new, scri
 
 /* One row per backend; NULL-terminated. */
 static const struct backend_row *const backend_all[] = {&memory_row, &redis_row, &cluster_row,
-                                                         NULL};
+                                                        NULL};
 
 struct backend *backend_registry_new(const struct backend_env *env, const struct config *cfg,
                                      char *err, size_t errlen)

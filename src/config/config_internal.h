@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <yaml.h>
 
+#include "lib/util.h"
+
 #define PATH_LEN 256  /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48  /* a value quoted in a message */
 #define MAX_FIELDS 40 /* rows in the largest field table */
@@ -167,9 +169,6 @@ void cfg_set_defaults(const struct field *fields, void *target);
 extern const struct field cfg_top_fields[];
 /* headers: the top level's and each policy's. */
 extern const char *const cfg_header_names[];
-/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
- * port_required). */
-int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen);
 /* listen_mode and listen_group need a unix socket listener. */
 int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
 /* admin_on_listen: true needs no admin_listen. */
@@ -195,6 +194,12 @@ int cfg_parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, con
 int cfg_parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
                                 void *slot);
 int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* redis.url: parsed into the whole config at slot (cfg_redis_url_set). */
+int cfg_parse_redis_url(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+/* c->redis_url becomes a copy of text and c->redis_server its parse (the
+ * one parse of a Redis URL at load); -1 with a message that never quotes
+ * the credentials, c unchanged. */
+int cfg_redis_url_set(struct config *c, const char *text, char *err, size_t errlen) RL_WUR;
 /* The rules between redis's fields, once the file is read; sets
  * redis_tls_on. */
 int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c);

@@ -1056,27 +1056,16 @@ struct backend *backend_cluster_new(struct event_base *base, const struct config
         cluster_free(&b->base_iface);
         return NULL;
     }
+    /* The seeds as parsed at load: TCP URLs, one scheme, db 0
+     * (config_redis.c). The first seed's credentials serve every node. */
     for (size_t i = 0; i < cfg->redis_ncluster; i++) {
-        struct redis_url u;
-        if (redis_url_parse(cfg->redis_cluster[i], &u, err, errlen) < 0) {
-            cluster_free(&b->base_iface);
-            return NULL;
-        }
-        if (!u.host) {
-            snprintf(err, errlen, "redis.cluster: seed %zu is a unix socket", i + 1);
-            redis_url_free(&u);
-            cluster_free(&b->base_iface);
-            return NULL;
-        }
-        /* The first seed's credentials serve every node (config_redis.c checks
-         * that the seeds agree on the scheme and that db is 0). */
+        const struct redis_url *u = &cfg->redis_seeds[i];
         if (i == 0) {
-            b->user = u.user ? xstrdup(u.user) : NULL;
-            b->password = redis_url_password(REDIS_URL_PASSWORD_ENV, u.password);
-            snprintf(b->target, sizeof b->target, "cluster:%s:%d", u.host, u.port);
+            b->user = u->user ? xstrdup(u->user) : NULL;
+            b->password = redis_url_password(REDIS_URL_PASSWORD_ENV, u->password);
+            snprintf(b->target, sizeof b->target, "cluster:%s:%d", u->host, u->port);
         }
-        node_get(b, u.host, u.port);
-        redis_url_free(&u);
+        node_get(b, u->host, u->port);
     }
     if (b->nnodes == 0) {
         snprintf(err, errlen, "redis.cluster: no seed");

@@ -434,10 +434,8 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
     b->base = base;
     b->log = lg;
     b->metrics = m;
-    if (redis_url_parse(cfg->redis_url, &b->url, err, errlen) < 0) {
-        redis_free(&b->base_iface);
-        return NULL;
-    }
+    /* A copy: the backend outlives the snapshot it was made from. */
+    redis_url_copy(&b->url, &cfg->redis_server);
     char *password = redis_url_password(REDIS_URL_PASSWORD_ENV, b->url.password);
     free(b->url.password);
     b->url.password = password;

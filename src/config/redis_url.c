@@ -115,13 +115,14 @@ static char *dup_or_null(const char *s)
     return s ? xstrdup(s) : NULL;
 }
 
-void redis_url_copy(struct redis_url *dst, const struct redis_url *src)
+void redis_url_copy(struct redis_url *dst, const struct redis_url *src, const char *password_env)
 {
     *dst = *src;
     dst->host = dup_or_null(src->host);
     dst->unix_path = dup_or_null(src->unix_path);
     dst->user = dup_or_null(src->user);
-    dst->password = dup_or_null(src->password);
+    dst->password =
+        password_env ? redis_url_password(password_env, src->password) : dup_or_null(src->password);
 }
 
 /* Credentials are wiped before they are freed: a config snapshot keeps its

@@ -35,8 +35,10 @@ struct redis_url {
 int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t errlen) RL_WUR;
 
 /* *dst becomes a copy of *src with strings of its own (free with
- * redis_url_free): for what outlives the config snapshot src is in. */
-void redis_url_copy(struct redis_url *dst, const struct redis_url *src);
+ * redis_url_free): for what outlives the config snapshot src is in, a
+ * backend. password_env: its password is redis_url_password's, the
+ * variable's over src's (NULL: src's). */
+void redis_url_copy(struct redis_url *dst, const struct redis_url *src, const char *password_env);
 
 /* Frees the strings, the credentials wiped first; safe on a zeroed or
  * freed struct. */

@@ -156,7 +156,7 @@ struct backend_cluster {
     const struct logger *log;
     struct metrics *metrics;
     struct redis_tls *tls;
-    char *user, *password; /* every node's, from the first seed (or the env) */
+    struct redis_url creds; /* every node's: the first seed's (the env's password) */
     char target[HOST_MAX + 32];
 
     size_t nnodes;
@@ -187,13 +187,6 @@ static void send_group(struct cgroup *g);
 static void request_refresh(struct backend_cluster *b);
 
 /* ---- nodes ---- */
-
-static void endpoint_of(const struct backend_cluster *b, const char *host, int port,
-                        struct redis_endpoint *ep)
-{
-    *ep = (struct redis_endpoint){
-        .host = host, .port = port, .user = b->user, .password = b->password, .tls = b->tls};
-}
 
 static void arm_refresh(struct backend_cluster *b)
 {
@@ -239,8 +232,7 @@ static struct cnode *node_get(struct backend_cluster *b, const char *host, int p
     cn->b = b;
     cn->host = xstrdup(host);
     cn->port = port;
-    struct redis_endpoint ep;
-    endpoint_of(b, cn->host, port, &ep);
+    struct redis_endpoint ep = redis_conn_endpoint(&b->creds, cn->host, port, b->tls);
     cn->node = redis_node_new(b->base, b->log, b->metrics, &ep, 1, on_node_state, cn);
     redis_node_set_timeout(cn->node, b->timeout_us);
     redis_node_set_batch(cn->node, b->batch);
@@ -585,25 +577,23 @@ static void retry_later(struct cgroup *g, const char *why)
 
 static void decode_group(struct cgroup *g, const redisReply *r)
 {
-    long long ints_buf[64];
-    long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
+    struct redis_node_ints ints;
     char err[RL_ERRLEN];
-    if (redis_node_reply_ints(r, ints) < 0 || r->elements < SCRIPTS_RESULT_HEAD) {
-        call_fail(g->call, BACKEND_ERROR, "script reply holds a non-integer");
+    if (redis_node_ints_of(r, &ints) < 0 || ints.n < SCRIPTS_RESULT_HEAD) {
+        call_fail(g->call, BACKEND_ERROR, REDIS_NODE_NOT_INTS);
     } else if (g->call->lease_done) {
-        if (scripts_decode_lease(ints, r->elements, g->nl, g->lout, err, sizeof err) < 0)
+        if (scripts_decode_lease(ints.v, ints.n, g->nl, g->lout, err, sizeof err) < 0)
             call_fail(g->call, BACKEND_ERROR, err);
     } else if ((g->call->phase == 1
-                    ? scripts_decode_dry_run_both(ints, r->elements, g->sc.ntiers, g->res,
+                    ? scripts_decode_dry_run_both(ints.v, ints.n, g->sc.ntiers, g->res,
                                                   g->res_if_denied, err, sizeof err)
-                    : scripts_decode_call(&g->sc, ints, r->elements, g->res, &g->lease_granted,
+                    : scripts_decode_call(&g->sc, ints.v, ints.n, g->res, &g->lease_granted,
                                           &g->lease_until_us, err, sizeof err)) < 0) {
         call_fail(g->call, BACKEND_ERROR, err);
     } else {
-        g->allowed = ints[1] != 0;
+        g->allowed = ints.v[1] != 0;
     }
-    if (ints != ints_buf)
-        free(ints);
+    redis_node_ints_free(&ints);
 }
 
 /* MOVED or ASK: resend to the named node. Returns 0 if handled. */
@@ -907,8 +897,8 @@ static void on_sub_down(void *arg, struct resets_listener *l, const char *why)
               "reason", why, NULL);
     /* Elsewhere next time: this node may be gone for good. */
     b->sub_node = sub_pick(b);
-    struct redis_endpoint ep;
-    endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
+    struct redis_endpoint ep =
+        redis_conn_endpoint(&b->creds, b->sub_node->host, b->sub_node->port, b->tls);
     resets_listener_set_endpoint(l, &ep);
 }
 
@@ -917,8 +907,8 @@ static void sub_start(struct backend_cluster *b)
     if (!b->channel || !b->started || b->sub)
         return;
     b->sub_node = sub_pick(b);
-    struct redis_endpoint ep;
-    endpoint_of(b, b->sub_node->host, b->sub_node->port, &ep);
+    struct redis_endpoint ep =
+        redis_conn_endpoint(&b->creds, b->sub_node->host, b->sub_node->port, b->tls);
     b->sub =
         resets_listener_new(b->base, b->log, &b->base_iface, b->channel, &ep, NULL, on_sub_down, b);
 }
@@ -926,11 +916,8 @@ static void sub_start(struct backend_cluster *b)
 static void cluster_watch_resets(struct backend *iface, const struct config *cfg)
 {
     struct backend_cluster *b = (struct backend_cluster *)iface;
-    if (!resets_channel_update(&b->channel, cfg->key_prefix))
-        return;
-    resets_listener_free(b->sub);
-    b->sub = NULL;
-    sub_start(b);
+    if (resets_channel_follow(&b->channel, &b->sub, cfg->key_prefix))
+        sub_start(b);
 }
 
 /* ---- the rest of the interface ---- */
@@ -1009,8 +996,7 @@ static void cluster_free(struct backend *iface)
         event_free(b->refresh_ev);
     redis_cluster_map_free(&b->map);
     redis_tls_free(b->tls);
-    free(b->user);
-    free(b->password);
+    redis_url_free(&b->creds);
     free(b->channel);
     free(b);
 }
@@ -1061,8 +1047,7 @@ struct backend *backend_cluster_new(struct event_base *base, const struct config
     for (size_t i = 0; i < cfg->redis_ncluster; i++) {
         const struct redis_url *u = &cfg->redis_seeds[i];
         if (i == 0) {
-            b->user = u->user ? xstrdup(u->user) : NULL;
-            b->password = redis_url_password(REDIS_URL_PASSWORD_ENV, u->password);
+            redis_url_copy(&b->creds, u, REDIS_URL_PASSWORD_ENV);
             snprintf(b->target, sizeof b->target, "cluster:%s:%d", u->host, u->port);
         }
         node_get(b, u->host, u->port);

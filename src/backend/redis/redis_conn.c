@@ -727,6 +727,20 @@ void redis_conn_healthy(struct redis_conn *c)
     c->backoff_us = BACKOFF_MIN_US;
 }
 
+struct redis_endpoint redis_conn_endpoint(const struct redis_url *u, const char *host, int port,
+                                          struct redis_tls *tls)
+{
+    return (struct redis_endpoint){
+        .host = host,
+        .port = port,
+        .unix_path = host ? NULL : u->unix_path,
+        .user = u->user,
+        .password = u->password,
+        .db = u->db,
+        .tls = tls,
+    };
+}
+
 const char *redis_conn_target(const struct redis_conn *c)
 {
     return c->target;

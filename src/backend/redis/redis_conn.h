@@ -26,6 +26,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "config/redis_url.h"
 #include "lib/log.h"
 
 struct event_base;
@@ -42,6 +43,13 @@ struct redis_endpoint {
     int db;                /* SELECT when nonzero */
     struct redis_tls *tls; /* NULL: plain; borrowed, must outlive the conn */
 };
+
+/* Where a backend's data or reset connection goes: u's credentials (its
+ * password the one to AUTH with: the backend puts the environment's there,
+ * redis_url_password) and db, at host:port, or at u's unix socket when host
+ * is NULL. Borrows u's strings and host; tls NULL: plain. */
+struct redis_endpoint redis_conn_endpoint(const struct redis_url *u, const char *host, int port,
+                                          struct redis_tls *tls);
 
 /* r: the reply (freed after the callback returns), or NULL: the connection
  * went before it came. */

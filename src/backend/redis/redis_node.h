@@ -49,10 +49,23 @@ int redis_node_ready(const struct redis_node *n);
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
                     redis_reply_fn fn, void *arg);
 
-/* The integers of a reply of the code (an array of r->elements): copied
- * into ints (room for r->elements). Returns 0, or -1 if one is not an
- * integer (the script and the daemon out of step). */
-int redis_node_reply_ints(const redisReply *r, long long *ints) RL_WUR;
+/* The integers of a reply of the code, in buf when they fit: a check's
+ * completion allocates nothing (the single-server and Cluster backends'
+ * one buffer rule). */
+struct redis_node_ints {
+    long long *v; /* buf, or allocated */
+    size_t n;
+    long long buf[64];
+};
+
+/* What a backend answers when the script and the daemon are out of step. */
+#define REDIS_NODE_NOT_INTS "script reply holds a non-integer"
+
+/* The integers of r (an array of r->elements) into *ri, to free with
+ * redis_node_ints_free whatever the result. Returns 0, or -1 if one is not
+ * an integer (REDIS_NODE_NOT_INTS, or a lease's own message, to say). */
+int redis_node_ints_of(const redisReply *r, struct redis_node_ints *ri) RL_WUR;
+void redis_node_ints_free(struct redis_node_ints *ri);
 
 /* As redis_node_call (never ASKING), but with redis.batch > 1
  * (redis_node_set_batch) the call waits for the end of this loop turn and

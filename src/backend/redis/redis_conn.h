@@ -85,11 +85,11 @@ void redis_conn_connect(struct redis_conn *c);
 /* Sends len bytes of RESP (one command) and queues fn for its reply.
  * Returns -1 when not connected (fn is then never called). */
 int redis_conn_send(struct redis_conn *c, const char *cmd, size_t len, redis_reply_fn fn,
-                    void *arg);
+                    void *arg) RL_WUR;
 
 /* The same for a command given as arguments. */
 int redis_conn_command(struct redis_conn *c, redis_reply_fn fn, void *arg, int argc,
-                       const char **argv, const size_t *lens);
+                       const char **argv, const size_t *lens) RL_WUR;
 
 /* Connected: the socket is open, the TLS handshake done. */
 int redis_conn_is_up(const struct redis_conn *c);

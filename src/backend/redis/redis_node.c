@@ -221,8 +221,14 @@ static void on_up(void *arg, struct redis_conn *c)
     n->stalled_timeouts = 0;
     n->role_ok = !n->require_master;
     timer_arm_us(&n->ready_timer, READY_TIMEOUT_US);
-    if (n->require_master)
-        redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4});
+    /* ROLE not queued (out of memory, or the connection gone, when the
+     * drop does nothing): a connection that cannot say it is a master's
+     * goes now rather than at the ready timer, and reconnects. */
+    if (n->require_master &&
+        redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4}) < 0) {
+        redis_conn_drop(c, "cannot queue ROLE");
+        return;
+    }
     send_load(n);
 }
 

@@ -47,7 +47,7 @@ int redis_node_ready(const struct redis_node *n);
  * reloaded and the call retried, a bounded number of times). call must
  * stay valid until fn is called. -1: not ready (fn never called). */
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
-                    redis_reply_fn fn, void *arg);
+                    redis_reply_fn fn, void *arg) RL_WUR;
 
 /* The integers of a reply of the code, in buf when they fit: a check's
  * completion allocates nothing (the single-server and Cluster backends'
@@ -75,7 +75,7 @@ void redis_node_ints_free(struct redis_node_ints *ri);
  * whole batch, or NULL for the connection's loss, reaches every call of it.
  * -1: not ready (fn never called). */
 int redis_node_call_batched(struct redis_node *n, const struct script_call *call, unsigned group,
-                            redis_reply_fn fn, void *arg);
+                            redis_reply_fn fn, void *arg) RL_WUR;
 
 /* redis.batch: at most this many calls per FCALL (1: every call alone). */
 void redis_node_set_batch(struct redis_node *n, int64_t batch);
@@ -83,7 +83,7 @@ void redis_node_set_batch(struct redis_node *n, int64_t batch);
 /* Any other command on the node's connection (DEL and PUBLISH of a reset,
  * CLUSTER SLOTS). -1: not connected. */
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
-                       const char **argv, const size_t *lens);
+                       const char **argv, const size_t *lens) RL_WUR;
 
 /* The calls' deadline, for the stall rule: a reply that comes later than
  * this after its call was sent does not show the connection healthy. 0

@@ -367,9 +367,12 @@ static void watch_up(void *arg, struct redis_conn *c)
 {
     const char *argv[] = {"SUBSCRIBE", SWITCH_CHANNEL};
     size_t lens[] = {9, sizeof SWITCH_CHANNEL - 1};
-    /* Not connected right after up only when the connection is lost at
-     * once: its down callback follows, and the reconnect subscribes. */
-    (void)redis_conn_command(c, on_subscribed, arg, 2, argv, lens);
+    /* Not queued when the connection is lost at once (its down follows,
+     * the drop does nothing, and the reconnect subscribes) or out of
+     * memory: dropped, so that the reconnect subscribes, rather than a
+     * watch that would never hear a failover. */
+    if (redis_conn_command(c, on_subscribed, arg, 2, argv, lens) < 0)
+        redis_conn_drop(c, "cannot queue SUBSCRIBE");
 }
 
 static void watch_down(void *arg, struct redis_conn *c, const char *why)

@@ -128,7 +128,6 @@ static int local_report(struct local_store *s, const char *key_prefix,
 {
     char key[POLICY_KEY_BUF];
     struct tier_state *x = scratch(s, 1);
-    int request_allowed = 1;
     size_t k = 0;
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
@@ -143,65 +142,56 @@ static int local_report(struct local_store *s, const char *key_prefix,
             }
             tier_read(s, key_prefix, c, j, 1, now, x);
             tier_figures(x, now, 0, &out[k]);
-            if (!x->allowed && !c->policy->shadow)
-                request_allowed = 0;
         }
     }
     local_store_reclaim(s, now);
-    return request_allowed;
+    struct decision_summary sum;
+    decision_summarize_allowed(req, out, &sum);
+    return sum.allowed;
 }
 
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now, struct tier_result *out)
 {
     char key[POLICY_KEY_BUF];
-    size_t ntiers = 0, k;
+    size_t k;
     if (req->report)
         return local_report(s, key_prefix, req, now, out);
-    for (size_t i = 0; i < req->nchecks; i++)
-        ntiers += req->checks[i].policy->ntiers;
-    struct tier_state *ts = scratch(s, ntiers);
+    struct tier_state *ts = scratch(s, request_tiers(req));
 
     /* Pass 1: read every tier and decide; every tier is read even after one
-     * has denied, because every tier reports its figures. */
-    int request_allowed = 1;
+     * has denied, because every tier reports its figures. Which checks and
+     * whether the request allow is decision.c's rule, read from a summary
+     * of the tiers' answers. */
     k = 0;
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
-        int check_allowed = 1;
         for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
             tier_read(s, key_prefix, c, j, c->cost, now, &ts[k]);
-            check_allowed = check_allowed && ts[k].allowed;
+            out[k].allowed = ts[k].allowed;
             ts[k].nonce = req->lease_nonce;
         }
-        if (!c->policy->shadow && !check_allowed)
-            request_allowed = 0;
     }
+    struct decision_summary sum;
+    decision_summarize_allowed(req, out, &sum);
 
     /* The figures, from the state read in pass 1, before anything is
      * written. A tier's cost counts as taken iff the request and its check
      * allow, dry run or not. */
     k = 0;
     for (size_t i = 0; i < req->nchecks; i++) {
-        const struct check_item *c = &req->checks[i];
-        int check_allowed = 1;
-        for (size_t j = 0; j < c->policy->ntiers; j++)
-            check_allowed = check_allowed && ts[k + j].allowed;
-        int consumed = request_allowed && check_allowed;
-        for (size_t j = 0; j < c->policy->ntiers; j++, k++)
+        int consumed = sum.allowed && decision_check_allowed(&sum, i);
+        for (size_t j = 0; j < req->checks[i].policy->ntiers; j++, k++)
             tier_figures(&ts[k], now, consumed, &out[k]);
     }
     /* Pass 2: take the cost, only for a real run of an allowed request, on
      * the checks that allowed (a denied shadow check takes nothing). */
-    if (request_allowed && !req->dry_run) {
+    if (sum.allowed && !req->dry_run) {
         k = 0;
         for (size_t i = 0; i < req->nchecks; i++) {
             const struct check_item *c = &req->checks[i];
-            int check_allowed = 1;
-            for (size_t j = 0; j < c->policy->ntiers; j++)
-                check_allowed = check_allowed && ts[k + j].allowed;
             for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
-                if (!check_allowed || c->cost == 0)
+                if (!decision_check_allowed(&sum, i) || c->cost == 0)
                     continue;
                 size_t len = tier_key(key_prefix, c, ts[k].t, key, sizeof key);
                 struct entry *e = local_store_get_or_create(s, key, len, now);
@@ -212,7 +202,7 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
     }
 
     local_store_reclaim(s, now);
-    return request_allowed;
+    return sum.allowed;
 }
 
 void local_store_lease(struct local_store *s, const char *key_prefix, int renew,

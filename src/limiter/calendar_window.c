@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * calendar_window.c: a fixed window whose bounds are calendar days,
- * weeks, months or years in a time zone (a fixed_window tier with
- * `calendar:`), counted as "w:<start>:<end>:<count>".
- * The C twin of lua/calendar_window.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is calendar_window_ops.
+ * calendar_window.c: a fixed window whose bounds are calendar days, weeks,
+ * months or years in a time zone (a fixed_window tier with `calendar:`),
+ * counted as "w:<start>:<end>:<count>". The C twin of
+ * lua/calendar_window.lua, step for step and with its names, for the
+ * in-memory limiter (limiter_local.h); its row in the ops table is
+ * calendar_window_ops.
  *
  * Owns: the calendar window's load, commit and report; allows, figures and
  * retry are fixed_window.c's. The bounds come from lib/calendar.c.

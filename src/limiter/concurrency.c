@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * concurrency.c: at most `limit` units held at once per key, each by a
- * lease that ends when released or when it expires.
- * The C twin of lua/concurrency.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is concurrency_ops.
+ * concurrency.c: at most `limit` units held at once per key, each by a lease
+ * that ends when released or when it expires. The C twin of
+ * lua/concurrency.lua, step for step and with its names, for the in-memory
+ * limiter (limiter_local.h); its row in the ops table is concurrency_ops.
  *
  * Owns: the leases (live ones and tombstones), the steps and the lease
  * calls' release and renew.

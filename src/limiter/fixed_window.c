@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fixed_window.c: at most `limit` units per aligned window of window_us,
- * counted from 0 in each window ("f:<window end>:<count>").
- * The C twin of lua/fixed_window.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is fixed_window_ops.
+ * counted from 0 in each window ("f:<window end>:<count>"). The C twin of
+ * lua/fixed_window.lua, step for step and with its names, for the in-memory
+ * limiter (limiter_local.h); its row in the ops table is fixed_window_ops.
  *
  * Owns: the window's count: load, the steps calendar_window.c shares
  * (allows, figures, retry) and the write both make.

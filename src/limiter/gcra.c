@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * gcra.c: the token bucket as a Generic Cell Rate Algorithm: how far
- * the bucket is from full (d, scaled by the window) as of a time.
- * The C twin of lua/gcra.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is gcra_ops.
+ * gcra.c: the token bucket as a Generic Cell Rate Algorithm: how far the
+ * bucket is from full (d, scaled by the window) as of a time. The C twin of
+ * lua/gcra.lua, step for step and with its names, for the in-memory limiter
+ * (limiter_local.h); its row in the ops table is gcra_ops.
  *
  * Owns: the level and the steps, which leaky_bucket.c takes as they are.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * leaky_bucket.c: shaping, like nginx's limit_req without nodelay:
- * gcra with capacity burst + 1 (policy_tier_capacity), whose allowed
- * requests are told how long to wait.
- * The C twin of lua/leaky_bucket.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is leaky_bucket_ops.
+ * leaky_bucket.c: shaping, like nginx's limit_req without nodelay: gcra with
+ * capacity burst + 1 (policy_tier_capacity), whose allowed requests are told
+ * how long to wait. The C twin of lua/leaky_bucket.lua, step for step and
+ * with its names, for the in-memory limiter (limiter_local.h); its row in the
+ * ops table is leaky_bucket_ops.
  *
  * Owns: the delay; every other step is gcra.c's, and so is the state.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sliding_window_buckets.c: the sliding window counted in buckets of
- * `precision` µs, at most window/precision live ones.
- * The C twin of lua/sliding_window_buckets.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is sliding_window_buckets_ops.
+ * `precision` µs, at most window/precision live ones. The C twin of
+ * lua/sliding_window_buckets.lua, step for step and with its names, for the
+ * in-memory limiter (limiter_local.h); its row in the ops table is
+ * sliding_window_buckets_ops.
  *
  * Owns: the buckets (search, add, drop the stale) and the steps.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sliding_window_counter.c: the sliding window estimated from two counts,
- * the current aligned window's and the previous one's.
- * The C twin of lua/sliding_window_counter.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is sliding_window_counter_ops.
+ * sliding_window_counter.c: the sliding window estimated from two counts, the
+ * current aligned window's and the previous one's. The C twin of
+ * lua/sliding_window_counter.lua, step for step and with its names, for the
+ * in-memory limiter (limiter_local.h); its row in the ops table is
+ * sliding_window_counter_ops.
  *
  * Owns: the two counts and the steps.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * sliding_window_log.c: at most `limit` units in any window_us ending
- * now, exact: the time of every unit taken, run-length encoded (one run per
- * distinct µs, where the script's ZSET has one member per unit).
- * The C twin of lua/sliding_window_log.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is sliding_window_log_ops.
+ * sliding_window_log.c: at most `limit` units in any window_us ending now,
+ * exact: the time of every unit taken, run-length encoded (one run per
+ * distinct µs, where the script's ZSET has one member per unit). The C twin
+ * of lua/sliding_window_log.lua, step for step and with its names, for the
+ * in-memory limiter (limiter_local.h); its row in the ops table is
+ * sliding_window_log_ops.
  *
  * Owns: the runs (search, trim, add) and the steps.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

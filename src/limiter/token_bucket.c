@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * token_bucket.c: a bucket of `capacity` tokens refilled at limit per
- * window, kept scaled by the window so that every figure is an integer.
- * The C twin of lua/token_bucket.lua, step for step and with its names, for the
- * in-memory limiter (limiter_local.h); its row in the ops table is token_bucket_ops.
+ * token_bucket.c: a bucket of `capacity` tokens refilled at limit per window,
+ * kept scaled by the window so that every figure is an integer. The C twin of
+ * lua/token_bucket.lua, step for step and with its names, for the in-memory
+ * limiter (limiter_local.h); its row in the ops table is token_bucket_ops.
  *
  * Owns: the scaled tokens and the steps.
  * Does not own: the store, the two passes (limiter_local.c), clocks.

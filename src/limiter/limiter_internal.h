@@ -138,7 +138,7 @@ struct local_store {
     struct lru_table t;
     size_t sweep; /* next slot the incremental sweep looks at */
     /* limiter_local.c's room for one request's tiers, kept between calls
-     * (freed with the store) so that a decision allocates nothing. */
+     * (freed with the store) so that a decision need not allocate it. */
     struct tier_state *scratch;
     size_t scratch_cap;
 };

@@ -20,11 +20,10 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
-#include "backend/backend_memory.h"
-#include "backend/redis/scripts.h"
+#include "backend/registry.h"
 #include "build_info.h"
 #include "config/config.h"
+#include "core/backend.h"
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
@@ -280,7 +279,7 @@ static int parse_options(int argc, char **argv, struct server *srv, struct optio
             o->strict_perms = 1;
             break;
         case 'P':
-            fputs(scripts_lua_source, stdout);
+            fputs(backend_registry_script(), stdout);
             return 0;
         case 'h':
             usage(stdout);
@@ -366,7 +365,7 @@ static int start_process(struct server *srv)
         return -1;
     }
     srv->notify = notify_new(srv->base);
-    srv->local = backend_memory_store_new((size_t)srv->config->local_max_keys, srv->hash_seed);
+    srv->backends = backend_registry_shared_new(srv->config, srv->hash_seed);
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
     if (pipe2(srv->state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
         !(srv->state_ev = event_new(srv->base, srv->state_pipe[0], EV_READ | EV_PERSIST,
@@ -481,7 +480,7 @@ static void stop(struct server *srv, struct main_events *ev)
     for (int i = 0; i < 2; i++)
         if (srv->state_pipe[i] >= 0)
             close(srv->state_pipe[i]);
-    backend_memory_store_free(srv->local);
+    backend_registry_shared_free(srv->backends);
     notify_free(srv->notify);
     if (ev->sigterm)
         event_free(ev->sigterm);

@@ -15,7 +15,7 @@
 #include "lib/log.h"
 
 struct event_base;
-struct backend_memory_store;
+struct backend_shared;
 struct watch;
 struct notify;
 struct worker;
@@ -31,10 +31,10 @@ struct server {
     struct notify *notify;
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */
-    /* The in-memory store of failure_mode local and backend: memory, shared
-     * by every worker so that limits stay exact however requests are
-     * spread (its lock is backend_memory.c's). */
-    struct backend_memory_store *local;
+    /* What every worker's backends share (backend/registry.h): the
+     * in-memory store of failure_mode local and backend: memory, so that
+     * limits stay exact however requests are spread. */
+    struct backend_shared *backends;
     int state_pipe[2];      /* a worker's backend readiness changed: a byte */
     struct event *state_ev; /* reads state_pipe[0] on the main loop */
     size_t nworkers;

@@ -15,9 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/backend_memory.h"
-#include "backend/redis/backend_cluster.h"
-#include "backend/redis/backend_redis.h"
+#include "backend/registry.h"
 #include "build_info.h"
 #include "core/deny_cache.h"
 #include "core/local_lease_calls.h"
@@ -128,6 +126,10 @@ static void set_config(struct worker *w, struct config *cfg)
             w->fronts[i]->ops->apply_config(w->fronts[i], cfg);
 }
 
+/* The fronts stop taking checks and the loop ends once idle, or at the
+ * backstop, whichever comes first: past redis.timeout every check has its
+ * answer, and WORKER_DRAIN_MAX_S is the time left to write them. The rule
+ * is the worker's, so that every front's connections get it. */
 static void drain(struct worker *w)
 {
     w->draining = 1;
@@ -136,6 +138,10 @@ static void drain(struct worker *w)
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->drain(w->fronts[i]);
+    struct timeval backstop = {.tv_sec =
+                                   WORKER_DRAIN_MAX_S + w->core.config->redis_timeout_us / 1000000};
+    /* It fails only out of memory: the drain then ends when idle. */
+    (void)event_base_loopexit(w->core.base, &backstop);
     maybe_idle(w);
 }
 
@@ -218,15 +224,9 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         snprintf(err, errlen, "cannot create a worker's mailbox: %s", strerror(errno));
         return -1;
     }
-    /* failure_mode local: the same algorithms in the process's shared
-     * store, through the backend interface. */
-    core->fallback = backend_memory_new(srv->local);
-    if (cfg->backend == BACKEND_KIND_MEMORY)
-        core->backend = backend_memory_new(srv->local);
-    else if (cfg->redis_ncluster)
-        core->backend = backend_cluster_new(base, cfg, core->log, core->metrics, err, errlen);
-    else
-        core->backend = backend_redis_new(base, cfg, core->log, core->metrics, err, errlen);
+    const struct backend_env env = {base, core->log, core->metrics, srv->backends};
+    core->fallback = backend_registry_fallback_new(&env);
+    core->backend = backend_registry_new(&env, cfg, err, errlen);
     if (!core->backend)
         return -1;
     if (core->backend->ops->local_leases)

@@ -25,6 +25,13 @@
 struct event_base;
 struct server;
 
+/* A drain's backstop, past redis.timeout: by then every check has its
+ * answer, and this is the time left to write them. So the longest drain is
+ * CONFIG_REDIS_TIMEOUT_MAX_US + WORKER_DRAIN_MAX_S, which the systemd unit's
+ * TimeoutStopSec and docker/compose.yaml's stop_grace_period must exceed
+ * (test_docs checks them). The worker sets it for every front. */
+#define WORKER_DRAIN_MAX_S 5
+
 struct worker {
     struct server *srv;
     unsigned id; /* 0 runs on the main thread's loop */

@@ -4,9 +4,12 @@
 
 Reads every src/**/*.c and *.h (not the generated ones: *_lua.c, *.pb-c.*),
 resolves each `#include "..."` as the compiler does (the including file's
-folder first, then src/, which is on the include path) and keeps those that
-name a file under src/; "envoy/..." and "grpc/health/..." are protoc-c's
-headers in the build directory and are not ours to check. Then it fails on:
+folder first, then src/, which is on the include path) and each
+`#include <...>` on the include path alone (src/), and keeps those that name
+a file under src/: a project header in angle brackets obeys the same rules.
+"envoy/...", "grpc/health/..." are protoc-c's headers in the build
+directory, and <event2/...> and the like the system's: not ours to check.
+Then it fails on:
 
 - an include against the layer order, lib <- config <- core <- limiter <-
   backend, front (the limiter's algorithms answer the core's neutral
@@ -16,8 +19,8 @@ headers in the build directory and are not ours to check. Then it fails on:
 
     src/lib/        lib
     src/config/     lib, config
-    src/core/       lib, config, core, and backend/backend.h only
-                    (the interface: never a backend, never front/)
+    src/core/       lib, config, core (what the core asks of a backend,
+                    core/backend.h, is the core's: never backend/ or front/)
     src/limiter/    lib, config, core, limiter
     src/backend/    lib, config, core, limiter, backend (never front/)
     src/front/      lib, config, core, front (never backend/)
@@ -25,14 +28,21 @@ headers in the build directory and are not ours to check. Then it fails on:
 
   and two sibling subfolders of front/ (http/, grpc/) or of backend/
   (redis/) never include each other: what they share sits in front/*.h or
-  backend/*.h;
+  backend/*.h; there are no exceptions by file name;
+
+- a layer cycle: layer A depends on B when a file of A includes one of B
+  (the top-level files are the layer "top"). Each strongly connected set of
+  layers is reported once, with one cycle through them and the include
+  that makes each step. The order above forbids every cycle already; this
+  check holds even if the table is edited to allow one, as an allow-list
+  once let core and backend include each other;
 
 - a module cycle, a module being x.c + x.h: module A depends on B when A's
   .c or .h includes B's .h. Each strongly connected component is reported
   once, with its members and one cycle through them.
 
-Prints one line per violation (file:line: #include "x": the rule broken) and
-a summary line; exits 1 if anything was found. Usage:
+Prints one line per violation (file:line: #include "x": the rule broken),
+one per cycle, and a summary line; exits 1 if anything was found. Usage:
     python3 tools/layers.py [SRCDIR]      (default: src/ next to tools/)
 """
 
@@ -41,7 +51,8 @@ import re
 import sys
 from collections import deque
 
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+# `#include "name"` (group 1) or `#include <name>` (group 2).
+INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 
 # What each layer may include, by layer (the first folder under src/).
 ALLOWED = {
@@ -52,9 +63,6 @@ ALLOWED = {
     "backend": {"lib", "config", "limiter", "core", "backend"},
     "front": {"lib", "config", "core", "front"},
 }
-# Single files a layer may include outside ALLOWED: the core reaches a
-# backend only through its interface.
-ALLOWED_FILES = {"core": {"backend/backend.h"}}
 # Layers whose subfolders are plug-ins that never include one another.
 PLUGIN_LAYERS = {"front", "backend"}
 
@@ -93,12 +101,14 @@ def plugin_of(rel):
     return None
 
 
-def resolve(src, including, name, known):
-    """The file under src that `#include "name"` in `including` reads, or
-    None when it is not one of ours."""
-    here = os.path.dirname(including)
-    for cand in (os.path.normpath(os.path.join(here, name)).replace(os.sep, "/"),
-                 os.path.normpath(name).replace(os.sep, "/")):
+def resolve(src, including, name, quoted, known):
+    """The file under src that `#include "name"` (quoted) or `<name>` in
+    `including` reads, or None when it is not one of ours."""
+    cands = [os.path.normpath(name).replace(os.sep, "/")]
+    if quoted:
+        here = os.path.dirname(including)
+        cands.insert(0, os.path.normpath(os.path.join(here, name)).replace(os.sep, "/"))
+    for cand in cands:
         if cand in known:
             return cand
     return None
@@ -115,12 +125,8 @@ def rule_broken(frm, to):
     if lt == "top":
         return "%s may not include the process glue at the top of src/" % lf
     allowed = ALLOWED[lf]
-    if lt not in allowed and to not in ALLOWED_FILES.get(lf, ()):
-        extra = ALLOWED_FILES.get(lf)
-        what = ", ".join(sorted(allowed, key=list(ALLOWED).index))
-        if extra:
-            what += ", and " + ", ".join(sorted(extra))
-        return "%s may include only %s" % (lf, what)
+    if lt not in allowed:
+        return "%s may include only %s" % (lf, ", ".join(sorted(allowed, key=list(ALLOWED).index)))
     pf, pt = plugin_of(frm), plugin_of(to)
     if pf and pt and pf != pt:
         return "%s/ never includes %s/ (what both need goes in %s/*.h)" % (pf, pt, lf)
@@ -191,6 +197,47 @@ def one_cycle(graph, comp):
     return comp + [start]
 
 
+def read_includes(src, files, known):
+    """Every include of files that names one of ours, in order:
+    (including file, line number, spelling as written, file included)."""
+    out = []
+    for rel in files:
+        with open(os.path.join(src, rel), encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                quoted = m.group(1) is not None
+                name = m.group(1) if quoted else m.group(2)
+                to = resolve(src, rel, name, quoted, known)
+                if to is not None:
+                    spelled = '"%s"' % name if quoted else "<%s>" % name
+                    out.append((rel, lineno, spelled, to))
+    return out
+
+
+def layer_cycles(includes):
+    """Lines naming each cycle between layers: a layer depends on another
+    when one of its files includes one of the other's, whatever the rules
+    say of that include."""
+    graph, where = {}, {}
+    for rel, lineno, _, to in includes:
+        lf, lt = layer_of(rel), layer_of(to)
+        if lf is None or lt is None or lf == lt:
+            continue
+        graph.setdefault(lf, set()).add(lt)
+        graph.setdefault(lt, set())
+        where.setdefault((lf, lt), "src/%s:%d" % (rel, lineno))
+    lines = []
+    for comp in strongly_connected(graph):
+        if len(comp) > 1:
+            cycle = one_cycle(graph, comp)
+            steps = ", ".join(where[(a, b)] for a, b in zip(cycle, cycle[1:]))
+            lines.append("layer cycle of %d: %s (for example %s, by %s)" %
+                         (len(comp), ", ".join(comp), " -> ".join(cycle), steps))
+    return lines
+
+
 def main(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     src = argv[1] if len(argv) > 1 else os.path.join(here, "..", "src")
@@ -198,34 +245,27 @@ def main(argv):
         sys.stderr.write("layers: %s is not a directory\n" % src)
         return 2
     files = source_files(src)
-    known = set(files)
+    includes = read_includes(src, files, set(files))
     violations = []
-    includes = 0
     graph = {module_of(f): set() for f in files}
-    for rel in files:
-        with open(os.path.join(src, rel), encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                m = INCLUDE.match(line)
-                if not m:
-                    continue
-                to = resolve(src, rel, m.group(1), known)
-                if to is None:
-                    continue
-                includes += 1
-                why = rule_broken(rel, to)
-                if why:
-                    violations.append('src/%s:%d: #include "%s": %s' % (rel, lineno, m.group(1), why))
-                if to.endswith(".h") and module_of(to) != module_of(rel):
-                    graph[module_of(rel)].add(module_of(to))
+    for rel, lineno, spelled, to in includes:
+        why = rule_broken(rel, to)
+        if why:
+            violations.append("src/%s:%d: #include %s: %s" % (rel, lineno, spelled, why))
+        if to.endswith(".h") and module_of(to) != module_of(rel):
+            graph[module_of(rel)].add(module_of(to))
     cycles = [c for c in strongly_connected(graph) if len(c) > 1]
+    by_layer = layer_cycles(includes)
     for line in violations:
+        print(line)
+    for line in by_layer:
         print(line)
     for comp in cycles:
         print("module cycle of %d: %s (for example %s)" %
               (len(comp), ", ".join(comp), " -> ".join(one_cycle(graph, comp))))
-    print("layers: %d files, %d includes, %d violations, %d cycles" %
-          (len(files), includes, len(violations), len(cycles)))
-    return 1 if violations or cycles else 0
+    print("layers: %d files, %d includes, %d violations, %d layer cycles, %d module cycles" %
+          (len(files), len(includes), len(violations), len(by_layer), len(cycles)))
+    return 1 if violations or by_layer or cycles else 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@
  * (limiter_local.c) is pure and not thread-safe, and this file is the only
  * way into it from the daemon (decisions, resets, a reset key forgotten by
  * the fallback), so the rule lives with the only code that can break it.
- * The server owns the store (backend_memory_store_new), shared by every
- * worker's memory backends: `backend: memory`, and the fallback that
+ * The process owns the store (backend/registry.c's shared state), shared
+ * by every worker's memory backends: `backend: memory`, and the fallback that
  * answers failure_mode local with the Redis backend.
  *
  * One lock rather than keys sharded to workers: a request may name several

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 
 /* The process's in-memory store under its lock: one per process, shared by
  * every worker's memory backends (`backend: memory`, and the fallback of

@@ -35,7 +35,7 @@ enum clock_source { CLOCK_SOURCE_REDIS, CLOCK_SOURCE_LOCAL };
 enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
 
 /* Where decisions are made: Redis (shared by every daemon) or this process's
- * memory (backend_memory.c). */
+ * memory (backend_memory.c); backend/registry.c maps each to a backend. */
 enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
 
 /* redis.tls: used by every connection when the URLs are rediss://. */
@@ -145,7 +145,7 @@ struct config {
 #define CONFIG_DEFAULT_REDIS_URL "redis://127.0.0.1:6379/0"
 #define CONFIG_DEFAULT_TIMEOUT_US 50000
 /* redis.timeout's largest value; a drain can last this plus
- * HTTP_DRAIN_MAX_S (http.h). */
+ * WORKER_DRAIN_MAX_S (worker.h). */
 #define CONFIG_REDIS_TIMEOUT_MAX_US 60000000
 /* redis.batch: its default (bench/batch_sweep.sh measures it) and largest
  * value. */

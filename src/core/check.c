@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "core/check.h"
 #include "core/deny_cache.h"
 #include "core/lease_id.h"

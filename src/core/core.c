@@ -6,7 +6,7 @@
  */
 #include <stdio.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "core/core.h"
 #include "core/deny_cache.h"
 #include "core/local_lease.h"

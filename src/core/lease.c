@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "core/lease.h"
 #include "core/metrics.h"
 #include "core/pending.h"

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "core/metrics.h"
 
 int local_lease_eligible(const struct core *core, const struct check_request *req)

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "core/metrics.h"
 #include "core/pending.h"
 #include "core/reset.h"

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "backend/backend_memory.h"
 #include "config/config.h"
+#include "core/backend.h"
 #include "core/check.h"
 #include "core/core.h"
 #include "core/deny_cache.h"

@@ -32,9 +32,9 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "front/http/http.h"
 #include "front/http/http_routes.h"
 #include "tap.h"
+#include "worker.h"
 
 struct docs {
     char *reference; /* docs/configuration.md */
@@ -97,7 +97,7 @@ static int file_has(const char *dir, const char *file, const char *what)
  * owed (SIGKILL); the places that say how long to wait must agree. */
 static void test_stop_timeouts(const char *dir, const struct docs *d)
 {
-    const long drain = CONFIG_REDIS_TIMEOUT_MAX_US / 1000000 + HTTP_DRAIN_MAX_S;
+    const long drain = CONFIG_REDIS_TIMEOUT_MAX_US / 1000000 + WORKER_DRAIN_MAX_S;
     const long unit = number_after(dir, "systemd/ratelimitd.service.in", "\nTimeoutStopSec=");
     const long man = number_after(dir, "man/ratelimitd.8.in", "TimeoutStopSec=");
     const long compose = number_after(dir, "docker/compose.yaml", "stop_grace_period: ");
@@ -123,11 +123,11 @@ static void test_stop_timeouts(const char *dir, const struct docs *d)
            "longest drain",
            pods[i], grace, sleep > 0 ? sleep : 0);
     }
-    snprintf(said, sizeof said, "at most `redis.timeout` + %d s", HTTP_DRAIN_MAX_S);
+    snprintf(said, sizeof said, "at most `redis.timeout` + %d s", WORKER_DRAIN_MAX_S);
     ok(d->operations && strstr(d->operations, said), "docs/operations.md: %s", said);
-    snprintf(said, sizeof said, "redis.timeout\nplus %d seconds", HTTP_DRAIN_MAX_S);
+    snprintf(said, sizeof said, "redis.timeout\nplus %d seconds", WORKER_DRAIN_MAX_S);
     ok(file_has(dir, "man/ratelimitd.8.in", said),
-       "ratelimitd(8): the drain lasts at most redis.timeout plus %d seconds", HTTP_DRAIN_MAX_S);
+       "ratelimitd(8): the drain lasts at most redis.timeout plus %d seconds", WORKER_DRAIN_MAX_S);
 }
 
 static int has_suffix(const char *s, const char *suffix)

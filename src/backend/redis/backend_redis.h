@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 #include "lib/log.h"
 
 struct event_base;

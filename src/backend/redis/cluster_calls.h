@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "core/backend.h"
 
 struct backend_cluster;
 struct config;

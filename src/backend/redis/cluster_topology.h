@@ -11,10 +11,10 @@
 
 #include <stdint.h>
 
-#include "backend/backend.h"
 #include "backend/redis/redis_cluster.h"
 #include "backend/redis/redis_node.h"
 #include "config/redis_url.h"
+#include "core/backend.h"
 #include "lib/log.h"
 
 #define HOST_MAX 256

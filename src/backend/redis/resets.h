@@ -25,8 +25,8 @@
 
 #include <stddef.h>
 
-#include "backend/backend.h"
 #include "backend/redis/redis_conn.h"
+#include "core/backend.h"
 #include "lib/log.h"
 #include "lib/util.h"
 

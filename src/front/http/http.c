@@ -482,9 +482,6 @@ static void http_drain(struct front *f)
         if (!c->lingering && conn_quiet(c))
             conn_free(c);
     }
-    struct timeval backstop = {.tv_sec = HTTP_DRAIN_MAX_S +
-                                         h->host->core->config->redis_timeout_us / 1000000};
-    event_base_loopexit(h->host->core->base, &backstop);
 }
 
 static int http_idle(const struct front *f)

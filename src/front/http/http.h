@@ -19,16 +19,9 @@
  * idle_timeout, request_timeout, max_connections and the token apply at
  * once, to open connections too. Its drain: stops accepting; closes idle
  * keep-alive connections; new requests get 503 shutting_down and
- * Connection: close; answers in flight are still written; the event loop
- * is exited after redis.timeout + HTTP_DRAIN_MAX_S at the latest. Its free:
- * pending checks are cancelled with check_cancel. */
+ * Connection: close; answers in flight are still written (the worker ends
+ * the loop at the drain's backstop, worker.h). Its free: pending checks are
+ * cancelled with check_cancel. */
 extern const struct front_ops http_front;
-
-/* A drain's backstop, past redis.timeout: by then every check has its
- * answer, and this is the time left to write them. So the longest drain is
- * CONFIG_REDIS_TIMEOUT_MAX_US + HTTP_DRAIN_MAX_S, which the systemd unit's
- * TimeoutStopSec and docker/compose.yaml's stop_grace_period must exceed
- * (test_docs checks them). */
-#define HTTP_DRAIN_MAX_S 5
 
 #endif

@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * backend.h: where decisions are made. One interface, several
- * implementations: backend_redis.c (the shared truth, one atomic script or
- * Function call per request) and backend_memory.c (this process's memory,
- * the C algorithms of limiter_local.c). The core (check.c) sees only this.
+ * backend.h: what the core asks of a backend, the one place decisions are
+ * made: the ops table every backend fills and the completion contract of
+ * its calls. It belongs to the core, which is what calls a backend
+ * (check.c, reset.c, lease.c, local_lease_calls.c; the worker only makes,
+ * starts and frees one), so that the core includes nothing of backend/;
+ * the backends under src/backend/ include it. Which backends
+ * exist, and which one a config snapshot chooses, is the registry's
+ * (backend/registry.c), not this file's. Owns the interface and what every
+ * backend shares (backend.c: the readiness listener, freeing); does not
+ * own any backend.
  *
  * Contract of decide: the backend decides every tier of every check of req
  * as of now_us (or its own clock when now_us < 0: Redis TIME, or the
@@ -110,7 +116,8 @@ struct backend_ops {
      * failure_mode (its deadline); 0: no deadline (an in-process backend
      * completes within the call). NULL is 0. */
     int64_t (*call_timeout_us)(const struct backend *b, const struct config *cfg);
-    /* A call's deadline passed with no reply (see backend_redis.h). */
+    /* A call's deadline passed with no reply: a backend may take a run of
+     * them as a hung connection (the Redis backends open their circuit). */
     void (*note_timeout)(struct backend *b);
     void (*start)(struct backend *b);
     int (*ready)(const struct backend *b);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend.c: what every backend shares (backend.h): the readiness listener
- * and freeing through the ops table.
+ * and freeing through the ops table. Does not own any backend (those are
+ * under src/backend/, listed by backend/registry.c).
  */
-#include "backend/backend.h"
+#include "core/backend.h"
 
 void backend_on_state(struct backend *b, backend_state_fn fn, void *arg)
 {

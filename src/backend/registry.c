@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * registry.c: the list of backends (registry.h), one row per backend, and
+ * the process-wide state they share. Adding a backend is a file or folder
+ * under src/backend/ and one row here; the worker and main.c name none.
+ * Owns the choice of a backend from the config snapshot; does not own what
+ * any backend does (its own files) nor the interface (core/backend.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/backend_memory.h"
+#include "backend/redis/backend_cluster.h"
+#include "backend/redis/backend_redis.h"
+#include "backend/redis/scripts.h"
+#include "backend/registry.h"
+
+/* One row per backend. */
+struct backend_row {
+    /* Whether cfg chooses this backend; exactly one row says yes to a
+     * valid snapshot. */
+    int (*chosen)(const struct config *cfg);
+    /* Makes it from cfg (not kept); does not connect (ops->start does).
+     * NULL with a message. */
+    struct backend *(*new)(const struct backend_env *env, const struct config *cfg, char *err,
+                           size_t errlen);
+    /* The code it runs elsewhere, as --print-script prints it; NULL: none
+     * (it decides in this process). */
+    const char *script;
+};
+
+struct backend_shared {
+    struct backend_memory_store *store;
+};
+
+struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed)
+{
+    struct backend_shared *s = xcalloc(1, sizeof *s);
+    s->store = backend_memory_store_new((size_t)cfg->local_max_keys, hash_seed);
+    return s;
+}
+
+void backend_registry_shared_free(struct backend_shared *s)
+{
+    if (!s)
+        return;
+    backend_memory_store_free(s->store);
+    free(s);
+}
+
+static int memory_chosen(const struct config *cfg)
+{
+    return cfg->backend == BACKEND_KIND_MEMORY;
+}
+
+static struct backend *memory_new(const struct backend_env *env, const struct config *cfg,
+                                  char *err, size_t errlen)
+{
+    (void)cfg, (void)err, (void)errlen;
+    return backend_memory_new(env->shared->store);
+}
+
+/* One server: a plain redis.url, or the master redis.sentinel names. */
+static int redis_chosen(const struct config *cfg)
+{
+    return cfg->backend == BACKEND_KIND_REDIS && cfg->redis_ncluster == 0;
+}
+
+static struct backend *redis_new(const struct backend_env *env, const struct config *cfg, char *err,
+                                 size_t errlen)
+{
+    return backend_redis_new(env->base, cfg, env->log, env->metrics, err, errlen);
+}
+
+static int cluster_chosen(const struct config *cfg)
+{
+    return cfg->backend == BACKEND_KIND_REDIS && cfg->redis_ncluster > 0;
+}
+
+static struct backend *cluster_new(const struct backend_env *env, const struct config *cfg,
+                                   char *err, size_t errlen)
+{
+    return backend_cluster_new(env->base, cfg, env->log, env->metrics, err, errlen);
+}
+
+static const struct backend_row memory_row = {memory_chosen, memory_new, NULL};
+static const struct backend_row redis_row = {redis_chosen, redis_new, scripts_lua_source};
+static const struct backend_row cluster_row = {cluster_chosen, cluster_new, scripts_lua_source};
+
+/* One row per backend; NULL-terminated. */
+static const struct backend_row *const backend_all[] = {&memory_row, &redis_row, &cluster_row,
+                                                        NULL};
+
+struct backend *backend_registry_new(const struct backend_env *env, const struct config *cfg,
+                                     char *err, size_t errlen)
+{
+    for (size_t i = 0; backend_all[i]; i++)
+        if (backend_all[i]->chosen(cfg))
+            return backend_all[i]->new (env, cfg, err, errlen);
+    /* The loader accepts no snapshot that no row takes. */
+    snprintf(err, errlen, "no backend takes this configuration");
+    return NULL;
+}
+
+struct backend *backend_registry_fallback_new(const struct backend_env *env)
+{
+    return memory_new(env, NULL, NULL, 0);
+}
+
+const char *backend_registry_script(void)
+{
+    for (size_t i = 0; backend_all[i]; i++)
+        if (backend_all[i]->script)
+            return backend_all[i]->script;
+    return "";
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * registry.h: every backend the daemon has (registry.c), which one a config
+ * snapshot chooses, and what the backends of every worker share. The
+ * worker makes its backend here and main.c the process's shared state, so
+ * that neither names a backend; the core sees only core/backend.h.
+ */
+#ifndef RATELIMITD_BACKEND_REGISTRY_H
+#define RATELIMITD_BACKEND_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "core/backend.h"
+#include "lib/log.h"
+
+struct event_base;
+struct metrics;
+
+/* What the backends of every worker share, made once per process: the
+ * in-memory store of `backend: memory` and of failure_mode local's
+ * fallback, so that limits stay exact however requests are spread. */
+struct backend_shared;
+
+/* From cfg's local_max_keys, its tables keyed with hash_seed (secret).
+ * Never NULL. cfg is not kept. */
+struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed);
+
+/* Every backend made on s must be freed first. NULL is a no-op. */
+void backend_registry_shared_free(struct backend_shared *s);
+
+/* What a backend is made from: a worker's loop, log and metrics shard, and
+ * the process's shared state; each must outlive the backend. */
+struct backend_env {
+    struct event_base *base;
+    const struct logger *log;
+    struct metrics *metrics;
+    struct backend_shared *shared;
+};
+
+/* The backend cfg chooses, made on env. NULL with a message. */
+struct backend *backend_registry_new(const struct backend_env *env, const struct config *cfg,
+                                     char *err, size_t errlen) RL_WUR;
+
+/* failure_mode local's fallback: the same algorithms in env's shared
+ * store, through the backend interface. Never NULL. */
+struct backend *backend_registry_fallback_new(const struct backend_env *env);
+
+/* The script built into this binary (the first row's that has one). */
+const char *backend_registry_script(void);
+
+#endif

@@ -220,6 +220,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             c->mute = 1;
             c->out.len = c->out_off = 0;
         } else if (used != NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
+            /* Fails only out of memory: the connection then ends (closing)
+             * without the GOAWAY that says why. */
             (void)nghttp2_session_terminate_session(c->s, NGHTTP2_PROTOCOL_ERROR);
         } else {
             c->mute = 1; /* not HTTP/2 at all */
@@ -258,6 +260,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
+    /* As in on_read: out of memory, the connection ends without it. */
     (void)nghttp2_session_terminate_session(c->s, NGHTTP2_NO_ERROR);
     c->closing = 1;
     settle(c);
@@ -398,7 +401,9 @@ static void grpc_drain(struct front *f)
     for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
         next = LIST_NEXT(c, link);
         /* Streams up to the last one seen are still answered; later ones
-         * are refused by nghttp2; the connection closes once all are. */
+         * are refused by nghttp2; the connection closes once all are.
+         * Fails only out of memory: the drain then ends when the streams
+         * are answered (grpc_idle), and the connection with the loop. */
         (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
                                     nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
                                     NULL, 0);

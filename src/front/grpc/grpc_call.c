@@ -183,7 +183,7 @@ static void answer_message(struct stream *st, const ProtobufCMessage *m)
 static void answer_rls(struct stream *st, const struct rls_answer *a)
 {
     st->resp.len = 0;
-    (void)grpc_wire_rls_response(&st->resp, a);
+    (void)grpc_wire_rls_response(&st->resp, a); /* its length: st->resp.len */
     answer_resp(st);
 }
 
@@ -322,6 +322,8 @@ static void dispatch(struct stream *st)
     if (c->over_limit) {
         /* Then the connection ends, as the HTTP front closes one. */
         answer_error(st, GRPC_UNAVAILABLE, "the daemon has too many connections");
+        /* Fails only out of memory: the connection then stays, each of
+         * its calls answered so, until idle_timeout. */
         (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR, NULL, 0);
         return;
     }

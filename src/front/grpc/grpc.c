@@ -24,14 +24,12 @@
  * counting (listener.c), not the streams and their calls (grpc_call.c),
  * not the socket's plumbing and lingering (front/conn.c).
  */
-#include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <nghttp2/nghttp2.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/queue.h>
 
 #include "config/config.h"
@@ -71,7 +69,7 @@
 
 static void settle(struct gconn *c);
 
-/* ---- the connection ---- */
+/* ---- protocol errors ---- */
 
 /* Counted when seen (not when the connection is freed, a linger later),
  * once per connection. */

@@ -257,9 +257,13 @@ static void free_redis_modes(struct config *c)
     free(c->redis_sentinel.addresses);
     free(c->redis_sentinel.master_name);
     free_secret(c->redis_sentinel.password);
-    for (size_t i = 0; i < c->redis_ncluster; i++)
+    for (size_t i = 0; i < c->redis_ncluster; i++) {
         free_secret(c->redis_cluster[i]); /* seed URLs carry credentials */
+        redis_url_free(&c->redis_seeds[i]);
+    }
     free(c->redis_cluster);
+    free(c->redis_seeds);
+    redis_url_free(&c->redis_server);
 }
 
 static void config_free(struct config *c)

@@ -18,6 +18,7 @@
 
 #include "config/domains.h"
 #include "config/policy.h"
+#include "config/redis_url.h"
 #include "lib/client_ip.h"
 #include "lib/log.h"
 #include "lib/tls_server.h"
@@ -74,14 +75,18 @@ struct config {
     int64_t listen_gid;  /* listen_group resolved at load; -1: none */
     enum backend_kind backend;
     int64_t workers; /* event loops; 0: one per CPU (auto) */
-    char *redis_url; /* single and sentinel modes: scheme, credentials, db */
+    char *redis_url; /* single and sentinel modes, as written (the reload's comparison) */
+    /* redis_url parsed, once, at load (config_redis.c): what the backend
+     * connects with (the password before RATELIMITD_REDIS_PASSWORD). */
+    struct redis_url redis_server;
     int64_t redis_timeout_us;
     int64_t redis_batch; /* requests per call of the decision code; 1: one each */
     int redis_tls_on;    /* the URLs are rediss:// */
     struct redis_tls_config redis_tls;
     struct redis_sentinel_config redis_sentinel;
-    size_t redis_ncluster; /* 0: not a cluster */
-    char **redis_cluster;  /* seed URLs */
+    size_t redis_ncluster;         /* 0: not a cluster */
+    char **redis_cluster;          /* seed URLs, as written */
+    struct redis_url *redis_seeds; /* redis_cluster parsed at load: TCP, db 0, one scheme */
     char *key_prefix;
     enum clock_source clock;
     int64_t max_body;

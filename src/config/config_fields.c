@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "config/config_internal.h"
 #include "config/redis_url.h"
+#include "lib/hostport.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -61,59 +62,12 @@ static int check_unix_path(const char *p, char *err, size_t errlen)
     return 0;
 }
 
-/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
- * port_required). host is a name or IPv4 address: A-Z a-z 0-9 . - _ */
-int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen)
-{
-    char v6[INET6_ADDRSTRLEN + 1], msg[RL_ERRLEN];
-    struct in6_addr addr;
-    const char *rest;
-    int64_t port;
-    size_t n;
-
-    if (s[0] == '[') {
-        rest = strchr(s, ']');
-        n = rest ? (size_t)(rest - s - 1) : 0;
-        if (rest == NULL || n >= sizeof v6)
-            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
-        memcpy(v6, s + 1, n);
-        v6[n] = '\0';
-        if (inet_pton(AF_INET6, v6, &addr) != 1)
-            return snprintf(err, errlen, "invalid IPv6 address in brackets"), -1;
-        rest++;
-    } else {
-        n = strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_");
-        rest = s + n;
-        if (*rest == ':' && strchr(rest + 1, ':') != NULL)
-            return snprintf(err, errlen, "an IPv6 address must be in brackets: [::1]:port"), -1;
-        if (n == 0 || n > 253 || (*rest != ':' && *rest != '\0'))
-            return snprintf(err, errlen, "invalid host: use a name, an IPv4 address or [IPv6]"), -1;
-    }
-    if (*rest == '\0' && !port_required)
-        return 0;
-    if (*rest != ':')
-        return snprintf(err, errlen, "expected host:port"), -1;
-    if (util_parse_int64(rest + 1, 1, 65535, &port, msg, sizeof msg) < 0)
-        return snprintf(err, errlen, "invalid port: %s", msg), -1;
-    return 0;
-}
-
 static int check_listen(const char *s, char *err, size_t errlen)
 {
     if (strncmp(s, "unix:", 5) == 0)
         return check_unix_path(s + 5, err, errlen);
-    return cfg_check_host_port(s, 1, err, errlen);
-}
-
-/* Syntax only (redis_url.c, the parser the backend connects with):
- * whether a server answers there is for the backend to find out. */
-static int check_redis_url(const char *s, char *err, size_t errlen)
-{
-    struct redis_url u;
-    if (redis_url_parse(s, &u, err, errlen) < 0)
-        return -1;
-    redis_url_free(&u);
-    return 0;
+    struct hostport hp;
+    return hostport_parse(s, strlen(s), 0, &hp, err, errlen);
 }
 
 /* A file the daemon reads at start (redis.tls's CA, certificate, key):
@@ -267,8 +221,9 @@ static const struct field redis_sentinel_fields[] = {
 };
 
 static const struct field redis_fields[] = {
-    {"url", F_STRING, .offset = offsetof(struct config, redis_url), .check = check_redis_url,
-     .def_str = CONFIG_DEFAULT_REDIS_URL, .reload = RELOAD_RESTART},
+    {"url", F_CUSTOM, .offset = 0 /* the whole config */, .parse = cfg_parse_redis_url,
+     .def_str = CONFIG_DEFAULT_REDIS_URL, .store = STORE(S_STRING, struct config, redis_url),
+     .reload = RELOAD_RESTART},
     {"timeout", F_DURATION, .offset = offsetof(struct config, redis_timeout_us),
      .max = CONFIG_REDIS_TIMEOUT_MAX_US, .def = CONFIG_DEFAULT_TIMEOUT_US},
     {"batch", F_INT, .offset = offsetof(struct config, redis_batch), .min = 1,
@@ -591,9 +546,7 @@ int cfg_apply_cli(struct loader *ld, struct config *c, const struct config_cli *
                         "remove one of them",
                         ld->name, c->redis_ncluster > 0 ? "cluster" : "sentinel"),
                -1;
-    if (check_redis_url(cli->redis_url, msg, sizeof msg) < 0)
+    if (cfg_redis_url_set(c, cli->redis_url, msg, sizeof msg) < 0)
         return snprintf(ld->err, ld->errlen, "--redis-url: %s", msg), -1;
-    free(c->redis_url);
-    c->redis_url = xstrdup(cli->redis_url);
     return 0;
 }

@@ -33,6 +33,8 @@
 #include <stdint.h>
 #include <yaml.h>
 
+#include "lib/util.h"
+
 #define PATH_LEN 256  /* "policies.<name>.tiers[15].precision" and some */
 #define SHOWN_LEN 48  /* a value quoted in a message */
 #define MAX_FIELDS 40 /* rows in the largest field table */
@@ -151,10 +153,11 @@ const yaml_node_t *cfg_field_node(struct loader *ld, const yaml_node_t *map, con
 
 /* Parses a mapping against a field table into target (see config_walk.c). */
 int cfg_parse_fields(struct loader *ld, const yaml_node_t *map, const char *path,
-                     const struct field *fields, void *target);
+                     const struct field *fields, void *target) RL_WUR;
 /* Loads the one document of the stream into ld->doc. On success the caller
  * deletes ld->doc; on failure there is nothing to delete. */
-int cfg_load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml, size_t len);
+int cfg_load_document(struct loader *ld, yaml_parser_t *parser, const char *yaml,
+                      size_t len) RL_WUR;
 
 /* ---- config.c ------------------------------------------------------------------ */
 
@@ -167,16 +170,15 @@ void cfg_set_defaults(const struct field *fields, void *target);
 extern const struct field cfg_top_fields[];
 /* headers: the top level's and each policy's. */
 extern const char *const cfg_header_names[];
-/* "host", "host:port", "[v6]" or "[v6]:port" (the port optional unless
- * port_required). */
-int cfg_check_host_port(const char *s, int port_required, char *err, size_t errlen);
 /* listen_mode and listen_group need a unix socket listener. */
-int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root, const struct config *c);
+int cfg_check_unix_fields(struct loader *ld, const yaml_node_t *root,
+                          const struct config *c) RL_WUR;
 /* admin_on_listen: true needs no admin_listen. */
-int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root, const struct config *c);
+int cfg_check_admin_on_listen(struct loader *ld, const yaml_node_t *root,
+                              const struct config *c) RL_WUR;
 /* cli's listen, backend and redis_url over c's (cli NULL: none), checked
  * as the file's values are; -1 with the option named in ld->err. */
-int cfg_apply_cli(struct loader *ld, struct config *c, const struct config_cli *cli);
+int cfg_apply_cli(struct loader *ld, struct config *c, const struct config_cli *cli) RL_WUR;
 /* client_auth's words: none, request, require. */
 extern const char *const cfg_client_auth_names[];
 
@@ -184,28 +186,38 @@ extern const char *const cfg_client_auth_names[];
 
 /* The rules between a TLS block's fields and its listener, once the file
  * is read; then each block's context made from its files (tls_server.h). */
-int cfg_load_listen_tls(struct loader *ld, const yaml_node_t *root, struct config *c);
+int cfg_load_listen_tls(struct loader *ld, const yaml_node_t *root, struct config *c) RL_WUR;
 /* Frees what cfg_load_listen_tls and the fields made. */
 void cfg_free_listen_tls(struct config *c);
 
 /* ---- config_redis.c: redis.sentinel, redis.cluster, the rules between them ---- */
 
 int cfg_parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, const char *path,
-                                 void *slot);
+                                 void *slot) RL_WUR;
 int cfg_parse_sentinel_password(struct loader *ld, const yaml_node_t *node, const char *path,
-                                void *slot);
-int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+                                void *slot) RL_WUR;
+int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *path,
+                      void *slot) RL_WUR;
+/* redis.url: parsed into the whole config at slot (cfg_redis_url_set). */
+int cfg_parse_redis_url(struct loader *ld, const yaml_node_t *node, const char *path,
+                        void *slot) RL_WUR;
+/* c->redis_url becomes a copy of text and c->redis_server its parse (the
+ * one parse of a Redis URL at load); -1 with a message that never quotes
+ * the credentials, c unchanged. */
+int cfg_redis_url_set(struct config *c, const char *text, char *err, size_t errlen) RL_WUR;
 /* The rules between redis's fields, once the file is read; sets
  * redis_tls_on. */
-int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c);
+int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct config *c) RL_WUR;
 
 /* ---- config_policies.c: policies, tiers, overrides ----------------------------- */
 
 extern const struct field cfg_policy_fields[];
 /* The policies mapping: name -> policy, into the struct config at slot. */
-int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_policies(struct loader *ld, const yaml_node_t *node, const char *path,
+                       void *slot) RL_WUR;
 /* policies.NAME.overrides into *slot (a struct policy_overrides *). */
-int cfg_parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_overrides(struct loader *ld, const yaml_node_t *node, const char *path,
+                        void *slot) RL_WUR;
 
 /* The snapshot's zone `name` (loaded on first use and kept in it; "" is
  * UTC, built in), or -1 with a message (config_policies.c). */
@@ -213,7 +225,8 @@ struct tzif_zone;
 int cfg_zone(struct loader *ld, const char *name, const struct tzif_zone **out, char *err,
              size_t errlen) __attribute__((warn_unused_result));
 /* A policy's key template before its fields are read: "${ip}". */
-int cfg_default_key(struct loader *ld, const yaml_node_t *at, const char *path, struct policy *p);
+int cfg_default_key(struct loader *ld, const yaml_node_t *at, const char *path,
+                    struct policy *p) RL_WUR;
 /* Per-policy settings left unset take the top-level value. */
 void cfg_inherit_settings(struct config *c);
 
@@ -222,12 +235,13 @@ void cfg_inherit_settings(struct config *c);
 extern const struct field cfg_domain_fields[];
 /* `domains:`, noted for cfg_load_all_domains. */
 int cfg_parse_domains_later(struct loader *ld, const yaml_node_t *node, const char *path,
-                            void *slot);
+                            void *slot) RL_WUR;
 /* rate_limit: of a descriptor (config.c's walk over the rows names it). */
-int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path, void *slot);
+int cfg_parse_rate_limit(struct loader *ld, const yaml_node_t *node, const char *path,
+                         void *slot) RL_WUR;
 /* Every domain, from the policy file and the envoy directory, sorted (and
  * merged with envoy_merge_domains; merge: the command line's switch, -1
  * for the file's). */
-int cfg_load_all_domains(struct loader *ld, const char *envoy_dir, int merge);
+int cfg_load_all_domains(struct loader *ld, const char *envoy_dir, int merge) RL_WUR;
 
 #endif

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "config/config_internal.h"
 #include "config/redis_url.h"
+#include "lib/hostport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,38 +26,47 @@
 
 /* A sentinel: "host:port" or "[v6]:port" (Sentinel has no default port
  * worth guessing: 26379 is a convention, not a rule). */
-static int check_sentinel_address(const char *s, char *err, size_t errlen)
+static int check_sentinel_address(void *ctx, size_t i, const char *s, char *err, size_t errlen)
 {
-    return cfg_check_host_port(s, 1, err, errlen);
+    (void)ctx, (void)i;
+    struct hostport hp;
+    return hostport_parse(s, strlen(s), 0, &hp, err, errlen);
 }
 
 /* A cluster seed: a TCP URL (cluster nodes announce host:port, never a
- * socket path) on database 0, the only one Cluster has. */
-static int check_cluster_seed(const char *s, char *err, size_t errlen)
+ * socket path) on database 0, the only one Cluster has; parsed into
+ * c->redis_seeds[i], the form the backend connects with. */
+static int check_cluster_seed(void *ctx, size_t i, const char *s, char *err, size_t errlen)
 {
+    struct config *c = ctx;
     struct redis_url u;
-    int rc = 0;
 
     if (redis_url_parse(s, &u, err, errlen) < 0)
         return -1;
-    if (u.unix_path != NULL)
-        rc = -1, snprintf(err, errlen, "a cluster seed must be redis:// or rediss://, not unix:");
-    else if (u.db != 0)
-        rc = -1, snprintf(err, errlen, "Redis Cluster has only database 0");
-    redis_url_free(&u);
-    return rc;
+    if (u.unix_path != NULL || u.db != 0) {
+        snprintf(err, errlen, "%s",
+                 u.unix_path != NULL ? "a cluster seed must be redis:// or rediss://, not unix:"
+                                     : "Redis Cluster has only database 0");
+        redis_url_free(&u);
+        return -1;
+    }
+    /* Seed i follows the i already parsed: config_free frees them. */
+    c->redis_seeds = xrealloc(c->redis_seeds, (i + 1) * sizeof *c->redis_seeds);
+    c->redis_seeds[i] = u;
+    return 0;
 }
 
 /*
- * A sequence of 1 to max strings, each passing check, into a new array
- * stored in *items and *n as soon as it exists, so that config_free frees
- * what was parsed whatever fails. Values are not quoted back: a URL may
- * hold a password.
+ * A sequence of 1 to max strings, each passing check (given ctx and the
+ * item's index), into a new array stored in *items and *n as soon as it
+ * exists, so that config_free frees what was parsed whatever fails. Values
+ * are not quoted back: a URL may hold a password.
  */
 static int parse_string_list(struct loader *ld, const yaml_node_t *node, const char *path,
                              size_t max, const char *what,
-                             int (*check)(const char *s, char *err, size_t errlen), char ***items,
-                             size_t *n)
+                             int (*check)(void *ctx, size_t i, const char *s, char *err,
+                                          size_t errlen),
+                             void *ctx, char ***items, size_t *n)
 {
     const yaml_node_item_t *item;
     char child[PATH_LEN], msg[RL_ERRLEN];
@@ -75,7 +85,7 @@ static int parse_string_list(struct loader *ld, const yaml_node_t *node, const c
         snprintf(child, sizeof child, "%s[%zu]", path, *n);
         if ((s = cfg_scalar_text(ld, v, child, "a string", 0)) == NULL)
             return -1;
-        if (check(s, msg, sizeof msg) < 0)
+        if (check(ctx, *n, s, msg, sizeof msg) < 0)
             return cfg_fail(ld, v, child, "%s", msg);
         (*items)[(*n)++] = xstrdup(s);
     }
@@ -87,7 +97,7 @@ int cfg_parse_sentinel_addresses(struct loader *ld, const yaml_node_t *node, con
 {
     struct redis_sentinel_config *sc = slot;
     return parse_string_list(ld, node, path, SENTINELS_MAX, "sentinel addresses (host:port)",
-                             check_sentinel_address, &sc->addresses, &sc->naddresses);
+                             check_sentinel_address, NULL, &sc->addresses, &sc->naddresses);
 }
 
 /* redis.sentinel.password: a string, or null for none (the sentinels'
@@ -107,9 +117,35 @@ int cfg_parse_sentinel_password(struct loader *ld, const yaml_node_t *node, cons
     return 0;
 }
 
-static int is_rediss(const char *url)
+/* redis.url's value (the file's or --redis-url's, or the default) as
+ * written and parsed: the one parse of it (redis_url.c). */
+int cfg_redis_url_set(struct config *c, const char *text, char *err, size_t errlen)
 {
-    return strncmp(url, "rediss://", 9) == 0;
+    struct redis_url u;
+    char *copy;
+
+    if (redis_url_parse(text, &u, err, errlen) < 0)
+        return -1;
+    copy = xstrdup(text); /* text may be c->redis_url itself */
+    free(c->redis_url);
+    c->redis_url = copy;
+    redis_url_free(&c->redis_server);
+    c->redis_server = u;
+    return 0;
+}
+
+/* redis.url: syntax only (whether a server answers there is for the
+ * backend to find out); the value is never quoted back. */
+int cfg_parse_redis_url(struct loader *ld, const yaml_node_t *node, const char *path, void *slot)
+{
+    char msg[RL_ERRLEN];
+    const char *s;
+
+    if ((s = cfg_scalar_text(ld, node, path, "a string", 0)) == NULL)
+        return -1;
+    if (cfg_redis_url_set(slot, s, msg, sizeof msg) < 0)
+        return cfg_fail(ld, node, path, "%s", msg);
+    return 0;
 }
 
 /* redis.cluster: seed URLs, all of one scheme, since one redis.tls (or
@@ -119,15 +155,15 @@ int cfg_parse_cluster(struct loader *ld, const yaml_node_t *node, const char *pa
     struct config *c = slot;
     char child[PATH_LEN];
 
-    if (parse_string_list(ld, node, path, CLUSTER_SEEDS_MAX, "seed URLs", check_cluster_seed,
+    if (parse_string_list(ld, node, path, CLUSTER_SEEDS_MAX, "seed URLs", check_cluster_seed, c,
                           &c->redis_cluster, &c->redis_ncluster) < 0)
         return -1;
     for (size_t i = 1; i < c->redis_ncluster; i++) {
-        if (is_rediss(c->redis_cluster[i]) != is_rediss(c->redis_cluster[0])) {
+        if (c->redis_seeds[i].tls != c->redis_seeds[0].tls) {
             snprintf(child, sizeof child, "%s[%zu]", path, i);
             return cfg_fail(ld, cfg_node_at(ld, node->data.sequence.items.start[i]), child,
                             "every seed must use the scheme of %s[0] (%s)", path,
-                            is_rediss(c->redis_cluster[0]) ? "rediss://" : "redis://");
+                            c->redis_seeds[0].tls ? "rediss://" : "redis://");
         }
     }
     return 0;
@@ -158,13 +194,14 @@ int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct con
 {
     const yaml_node_t *redis = cfg_field_node(ld, root, "redis");
     const yaml_node_t *url, *tls, *sentinel, *cluster;
-    struct redis_url u;
     char msg[RL_ERRLEN];
-    int is_unix;
 
+    /* Neither the file nor --redis-url gave one: the default's parse. */
+    if (c->redis_server.host == NULL && c->redis_server.unix_path == NULL &&
+        cfg_redis_url_set(c, c->redis_url, msg, sizeof msg) < 0)
+        abort(); /* CONFIG_DEFAULT_REDIS_URL is valid */
     if (redis == NULL) {
-        /* The default URL, or --redis-url's. */
-        c->redis_tls_on = is_rediss(c->redis_url);
+        c->redis_tls_on = c->redis_server.tls;
         return 0;
     }
     /* Warned about, not refused (as listen_mode without a unix socket
@@ -196,15 +233,10 @@ int cfg_check_redis_modes(struct loader *ld, const yaml_node_t *root, struct con
                         "not used with redis.cluster (the seed URLs give the scheme and "
                         "credentials): remove it");
     if (c->redis_ncluster > 0) {
-        c->redis_tls_on = is_rediss(c->redis_cluster[0]);
+        c->redis_tls_on = c->redis_seeds[0].tls;
     } else {
-        /* Validated by its field already; checked all the same. */
-        if (redis_url_parse(c->redis_url, &u, msg, sizeof msg) < 0)
-            return cfg_fail(ld, url != NULL ? url : redis, "redis.url", "%s", msg);
-        c->redis_tls_on = u.tls;
-        is_unix = u.unix_path != NULL;
-        redis_url_free(&u);
-        if (sentinel != NULL && is_unix)
+        c->redis_tls_on = c->redis_server.tls;
+        if (sentinel != NULL && c->redis_server.unix_path != NULL)
             return cfg_fail(ld, url, "redis.url",
                             "must be redis:// or rediss:// with redis.sentinel (the sentinels give "
                             "the master's host and port)");

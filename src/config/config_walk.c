@@ -30,6 +30,7 @@
 
 /* The message of fmt and ap, built to its length (the caller frees it):
  * only the caller's error buffer bounds what is reported. */
+static char *format_message(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 static char *format_message(const char *fmt, va_list ap)
 {
     va_list again;
@@ -48,6 +49,8 @@ static char *format_message(const char *fmt, va_list ap)
 }
 
 /* "<file>:<line>:<col>: <path>: <message>" into ld->err. */
+static void report(struct loader *ld, size_t line, size_t col, const char *path, const char *fmt,
+                   va_list ap) __attribute__((format(printf, 5, 0)));
 static void report(struct loader *ld, size_t line, size_t col, const char *path, const char *fmt,
                    va_list ap)
 {

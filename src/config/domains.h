@@ -208,7 +208,8 @@ int domains_envoy_multiply(struct policy *p, int64_t multiplier, char *err, size
 /* envoy_calendar_units: makes *p's window (domains_envoy_policy's, unit
  * MONTH or YEAR) a calendar month or year in zone (UTC); other units stay
  * as they are (a DAY of 86400 s is already a UTC day). Returns 0. */
-int domains_envoy_calendar(struct policy *p, enum rls_unit unit, const struct tzif_zone *zone);
+int domains_envoy_calendar(struct policy *p, enum rls_unit unit,
+                           const struct tzif_zone *zone) RL_WUR;
 
 /* Frees a domain's tree (not the struct itself); called by config_free. */
 void domain_free(struct domain *d);

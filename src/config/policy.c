@@ -107,7 +107,7 @@ int policy_algorithm_has_delay(enum algorithm a)
 /* What a report (POST /report) may do to each algorithm: 2 charge and give
  * back, 1 charge only, 0 (an algorithm without a row) nothing. A table of
  * its own beside `algorithms`: lua/<algorithm>.lua's `report` and
- * `refunds` and limiter_local.c's report_table say the same. */
+ * `refunds` and src/limiter/<algorithm>.c's report step say the same. */
 static const int report_rule[ALG__COUNT] = {
     [ALG_FIXED_WINDOW] = 2,           [ALG_SLIDING_WINDOW_LOG] = 1,
     [ALG_SLIDING_WINDOW_COUNTER] = 1, [ALG_SLIDING_WINDOW_BUCKETS] = 1,

@@ -222,7 +222,7 @@ void policy_overrides_free(struct policy_overrides *o);
  */
 #define POLICY_KEY_BUF (3 * POLICY_KEY_MAX + 3 * POLICY_NAME_MAX + 256)
 int policy_redis_key(const char *prefix, const char *policy, const char *key, size_t keylen,
-                     const char *tier, const char *suffix, char *out, size_t outlen);
+                     const char *tier, const char *suffix, char *out, size_t outlen) RL_WUR;
 
 /* The k-th Redis key (0 <= k < policy_algorithm_nkeys) of tier t of
  * (policy, key): policy_redis_key with the algorithm's suffix for that key
@@ -230,6 +230,6 @@ int policy_redis_key(const char *prefix, const char *policy, const char *key, si
  * one place that names a tier's keys: the scripts' KEYS and a reset's DEL
  * must never disagree. Returns as policy_redis_key. */
 int policy_tier_key(const char *prefix, const char *policy, const char *key, size_t keylen,
-                    const struct tier *t, int k, char *out, size_t outlen);
+                    const struct tier *t, int k, char *out, size_t outlen) RL_WUR;
 
 #endif

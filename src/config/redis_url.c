@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "config/redis_url.h"
+#include "lib/hostport.h"
 
 static int hexval(int c)
 {
@@ -49,37 +50,15 @@ static int fail(struct redis_url *u, char *err, size_t errlen, const char *msg)
     return -1;
 }
 
-/* host[:port] or [v6][:port], up to the end of s[0..n). */
+/* host[:port] or [v6][:port], up to the end of s[0..n): hostport.c's
+ * rule, Redis's port by default. */
 static int parse_host_port(struct redis_url *u, const char *s, size_t n, char *err, size_t errlen)
 {
-    const char *end = s + n, *host_end, *p;
-    if (*s == '[') {
-        host_end = memchr(s, ']', n);
-        if (!host_end)
-            return snprintf(err, errlen, "unterminated [IPv6] address"), -1;
-        u->host = xstrndup(s + 1, (size_t)(host_end - s - 1));
-        p = host_end + 1;
-    } else {
-        host_end = memchr(s, ':', n);
-        if (!host_end)
-            host_end = end;
-        u->host = xstrndup(s, (size_t)(host_end - s));
-        p = host_end;
-    }
-    if (!u->host[0] || strpbrk(u->host, " \t/@[]"))
-        return snprintf(err, errlen, "invalid host: use a name, an IPv4 address or [IPv6]"), -1;
-    u->port = 6379;
-    if (p == end)
-        return 0;
-    char buf[8], msg[RL_ERRLEN];
-    int64_t port;
-    if (*p != ':' || (size_t)(end - p - 1) >= sizeof buf || end - p == 1)
-        return snprintf(err, errlen, "invalid port"), -1;
-    memcpy(buf, p + 1, (size_t)(end - p - 1));
-    buf[end - p - 1] = '\0';
-    if (util_parse_int64(buf, 1, 65535, &port, msg, sizeof msg) < 0)
-        return snprintf(err, errlen, "invalid port: %s", msg), -1;
-    u->port = (int)port;
+    struct hostport hp;
+    if (hostport_parse(s, n, 6379, &hp, err, errlen) < 0)
+        return -1;
+    u->host = xstrdup(hp.host);
+    u->port = hp.port;
     return 0;
 }
 
@@ -131,12 +110,37 @@ int redis_url_parse(const char *url, struct redis_url *u, char *err, size_t errl
     return 0;
 }
 
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+void redis_url_copy(struct redis_url *dst, const struct redis_url *src, const char *password_env)
+{
+    *dst = *src;
+    dst->host = dup_or_null(src->host);
+    dst->unix_path = dup_or_null(src->unix_path);
+    dst->user = dup_or_null(src->user);
+    dst->password =
+        password_env ? redis_url_password(password_env, src->password) : dup_or_null(src->password);
+}
+
+/* Credentials are wiped before they are freed: a config snapshot keeps its
+ * parsed URLs for its whole life, and freed memory is no place for them. */
+static void free_secret(char *s)
+{
+    if (s != NULL) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
+}
+
 void redis_url_free(struct redis_url *u)
 {
     free(u->host);
     free(u->unix_path);
-    free(u->user);
-    free(u->password);
+    free_secret(u->user);
+    free_secret(u->password);
     memset(u, 0, sizeof *u);
 }
 

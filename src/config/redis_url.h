@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * redis_url.h: the one parser of `redis.url`, used both to validate the
- * policy file and to connect, so the two can never disagree.
+ * redis_url.h: the one parser of `redis.url` and redis.cluster's seeds,
+ * run once at load (config_redis.c): the backends connect with the parsed
+ * form in the config snapshot, so the file's check and the connection can
+ * never disagree.
  *
  *   redis://[[user]:password@]host[:port][/db]   host may be [IPv6]
  *   rediss://...                                 the same, over TLS
@@ -32,7 +34,14 @@ struct redis_url {
  * never repeats the credentials. */
 int redis_url_parse(const char *url, struct redis_url *out, char *err, size_t errlen) RL_WUR;
 
-/* Frees the strings; safe on a zeroed or freed struct. */
+/* *dst becomes a copy of *src with strings of its own (free with
+ * redis_url_free): for what outlives the config snapshot src is in, a
+ * backend. password_env: its password is redis_url_password's, the
+ * variable's over src's (NULL: src's). */
+void redis_url_copy(struct redis_url *dst, const struct redis_url *src, const char *password_env);
+
+/* Frees the strings, the credentials wiped first; safe on a zeroed or
+ * freed struct. */
 void redis_url_free(struct redis_url *u);
 
 /* The environment variables whose value, when set and not empty, is the

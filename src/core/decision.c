@@ -54,12 +54,12 @@ static int binds_before(const struct tier_result *a, const struct tier_result *b
     return a->reset_us > b->reset_us;
 }
 
-void decision_summarize(const struct check_request *req, const struct tier_result *results,
-                        struct decision_summary *out)
+void decision_summarize_allowed(const struct check_request *req, const struct tier_result *results,
+                                struct decision_summary *out)
 {
     *out = (struct decision_summary){.allowed = 1};
     const struct tier_result *r = results;
-    /* First pass: the request's decision (shadow checks never deny it). */
+    /* Shadow checks never deny the request. */
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct policy *p = req->checks[i].policy;
         int check_allowed = 1;
@@ -75,10 +75,15 @@ void decision_summarize(const struct check_request *req, const struct tier_resul
     }
     if (!out->allowed)
         out->shadow_denied = 0;
+}
 
-    /* Second pass: the binding tier and the delay. */
+void decision_summarize(const struct check_request *req, const struct tier_result *results,
+                        struct decision_summary *out)
+{
+    decision_summarize_allowed(req, results, out);
+    /* Then the binding tier and the delay. */
     const struct tier_result *bind = NULL, *bind_any = NULL;
-    r = results;
+    const struct tier_result *r = results;
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct policy *p = req->checks[i].policy;
         for (size_t j = 0; j < p->ntiers; j++, r++) {

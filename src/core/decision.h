@@ -113,6 +113,14 @@ _Static_assert(REQUEST_MAX_CHECKS <= 64, "check_allowed has one bit per check");
 void decision_summarize(const struct check_request *req, const struct tier_result *results,
                         struct decision_summary *out);
 
+/* Pure: the decision alone, the first step of decision_summarize: sets
+ * allowed, check_allowed and shadow_denied from each result's `allowed`
+ * (nothing else of a result is read) and zeroes the rest of *out (binding
+ * NULL). For a decider that needs the per-check answer before it has the
+ * figures (limiter_local.c), so that the rule is written once, here. */
+void decision_summarize_allowed(const struct check_request *req, const struct tier_result *results,
+                                struct decision_summary *out);
+
 /* 1 if every tier of check i (< req->nchecks) allowed, else 0. */
 static inline int decision_check_allowed(const struct decision_summary *sum, size_t i)
 {

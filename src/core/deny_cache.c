@@ -4,7 +4,7 @@
  * makes it exact and what the caller must enforce).
  *
  * Owns: the entries, indexed by an lru_table (a SipHash-keyed hash table
- * and LRU list, shared with limiter_local.c's store); each entry is
+ * and LRU list, shared with the limiter's local_store.c); each entry is
  * one allocation holding the denial's tier results and its identity, the
  * policy name, a NUL, then the key's bytes. Policy names never contain NUL,
  * so that identity tells (P, K) pairs apart even when keys hold NULs.

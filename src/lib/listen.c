@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * listen.c: listening sockets (listen.h).
+ * listen.c: listening sockets (listen.h). What a TCP address may be is
+ * hostport.c's, the parser that checked the setting.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -12,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "lib/hostport.h"
 #include "lib/listen.h"
 
 #define LISTEN_BACKLOG 1024
@@ -81,39 +83,20 @@ static int open_unix(const char *path, const struct listen_perm *perm, char *err
     return fd;
 }
 
-/* Splits "host:port" or "[v6]:port". */
-static int split_host_port(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *colon = strrchr(addr, ':');
-    const char *hs = addr, *he = colon;
-    if (addr[0] == '[') {
-        hs = addr + 1;
-        he = strchr(addr, ']');
-        colon = he ? he + 1 : NULL;
-    }
-    int64_t n;
-    char e[RL_ERRLEN];
-    if (!colon || *colon != ':' || (size_t)(he - hs) >= hostlen || strlen(colon + 1) >= portlen ||
-        util_parse_int64(colon + 1, 0, 65535, &n, e, sizeof e) < 0)
-        return -1;
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    strcpy(port, colon + 1);
-    return 0;
-}
-
 static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
 {
-    char host[256], port[8];
-    if (split_host_port(addr, host, sizeof host, port, sizeof port) < 0) {
-        snprintf(err, errlen, "bad address %s", addr);
+    struct hostport hp;
+    char port[8], msg[RL_ERRLEN];
+    if (hostport_parse(addr, strlen(addr), 0, &hp, msg, sizeof msg) < 0) {
+        snprintf(err, errlen, "bad address %s: %s", addr, msg);
         return -1;
     }
+    snprintf(port, sizeof port, "%d", hp.port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai;
-    int rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
+    int rc = getaddrinfo(hp.host, port, &hints, &ai);
     if (rc != 0) {
         snprintf(err, errlen, "cannot resolve %s: %s", addr, gai_strerror(rc));
         return -1;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lru_table.h: the index shared by the in-memory tables whose keys callers
- * choose (limiter_local.c's store, deny_cache.c): a chained hash table keyed
- * with SipHash-2-4 under a secret seed, and a doubly linked list from the
- * most to the least recently used node.
+ * choose (the limiter's local_store.c, deny_cache.c): a chained hash table
+ * keyed with SipHash-2-4 under a secret seed, and a doubly linked list from
+ * the most to the least recently used node.
  *
  * Intrusive: the caller's entry embeds a struct lru_node as its FIRST
  * member (so a node pointer converts back to the entry) and keeps its own

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * siphash.h: SipHash-2-4 (Aumasson and Bernstein), the keyed hash for every
- * table whose keys callers choose (limiter_local.c's store, deny_cache.c):
+ * table whose keys callers choose (the limiter's local_store.c, deny_cache.c):
  * with a secret key, a caller cannot pick keys that collide and turn the
  * table into a list. Pure; no state beyond the key the caller keeps.
  */

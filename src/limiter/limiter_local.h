@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * limiter_local.h: the seven algorithms in memory: the engine of
- * `backend: memory` (backend_memory.c) and of `failure_mode: local` while
- * Redis cannot decide. Same decisions and the same figures as the Lua
- * script (lua/check.lua and the algorithm files) for the same requests at the
- * same times: the in-memory store plays the part of Redis, key for key.
+ * limiter_local.h: every algorithm of enum algorithm (policy.h) in memory:
+ * the engine of `backend: memory` (backend_memory.c) and of `failure_mode:
+ * local` while Redis cannot decide. Same decisions and the same figures as
+ * the Lua script (lua/check.lua and the algorithm files) for the same
+ * requests at the same times: the in-memory store (local_store.c) plays the
+ * part of Redis, key for key, and each algorithm's C file sits beside its
+ * Lua file by name (src/limiter/gcra.c, lua/gcra.lua).
  *
  * Owns: a bounded map from Redis key strings (policy_redis_key, so keys are
  * isolated exactly as in Redis) to algorithm state, with the scripts'
@@ -100,7 +102,8 @@ void local_store_free(struct local_store *s);
  *
  * Preconditions (as the daemon guarantees for the script): every tier passed
  * policy_tier_validate; 0 <= now_us <= 2^53; 0 <= cost <= 10^9; key_prefix
- * and every key fit POLICY_KEY_BUF (check_json.c bounds them).
+ * and every key fit POLICY_KEY_BUF (check_json.c bounds them); at most
+ * REQUEST_MAX_CHECKS checks (decision_summarize_allowed's rule decides).
  */
 int local_decide(struct local_store *s, const char *key_prefix, const struct check_request *req,
                  int64_t now_us, struct tier_result *out);

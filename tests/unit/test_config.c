@@ -1687,6 +1687,60 @@ static void test_cli_overrides(void)
     unlink(path);
 }
 
+/* redis.url and the cluster seeds parsed once, at load, into the snapshot
+ * (redis_server, redis_seeds): the form the backends connect with. */
+static int same_url(const struct redis_url *u, const char *host, int port, const char *unix_path,
+                    const char *user, const char *password, int db, int tls)
+{
+    return (host ? u->host && strcmp(u->host, host) == 0 : !u->host) && u->port == port &&
+           (unix_path ? u->unix_path && strcmp(u->unix_path, unix_path) == 0 : !u->unix_path) &&
+           (user ? u->user && strcmp(u->user, user) == 0 : !u->user) &&
+           (password ? u->password && strcmp(u->password, password) == 0 : !u->password) &&
+           u->db == db && u->tls == tls;
+}
+
+static void test_redis_parsed(void)
+{
+    char err[1024] = "";
+    struct config *c = load_with_policy("", err, sizeof err);
+    ok(c && same_url(&c->redis_server, "127.0.0.1", 6379, NULL, NULL, NULL, 0, 0) &&
+           !c->redis_seeds,
+       "the default URL parsed: %s", c ? "" : err);
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  url: \"rediss://u%40x:p%2F@[::1]:6380/5\"\n", err, sizeof err);
+    ok(c && same_url(&c->redis_server, "::1", 6380, NULL, "u@x", "p/", 5, 1) && c->redis_tls_on,
+       "redis.url parsed: host, port, decoded credentials, db, TLS: %s", c ? "" : err);
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  url: unix:/run/redis.sock\n", err, sizeof err);
+    ok(c && same_url(&c->redis_server, NULL, 0, "/run/redis.sock", NULL, NULL, 0, 0),
+       "a unix socket URL parsed: %s", c ? "" : err);
+    config_unref(c);
+
+    c = load_with_policy("redis:\n  cluster: [\"redis://:pw@a:7000\", redis://b]\n", err,
+                         sizeof err);
+    ok(c && c->redis_ncluster == 2 &&
+           same_url(&c->redis_seeds[0], "a", 7000, NULL, NULL, "pw", 0, 0) &&
+           same_url(&c->redis_seeds[1], "b", 6379, NULL, NULL, NULL, 0, 0),
+       "the cluster seeds parsed, in order: %s", c ? "" : err);
+    config_unref(c);
+
+    char path[] = "/tmp/test_config_parsed_XXXXXX";
+    int fd = mkstemp(path);
+    if (!ok(fd >= 0, "temp file for --redis-url"))
+        return;
+    if (write(fd, POLICY_P, strlen(POLICY_P)) != (ssize_t)strlen(POLICY_P))
+        ok(0, "write the temp file");
+    close(fd);
+    struct config_cli cli = {.envoy_merge_domains = -1, .redis_url = "redis://h:7/1"};
+    c = config_load_cli(path, &cli, err, sizeof err);
+    ok(c && same_url(&c->redis_server, "h", 7, NULL, NULL, NULL, 1, 0),
+       "--redis-url parsed over the default: %s", c ? "" : err);
+    config_unref(c);
+    unlink(path);
+}
+
 int main(void)
 {
     test_cli_overrides();
@@ -1708,6 +1762,7 @@ int main(void)
     test_token_file();
     test_redis_tls();
     test_redis_modes();
+    test_redis_parsed();
     test_table_defaults();
     test_reload_rule();
     return tap_done();

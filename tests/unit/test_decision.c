@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_decision.c: decision.c, pure: the request-level decision and the
- * per-check allowed of decision_summarize, the binding tier rules, the
+ * per-check allowed of decision_summarize (and of decision_summarize_allowed
+ * alone), the binding tier rules, the
  * strictest failure mode, the outcome of each verdict, and the HTTP front's
  * mapping of outcomes to statuses (response_status), table-driven.
  */
@@ -175,6 +176,42 @@ static void test_outcomes(void)
     }
 }
 
+/* The decision alone, as limiter_local.c reads it before the figures: the
+ * same allowed fields as decision_summarize, from `allowed` only. */
+static void test_summarize_allowed(void)
+{
+    static const char *const bsa[] = {"b", "s", "a", NULL};
+    struct check_request r = req_of(bsa);
+    struct decision_summary sum, full;
+    /* b: one tier (leaky, with a delay), s: one (shadow), a: two. */
+    static const struct {
+        int allowed[4];
+        int want_allowed, want_checks, want_shadow_denied;
+        const char *what;
+    } cases[] = {
+        {{1, 1, 1, 1}, 1, 7, 0, "all allowed"},
+        {{1, 0, 1, 1}, 1, 5, 1, "only the shadow check denies: allowed, shadow_denied"},
+        {{1, 1, 1, 0}, 0, 3, 0, "a's second tier denies: denied, check a not allowed"},
+        {{0, 0, 1, 1}, 0, 4, 0, "b and the shadow deny: denied, no shadow_denied"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct tier_result res[4];
+        for (size_t k = 0; k < 4; k++)
+            res[k] = (struct tier_result){.allowed = cases[c].allowed[k], .delay_us = 700};
+        decision_summarize_allowed(&r, res, &sum);
+        ok(sum.allowed == cases[c].want_allowed, "%s: allowed", cases[c].what);
+        is_int(sum.check_allowed, cases[c].want_checks, "%s: per check", cases[c].what);
+        is_int(sum.shadow_denied, cases[c].want_shadow_denied, "%s: shadow_denied", cases[c].what);
+        ok(!sum.binding && !sum.retry_us && !sum.any_leaky && !sum.delay_us,
+           "%s: nothing else summarized", cases[c].what);
+        decision_summarize(&r, res, &full);
+        ok(full.allowed == sum.allowed && full.check_allowed == sum.check_allowed &&
+               full.shadow_denied == sum.shadow_denied,
+           "%s: as decision_summarize decides", cases[c].what);
+    }
+    request_free(&r);
+}
+
 int main(void)
 {
     char err[512];
@@ -185,6 +222,7 @@ int main(void)
     }
     test_summarize();
     test_shadow();
+    test_summarize_allowed();
     test_failure_mode();
     test_outcomes();
     config_unref(cfg);

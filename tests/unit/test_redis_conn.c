@@ -219,9 +219,10 @@ static void send_three(redis_reply_fn first, const char *tags)
 {
     reset_counts();
     nreceived = 0;
-    redis_conn_command(conn, first, (void *)&tags[0], 1, ping, ping_len);
-    redis_conn_command(conn, record, (void *)&tags[1], 1, ping, ping_len);
-    redis_conn_command(conn, record, (void *)&tags[2], 1, ping, ping_len);
+    ok(redis_conn_command(conn, first, (void *)&tags[0], 1, ping, ping_len) == 0 &&
+           redis_conn_command(conn, record, (void *)&tags[1], 1, ping, ping_len) == 0 &&
+           redis_conn_command(conn, record, (void *)&tags[2], 1, ping, ping_len) == 0,
+       "three PINGs queued");
     run_until(got_ping);
 }
 
@@ -235,7 +236,7 @@ static void reply_drops(const char *bytes, const char *what)
     server_send("+OK\r\n+OK\r\n");
     reset_counts();
     nreceived = 0;
-    redis_conn_command(conn, record, "p", 1, ping, ping_len);
+    ok(redis_conn_command(conn, record, "p", 1, ping, ping_len) == 0, "a PING queued");
     run_until(got_ping);
     server_send(bytes);
     ok(run_until(is_down), "%s drops the connection", what);
@@ -335,7 +336,7 @@ int main(void)
     run_until(has_setup);
     server_send("+OK\r\n+OK\r\n");
     reset_counts();
-    redis_conn_command(conn, record, "j", 1, ping, ping_len);
+    ok(redis_conn_command(conn, record, "j", 1, ping, ping_len) == 0, "a PING queued");
     redis_conn_free(conn);
     is_str(order, "j", "free completes the waiting call");
     is_int(calls_null, 1, "with NULL");

@@ -2,7 +2,9 @@
 /*
  * test_redis_url.c: where the Redis and sentinel passwords come from
  * (redis_url_password): the environment over the configured one, an empty
- * value taken as unset, always a copy the caller frees.
+ * value taken as unset, always a copy the caller frees; and the copy of a
+ * parsed URL a backend keeps (redis_url_copy), strings of its own, its
+ * password the environment's when set.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +31,36 @@ static void check(const char *env, const char *configured, const char *want, con
     free(got);
 }
 
+/* A backend's copy of the snapshot's parsed URL outlives the snapshot. */
+static void check_copy(void)
+{
+    struct redis_url src, dst;
+    char err[RL_ERRLEN];
+    if (!ok(redis_url_parse("rediss://u:conf@h:7000/3", &src, err, sizeof err) == 0, "parse: %s",
+            err))
+        return;
+    unsetenv(ENV);
+    redis_url_copy(&dst, &src, ENV);
+    ok(dst.host != src.host && strcmp(dst.host, "h") == 0 && dst.port == 7000 && dst.db == 3 &&
+           dst.tls && dst.user != src.user && strcmp(dst.user, "u") == 0 &&
+           dst.password != src.password && strcmp(dst.password, "conf") == 0,
+       "a copy with strings of its own, the URL's password with no variable");
+    redis_url_free(&dst);
+    setenv(ENV, "env", 1);
+    redis_url_copy(&dst, &src, ENV);
+    ok(dst.password && strcmp(dst.password, "env") == 0, "the variable's password in the copy");
+    redis_url_free(&dst);
+    redis_url_copy(&dst, &src, NULL);
+    ok(dst.password && strcmp(dst.password, "conf") == 0, "no variable named: the URL's password");
+    redis_url_free(&dst);
+    redis_url_free(&src);
+    ok(src.host == NULL && src.password == NULL, "freed: zeroed");
+    unsetenv(ENV);
+}
+
 int main(void)
 {
+    check_copy();
     is_str(REDIS_URL_PASSWORD_ENV, "RATELIMITD_REDIS_PASSWORD", "the servers' variable");
     is_str(REDIS_URL_SENTINEL_PASSWORD_ENV, "RATELIMITD_SENTINEL_PASSWORD",
            "the sentinels' variable");

@@ -78,22 +78,6 @@ struct pending {
 
 /* ---- the server ---- */
 
-/* Where the node and the listener connect: the URL's scheme, credentials
- * and db, at host:port (or the URL's unix socket when host is NULL). */
-static void make_endpoint(const struct backend_redis *b, const char *host, int port,
-                          struct redis_endpoint *ep)
-{
-    *ep = (struct redis_endpoint){
-        .host = host,
-        .port = port,
-        .unix_path = host ? NULL : b->url.unix_path,
-        .user = b->url.user,
-        .password = b->url.password,
-        .db = b->url.db,
-        .tls = b->tls,
-    };
-}
-
 static void set_target(struct backend_redis *b, const char *host, int port)
 {
     if (!host)
@@ -118,8 +102,7 @@ static void set_master(struct backend_redis *b, const char *host, int port)
     free(b->master_host);
     b->master_host = h;
     b->master_port = port;
-    struct redis_endpoint ep;
-    make_endpoint(b, h, port, &ep);
+    struct redis_endpoint ep = redis_conn_endpoint(&b->url, h, port, b->tls);
     set_target(b, h, port);
     b->master_known = 1;
     b->moving = 1;
@@ -203,23 +186,20 @@ static void pending_free(struct pending *p)
  * (and a local lease call's two more, scripts_decode_call). */
 static void complete_ok(struct pending *p, const redisReply *r)
 {
-    long long ints_buf[64];
+    struct redis_node_ints ints;
     struct tier_result res_buf[8];
     size_t ntiers = p->call.ntiers;
-    long long *ints = r->elements <= 64 ? ints_buf : xcalloc(r->elements, sizeof *ints);
     struct tier_result *res = ntiers <= 8 ? res_buf : xcalloc(ntiers, sizeof *res);
     char err[RL_ERRLEN];
     struct backend_reply reply = {.status = BACKEND_OK, .results = res};
-    if (redis_node_reply_ints(r, ints) < 0) {
-        reply = (struct backend_reply){.status = BACKEND_ERROR,
-                                       .errmsg = "script reply holds a non-integer"};
-    } else if (scripts_decode_call(&p->call, ints, r->elements, res, &reply.lease_granted,
+    if (redis_node_ints_of(r, &ints) < 0) {
+        reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = REDIS_NODE_NOT_INTS};
+    } else if (scripts_decode_call(&p->call, ints.v, ints.n, res, &reply.lease_granted,
                                    &reply.lease_until_us, err, sizeof err) < 0) {
         reply = (struct backend_reply){.status = BACKEND_ERROR, .errmsg = err};
     }
     p->done(p->arg, &reply);
-    if (ints != ints_buf)
-        free(ints);
+    redis_node_ints_free(&ints);
     if (res != res_buf)
         free(res);
 }
@@ -227,18 +207,17 @@ static void complete_ok(struct pending *p, const redisReply *r)
 /* A lease operation's integers, decoded into one outcome per lease. */
 static void complete_lease(struct pending *p, const redisReply *r)
 {
-    size_t n = r->elements;
-    long long *ints = xcalloc(n ? n : 1, sizeof *ints);
+    struct redis_node_ints ints;
     struct lease_outcome *out = xcalloc(p->nleases ? p->nleases : 1, sizeof *out);
     char err[RL_ERRLEN];
     struct backend_lease_reply reply = {.status = BACKEND_OK, .outcomes = out};
-    if (redis_node_reply_ints(r, ints) < 0)
+    if (redis_node_ints_of(r, &ints) < 0)
         reply =
             (struct backend_lease_reply){BACKEND_ERROR, NULL, "lease reply holds a non-integer"};
-    else if (scripts_decode_lease(ints, n, p->nleases, out, err, sizeof err) < 0)
+    else if (scripts_decode_lease(ints.v, ints.n, p->nleases, out, err, sizeof err) < 0)
         reply = (struct backend_lease_reply){BACKEND_ERROR, NULL, err};
     p->lease_done(p->arg, &reply);
-    free(ints);
+    redis_node_ints_free(&ints);
     free(out);
 }
 
@@ -343,9 +322,8 @@ static void sub_start(struct backend_redis *b)
 {
     if (!b->channel || b->sub || !b->started || (b->sentinel && !b->master_known))
         return;
-    struct redis_endpoint ep;
     /* The node's current server, whatever set it (URL or sentinel). */
-    make_endpoint(b, b->master_host, b->master_port, &ep);
+    struct redis_endpoint ep = redis_conn_endpoint(&b->url, b->master_host, b->master_port, b->tls);
     b->sub = resets_listener_new(b->base, b->log, &b->base_iface, b->channel, &ep, b->target, NULL,
                                  NULL);
 }
@@ -353,11 +331,8 @@ static void sub_start(struct backend_redis *b)
 static void redis_watch_resets(struct backend *iface, const struct config *cfg)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
-    if (!resets_channel_update(&b->channel, cfg->key_prefix))
-        return;
-    resets_listener_free(b->sub);
-    b->sub = NULL;
-    sub_start(b);
+    if (resets_channel_follow(&b->channel, &b->sub, cfg->key_prefix))
+        sub_start(b);
 }
 
 static void redis_start(struct backend *iface)
@@ -434,13 +409,8 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
     b->base = base;
     b->log = lg;
     b->metrics = m;
-    if (redis_url_parse(cfg->redis_url, &b->url, err, errlen) < 0) {
-        redis_free(&b->base_iface);
-        return NULL;
-    }
-    char *password = redis_url_password(REDIS_URL_PASSWORD_ENV, b->url.password);
-    free(b->url.password);
-    b->url.password = password;
+    /* A copy: the backend outlives the snapshot it was made from. */
+    redis_url_copy(&b->url, &cfg->redis_server, REDIS_URL_PASSWORD_ENV);
     if (cfg->redis_tls_on && !(b->tls = redis_tls_new(&cfg->redis_tls, err, errlen))) {
         redis_free(&b->base_iface);
         return NULL;
@@ -452,8 +422,7 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
     b->master_host = b->url.host ? xstrdup(b->url.host) : NULL;
     b->master_port = b->url.port;
     set_target(b, b->master_host, b->master_port);
-    struct redis_endpoint ep;
-    make_endpoint(b, b->master_host, b->master_port, &ep);
+    struct redis_endpoint ep = redis_conn_endpoint(&b->url, b->master_host, b->master_port, b->tls);
     b->node = redis_node_new(base, lg, m, &ep, sentinel, on_node_state, b);
     if (sentinel) {
         b->sentinel =

@@ -414,23 +414,28 @@ static void log_connect_failed(struct redis_conn *c, const char *why)
                 "role", c->role, "target", c->target, "error", why, NULL);
 }
 
-/* AUTH and SELECT, first on the connection. */
-static void send_setup(struct redis_conn *c)
+/* AUTH and SELECT, first on the connection. -1 when one cannot be queued
+ * (out of memory, or the connection already gone): the connection must
+ * not carry calls unauthenticated or on the wrong database. */
+static int send_setup(struct redis_conn *c)
 {
+    int rc = 0;
     if (c->password) {
         const char *argv[] = {"AUTH", c->user ? c->user : c->password, c->password};
         size_t lens[] = {4, strlen(argv[1]), strlen(c->password)};
         if (c->user)
-            redis_conn_command(c, auth_reply, c, 3, argv, lens);
+            rc = redis_conn_command(c, auth_reply, c, 3, argv, lens);
         else
-            redis_conn_command(c, auth_reply, c, 2, (const char *[]){"AUTH", c->password},
-                               (size_t[]){4, strlen(c->password)});
+            rc = redis_conn_command(c, auth_reply, c, 2, (const char *[]){"AUTH", c->password},
+                                    (size_t[]){4, strlen(c->password)});
     }
-    if (c->db) {
+    if (rc == 0 && c->db) {
         char db[UTIL_INT_CHARS];
         size_t n = util_format_int(db, c->db);
-        redis_conn_command(c, select_reply, c, 2, (const char *[]){"SELECT", db}, (size_t[]){6, n});
+        rc = redis_conn_command(c, select_reply, c, 2, (const char *[]){"SELECT", db},
+                                (size_t[]){6, n});
     }
+    return rc;
 }
 
 /* The reply to AUTH or SELECT: an error drops the connection (logged once:
@@ -495,7 +500,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         c->failed_connects = 0;
         c->connect_log = (struct log_limit){.interval_us = CONNECT_LOG_INTERVAL_US};
         unsigned gen = c->gen;
-        send_setup(c);
+        if (send_setup(c) < 0) {
+            redis_conn_drop(c, "cannot queue AUTH or SELECT");
+            return;
+        }
         if (c->gen == gen && c->ev.up)
             c->ev.up(c->ev.arg, c);
         return;
@@ -725,6 +733,20 @@ void redis_conn_stop(struct redis_conn *c, const char *why)
 void redis_conn_healthy(struct redis_conn *c)
 {
     c->backoff_us = BACKOFF_MIN_US;
+}
+
+struct redis_endpoint redis_conn_endpoint(const struct redis_url *u, const char *host, int port,
+                                          struct redis_tls *tls)
+{
+    return (struct redis_endpoint){
+        .host = host,
+        .port = port,
+        .unix_path = host ? NULL : u->unix_path,
+        .user = u->user,
+        .password = u->password,
+        .db = u->db,
+        .tls = tls,
+    };
 }
 
 const char *redis_conn_target(const struct redis_conn *c)

@@ -26,6 +26,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "config/redis_url.h"
 #include "lib/log.h"
 
 struct event_base;
@@ -42,6 +43,13 @@ struct redis_endpoint {
     int db;                /* SELECT when nonzero */
     struct redis_tls *tls; /* NULL: plain; borrowed, must outlive the conn */
 };
+
+/* Where a backend's data or reset connection goes: u's credentials (its
+ * password the one to AUTH with: the backend puts the environment's there,
+ * redis_url_password) and db, at host:port, or at u's unix socket when host
+ * is NULL. Borrows u's strings and host; tls NULL: plain. */
+struct redis_endpoint redis_conn_endpoint(const struct redis_url *u, const char *host, int port,
+                                          struct redis_tls *tls);
 
 /* r: the reply (freed after the callback returns), or NULL: the connection
  * went before it came. */
@@ -77,11 +85,11 @@ void redis_conn_connect(struct redis_conn *c);
 /* Sends len bytes of RESP (one command) and queues fn for its reply.
  * Returns -1 when not connected (fn is then never called). */
 int redis_conn_send(struct redis_conn *c, const char *cmd, size_t len, redis_reply_fn fn,
-                    void *arg);
+                    void *arg) RL_WUR;
 
 /* The same for a command given as arguments. */
 int redis_conn_command(struct redis_conn *c, redis_reply_fn fn, void *arg, int argc,
-                       const char **argv, const size_t *lens);
+                       const char **argv, const size_t *lens) RL_WUR;
 
 /* Connected: the socket is open, the TLS handshake done. */
 int redis_conn_is_up(const struct redis_conn *c);

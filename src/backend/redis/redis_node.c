@@ -221,8 +221,14 @@ static void on_up(void *arg, struct redis_conn *c)
     n->stalled_timeouts = 0;
     n->role_ok = !n->require_master;
     timer_arm_us(&n->ready_timer, READY_TIMEOUT_US);
-    if (n->require_master)
-        redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4});
+    /* ROLE not queued (out of memory, or the connection gone, when the
+     * drop does nothing): a connection that cannot say it is a master's
+     * goes now rather than at the ready timer, and reconnects. */
+    if (n->require_master &&
+        redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4}) < 0) {
+        redis_conn_drop(c, "cannot queue ROLE");
+        return;
+    }
     send_load(n);
 }
 
@@ -458,14 +464,23 @@ static void on_call_reply(void *arg, redisReply *r)
     deliver(n, nc, r);
 }
 
-int redis_node_reply_ints(const redisReply *r, long long *ints)
+int redis_node_ints_of(const redisReply *r, struct redis_node_ints *ri)
 {
+    ri->n = r->elements;
+    ri->v = ri->n <= sizeof ri->buf / sizeof ri->buf[0] ? ri->buf : xcalloc(ri->n, sizeof *ri->v);
     for (size_t i = 0; i < r->elements; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER)
             return -1;
-        ints[i] = r->element[i]->integer;
+        ri->v[i] = r->element[i]->integer;
     }
     return 0;
+}
+
+void redis_node_ints_free(struct redis_node_ints *ri)
+{
+    if (ri->v != ri->buf)
+        free(ri->v);
+    ri->v = NULL;
 }
 
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,

@@ -47,12 +47,25 @@ int redis_node_ready(const struct redis_node *n);
  * reloaded and the call retried, a bounded number of times). call must
  * stay valid until fn is called. -1: not ready (fn never called). */
 int redis_node_call(struct redis_node *n, const struct script_call *call, int asking,
-                    redis_reply_fn fn, void *arg);
+                    redis_reply_fn fn, void *arg) RL_WUR;
 
-/* The integers of a reply of the code (an array of r->elements): copied
- * into ints (room for r->elements). Returns 0, or -1 if one is not an
- * integer (the script and the daemon out of step). */
-int redis_node_reply_ints(const redisReply *r, long long *ints) RL_WUR;
+/* The integers of a reply of the code, in buf when they fit: a check's
+ * completion allocates nothing (the single-server and Cluster backends'
+ * one buffer rule). */
+struct redis_node_ints {
+    long long *v; /* buf, or allocated */
+    size_t n;
+    long long buf[64];
+};
+
+/* What a backend answers when the script and the daemon are out of step. */
+#define REDIS_NODE_NOT_INTS "script reply holds a non-integer"
+
+/* The integers of r (an array of r->elements) into *ri, to free with
+ * redis_node_ints_free whatever the result. Returns 0, or -1 if one is not
+ * an integer (REDIS_NODE_NOT_INTS, or a lease's own message, to say). */
+int redis_node_ints_of(const redisReply *r, struct redis_node_ints *ri) RL_WUR;
+void redis_node_ints_free(struct redis_node_ints *ri);
 
 /* As redis_node_call (never ASKING), but with redis.batch > 1
  * (redis_node_set_batch) the call waits for the end of this loop turn and
@@ -62,7 +75,7 @@ int redis_node_reply_ints(const redisReply *r, long long *ints) RL_WUR;
  * whole batch, or NULL for the connection's loss, reaches every call of it.
  * -1: not ready (fn never called). */
 int redis_node_call_batched(struct redis_node *n, const struct script_call *call, unsigned group,
-                            redis_reply_fn fn, void *arg);
+                            redis_reply_fn fn, void *arg) RL_WUR;
 
 /* redis.batch: at most this many calls per FCALL (1: every call alone). */
 void redis_node_set_batch(struct redis_node *n, int64_t batch);
@@ -70,7 +83,7 @@ void redis_node_set_batch(struct redis_node *n, int64_t batch);
 /* Any other command on the node's connection (DEL and PUBLISH of a reset,
  * CLUSTER SLOTS). -1: not connected. */
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
-                       const char **argv, const size_t *lens);
+                       const char **argv, const size_t *lens) RL_WUR;
 
 /* The calls' deadline, for the stall rule: a reply that comes later than
  * this after its call was sent does not show the connection healthy. 0

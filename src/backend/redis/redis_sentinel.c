@@ -34,6 +34,7 @@
 #include "config/config.h"
 #include "config/redis_url.h"
 #include "core/metrics.h"
+#include "lib/hostport.h"
 #include "lib/timer.h"
 #include "lib/util.h"
 
@@ -93,19 +94,16 @@ static void ask_again(struct redis_sentinel *s, const char *why);
 
 /* ---- configuration ---- */
 
-/* "host:port" or "[v6]:port" through the URL parser that validated it, so
- * the two can never disagree. */
+/* "host:port" or "[v6]:port" through the parser that validated it
+ * (hostport.h), so the two can never disagree. */
 static int parse_addr(const char *text, struct sentinel_addr *out)
 {
-    char url[300], err[RL_ERRLEN];
-    struct redis_url u;
-    if ((size_t)snprintf(url, sizeof url, "redis://%s", text) >= sizeof url ||
-        redis_url_parse(url, &u, err, sizeof err) < 0)
+    char err[RL_ERRLEN];
+    struct hostport hp;
+    if (hostport_parse(text, strlen(text), 0, &hp, err, sizeof err) < 0)
         return -1;
-    out->host = u.host;
-    out->port = u.port;
-    u.host = NULL; /* now owned by out */
-    redis_url_free(&u);
+    out->host = xstrdup(hp.host);
+    out->port = hp.port;
     return 0;
 }
 
@@ -369,9 +367,12 @@ static void watch_up(void *arg, struct redis_conn *c)
 {
     const char *argv[] = {"SUBSCRIBE", SWITCH_CHANNEL};
     size_t lens[] = {9, sizeof SWITCH_CHANNEL - 1};
-    /* Not connected right after up only when the connection is lost at
-     * once: its down callback follows, and the reconnect subscribes. */
-    (void)redis_conn_command(c, on_subscribed, arg, 2, argv, lens);
+    /* Not queued when the connection is lost at once (its down follows,
+     * the drop does nothing, and the reconnect subscribes) or out of
+     * memory: dropped, so that the reconnect subscribes, rather than a
+     * watch that would never hear a failover. */
+    if (redis_conn_command(c, on_subscribed, arg, 2, argv, lens) < 0)
+        redis_conn_drop(c, "cannot queue SUBSCRIBE");
 }
 
 static void watch_down(void *arg, struct redis_conn *c, const char *why)

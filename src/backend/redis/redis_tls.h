@@ -29,7 +29,8 @@ struct redis_tls *redis_tls_new(const struct redis_tls_config *cfg, char *err,
                                 size_t errlen) RL_WUR;
 
 /* A new client SSL for a connection to host. NULL with a message. */
-struct ssl_st *redis_tls_ssl(struct redis_tls *t, const char *host, char *err, size_t errlen);
+struct ssl_st *redis_tls_ssl(struct redis_tls *t, const char *host, char *err,
+                             size_t errlen) RL_WUR;
 
 /* Why the handshake (or the session) on bev failed, one line for the log,
  * e.g. "certificate verify failed: unable to get local issuer

@@ -18,7 +18,7 @@
 
 /* ---- the channel ---- */
 
-int resets_channel_update(char **channel, const char *key_prefix)
+int resets_channel_follow(char **channel, struct resets_listener **l, const char *key_prefix)
 {
     size_t plen = strlen(key_prefix);
     char *name = xmalloc(plen + sizeof "reset");
@@ -30,6 +30,8 @@ int resets_channel_update(char **channel, const char *key_prefix)
     }
     free(*channel);
     *channel = name;
+    resets_listener_free(*l);
+    *l = NULL;
     return 1;
 }
 

@@ -35,11 +35,15 @@ struct event_base;
 struct policy;
 struct redis_node;
 
+struct resets_listener;
+
 /* Makes *channel "<key_prefix>reset" (owned: the old one is freed) unless
- * it is that already. Returns 1 when it changed, so the listener must be
- * made again (unsubscribing in place would mix the old channel's messages
- * with the new confirmation), 0 when it did not. */
-int resets_channel_update(char **channel, const char *key_prefix);
+ * it is that already: a backend's watch_resets, single server or Cluster.
+ * Returns 1 when it changed, the listener *l then freed and NULL, for the
+ * caller to make again on the new channel (unsubscribing in place would
+ * mix the old channel's messages with the new confirmation); 0 when it did
+ * not, *l left alone. */
+int resets_channel_follow(char **channel, struct resets_listener **l, const char *key_prefix);
 
 /* The commands of one reset of (p, key): the DEL of every Redis key of
  * every tier, and the PUBLISH of "<policy>:<key>" on channel. Owns its
@@ -70,7 +74,6 @@ int resets_send(struct redis_node *n, struct resets_cmds *c, const char *lost,
                 backend_reset_done_fn done, void *arg) RL_WUR;
 
 /* The listener: one connection subscribed to a channel, for one backend. */
-struct resets_listener;
 
 /* The listener's connection went down (why is for the log); a reconnect is
  * scheduled, to the endpoint set by then. */

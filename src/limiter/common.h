@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * common.h: the limiter's integer arithmetic, the C twin of the helpers of
+ * lua/common.lua (idiv, idiv_ceil, EXACT_MAX) that every algorithm file
+ * and the store use.
+ *
+ * Owns: floor and ceiling division, min and max, and the 2^53 bound, in
+ * int64 and (where state left over from another configuration or a clock
+ * that went backwards could push a product past int64) in __int128, where
+ * the script, in doubles, would merely lose exactness.
+ * Does not own: the expiry rule (local_store.h) or any algorithm's steps.
+ */
+#ifndef RATELIMITD_LIMITER_COMMON_H
+#define RATELIMITD_LIMITER_COMMON_H
+
+#include <stdint.h>
+
+__extension__ typedef __int128 i128;
+
+#define EXACT_MAX (1LL << 53) /* EXACT_MAX in lua/common.lua */
+
+/* floor(a / b) and ceil(a / b) for b > 0 (idiv and idiv_ceil in common.lua),
+ * in 128 bits where a product may pass 64. */
+static inline i128 idiv128(i128 a, i128 b)
+{
+    i128 q = a / b;
+    if (a % b < 0)
+        q--;
+    return q;
+}
+
+static inline i128 idiv_ceil128(i128 a, i128 b)
+{
+    i128 q = a / b;
+    if (a % b > 0)
+        q++;
+    return q;
+}
+
+static inline int64_t idiv(int64_t a, int64_t b)
+{
+    return (int64_t)idiv128(a, b);
+}
+
+static inline int64_t idiv_ceil(int64_t a, int64_t b)
+{
+    return (int64_t)idiv_ceil128(a, b);
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static inline int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+#endif

@@ -31,6 +31,7 @@
 
 #include "config/policy.h"
 #include "core/decision.h"
+#include "lib/util.h"
 
 #define LEASE_NONCE_LEN 22 /* 16 random bytes in base64url */
 #define LEASE_MAX_IDS 100  /* per /release or /renew */
@@ -73,7 +74,7 @@ int lease_nonce_new(char nonce[LEASE_NONCE_LEN + 1]) RL_WUR;
  * nonce into out (NUL-terminated; LEASE_ID_MAX + 1 bytes are enough).
  * Returns its length, or -1 if out is too small. */
 int lease_id_encode(int local, const char *policy, const char *tier, const char *key, size_t keylen,
-                    int64_t units, const char *nonce, char *out, size_t outlen);
+                    int64_t units, const char *nonce, char *out, size_t outlen) RL_WUR;
 
 /* Decodes an id of len bytes. Returns 0, or -1 if it is no lease id. */
 int lease_id_decode(const char *id, size_t len, struct lease_ref *out) RL_WUR;

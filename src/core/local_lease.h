@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "core/decision.h"
+#include "lib/util.h"
 
 #define LOCAL_LEASE_HOT_HITS 8
 #define LOCAL_LEASE_SPAN_US 100000
@@ -109,7 +110,8 @@ enum local_lease_step local_lease_check(struct local_lease_table *t, const char 
 int local_lease_install(struct local_lease_table *t, const char *policy, const char *key,
                         size_t keylen, uint64_t ticket, int64_t units, int64_t cost,
                         int64_t until_us, int64_t taken_us, const struct tier_result *res,
-                        size_t ntiers, int64_t now_us, local_lease_spill_fn spill, void *arg);
+                        size_t ntiers, int64_t now_us, local_lease_spill_fn spill,
+                        void *arg) RL_WUR;
 
 /* The take of ticket ended without a grant (denied, or failed). */
 void local_lease_abandon(struct local_lease_table *t, const char *policy, const char *key,

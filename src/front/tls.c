@@ -234,7 +234,10 @@ void front_io_shutdown(struct front_io *io)
     ERR_clear_error();
     (void)SSL_shutdown(io->ssl); /* queues close_notify; the answer is not awaited */
     ERR_clear_error();
-    (void)front_io_flush(io); /* the shutdown of the socket follows anyway */
+    /* The shutdown of the socket follows anyway: a failed flush only
+     * loses the close_notify, which a peer may not wait for. */
+    if (front_io_flush(io) < 0)
+        return;
 }
 
 void front_io_fini(struct front_io *io)

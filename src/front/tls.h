@@ -30,6 +30,7 @@
 
 #include "lib/buf.h"
 #include "lib/tls_server.h"
+#include "lib/util.h"
 
 struct core;
 struct event;
@@ -58,12 +59,12 @@ void front_io_init(struct front_io *io, int fd, const struct tls_server *server,
  * handshake or a record failed, counted and logged at debug). Whatever
  * OpenSSL answered during the call is flushed, what the socket would not
  * take left for front_io_flush. */
-ssize_t front_io_recv(struct front_io *io, void *buf, size_t len);
+ssize_t front_io_recv(struct front_io *io, void *buf, size_t len) RL_WUR;
 
 /* As send (MSG_NOSIGNAL): the count taken (all of it before the
  * handshake ends: kept until it does), -1 with errno (EAGAIN: the socket
  * and the output buffer are full). */
-ssize_t front_io_send(struct front_io *io, const void *data, size_t len);
+ssize_t front_io_send(struct front_io *io, const void *data, size_t len) RL_WUR;
 
 /* The front has (re)added its read event: if OpenSSL still holds bytes
  * the socket will not announce, the read event runs now. A no-op on plain
@@ -73,7 +74,7 @@ void front_io_kick(struct front_io *io);
 /* Writes what TLS holds for the socket. Returns 0 (all of it, or the
  * socket is full: front_io_pending says which), -1 if the connection
  * broke. A no-op on plain text. */
-int front_io_flush(struct front_io *io);
+int front_io_flush(struct front_io *io) RL_WUR;
 
 /* Bytes wait for the socket (the front keeps its write event added). */
 int front_io_pending(const struct front_io *io);

@@ -83,7 +83,7 @@ void client_ip_format(const struct client_addr *a, char out[CLIENT_IP_TEXT]);
  */
 int client_ip_resolve(const struct client_trust *t, const struct client_addr *peer,
                       const char *const *xff, size_t nxff, const char *real_ip,
-                      struct client_addr *out);
+                      struct client_addr *out) RL_WUR;
 
 void client_trust_free(struct client_trust *t); /* the nets; the struct is the caller's */
 

@@ -14,6 +14,7 @@
 #ifndef RATELIMITD_LOG_H
 #define RATELIMITD_LOG_H
 
+#include "lib/util.h"
 #include <stdint.h>
 
 enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERROR };
@@ -28,7 +29,7 @@ struct logger {
 void log_detect_journal(struct logger *lg);
 
 /* Parses "debug", "info", "warn" or "error"; -1 if none of them. */
-int log_level_from_name(const char *name, enum log_level *out);
+int log_level_from_name(const char *name, enum log_level *out) RL_WUR;
 
 /*
  * Logs msg followed by the key/value pairs given as alternating const char *

@@ -76,6 +76,6 @@ int tls_server_same(const struct tls_server *a, const struct tls_server *b);
 
 /* NULL if the certificate is valid at now (seconds since the epoch), else
  * "expired" or "not yet valid". */
-const char *tls_server_validity(const struct tls_server *t, int64_t now);
+const char *tls_server_validity(const struct tls_server *t, int64_t now) RL_WUR;
 
 #endif

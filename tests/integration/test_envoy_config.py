@@ -3,8 +3,9 @@
 daemon: --check-config with --envoy-config (the shipped conf/envoy, an
 invalid file, a domain defined twice), the CLI winning over envoy_config:,
 SIGHUP re-reading the directory (a new file, an invalid one keeping the old
-configuration), and watch: true watching the directory, following
-envoy_config: to another directory on reload."""
+configuration), and watch: true watching the directory (a changed file's new
+limit served), following envoy_config: to another directory on reload."""
+import json
 import os
 import signal
 import subprocess
@@ -39,6 +40,15 @@ def check_config(args):
     p = subprocess.run([BINARY, "--check-config"] + args, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=30)
     return p.returncode, p.stdout.decode() + p.stderr.decode()
+
+
+def served(d, domain, value):
+    """One hit on domain's key k=value through POST /json: the limit it is
+    counted against (requests per unit) and what it leaves."""
+    r = d.request("POST", "/json", json.dumps({"domain": domain, "descriptors": [
+        {"entries": [{"key": "k", "value": value}]}]}))
+    st = r.json["statuses"][0]
+    return st.get("currentLimit", {}).get("requestsPerUnit"), st.get("limitRemaining", 0)
 
 
 def reloads(d, what="policies reloaded"):
@@ -126,9 +136,14 @@ def test_watch(redis):
     harness.ok("trigger=watch policies=1 domains=2" in d.logs(),
                "watch: a new file in the envoy directory reloads")
 
+    harness.eq(served(d, "beta", "before"), (5, 4), "beta's limit is served: 5 a minute")
     put(envoy, "b.yaml", domain_file("beta", rpu=7))
     harness.wait_until(lambda: reloads(d) == 2, 5, what="a reload on a changed file")
-    harness.ok(True, "watch: a changed file reloads")
+    # Each worker takes the new snapshot on its own loop: bounded wait.
+    harness.wait_until(lambda: served(d, "beta", "probe")[0] == 7, 5,
+                       what="the new limit served")
+    harness.eq(served(d, "beta", "after"), (7, 6),
+               "watch: a changed file reloads and its new limit (7 a minute) is served")
 
     put(envoy, "notes.txt", "not a domain file")
     time.sleep(0.5)

@@ -2,7 +2,8 @@
 """test_http1.py: the HTTP/1.1 front over raw sockets: pipelined requests
 answered in order, keep-alive, HEAD, chunked bodies, Expect: 100-continue,
 HTTP/1.0, the framing errors (400 smuggling, 413, 431, 505) as JSON and
-counted in /metrics, a client trickling one byte at a time answered 408
+counted in /metrics, a refused body still being sent read to the end of the
+stream (lingering, no reset), a client trickling one byte at a time answered 408
 within request_timeout, and limits changed by a reload applying to a
 connection already open."""
 import json
@@ -176,6 +177,25 @@ def test_continue(d):
     c.close()
 
 
+def test_linger(d):
+    """A client still sending a body the daemon refused reads the whole 413
+    and then the end of the stream (FIN), not a reset: the daemon shuts its
+    side and drops what the client still sends (front/conn.c) instead of
+    closing with unread input, which makes the kernel reset the connection.
+    The 64 KiB sent at once outlast the one read that finds the head."""
+    c = Conn(d.port)
+    c.send(b"POST /check HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 65536)
+    s, h, b = c.response()
+    harness.eq((s, json.loads(b)["error"], h.get("connection")),
+               (413, "body_too_large", "close"), "a body over max_body still being sent: 413")
+    try:
+        end = "end of stream" if c.buf == b"" and c.sock.recv(65536) == b"" else "more bytes"
+    except ConnectionResetError:
+        end = "reset"
+    harness.eq(end, "end of stream", "then the end of the stream, not a reset")
+    c.close()
+
+
 def metric(d, status):
     m = promtext.parse(d.admin("/metrics").body.decode())
     return promtext.value(m, "ratelimitd_http_responses_total", status=str(status))
@@ -322,6 +342,7 @@ def main():
     test_pipelining(d)
     test_keepalive_head_chunked(d)
     test_continue(d)
+    test_linger(d)
     test_errors_counted(d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
     test_slow_client(redis)

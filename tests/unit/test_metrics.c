@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_metrics.c: the Prometheus text rendered by metrics.c, exactly, for a
+ * test_metrics.c: the Prometheus text rendered by metrics_render.c, exactly, for a
  * small scenario; label escaping; histogram buckets (boundaries,
  * cumulativity, sum); the cap on policy label values and "_other"; exact
  * decimal seconds.

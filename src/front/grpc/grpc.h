@@ -17,19 +17,13 @@
  * SETTINGS acknowledgements, RST_STREAM rate: CVE-2023-44487), at most
  * GRPC_OUT_MAX bytes of output waiting per connection (reading stops while
  * the peer does not read), idle_timeout, and max_connections counted with
- * the HTTP front's connections (listener.c). The worker reaches it only
- * through its ops table.
+ * the HTTP front's connections (listener.c); the two constants are in
+ * grpc_conn.h. The worker reaches it only through its ops table.
  */
 #ifndef RATELIMITD_GRPC_H
 #define RATELIMITD_GRPC_H
 
 #include "front/front.h"
-
-/* SETTINGS_MAX_HEADER_LIST_SIZE, and the most header bytes a stream may
- * send (name + value + 32 each, as HTTP/2 counts them). */
-#define GRPC_HEADER_LIST_MAX 16384
-/* Bytes waiting to be written on one connection before it stops reading. */
-#define GRPC_OUT_MAX 65536
 
 /* The gRPC front's row of front_all (front.c), enabled by grpc_listen. Its
  * apply_config: max_body, idle_timeout, max_connections, grpc_max_streams

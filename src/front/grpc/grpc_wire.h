@@ -2,8 +2,8 @@
 /*
  * grpc_wire.h: ShouldRateLimit's answer in protobuf's wire format, written
  * by hand straight into the stream's output buffer: no protobuf-c message
- * is built, no size is computed twice. The bytes are those protobuf-c packs
- * from the RateLimitResponse grpc.c used to build (tests/unit/
+ * is built, no size is computed twice. The bytes are those protobuf-c
+ * packs from the same answer as a RateLimitResponse message (tests/unit/
  * test_grpc_wire.c checks it on random answers):
  *
  *   overall_code           rls_answer.overall

@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "core/decision.h"
 #include "core/request_error.h"
+#include "lib/util.h"
 
 /* jansson's object type (jansson.h: typedef struct json_t json_t). */
 struct json_t;
@@ -25,12 +26,12 @@ struct json_t;
  * err filled (400 invalid_json, or invalid_cost for a number too large).
  * The first step of both JSON decoders (this file and rls_json.c), so that
  * they refuse the same bytes the same way. */
-struct json_t *check_json_load(const char *body, size_t len, struct request_error *err);
+struct json_t *check_json_load(const char *body, size_t len, struct request_error *err) RL_WUR;
 
 /* Refuses (400 unknown_field, naming it and `where`) any member of obj not
  * named in allowed (NULL-terminated). Returns 0 or -1. */
 int check_json_only_fields(struct json_t *obj, const char *const *allowed, const char *where,
-                           struct request_error *err);
+                           struct request_error *err) RL_WUR;
 
 /*
  * Decodes a /check body. On success fills *out (free it with request_free)

@@ -34,7 +34,6 @@
  * the answers' bytes (response.c), not the checks (check.c).
  */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <netinet/in.h>
@@ -43,8 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "config/config.h"
 #include "core/check.h"
@@ -81,13 +78,7 @@ static void conn_free(struct conn *c)
             lease_cancel(c->slots[i].lease);
         buf_free(&c->slots[i].out);
     }
-    /* event_del fails only for an event never assigned; close only on a
-     * bad descriptor: neither can happen here. */
-    event_del(&c->rd);
-    event_del(&c->wr);
-    event_del(&c->timer);
-    front_io_fini(&c->io);
-    close(c->fd);
+    front_conn_fini(&c->fc);
     http_parse_free(&c->parse);
     buf_free(&c->in);
     buf_free(&c->out);
@@ -106,7 +97,7 @@ static void conn_free(struct conn *c)
 /* Nothing read of a next request, nothing to answer, nothing to write. */
 static int conn_quiet(const struct conn *c)
 {
-    return c->count == 0 && c->out_off == c->out.len && !front_io_pending(&c->io) &&
+    return c->count == 0 && c->out_off == c->out.len && !front_io_pending(&c->fc.io) &&
            c->in.len == 0 && !http_parse_started(&c->parse);
 }
 
@@ -218,17 +209,15 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
     char data[HTTP_READ_CHUNK];
-    ssize_t n = front_io_recv(&c->io, data, sizeof data);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        /* Only a handshake moved, its answer maybe still to write. */
-        if (front_io_pending(&c->io))
-            front_event_want(&c->wr, &c->writing, 1);
+    size_t n;
+    enum front_conn_read r = front_conn_read(&c->fc, data, sizeof data, &n);
+    if (r == FRONT_CONN_NOTHING)
         return;
-    }
-    if (n <= 0) {
+    if (r != FRONT_CONN_DATA) {
         /* The client is gone or has stopped sending: answers still due
          * are written (a half-closed client may read them), then close. */
-        if (n < 0 || c->lingering || (c->count == 0 && c->out_off == c->out.len)) {
+        if (r == FRONT_CONN_BROKEN || c->fc.lingering ||
+            (c->count == 0 && c->out_off == c->out.len)) {
             conn_free(c);
             return;
         }
@@ -237,17 +226,17 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         settle(c);
         return;
     }
-    if (c->lingering)
+    if (c->fc.lingering)
         return;
-    c->last_us = util_monotonic_us();
+    c->fc.last_us = util_monotonic_us();
     c->busy = 1;
     if (c->in.len == 0) {
         /* The common case: whole requests, parsed from the stack. */
-        size_t used = parse_input(c, data, (size_t)n);
+        size_t used = parse_input(c, data, n);
         if (!c->closing)
-            buf_append(&c->in, data + used, (size_t)n - used);
+            buf_append(&c->in, data + used, n - used);
     } else {
-        buf_append(&c->in, data, (size_t)n);
+        buf_append(&c->in, data, n);
         parse_buffered(c);
     }
     c->busy = 0;
@@ -259,20 +248,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 /* Writes what c->out holds. Returns -1 if the connection broke. */
 static int write_out(struct conn *c)
 {
-    if (front_io_flush(&c->io) < 0)
+    if (front_io_flush(&c->fc.io) < 0)
         return -1;
     while (c->out_off < c->out.len) {
-        ssize_t n = front_io_send(&c->io, c->out.data + c->out_off, c->out.len - c->out_off);
-        if (n > 0) {
-            c->out_off += (size_t)n;
-            c->last_us = util_monotonic_us();
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        } else {
-            return -1;
-        }
+        ssize_t n = front_conn_send(&c->fc, c->out.data + c->out_off, c->out.len - c->out_off);
+        if (n <= 0)
+            return (int)n; /* 0: the socket is full, -1: broken */
+        c->out_off += (size_t)n;
     }
     c->out.len = c->out_off = 0;
     return 0;
@@ -282,25 +264,25 @@ static void arm_timer(struct conn *c)
 {
     const struct http *h = c->h;
     int64_t deadline;
-    if (c->lingering)
-        deadline = c->linger_until_us;
+    if (c->fc.lingering)
+        deadline = c->fc.linger_until_us;
     else if (c->req_start_us && !c->closing) {
-        deadline = c->last_us + h->idle_us;
+        deadline = c->fc.last_us + h->idle_us;
         if (c->req_start_us + h->request_us < deadline)
             deadline = c->req_start_us + h->request_us;
-    } else if (c->count == 0 || c->writing)
-        deadline = c->last_us + h->idle_us;
+    } else if (c->count == 0 || c->fc.writing)
+        deadline = c->fc.last_us + h->idle_us;
     else {
-        event_del(&c->timer); /* the core answers every check in time */
+        event_del(&c->fc.timer); /* the core answers every check in time */
         return;
     }
-    timer_arm_us(&c->timer, deadline - util_monotonic_us());
+    timer_arm_us(&c->fc.timer, deadline - util_monotonic_us());
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
-    if (c->lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
+    if (c->fc.lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
         conn_free(c);
         return;
     }
@@ -337,25 +319,18 @@ static void settle(struct conn *c)
         parse_buffered(c);
         c->busy = 0;
     }
-    int written = c->out_off == c->out.len && !front_io_pending(&c->io);
-    front_event_want(&c->wr, &c->writing, !written);
-    if (written && c->count == 0 && c->closing && !c->lingering) {
-        /* Shut our side, then drop what the client still sends. */
-        front_io_shutdown(&c->io);
-        if (shutdown(c->fd, SHUT_WR) < 0) {
-            conn_free(c);
-            return;
-        }
-        c->lingering = 1;
-        c->linger_until_us = util_monotonic_us() + HTTP_LINGER_US;
-    }
-    if (h->l.draining && !c->lingering && conn_quiet(c)) {
+    int written = c->out_off == c->out.len && !front_io_pending(&c->fc.io);
+    if (written && c->count == 0 && c->closing && !c->fc.lingering &&
+        front_conn_linger(&c->fc, HTTP_LINGER_US) < 0) {
         conn_free(c);
         return;
     }
-    front_event_want(&c->rd, &c->reading,
-                     c->lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX));
-    front_io_kick(&c->io);
+    if (h->l.draining && !c->fc.lingering && conn_quiet(c)) {
+        conn_free(c);
+        return;
+    }
+    front_conn_want(&c->fc, c->fc.lingering || (!c->closing && c->count < HTTP_PIPELINE_MAX),
+                    !written);
     arm_timer(c);
     /* An answer may have been written: a drain may be over. */
     h->host->maybe_idle(h->host->arg);
@@ -374,26 +349,16 @@ static void on_accept(void *arg, const struct listener_socket *s, int fd,
     struct conn *c = xcalloc(1, sizeof *c);
     c->h = h;
     c->sock = s;
-    c->fd = fd;
     /* The peer is ${ip} of a forward-auth key (or the proxy whose
      * X-Forwarded-For is believed). */
     client_ip_from_sockaddr(peer, &c->peer);
-    struct event_base *base = h->host->core->base;
-    if (event_assign(&c->rd, base, fd, EV_READ | EV_PERSIST, on_read, c) < 0 ||
-        event_assign(&c->wr, base, fd, EV_WRITE | EV_PERSIST, on_write, c) < 0 ||
-        evtimer_assign(&c->timer, base, on_timer, c) < 0)
-        abort(); /* only with bad arguments */
-    /* The context of the snapshot in force now: a reload's serves only
-     * the connections accepted after it. */
-    front_io_init(&c->io, fd, h->host->core->config->listen_tls[s->tls].server,
-                  (enum tls_listener)s->tls, &c->rd, h->host->core);
+    front_conn_init(&c->fc, h->host->core, s, fd, on_read, on_write, on_timer, c);
     http_parse_init(&c->parse);
     c->over_limit = !listener_admit(&h->l, s, &c->counted);
     c->next = h->conns;
     if (h->conns)
         h->conns->prev = c;
     h->conns = c;
-    c->last_us = util_monotonic_us();
     settle(c);
 }
 
@@ -479,7 +444,7 @@ static void http_drain(struct front *f)
     listener_drain(&h->l);
     for (struct conn *c = h->conns, *next; c; c = next) {
         next = c->next;
-        if (!c->lingering && conn_quiet(c))
+        if (!c->fc.lingering && conn_quiet(c))
             conn_free(c);
     }
 }
@@ -488,7 +453,7 @@ static int http_idle(const struct front *f)
 {
     const struct http *h = (const struct http *)f;
     for (const struct conn *c = h->conns; c; c = c->next)
-        if (c->count || c->out_off < c->out.len || front_io_pending(&c->io))
+        if (c->count || c->out_off < c->out.len || front_io_pending(&c->fc.io))
             return 0;
     return 1;
 }

@@ -11,14 +11,13 @@
 #ifndef RATELIMITD_HTTP_CONN_H
 #define RATELIMITD_HTTP_CONN_H
 
-#include <event2/event_struct.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "front/conn.h"
 #include "front/front.h"
 #include "front/http/http_parse.h"
 #include "front/listener.h"
-#include "front/tls.h"
 #include "lib/buf.h"
 #include "lib/client_ip.h"
 
@@ -44,25 +43,19 @@ struct slot {
 struct conn {
     struct http *h;
     const struct listener_socket *sock; /* accepted there: its roles (http_routes.h) */
-    int fd;
-    struct front_io io;      /* fd's bytes, plain or TLS */
-    struct client_addr peer; /* AF_UNSPEC: a unix-socket peer */
-    struct event rd, wr, timer;
+    struct front_conn fc;               /* the socket, its events and timer, lingering */
+    struct client_addr peer;            /* AF_UNSPEC: a unix-socket peer */
     struct http_parse parse;
     struct buf in;  /* read, not yet parsed: part of a request */
     struct buf out; /* answers ready, in order; out_off of them written */
     size_t out_off;
     struct slot slots[HTTP_PIPELINE_MAX];
     unsigned head, count; /* the ring of slots in use */
-    int64_t last_us;      /* monotonic: last bytes read or written */
     int64_t req_start_us; /* first byte of the request being read; 0: none */
-    int64_t linger_until_us;
     int counted;          /* holds a unit of max_connections (listener_admit) */
     int over_limit;       /* came past max_connections: its first request gets 503 */
     int closing;          /* no further request: close once the answers are written */
-    int lingering;        /* written and shut down: dropping what the client sends */
     int busy;             /* inside one of this connection's callbacks */
-    int reading, writing; /* rd, wr added */
     struct conn *prev, *next;
 };
 

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "lib/buf.h"
+#include "lib/util.h"
 
 #define HTTP_HEAD_MAX 8192  /* the head's limit unless told otherwise */
 #define HTTP_MAX_HEADERS 64 /* more header lines than this: 431 */
@@ -98,7 +99,7 @@ void http_parse_init(struct http_parse *p);
  * HTTP_PARSE_ERROR every call returns HTTP_PARSE_ERROR.
  */
 enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_limits *lim,
-                                       const char *data, size_t len, size_t *used);
+                                       const char *data, size_t len, size_t *used) RL_WUR;
 
 /* The request after HTTP_PARSE_REQUEST. */
 const struct http_request *http_parse_request(const struct http_parse *p);

@@ -6,8 +6,8 @@
 # stopped at exit), loads the decision code both ways (FUNCTION LOAD of the
 # library, SCRIPT LOAD of the EVAL script) and, next to it, a minimal script
 # per algorithm doing only that algorithm's essential Redis work (e.g.
-# INCRBY + PEXPIRE for fixed_window). Then, for each of the seven
-# algorithms with one tier, redis-benchmark sends CALLS calls (default
+# INCRBY + PEXPIRE for fixed_window). Then, for each rate algorithm
+# (concurrency aside) with one tier, redis-benchmark sends CALLS calls (default
 # 200000; random keys among 1e6, limits high enough that every call is
 # allowed and writes) through FCALL, through EVALSHA of our script, and to
 # the minimal script, and prints, best of RUNS runs (default 3: the box may

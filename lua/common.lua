@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- common.lua: helpers shared by every algorithm.
 --
--- The build concatenates common.lua, the seven algorithm files and check.lua
+-- The build concatenates common.lua, the algorithm files and check.lua
 -- into one chunk, twice (lua/embed.sh): as the EVAL script, which ends with
 -- `return decide(KEYS, ARGV)`, and as a Redis Function library, which ends
 -- by registering decide. In the library the chunk runs once, at FUNCTION

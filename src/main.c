@@ -209,7 +209,8 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
 
 /* Reads the options into srv and o. Returns -1 to go on, or the exit code
  * when they say to stop here (--help, --version, --print-script, a bad
- * option). */
+ * option). Long because it is the option table and one case per option:
+ * split, an option's name and its meaning would sit apart. */
 static int parse_options(int argc, char **argv, struct server *srv, struct options *o)
 {
     static const struct option opts[] = {

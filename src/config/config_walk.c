@@ -207,6 +207,29 @@ const yaml_node_t *cfg_field_node(struct loader *ld, const yaml_node_t *map, con
 
 /* ---- the walker ---------------------------------------------------------------- */
 
+/* An F_CHOICE field: the index of its value among f->choices, into slot. */
+static int parse_choice(struct loader *ld, const struct field *f, const yaml_node_t *node,
+                        const char *path, void *slot)
+{
+    const char *s = cfg_scalar_text(ld, node, path, "a string", 0);
+    if (s == NULL)
+        return -1;
+    for (size_t i = 0; f->choices[i] != NULL; i++) {
+        if (strcmp(s, f->choices[i]) == 0) {
+            *(int *)slot = (int)i;
+            return 0;
+        }
+    }
+    struct buf list = {NULL, 0, 0};
+    char buf[SHOWN_LEN];
+    for (size_t i = 0; f->choices[i] != NULL; i++)
+        cfg_list_add(&list, f->choices[i]);
+    cfg_fail(ld, node, path, "invalid value \"%s\": must be one of %s", cfg_shown(s, buf),
+             list.data);
+    buf_free(&list);
+    return -1;
+}
+
 /* Parses one field's value node into target. Longer than most functions
  * here and kept whole: one case per enum field_type, each a few lines, so
  * that a new type is one case in one place. */
@@ -215,10 +238,8 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
 {
     void *slot = (char *)target + f->offset;
     char msg[RL_ERRLEN], buf[SHOWN_LEN];
-    struct buf list = {NULL, 0, 0};
     const char *s = NULL;
     int rc = 0;
-    size_t i;
 
     switch (f->type) {
     case F_SECTION:
@@ -260,20 +281,7 @@ static int parse_value(struct loader *ld, const struct field *f, const yaml_node
         snprintf(msg, sizeof msg, "expected true or false");
         break;
     case F_CHOICE:
-        if ((s = cfg_scalar_text(ld, node, path, "a string", 0)) == NULL)
-            return -1;
-        for (i = 0; f->choices[i] != NULL; i++) {
-            if (strcmp(s, f->choices[i]) == 0) {
-                *(int *)slot = (int)i;
-                return 0;
-            }
-        }
-        for (i = 0; f->choices[i] != NULL; i++)
-            cfg_list_add(&list, f->choices[i]);
-        cfg_fail(ld, node, path, "invalid value \"%s\": must be one of %s", cfg_shown(s, buf),
-                 list.data);
-        buf_free(&list);
-        return -1;
+        return parse_choice(ld, f, node, path, slot);
     }
     if (rc < 0)
         return cfg_fail(ld, node, path, "invalid value \"%s\": %s", cfg_shown(s, buf), msg);

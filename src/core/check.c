@@ -439,14 +439,12 @@ static void ask_backend(struct check *c)
     c->sent_us = util_monotonic_us();
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
     pending_call(&c->p);
-    if (backend_decide(core->backend, cfg, &c->req, now, on_backend_done, c) < 0) {
-        pending_completed(&c->p);
+    int rc = backend_decide(core->backend, cfg, &c->req, now, on_backend_done, c);
+    if (pending_called(&c->p, rc, core->base, backend_call_timeout_us(core->backend, cfg)) < 0) {
         release_inflight(c);
         end_take(c, NULL);
         backend_failed(c, "is unavailable");
-        return;
     }
-    pending_arm(&c->p, core->base, backend_call_timeout_us(core->backend, cfg));
 }
 
 /* Answers c from the deny cache or a leased block, makes it wait for its

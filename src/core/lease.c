@@ -180,13 +180,12 @@ struct lease_call *lease_start(struct core *core, int renew, char **ids, size_t 
         answer(l, NULL);
     } else {
         pending_call(&l->p);
-        if (core->backend->ops->lease(core->backend, l->cfg, renew, l->batch, l->nsent,
-                                      on_backend_done, l) < 0) {
-            pending_completed(&l->p);
+        int rc = core->backend->ops->lease(core->backend, l->cfg, renew, l->batch, l->nsent,
+                                           on_backend_done, l);
+        int64_t timeout_us = backend_call_timeout_us(core->backend, l->cfg);
+        if (pending_called(&l->p, rc, core->base, timeout_us) < 0) {
             char why[64];
             answer(l, core_backend_said(core, why, sizeof why, "is unavailable"));
-        } else {
-            pending_arm(&l->p, core->base, backend_call_timeout_us(core->backend, l->cfg));
         }
     }
     return pending_started(&l->p) ? l : NULL;

@@ -44,6 +44,16 @@ void pending_arm(struct pending *p, struct event_base *base, int64_t timeout_us)
     p->armed = 1;
 }
 
+int pending_called(struct pending *p, int rc, struct event_base *base, int64_t timeout_us)
+{
+    if (rc < 0) {
+        pending_completed(p);
+        return -1;
+    }
+    pending_arm(p, base, timeout_us);
+    return 0;
+}
+
 int pending_answer(struct pending *p)
 {
     if (!p->waiting)

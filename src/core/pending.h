@@ -20,6 +20,8 @@
 #include <event2/event_struct.h>
 #include <stdint.h>
 
+#include "lib/util.h"
+
 struct pending;
 typedef void (*pending_fn)(struct pending *p);
 
@@ -65,6 +67,13 @@ static inline void pending_completed(struct pending *p)
 /* Arms the deadline timeout_us from now on base, if the front still waits
  * for a call not yet completed and timeout_us > 0. */
 void pending_arm(struct pending *p, struct event_base *base, int64_t timeout_us);
+
+/* Ends the start of one backend call: rc is what the backend's call
+ * returned after pending_call. On -1 its callback never runs: the call is
+ * taken back (pending_completed) and -1 returned, for the caller to answer
+ * without the backend. On 0 the deadline is armed (pending_arm) and 0
+ * returned. */
+int pending_called(struct pending *p, int rc, struct event_base *base, int64_t timeout_us) RL_WUR;
 
 /* Stops the deadline, if armed (a call that arms it again next). */
 void pending_disarm(struct pending *p);

@@ -98,12 +98,9 @@ struct reset *reset_start(struct core *core, const struct policy *p, char *key, 
     r->reply = reply;
     r->ctx = ctx;
     pending_call(&r->p);
-    if (backend_reset(core->backend, r->cfg, p, key, keylen, on_reset_done, r) < 0) {
-        pending_completed(&r->p);
+    int rc = backend_reset(core->backend, r->cfg, p, key, keylen, on_reset_done, r);
+    if (pending_called(&r->p, rc, core->base, backend_call_timeout_us(core->backend, r->cfg)) < 0)
         backend_failed(r, "is unavailable");
-    } else {
-        pending_arm(&r->p, core->base, backend_call_timeout_us(core->backend, r->cfg));
-    }
     return pending_started(&r->p) ? r : NULL;
 }
 

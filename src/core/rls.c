@@ -278,6 +278,30 @@ static int same_policy(const struct policy *a, const struct policy *b)
                       a->tiers[0].window_us == b->tiers[0].window_us);
 }
 
+/* The policy of a descriptor that brings its own limit (its limit_unit and
+ * requests_per_unit), into *out, owned by the caller; or -1 with err set
+ * when that limit is invalid. */
+static int override_policy(const struct config *cfg, const struct rls_descriptor *d,
+                           struct policy **out, struct request_error *err)
+{
+    char msg[RL_ERRLEN];
+    struct policy *owned = xmalloc(sizeof *owned);
+    if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, cfg->headers,
+                             cfg->deny_status, msg, sizeof msg) < 0) {
+        free(owned);
+        return request_fail(err, "invalid_limit", "%s", msg);
+    }
+    if (cfg->envoy_calendar_units && domains_envoy_calendar(owned, d->limit_unit, cfg->utc) < 0) {
+        free(owned);
+        return request_fail(err, "invalid_limit", "calendar unit");
+    }
+    /* Its limit is this request's: a denial cached under it could answer a
+     * later request that brings another. */
+    owned->deny_cache = 0;
+    *out = owned;
+    return 0;
+}
+
 /* Adds descriptor i's check to creq (merging a duplicate (policy, key), as
  * /check does) and remembers which check it is. */
 static int add_check(struct rls_call *c, struct check_request *creq, const struct rls_request *req,
@@ -307,22 +331,8 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     struct policy *owned = NULL;
     const struct policy *p;
     if (c->entries[i].limit == &c->entries[i].override) {
-        char msg[RL_ERRLEN];
-        owned = xmalloc(sizeof *owned);
-        if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0,
-                                 c->core->config->headers, c->core->config->deny_status, msg,
-                                 sizeof msg) < 0) {
-            free(owned);
-            return request_fail(err, "invalid_limit", "%s", msg);
-        }
-        if (c->core->config->envoy_calendar_units &&
-            domains_envoy_calendar(owned, d->limit_unit, c->core->config->utc) < 0) {
-            free(owned);
-            return request_fail(err, "invalid_limit", "calendar unit");
-        }
-        /* Its limit is this request's: a denial cached under it could
-         * answer a later request that brings another. */
-        owned->deny_cache = 0;
+        if (override_policy(c->core->config, d, &owned, err) < 0)
+            return -1;
         p = owned;
     } else {
         p = policy_for_key(c->entries[i].limit->policy, key, (size_t)len);
@@ -594,14 +604,12 @@ static void on_verdict(void *ctx, const struct verdict *v)
     reply_and_free(c, &a);
 }
 
-int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn reply, void *ctx,
-              struct rls_call **handle, struct request_error *err)
+/* The call for a valid req, starting: its descriptors matched against the
+ * current config, which it keeps a reference to only if it may need a
+ * second round (shadow mode, or a quota). */
+static struct rls_call *call_new(struct core *core, const struct rls_request *req,
+                                 rls_reply_fn reply, void *ctx)
 {
-    *handle = NULL;
-    if (validate(req, err) < 0) {
-        metrics_rls_request(core->metrics, (enum metrics_rls_front)req->front, METRICS_RLS_INVALID);
-        return -1;
-    }
     const struct config *cfg = core->config;
     /* One block: the call, then its n entries, then its n statuses (each
      * struct's size is a multiple of its alignment, all of them 8). */
@@ -627,7 +635,18 @@ int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn rep
         may_retry |= c->entries[i].quota;
     if (may_retry)
         c->cfg = config_ref(core->config);
+    return c;
+}
 
+int rls_start(struct core *core, const struct rls_request *req, rls_reply_fn reply, void *ctx,
+              struct rls_call **handle, struct request_error *err)
+{
+    *handle = NULL;
+    if (validate(req, err) < 0) {
+        metrics_rls_request(core->metrics, (enum metrics_rls_front)req->front, METRICS_RLS_INVALID);
+        return -1;
+    }
+    struct rls_call *c = call_new(core, req, reply, ctx);
     struct check_request creq = {0};
     creq.checks = xcalloc(c->n, sizeof *creq.checks);
     for (size_t i = 0; i < c->n; i++) {

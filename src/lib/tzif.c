@@ -332,6 +332,23 @@ static int read_header(const unsigned char *p, size_t len, int tsize, struct cou
     return 0;
 }
 
+/* A version 2+ file's footer, from f to end: "\n" TZ-string "\n", the
+ * rule after the last transition, into z->tz. */
+static int read_footer(const unsigned char *f, const unsigned char *end, struct tzif_zone *z,
+                       char *err, size_t errlen)
+{
+    char tzs[128];
+    size_t n = 0;
+    if (f >= end || *f != '\n')
+        return FAIL("a TZif file without its footer");
+    for (f++; f < end && *f != '\n' && n + 1 < sizeof tzs; f++)
+        tzs[n++] = (char)*f;
+    tzs[n] = '\0';
+    if (f >= end || *f != '\n' || tz_parse(tzs, &z->tz) < 0)
+        return FAIL("a TZif footer that is not a valid POSIX TZ string: \"%s\"", tzs);
+    return 0;
+}
+
 int tzif_parse(const unsigned char *data, size_t len, const char *name, struct tzif_zone **out,
                char *err, size_t errlen)
 {
@@ -380,22 +397,9 @@ int tzif_parse(const unsigned char *data, size_t len, const char *name, struct t
         }
         z->offset[i] = (int32_t)be32(types + 6 * idx[i]);
     }
-    if (version >= 2) {
-        /* The footer: "\n" TZ-string "\n". */
-        const unsigned char *f = p + block;
-        char tzs[128];
-        size_t n = 0;
-        if (f >= end || *f != '\n') {
-            tzif_free(z);
-            return FAIL("a TZif file without its footer");
-        }
-        for (f++; f < end && *f != '\n' && n + 1 < sizeof tzs; f++)
-            tzs[n++] = (char)*f;
-        tzs[n] = '\0';
-        if (f >= end || *f != '\n' || tz_parse(tzs, &z->tz) < 0) {
-            tzif_free(z);
-            return FAIL("a TZif footer that is not a valid POSIX TZ string: \"%s\"", tzs);
-        }
+    if (version >= 2 && read_footer(p + block, end, z, err, errlen) < 0) {
+        tzif_free(z);
+        return -1;
     }
     *out = z;
     return 0;

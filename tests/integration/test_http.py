@@ -232,7 +232,7 @@ def test_expiry(d, r):
     harness.ok(all(t > 0 for t in ttls.values()),
                "every key written has an expiry (%s)" % [k for k, t in ttls.items() if t <= 0])
     every = {k: t for k, t in ttls.items() if k.startswith("rl:{every:ttl}")}
-    harness.eq(len(every), 8, "the seven algorithms wrote their keys (log: two)")
+    harness.eq(len(every), 8, "each rate algorithm wrote its keys (log: two)")
     # A minute window: what matters ends within a minute (a bucket more for
     # the buckets); for sliding_window_counter, at the end of the next window.
     # Plus one second of slack.

@@ -156,16 +156,23 @@ static void on_node_state(void *arg, struct redis_node *n, int ready)
 
 /* ---- calls ---- */
 
-/* A call to fill: a spare (its call's memory kept) or a new one. */
+/* A call on b to fill: a spare (its call's memory kept) or a new one. NULL
+ * when the circuit is open (down, reconnecting, or not yet answering): the
+ * caller answers now rather than wait for a deadline. */
 static struct pending *pending_new(struct backend_redis *b)
 {
+    if (!redis_node_ready(b->node))
+        return NULL;
     struct pending *p = b->spare;
-    if (!p)
-        return xcalloc(1, sizeof *p);
-    b->spare = p->next_spare;
-    b->nspare--;
-    struct script_call keep = p->call;
-    *p = (struct pending){.call = keep};
+    if (p) {
+        b->spare = p->next_spare;
+        b->nspare--;
+        struct script_call keep = p->call;
+        *p = (struct pending){.call = keep};
+    } else {
+        p = xcalloc(1, sizeof *p);
+    }
+    p->b = b;
     return p;
 }
 
@@ -275,32 +282,26 @@ static int redis_decide(struct backend *iface, const struct config *cfg,
                         const struct check_request *req, int64_t now_us, backend_done_fn done,
                         void *arg)
 {
-    struct backend_redis *b = (struct backend_redis *)iface;
-    /* The circuit is open (down, reconnecting, or not yet answering):
-     * answer now rather than wait for a deadline. */
-    if (!redis_node_ready(b->node))
+    struct pending *p = pending_new((struct backend_redis *)iface);
+    if (!p)
         return -1;
-    struct pending *p = pending_new(b);
-    p->b = b;
     p->done = done;
     scripts_rebuild_call(cfg, req, now_us, &p->call);
-    return send_call(b, cfg, p, arg);
+    return send_call(p->b, cfg, p, arg);
 }
 
 static int redis_lease(struct backend *iface, const struct config *cfg, int renew,
                        const struct lease_ref *refs, size_t n, backend_lease_done_fn done,
                        void *arg)
 {
-    struct backend_redis *b = (struct backend_redis *)iface;
-    if (!redis_node_ready(b->node))
+    struct pending *p = pending_new((struct backend_redis *)iface);
+    if (!p)
         return -1;
-    struct pending *p = pending_new(b);
-    p->b = b;
     p->lease_done = done;
     p->nleases = n;
     int64_t now = cfg->clock == CLOCK_SOURCE_LOCAL ? util_realtime_us() : -1;
     scripts_rebuild_lease_call(cfg, renew, refs, n, now, &p->call);
-    return send_call(b, cfg, p, arg);
+    return send_call(p->b, cfg, p, arg);
 }
 
 /* ---- resets (resets.h) ---- */

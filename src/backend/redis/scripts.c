@@ -146,11 +146,14 @@ static void push_policy(struct script_call *c, size_t *used, const struct policy
     *used += len + 1;
 }
 
-void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
-                          struct script_call *out)
+/* Counts req's keys and tiers into *nkeys and *ntiers; returns the bytes
+ * its call's arguments take at most (push_policy relies on the bound). */
+static size_t call_bytes(const struct config *cfg, const struct check_request *req, size_t *nkeys,
+                         size_t *ntiers)
 {
-    size_t nkeys = 0, ntiers = 0, bytes = 3 * NUM_BYTES;
+    size_t bytes = 3 * NUM_BYTES + sizeof req->lease_nonce;
     size_t prefix = strlen(cfg->key_prefix);
+    *nkeys = *ntiers = 0;
     for (size_t i = 0; i < req->nchecks; i++) {
         const struct check_item *c = &req->checks[i];
         const struct policy *p = c->policy;
@@ -161,14 +164,39 @@ void scripts_rebuild_call(const struct config *cfg, const struct check_request *
              * :tier, :seq, NUL. */
             size_t key_bytes =
                 prefix + strlen(p->name) + 3 * c->keylen + strlen(p->tiers[j].name) + 16;
-            nkeys += k;
+            *nkeys += k;
             bytes += TIER_BYTES + k * key_bytes;
         }
-        ntiers += p->ntiers;
+        *ntiers += p->ntiers;
     }
+    return bytes;
+}
+
+/* Pushes the call's mode argument (lua/check.lua): a lease block's
+ * "L<want>" or "G<taken>", else report, dry run or run. */
+static void push_mode(struct script_call *out, size_t *used, const struct check_request *req)
+{
+    if (req->block_op != LEASE_BLOCK_NONE) {
+        char mode[UTIL_INT_CHARS + 1];
+        mode[0] = req->block_op == LEASE_BLOCK_TAKE ? 'L' : 'G';
+        int64_t v = req->block_op == LEASE_BLOCK_TAKE ? req->block_units : req->block_taken_us;
+        push(out, used, mode, 1 + util_format_int(mode + 1, v));
+        out->block = 1;
+    } else if (req->report)
+        push(out, used, SCRIPTS_REPORT, 1);
+    else if (req->dry_run)
+        push(out, used, SCRIPTS_DRY_RUN, 1);
+    else
+        push(out, used, SCRIPTS_RUN, 1);
+}
+
+void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
+                          struct script_call *out)
+{
+    size_t nkeys, ntiers;
+    size_t bytes = call_bytes(cfg, req, &nkeys, &ntiers);
     int nonce = req->lease_nonce[0] != '\0';
     size_t nargs = nkeys + 2 + 2 * req->nchecks + (size_t)nonce;
-    bytes += sizeof req->lease_nonce;
     call_alloc(out, nargs, bytes);
     out->ntiers = ntiers;
     out->nkeys = nkeys;
@@ -194,19 +222,7 @@ void scripts_rebuild_call(const struct config *cfg, const struct check_request *
         push_int(out, &used, now_us);
     else
         push(out, &used, "", 0);
-    if (req->block_op != LEASE_BLOCK_NONE) {
-        /* "L<want>" or "G<taken>" (lua/check.lua) */
-        char mode[UTIL_INT_CHARS + 1];
-        mode[0] = req->block_op == LEASE_BLOCK_TAKE ? 'L' : 'G';
-        int64_t v = req->block_op == LEASE_BLOCK_TAKE ? req->block_units : req->block_taken_us;
-        push(out, &used, mode, 1 + util_format_int(mode + 1, v));
-        out->block = 1;
-    } else if (req->report)
-        push(out, &used, SCRIPTS_REPORT, 1);
-    else if (req->dry_run)
-        push(out, &used, SCRIPTS_DRY_RUN, 1);
-    else
-        push(out, &used, SCRIPTS_RUN, 1);
+    push_mode(out, &used, req);
     /* Calendar bounds need a wall clock even under clock: redis (the
      * script then picks among them by TIME). */
     int64_t wall_us = now_us >= 0 ? now_us : util_realtime_us();

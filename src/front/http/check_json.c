@@ -342,6 +342,48 @@ int check_json_parse_report(const struct config *cfg, const char *body, size_t l
     return 0;
 }
 
+/* The shape with "checks" (an array of checks), root being the whole body;
+ * report: a /report body. On -1, out is freed by the caller. */
+static int parse_checks(const struct config *cfg, json_t *root, json_t *checks, int report,
+                        struct check_request *out, struct request_error *err)
+{
+    /* A report's: from the second on (no dry_run). */
+    static const char *const multi_fields[] = {"dry_run", "checks", NULL};
+    if (json_object_get(root, "policy") || json_object_get(root, "key") ||
+        json_object_get(root, "cost")) {
+        request_fail(err, "invalid_request",
+                     "\"checks\" cannot be combined with \"policy\", \"key\" or "
+                     "\"cost\": put each check inside \"checks\"");
+        return -1;
+    }
+    if (check_json_only_fields(root, multi_fields + report, "the request", err) < 0)
+        return -1;
+    if (!json_is_array(checks)) {
+        request_fail(err, "invalid_type", "\"checks\" must be an array");
+        return -1;
+    }
+    size_t n = json_array_size(checks);
+    if (n == 0) {
+        request_fail(err, "invalid_request", "\"checks\" is empty");
+        return -1;
+    }
+    if (n > REQUEST_MAX_CHECKS) {
+        request_fail(err, "invalid_request", "\"checks\" has %zu entries, over the limit of %d", n,
+                     REQUEST_MAX_CHECKS);
+        return -1;
+    }
+    out->checks = xcalloc(n, sizeof *out->checks);
+    for (size_t i = 0; i < n; i++) {
+        char where[32];
+        struct check_item item;
+        snprintf(where, sizeof where, "checks[%zu]", i);
+        if (parse_check(cfg, json_array_get(checks, i), where, 0, report, &item, err) < 0 ||
+            add_check(out, &item, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Both shapes through jansson; report: a /report body (check_json.h). */
 static int parse_jansson(const struct config *cfg, const char *body, size_t len, int report,
                          struct check_request *out, struct request_error *err)
@@ -374,40 +416,7 @@ static int parse_jansson(const struct config *cfg, const char *body, size_t len,
         goto done;
     }
 
-    /* A report's: from the second on (no dry_run). */
-    static const char *const multi_fields[] = {"dry_run", "checks", NULL};
-    if (json_object_get(root, "policy") || json_object_get(root, "key") ||
-        json_object_get(root, "cost")) {
-        request_fail(err, "invalid_request",
-                     "\"checks\" cannot be combined with \"policy\", \"key\" or "
-                     "\"cost\": put each check inside \"checks\"");
-        goto done;
-    }
-    if (check_json_only_fields(root, multi_fields + report, "the request", err) < 0)
-        goto done;
-    if (!json_is_array(checks)) {
-        request_fail(err, "invalid_type", "\"checks\" must be an array");
-        goto done;
-    }
-    size_t n = json_array_size(checks);
-    if (n == 0) {
-        request_fail(err, "invalid_request", "\"checks\" is empty");
-        goto done;
-    }
-    if (n > REQUEST_MAX_CHECKS) {
-        request_fail(err, "invalid_request", "\"checks\" has %zu entries, over the limit of %d", n,
-                     REQUEST_MAX_CHECKS);
-        goto done;
-    }
-    out->checks = xcalloc(n, sizeof *out->checks);
-    for (size_t i = 0; i < n; i++) {
-        char where[32];
-        snprintf(where, sizeof where, "checks[%zu]", i);
-        if (parse_check(cfg, json_array_get(checks, i), where, 0, report, &item, err) < 0 ||
-            add_check(out, &item, err) < 0)
-            goto done;
-    }
-    rc = 0;
+    rc = parse_checks(cfg, root, checks, report, out, err);
 done:
     json_decref(root);
     if (rc < 0)

@@ -24,6 +24,8 @@ Then it fails on:
     src/limiter/    lib, config, core, limiter
     src/backend/    lib, config, core, limiter, backend (never front/)
     src/front/      lib, config, core, front (never backend/)
+    src/module/     lib, config, limiter, module (the Redis module: the
+                    limiter's C inside Redis; never core/, backend/, front/)
     src/*.[ch]      anything
 
   and two sibling subfolders of front/ (http/, grpc/) or of backend/
@@ -62,6 +64,7 @@ ALLOWED = {
     "limiter": {"lib", "config", "core", "limiter"},
     "backend": {"lib", "config", "limiter", "core", "backend"},
     "front": {"lib", "config", "core", "front"},
+    "module": {"lib", "config", "limiter", "module"},
 }
 # Layers whose subfolders are plug-ins that never include one another.
 PLUGIN_LAYERS = {"front", "backend"}

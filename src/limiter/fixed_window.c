@@ -48,7 +48,7 @@ void fixed_window_write(const struct tier_state *ts, struct entry *e, int64_t no
     e->u.fw.n = n;
     e->u.fw.cal = cal;
     e->u.fw.s = cal ? ts->start : 0;
-    local_store_expire_in(e, now, ts->window_end - now);
+    local_store_expire_until(e, now, ts->window_end);
 }
 
 static void fw_commit(const struct tier_state *ts, struct entry *e, int64_t now)

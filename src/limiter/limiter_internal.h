@@ -7,8 +7,10 @@
  *
  *   local_store.c     the store: the key table, eviction, expiry; plays
  *                     the part of Redis, one entry per Redis key
- *   limiter_local.c   the two-pass decision, reports and lease calls, and
- *                     the one ops table (lua/check.lua's ALGORITHMS)
+ *   limiter_local.c   the two-pass decision, reports and lease calls
+ *   tier.c            one tier's steps wherever its state lives, and the
+ *                     one ops table (lua/check.lua's ALGORITHMS)
+ *   redis_state.c     a tier's state as the string Redis holds (the module)
  *   fixed_window.c, calendar_window.c, sliding_window_log.c,
  *   sliding_window_counter.c, sliding_window_buckets.c, token_bucket.c,
  *   gcra.c, leaky_bucket.c, concurrency.c
@@ -75,6 +77,10 @@ struct swb_bucket {
 struct entry {
     struct lru_node node; /* first: a node pointer is the entry's */
     int64_t expires_at;   /* µs; alive while now_us <= expires_at */
+    /* µs: the end the expiry was set from (lua/common.lua's expiry_until,
+     * which Redis stores as PXAT under `clock: redis`); 0: set by a
+     * duration alone (expire_in, always PX) */
+    int64_t expires_from_end;
     enum kind kind;
     union {
         struct {
@@ -162,6 +168,10 @@ void local_store_drop(struct local_store *s, struct entry *e);
  * up to the ms, plus the slack. */
 void local_store_expire_in(struct entry *e, int64_t now, int64_t us);
 
+/* expiry_until in common.lua: e expires as local_store_expire_in(e, now,
+ * end_us - now) does, and keeps end_us, from which Redis's PXAT is made. */
+void local_store_expire_until(struct entry *e, int64_t now, int64_t end_us);
+
 /* Frees a few expired entries (the end of every call): memory is bounded
  * by max_keys regardless; this only gives it back sooner. */
 void local_store_reclaim(struct local_store *s, int64_t now);
@@ -191,8 +201,21 @@ struct alg_ops {
     void (*report)(struct tier_state *ts, struct entry *e, int64_t now);
 };
 
+/* tier.c: the tier's row of the ops table (abort()s on a tier that did not
+ * pass validation). */
+const struct alg_ops *tier_ops(const struct tier *t);
+
+/* tier.c: pass 1 for one tier whose ts->t, ops, cost, capacity and e (the
+ * entry found, or NULL) are set: drops e if it holds another algorithm's
+ * state, loads, and decides (read_and_decide in check.lua). */
+void tier_decide(struct tier_state *ts, int64_t now);
+
+/* tier.c: the tier's figures into r, from the state tier_decide read
+ * (check.lua's report), as if its cost were taken iff consumed. */
+void tier_figures(const struct tier_state *ts, int64_t now, int consumed, struct tier_result *r);
+
 /* Each algorithm file's row, gathered into the one ops table by
- * limiter_local.c (calendar_window is a fixed_window tier with `calendar:`,
+ * tier.c (calendar_window is a fixed_window tier with `calendar:`,
  * a row of its own as in lua/check.lua's ALGORITHMS). */
 extern const struct alg_ops fixed_window_ops;
 extern const struct alg_ops calendar_window_ops;

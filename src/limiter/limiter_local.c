@@ -7,10 +7,9 @@
  * its own file, named as its Lua file (src/limiter/gcra.c beside
  * lua/gcra.lua), and the store in local_store.c.
  *
- * Owns: the one ops table (the script's ALGORITHMS table), built from the
- * row each algorithm file exports; the two-pass decision of a whole
- * request, reports, and the lease calls. Nothing here depends on which
- * algorithm a tier uses. Does not own: the store (local_store.c), any
+ * Owns: the two-pass decision of a whole request over the store, reports,
+ * and the lease calls (one tier's steps and the ops table are tier.c's).
+ * Nothing here depends on which algorithm a tier uses. Does not own: the store (local_store.c), any
  * algorithm's state or arithmetic, key encoding (policy.c), the request
  * (decision.h), clocks.
  */
@@ -22,33 +21,6 @@
 #include "config/policy.h"
 #include "lib/util.h"
 #include "limiter/limiter_internal.h"
-
-/* ------------------------------------------------------------ ops table */
-
-/* One row per algorithm, indexed by enum algorithm: the script's
- * ALGORITHMS table. Adding an algorithm is its file and one row here. */
-static const struct alg_ops *const ops_table[ALG__COUNT] = {
-    [ALG_FIXED_WINDOW] = &fixed_window_ops,
-    [ALG_SLIDING_WINDOW_LOG] = &sliding_window_log_ops,
-    [ALG_SLIDING_WINDOW_COUNTER] = &sliding_window_counter_ops,
-    [ALG_SLIDING_WINDOW_BUCKETS] = &sliding_window_buckets_ops,
-    [ALG_TOKEN_BUCKET] = &token_bucket_ops,
-    [ALG_GCRA] = &gcra_ops,
-    [ALG_LEAKY_BUCKET] = &leaky_bucket_ops,
-    [ALG_CONCURRENCY] = &concurrency_ops,
-};
-
-/* The tier's row; a tier that passed validation has one of ops_table's.
- * A fixed_window tier with `calendar:` is calendar_window's, as check.lua
- * sends it under that name. */
-static const struct alg_ops *ops_of(const struct tier *t)
-{
-    if ((unsigned)t->algorithm >= ALG__COUNT || !ops_table[t->algorithm])
-        abort();
-    if (t->algorithm == ALG_FIXED_WINDOW && t->calendar.unit != CALENDAR_NONE)
-        return &calendar_window_ops;
-    return ops_table[t->algorithm];
-}
 
 /* ---------------------------------------------------------------- decide */
 
@@ -76,37 +48,9 @@ static void tier_read(struct local_store *s, const char *key_prefix, const struc
     x->cost = cost;
     x->capacity = policy_tier_capacity(x->t);
     size_t len = tier_key(key_prefix, c, x->t, key, sizeof key);
-    x->ops = ops_of(x->t);
+    x->ops = tier_ops(x->t);
     x->e = local_store_lookup(s, key, len, now);
-    if (x->e && x->e->kind != x->ops->kind)
-        x->e = NULL; /* another algorithm's state: as absent */
-    x->ops->load(x, now);
-    if (x->cost == 0) {
-        x->allowed = 1;
-    } else if (x->cost > x->capacity) {
-        x->allowed = 0;
-        x->exceeds = 1;
-    } else {
-        x->allowed = x->ops->allows(x);
-    }
-}
-
-/* One tier's figures into r, from the state tier_read read. */
-static void tier_figures(const struct tier_state *x, int64_t now, int consumed,
-                         struct tier_result *r)
-{
-    memset(r, 0, sizeof *r);
-    r->allowed = x->allowed;
-    r->limit = x->capacity;
-    r->cost_exceeds_limit = x->exceeds;
-    r->now_us = now;
-    x->ops->figures(x, now, consumed, r);
-    if (x->exceeds)
-        r->retry_us = -1;
-    else if (!x->allowed)
-        r->retry_us = x->ops->retry(x, now);
-    else if (x->cost > 0 && x->ops->delay)
-        r->delay_us = x->ops->delay(x);
+    tier_decide(x, now);
 }
 
 /* Makes room for n tier states in the store's scratch array. */
@@ -133,7 +77,7 @@ static int local_report(struct local_store *s, const char *key_prefix,
         const struct check_item *c = &req->checks[i];
         for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
             const struct tier *t = &c->policy->tiers[j];
-            if (c->cost != 0 && ops_of(t)->report) {
+            if (c->cost != 0 && tier_ops(t)->report) {
                 tier_read(s, key_prefix, c, j, c->cost, now, x);
                 size_t len = tier_key(key_prefix, c, t, key, sizeof key);
                 struct entry *e = local_store_get_or_create(s, key, len, now);

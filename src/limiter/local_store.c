@@ -135,6 +135,13 @@ void local_store_become(struct entry *e, enum kind k)
 void local_store_expire_in(struct entry *e, int64_t now, int64_t us)
 {
     e->expires_at = now + (idiv_ceil(us, 1000) + EXPIRY_SLACK_MS) * 1000;
+    e->expires_from_end = 0;
+}
+
+void local_store_expire_until(struct entry *e, int64_t now, int64_t end_us)
+{
+    local_store_expire_in(e, now, end_us - now);
+    e->expires_from_end = end_us;
 }
 
 /* The next SWEEP_SLOTS slots of the table, then the LRU tail. */

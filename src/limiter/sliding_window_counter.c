@@ -68,7 +68,7 @@ static void swc_commit(const struct tier_state *ts, struct entry *e, int64_t now
     e->u.swc.e = ts->start + W;
     e->u.swc.c = ts->cur + ts->cost;
     e->u.swc.p = ts->prev;
-    local_store_expire_in(e, now, ts->start + 2 * W - now);
+    local_store_expire_until(e, now, ts->start + 2 * W);
 }
 
 /* sliding_window_counter.report: commit, the count saturating at

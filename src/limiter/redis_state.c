@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * redis_state.c: a tier's state as the string Redis holds, decoded into
+ * the limiter's entry so that tier.c and the algorithm files decide on it
+ * exactly as on the store's, and encoded back after commit. See
+ * redis_state.h for the contract.
+ *
+ * Owns: the string grammar of each algorithm (as the scripts' patterns:
+ * digits only, a sign only in the token bucket's tokens), the bounds that
+ * keep a hostile stored value from reaching the arithmetic, and PX/PXAT.
+ * Does not own: the arithmetic, Redis calls, the arguments.
+ */
+#include "limiter/redis_state.h"
+
+#include <inttypes.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "limiter/limiter_internal.h"
+
+struct redis_tier {
+    struct tier_state ts;
+    /* the decoded entry: a struct entry whose key[] is empty (never in a
+     * store), kept here in storage of its own alignment */
+    alignas(struct entry) unsigned char entry[sizeof(struct entry)];
+};
+
+int redis_state_supports(enum algorithm a)
+{
+    return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
+           a == ALG_GCRA || a == ALG_LEAKY_BUCKET;
+}
+
+size_t redis_state_tier_size(void)
+{
+    return sizeof(struct redis_tier);
+}
+
+struct redis_tier *redis_state_tier_at(void *array, size_t i)
+{
+    return (struct redis_tier *)array + i;
+}
+
+/* Reads ":<digits>" (with a leading '-' if sign) at *p, below end, into
+ * *v. A value past 2^53 in magnitude fails: the scripts' doubles are exact
+ * only up to it, and no state the daemon writes comes near. */
+static int field(const char **p, const char *end, int sign, int64_t *v)
+{
+    const char *s = *p;
+    int neg = 0;
+    if (s >= end || *s++ != ':')
+        return -1;
+    if (sign && s < end && *s == '-') {
+        neg = 1;
+        s++;
+    }
+    const char *digits = s;
+    int64_t n = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        n = n * 10 + (*s++ - '0');
+        if (n > EXACT_MAX)
+            return -1;
+    }
+    if (s == digits)
+        return -1;
+    *v = neg ? -n : n;
+    *p = s;
+    return 0;
+}
+
+/* Reads "<letter>" then n fields, the first signed if sign, and nothing
+ * after. */
+static int fields(const char *val, size_t len, char letter, int sign, int n, int64_t *v)
+{
+    const char *p = val + 1, *end = val + len;
+    if (len < 1 || val[0] != letter)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (field(&p, end, sign && i == 0, &v[i]) < 0)
+            return -1;
+    return p == end ? 0 : -1;
+}
+
+/* Fills e from val as the kind's Redis string; 0, or -1 (as absent). A
+ * scale of 0 (the w of "t:" and "g:") would divide by zero: absent. */
+static int decode(struct entry *e, enum kind k, const char *val, size_t len)
+{
+    int64_t v[4];
+    e->kind = k;
+    switch (k) {
+    case KIND_FIXED:
+        if (fields(val, len, 'f', 0, 2, v) == 0) {
+            e->u.fw.e = v[0], e->u.fw.n = v[1];
+            return 0;
+        }
+        if (fields(val, len, 'w', 0, 3, v) == 0) {
+            e->u.fw.s = v[0], e->u.fw.e = v[1], e->u.fw.n = v[2], e->u.fw.cal = 1;
+            return 0;
+        }
+        return -1;
+    case KIND_COUNTER:
+        if (fields(val, len, 'c', 0, 3, v) < 0)
+            return -1;
+        e->u.swc.e = v[0], e->u.swc.c = v[1], e->u.swc.p = v[2];
+        return 0;
+    case KIND_TOKEN:
+        if (fields(val, len, 't', 1, 3, v) < 0 || v[2] == 0)
+            return -1;
+        e->u.tb.s = v[0], e->u.tb.t = v[1], e->u.tb.w = v[2];
+        return 0;
+    case KIND_GCRA:
+        if (fields(val, len, 'g', 0, 3, v) < 0 || v[2] == 0)
+            return -1;
+        e->u.gc.d = v[0], e->u.gc.t = v[1], e->u.gc.w = v[2];
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+int redis_state_read(struct redis_tier *x, const struct tier *t, int64_t cost, const char *val,
+                     size_t len, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    memset(x, 0, sizeof *x);
+    x->ts.t = t;
+    x->ts.ops = tier_ops(t);
+    x->ts.cost = cost;
+    x->ts.capacity = policy_tier_capacity(t);
+    x->ts.e = val && decode(e, x->ts.ops->kind, val, len) == 0 ? e : NULL;
+    tier_decide(&x->ts, now);
+    return x->ts.allowed;
+}
+
+void redis_state_figures(const struct redis_tier *x, int64_t now, int consumed,
+                         int64_t out[REDIS_STATE_FIGURES])
+{
+    struct tier_result r;
+    tier_figures(&x->ts, now, consumed, &r);
+    out[0] = r.allowed;
+    out[1] = r.limit;
+    out[2] = r.remaining;
+    out[3] = r.reset_us;
+    out[4] = r.retry_us;
+    out[5] = r.delay_us;
+    out[6] = r.cost_exceeds_limit;
+}
+
+/* The state string of e (a kind this file decodes). */
+static size_t encode(const struct entry *e, char *buf)
+{
+    int n;
+    switch (e->kind) {
+    case KIND_FIXED:
+        if (e->u.fw.cal)
+            n = snprintf(buf, REDIS_STATE_BUF, "w:%" PRId64 ":%" PRId64 ":%" PRId64, e->u.fw.s,
+                         e->u.fw.e, e->u.fw.n);
+        else
+            n = snprintf(buf, REDIS_STATE_BUF, "f:%" PRId64 ":%" PRId64, e->u.fw.e, e->u.fw.n);
+        break;
+    case KIND_COUNTER:
+        n = snprintf(buf, REDIS_STATE_BUF, "c:%" PRId64 ":%" PRId64 ":%" PRId64, e->u.swc.e,
+                     e->u.swc.c, e->u.swc.p);
+        break;
+    case KIND_TOKEN:
+        n = snprintf(buf, REDIS_STATE_BUF, "t:%" PRId64 ":%" PRId64 ":%" PRId64, e->u.tb.s,
+                     e->u.tb.t, e->u.tb.w);
+        break;
+    default: /* KIND_GCRA */
+        n = snprintf(buf, REDIS_STATE_BUF, "g:%" PRId64 ":%" PRId64 ":%" PRId64, e->u.gc.d,
+                     e->u.gc.t, e->u.gc.w);
+        break;
+    }
+    /* 1 + 3 * (1 + 20) bytes at most: REDIS_STATE_BUF holds it */
+    return (size_t)n;
+}
+
+size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
+                          struct redis_expiry *ex)
+{
+    struct entry *e = (struct entry *)x->entry;
+    /* A fresh entry for the write, as the store's get_or_create after
+     * become: commit writes every field its string carries. */
+    memset(e, 0, sizeof *e);
+    e->kind = x->ts.ops->kind;
+    x->ts.ops->commit(&x->ts, e, now);
+    if (server_clock && e->expires_from_end > 0) {
+        ex->at = 1;
+        ex->ms = idiv_ceil(e->expires_from_end, 1000) + EXPIRY_SLACK_MS;
+    } else {
+        ex->at = 0;
+        ex->ms = (e->expires_at - now) / 1000;
+    }
+    return encode(e, buf);
+}

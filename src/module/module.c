@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * module.c: ratelimitd.so, the Redis module: `ratelimitd.check numkeys
+ * KEYS... ARGV...` takes exactly the batched FCALL's arguments
+ * (lua/check.lua: one request, or argv[1] "B" and a batch) and answers
+ * exactly its reply, reading and writing the same keys with the same
+ * values and expiries, decided by the memory backend's C (through
+ * limiter/redis_state.h). What it cannot decide yet (see
+ * module_args.h and redis_state.h) it answers with an error, as the script
+ * answers a request it refuses; within a batch, per request.
+ *
+ * Owns: the command, its Redis reads and writes (GET; SET with "!", so
+ * that replicas and the AOF get the effects, never this command), the
+ * server's TIME, read once per call as the script reads it once per batch.
+ * Does not own: the arguments' grammar (module_args.c), the arithmetic.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "limiter/redis_state.h"
+#include "module/module_args.h"
+#include "module/redismodule_api.h"
+
+/* The API table: the module's one static, written once by OnLoad before
+ * any command can run (see redismodule_api.h for why it must be one). */
+static struct redis_module_api rm;
+
+/* One call's context: Redis's, and the server's TIME once read. */
+struct call {
+    RedisModuleCtx *ctx;
+    int64_t time; /* µs; -1 until read */
+};
+
+/* The server's TIME in µs, read at the call's first need. */
+static int server_time(struct call *k, int64_t *now)
+{
+    if (k->time < 0) {
+        RedisModuleCallReply *r = rm.Call(k->ctx, "TIME", "");
+        int64_t part[2] = {0, 0};
+        if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY || rm.CallReplyLength(r) != 2) {
+            if (r)
+                rm.FreeCallReply(r);
+            return -1;
+        }
+        for (size_t i = 0; i < 2; i++) {
+            size_t len;
+            const char *p = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, i), &len);
+            for (size_t j = 0; p && j < len; j++)
+                part[i] = part[i] * 10 + (p[j] - '0');
+        }
+        rm.FreeCallReply(r);
+        k->time = part[0] * 1000000 + part[1];
+    }
+    *now = k->time;
+    return 0;
+}
+
+/* Pass 1 for one tier: GET its key (anything but a string reads as absent,
+ * as the script's pcall of GET), decode and decide. */
+static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *x,
+                     const struct module_tier *t, int64_t cost, int64_t now)
+{
+    RedisModuleCallReply *r = rm.Call(k->ctx, "GET", "s", key);
+    const char *val = NULL;
+    size_t len = 0;
+    if (r && rm.CallReplyType(r) == REDISMODULE_REPLY_STRING)
+        val = rm.CallReplyStringPtr(r, &len);
+    int allowed = redis_state_read(x, &t->t, cost, val, len, now);
+    if (r)
+        rm.FreeCallReply(r);
+    return allowed;
+}
+
+/* Pass 2 for one tier: SET its new state with the script's expiry,
+ * replicated as the SET itself. */
+static void write_tier(struct call *k, RedisModuleString *key, struct redis_tier *x, int64_t now,
+                       int server_clock)
+{
+    char buf[REDIS_STATE_BUF];
+    struct redis_expiry ex;
+    size_t len = redis_state_commit(x, now, server_clock, buf, &ex);
+    RedisModuleCallReply *r =
+        rm.Call(k->ctx, "SET", "!sbcl", key, buf, len, ex.at ? "PXAT" : "PX", (long long)ex.ms);
+    /* A SET refused (out of memory under a maxmemory policy that evicts
+     * nothing) loses the write as the script's redis.call would raise:
+     * the reply is already made, so it cannot say so; nothing else may
+     * fail here. */
+    if (r)
+        rm.FreeCallReply(r);
+}
+
+/* Decides one request whose arguments are decoded in req, replying with
+ * check.lua's array. */
+static void decide(struct call *k, RedisModuleString **keys, struct module_request *req, void *xs,
+                   int *check_allowed)
+{
+    int64_t now = req->now, fig[REDIS_STATE_FIGURES];
+    if (req->server_clock && server_time(k, &now) < 0) {
+        rm.ReplyWithError(k->ctx, "ERR ratelimitd: TIME failed");
+        return;
+    }
+    int request_allowed = 1;
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        check_allowed[c] = 1;
+        for (size_t i = chk->first; i < chk->last; i++)
+            check_allowed[c] &= read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
+                                          &req->tiers[i], chk->cost, now);
+        if (!chk->shadow && !check_allowed[c])
+            request_allowed = 0;
+    }
+    rm.ReplyWithArray(k->ctx, (long)(2 + (req->both ? 9 : 7) * req->ntiers));
+    rm.ReplyWithLongLong(k->ctx, now);
+    rm.ReplyWithLongLong(k->ctx, request_allowed);
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; i < chk->last; i++) {
+            redis_state_figures(redis_state_tier_at(xs, i), now,
+                                request_allowed && check_allowed[c], fig);
+            for (int f = 0; f < REDIS_STATE_FIGURES; f++)
+                rm.ReplyWithLongLong(k->ctx, fig[f]);
+        }
+    }
+    for (size_t i = 0; req->both && i < req->ntiers; i++) {
+        redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+        rm.ReplyWithLongLong(k->ctx, fig[2]);
+        rm.ReplyWithLongLong(k->ctx, fig[3]);
+    }
+    if (!request_allowed || req->dry_run)
+        return;
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; check_allowed[c] && chk->cost > 0 && i < chk->last; i++)
+            write_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i), now,
+                       req->server_clock);
+    }
+}
+
+/* Decodes and decides one request: keys[0..nk), argv[0..na); replies with
+ * its array or its error. */
+static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
+                        const struct module_arg *argv, size_t na)
+{
+    char err[MODULE_ERR_BUF + 8];
+    struct module_request req;
+    /* Sized by the counts, which the framing bounded by argc. */
+    req.checks = rm.Alloc((na / 2 + 1) * sizeof *req.checks);
+    req.tiers = rm.Alloc((nk + 1) * sizeof *req.tiers);
+    int *check_allowed = rm.Alloc((na / 2 + 1) * sizeof *check_allowed);
+    void *xs = rm.Alloc((nk + 1) * redis_state_tier_size());
+    memcpy(err, "ERR ", 4);
+    if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
+        rm.ReplyWithError(k->ctx, err);
+    else
+        decide(k, keys, &req, xs, check_allowed);
+    rm.Free(xs);
+    rm.Free(check_allowed);
+    rm.Free(req.tiers);
+    rm.Free(req.checks);
+}
+
+/* argv[1] "B": the batch, each request decided in turn with its own reply. */
+static void batch(struct call *k, RedisModuleString **keys, size_t nkeys,
+                  const struct module_arg *argv, size_t na)
+{
+    char err[MODULE_ERR_BUF + 8];
+    size_t n;
+    memcpy(err, "ERR ", 4);
+    if (module_args_batch_count(argv, na, &n, err + 4, MODULE_ERR_BUF) < 0) {
+        rm.ReplyWithError(k->ctx, err);
+        return;
+    }
+    size_t *nk = rm.Alloc(2 * n * sizeof *nk), *nargs = nk + n;
+    if (module_args_batch_counts(argv, na, nkeys, n, nk, nargs, err + 4, MODULE_ERR_BUF) < 0) {
+        rm.ReplyWithError(k->ctx, err);
+    } else {
+        size_t ko = 0, ao = 2 + 2 * n;
+        rm.ReplyWithArray(k->ctx, (long)n);
+        for (size_t r = 0; r < n; r++) {
+            one_request(k, keys + ko, nk[r], argv + ao, nargs[r]);
+            ko += nk[r], ao += nargs[r];
+        }
+    }
+    rm.Free(nk);
+}
+
+/* ratelimitd.check numkeys key... arg... */
+static int check_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    size_t len;
+    const char *p;
+    long long numkeys = 0;
+    if (argc < 2)
+        return rm.WrongArity(ctx);
+    p = rm.StringPtrLen(argv[1], &len);
+    for (size_t i = 0; i < len && numkeys <= argc; i++)
+        numkeys = p[i] >= '0' && p[i] <= '9' ? numkeys * 10 + (p[i] - '0') : argc + 1;
+    if (len == 0 || numkeys > argc - 2) {
+        if (rm.IsKeysPositionRequest(ctx))
+            return REDISMODULE_OK;
+        return rm.ReplyWithError(ctx, "ERR ratelimitd: numkeys must be an integer from 0 to the "
+                                      "number of arguments after it");
+    }
+    if (rm.IsKeysPositionRequest(ctx)) {
+        for (int i = 0; i < numkeys; i++)
+            rm.KeyAtPos(ctx, 2 + i);
+        return REDISMODULE_OK;
+    }
+    size_t na = (size_t)(argc - 2 - numkeys);
+    struct module_arg *args = rm.Alloc((na + 1) * sizeof *args);
+    for (size_t i = 0; i < na; i++)
+        args[i].p = rm.StringPtrLen(argv[2 + numkeys + i], &args[i].len);
+    struct call k = {ctx, -1};
+    if (na >= 1 && args[0].len == 1 && args[0].p[0] == 'B')
+        batch(&k, argv + 2, (size_t)numkeys, args, na);
+    else
+        one_request(&k, argv + 2, (size_t)numkeys, args, na);
+    rm.Free(args);
+    return REDISMODULE_OK;
+}
+
+/* The one symbol the module exports (it is built -fvisibility=hidden, so
+ * that none of its names binds to one of Redis's). */
+__attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx,
+                                                              RedisModuleString **argv, int argc);
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    (void)argv;
+    (void)argc;
+    if (module_api_init(&rm, ctx, "ratelimitd", 1) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    /* Keys by getkeys-api: numkeys says where they end, as FCALL's. */
+    if (rm.CreateCommand(ctx, "ratelimitd.check", check_command, "write deny-oom getkeys-api", 0, 0,
+                         0) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

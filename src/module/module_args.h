@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * module_args.h: the arguments of `ratelimitd.check`, decoded: exactly the
+ * Functions' KEYS and ARGV (lua/check.lua): a batch's framing ("B", the
+ * count, two counts per request) and each request's now, mode, costs,
+ * policies and lease nonce. Pure: no Redis call, no allocation (the caller
+ * sizes the arrays from the counts), so that no argument list can do more
+ * than answer an error.
+ *
+ * Owns: the argument grammar and its error messages (the script's words).
+ * Stricter than the script where the daemon never sends otherwise:
+ * integers are plain decimals, and a tier's limit (or capacity) times its
+ * window must stay within 2^53, as the daemon's validation guarantees.
+ * Does not own: the decision (limiter/redis_state.h), Redis calls.
+ */
+#ifndef RATELIMITD_MODULE_ARGS_H
+#define RATELIMITD_MODULE_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/policy.h"
+
+#define MODULE_ERR_BUF 200
+
+struct module_arg {
+    const char *p;
+    size_t len;
+};
+
+struct module_tier {
+    struct tier t;
+    size_t key; /* its key: an index into the request's keys */
+};
+
+struct module_check {
+    int shadow;
+    int64_t cost;
+    size_t first, last; /* its tiers: [first, last) */
+};
+
+struct module_request {
+    int server_clock; /* now is Redis's TIME (ARGV[1] "") */
+    int64_t now;      /* µs, unless server_clock */
+    int dry_run;      /* "1" or "2" */
+    int both;         /* "2": the figures as if denied follow */
+    size_t nchecks, ntiers;
+    struct module_check *checks; /* the caller's: (nargs / 2) of them */
+    struct module_tier *tiers;   /* the caller's: nkeys of them */
+};
+
+/* The count of a batch's requests (argv[1] "B"): *n >= 1 with 2 + 2n <= na.
+ * Returns 0, or -1 with err. */
+int module_args_batch_count(const struct module_arg *argv, size_t na, size_t *n, char *err,
+                            size_t errlen) __attribute__((warn_unused_result));
+
+/* The batch's per-request counts of KEYS (nk[r]) and ARGV (nargs[r]), which
+ * must add up to nkeys and na. Returns 0, or -1 with err. */
+int module_args_batch_counts(const struct module_arg *argv, size_t na, size_t nkeys, size_t n,
+                             size_t *nk, size_t *nargs, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* One request: argv[0..na) with nkeys keys. req->checks must hold na / 2
+ * entries, req->tiers nkeys. Returns 0, or -1 with err (a request the
+ * module cannot decide yet says "not implemented in the module yet"). */
+int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
+                        struct module_request *req, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

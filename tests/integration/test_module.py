@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""test_module.py: ratelimitd.so, the Redis module (src/module/), loaded
+into a private redis-server beside the Functions library
+($LOCAL_DRIVER --print-library), against them:
+
+- the command exists as `ratelimitd.check`, declares its keys (COMMAND
+  GETKEYS) and shows in INFO commandstats;
+- a differential run: seeded streams of batches (fixed_window,
+  sliding_window_counter, token_bucket, gcra, leaky_bucket; one or two
+  tiers, several checks, shadow checks, dry runs "1" and "2", costs
+  0..capacity+1, chosen times) sent as FCALL under one key prefix and as
+  ratelimitd.check under another, each pair in one MULTI/EXEC: every
+  reply equal, and after every pair every key equal in value and absolute
+  expiry (PEXPIRETIME; the two SETs run a moment apart, so within the
+  pair's own measured duration);
+- `clock: redis` (ARGV[1] ""): PXAT expiries equal to the millisecond;
+- what it does not decide yet answers "not implemented in the module yet";
+- hostile argument lists and stored states answer errors (or read as
+  absent) and Redis keeps answering.
+"""
+
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import RedisError, diag, eq, ok  # noqa: E402
+
+T0 = 1_700_000_000_000_000  # µs
+SEC = 1_000_000
+ALGORITHMS = ("fixed_window", "sliding_window_counter", "token_bucket", "gcra", "leaky_bucket")
+# A key whose absolute expiry is nearer than this is deleted under both
+# prefixes before a pair (after being compared): Redis expires keys by its
+# real clock, and one that expired between the FCALL and the module's call
+# would part the two streams for a reason that is no bug of either.
+NEAR_MS = 5000
+
+
+def capacity(alg, limit, burst):
+    if alg in ("token_bucket", "gcra"):
+        return burst if burst > 0 else limit
+    if alg == "leaky_bucket":
+        return burst + 1
+    return limit
+
+
+def random_policy(rnd):
+    """A policy string and the capacity of its first tier."""
+    words, first = [rnd.choice("0001")], None
+    for _ in range(rnd.choice((1, 1, 2))):
+        alg = rnd.choice(ALGORITHMS)
+        limit = rnd.randint(1 if alg != "fixed_window" else 0, 6)
+        if alg != "fixed_window":
+            limit = max(limit, 1)
+        window = rnd.choice((2 * SEC, 10 * SEC, 60 * SEC, 3_600 * SEC))
+        burst = rnd.choice((0, 0, 2, 5)) if alg != "sliding_window_counter" else 0
+        words += [alg, str(limit), str(window), str(burst), "0"]
+        if first is None:
+            first = capacity(alg, limit, burst)
+    return " ".join(words), first
+
+
+def random_request(rnd, now, names):
+    """(keys without prefix, argv) of one request."""
+    keys, argv = [], [str(now), rnd.choice("00012")]
+    for _ in range(rnd.choice((1, 1, 2, 3))):
+        policy, cap = random_policy(rnd)
+        argv += [str(rnd.randint(0, cap + 1)), policy]
+        ntiers = (len(policy.split()) - 1) // 5
+        keys += ["%s:%d" % (rnd.choice(names), i) for i in range(ntiers)]
+    return keys, argv
+
+
+def batch_args(requests):
+    """The batch framing of lua/check.lua's decide_batch."""
+    keys, head, tail = [], ["B", str(len(requests))], []
+    for k, a in requests:
+        keys += k
+        head += [str(len(k)), str(len(a))]
+        tail += a
+    return keys, head + tail
+
+
+def compare_keys(r, names, prefixes, tolerance_ms, what):
+    """Every key of the stream under both prefixes: value and expiry.
+    Returns the keys near their expiry (see NEAR_MS)."""
+    keys = [n + ":" + str(i) for n in names for i in range(2)]
+    r.command("MULTI")
+    for k in keys:
+        for p in prefixes:
+            r.command("GET", p + k)
+            r.command("PEXPIRETIME", p + k)
+    got = r.command("EXEC")
+    now_ms = int(time.time() * 1000)
+    near, bad = [], []
+    for i, k in enumerate(keys):
+        fv, fe, mv, me = got[4 * i:4 * i + 4]
+        if fv != mv or (fe < 0) != (me < 0) or abs(fe - me) > tolerance_ms:
+            bad.append((k, fv, fe, mv, me))
+        if 0 <= min(fe, me) < now_ms + NEAR_MS or 0 <= max(fe, me) < now_ms + NEAR_MS:
+            near.append(k)
+    if bad:
+        diag("%s: %r" % (what, bad[:3]))
+    return bad, near
+
+
+def test_differential(r, function):
+    rnd = random.Random(30)
+    names = ["k%d" % i for i in range(6)]
+    now = T0 + 123
+    nreplies = nkeys_bad = 0
+    first_bad = None
+    worst_ms = 0
+    for step in range(400):
+        now += rnd.choice((0, 1, 999, 250_000, 1_500_000, 7 * SEC))
+        reqs = [random_request(rnd, now, names) for _ in range(rnd.choice((1, 1, 2, 4)))]
+        single = len(reqs) == 1 and rnd.random() < 0.5
+        keys, argv = (reqs[0][0], reqs[0][1]) if single else batch_args(reqs)
+        started = time.monotonic()
+        r.command("MULTI")
+        r.command("FCALL", function, len(keys), *["F:" + k for k in keys], *argv)
+        r.command("ratelimitd.check", len(keys), *["M:" + k for k in keys], *argv)
+        f, m = r.command("EXEC")
+        pair_ms = int((time.monotonic() - started) * 1000) + 1
+        worst_ms = max(worst_ms, pair_ms)
+        nreplies += 1
+        if norm(f) != norm(m) and first_bad is None:
+            first_bad = (step, keys, argv, f, m)
+        bad, near = compare_keys(r, names, ("F:", "M:"), pair_ms, "step %d" % step)
+        nkeys_bad += len(bad)
+        for k in near:
+            r.command("DEL", "F:" + k, "M:" + k)
+    ok(first_bad is None, "differential: %d calls, every reply of ratelimitd.check equals "
+       "FCALL's" % nreplies)
+    if first_bad:
+        diag("first difference: %r" % (first_bad,))
+    eq(nkeys_bad, 0, "differential: every key equal in value and expiry after every call "
+       "(expiries within the pair's own duration, at most %d ms)" % worst_ms)
+
+
+def norm(reply):
+    """A reply with error replies as the marker "error" (the script's
+    messages carry its line numbers; the module's say the same in words)."""
+    if isinstance(reply, RedisError):
+        return "error"
+    if isinstance(reply, list):
+        return [norm(x) for x in reply]
+    return reply
+
+
+def test_server_clock(r, function):
+    policy = "0 fixed_window 5 3600000000 0 0 sliding_window_counter 5 3600000000 0 0"
+    same = False
+    for _ in range(5):  # bounded: a pair falls across an hour's end at most once
+        r.command("DEL", "F:c:0", "F:c:1", "M:c:0", "M:c:1")
+        r.command("MULTI")
+        r.command("FCALL", function, 2, "F:c:0", "F:c:1", "", "0", "1", policy)
+        r.command("ratelimitd.check", 2, "M:c:0", "M:c:1", "", "0", "1", policy)
+        f, m = r.command("EXEC")
+        if f[0] // (3600 * SEC) == m[0] // (3600 * SEC):
+            same = True
+            break
+    ok(same, "clock redis: both calls in one hour's window")
+    for k in ("c:0", "c:1"):
+        eq(r.command("GET", "M:" + k), r.command("GET", "F:" + k),
+           "clock redis: %s: the same state" % k)
+        eq(r.command("PEXPIRETIME", "M:" + k), r.command("PEXPIRETIME", "F:" + k),
+           "clock redis: %s: the same PXAT expiry, to the ms" % k)
+    eq([m[2 + i] for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 13)],
+       [f[2 + i] for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 11, 12, 13)],
+       "clock redis: the same figures but reset_us")
+
+
+def test_not_implemented(r):
+    for argv, what in (
+        (["1", "0", "1", "0 sliding_window_log 5 1000000 0 0"], "sliding_window_log"),
+        (["1", "0", "1", "0 sliding_window_buckets 5 1000000 0 100000"], "sliding_window_buckets"),
+        (["1", "0", "1", "0 concurrency 5 1000000 0 0"], "concurrency"),
+        (["1", "0", "1", "0 calendar_window 5 0:10:20:30 0 0"], "calendar_window"),
+        (["1", "3", "1", "0 fixed_window 5 1000000 0 0"], "reports"),
+        (["1", "L5", "1", "0 fixed_window 5 1000000 0 0"], "lease calls"),
+        (["1", "r", "m", "0"], "lease calls"),
+    ):
+        nkeys = 1
+        try:
+            got = r.command("ratelimitd.check", nkeys, "x", *argv)
+        except RedisError as e:
+            got = e.message
+        ok(isinstance(got, str) and re.fullmatch(
+            r"ERR ratelimitd: %s not implemented in the module yet" % what, got),
+            "not implemented: %s answers so (%r)" % (what, got))
+
+
+HOSTILE = [
+    [],
+    ["x"],
+    ["-1", "1", "0"],
+    ["99999999999999999999999", "k"],
+    ["3", "a", "b"],
+    ["0", "B"],
+    ["0", "B", "0"],
+    ["0", "B", "99999999999999"],
+    ["0", "B", "2", "0", "2"],
+    ["0", "B", "1", "x", "2", "1", "0"],
+    ["0", "B", "1", "0", "99999999999999", "1", "0"],
+    ["1", "k", "B", "1", "5", "4", "1", "0", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "abc", "0", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "-5", "0", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1e3", "0", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "9", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "x", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "-1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "9007199254740993", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", ""],
+    ["1", "k", "1", "0", "1", "2 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0"],
+    ["1", "k", "1", "0", "1", "0 bogus 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 " + "x" * 5000 + " 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 fixed_window 9007199254740992 9007199254740992 0 0"],
+    ["1", "k", "1", "0", "1", "0 token_bucket 0 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 gcra 5 0 0 0"],
+    ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0 fixed_window 1 1000 0 0"],
+    ["2", "k", "j", "1", "0", "1", "0 fixed_window 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0", "short-nonce"],
+    ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0 " * 3000],
+    ["0", "1", "0"] + ["1", "0 fixed_window 1 1000 0 0"] * 2000,
+]
+
+
+def test_hostile(r):
+    answered = []
+    for args in HOSTILE:
+        try:
+            got = r.command("ratelimitd.check", *args)
+        except RedisError as e:
+            got = e
+        answered.append(isinstance(got, RedisError) or (
+            isinstance(got, list) and got and all(isinstance(x, RedisError) for x in got)))
+        if not answered[-1]:
+            diag("not an error: %r -> %r" % ([a[:60] for a in args[:8]], got))
+    ok(all(answered), "hostile arguments: all %d lists answer errors" % len(HOSTILE))
+    eq(r.command("PING"), "PONG", "hostile arguments: Redis still answers")
+    # A batch whose second request is refused: the first decided all the same.
+    got = r.command("ratelimitd.check", 1, "h:ok", "B", "2", "1", "4", "0", "2",
+                    str(T0), "0", "1", "0 fixed_window 3 1000000 0 0", "x", "0")
+    ok(isinstance(got[0], list) and got[0][:3] == [T0, 1, 1] and isinstance(got[1], RedisError),
+       "a batch: a refused request is an error in its place, its neighbour decided (%r)"
+       % (got,))
+    # Stored state no daemon writes: read as absent, never a division by 0.
+    states = ["t:1:1:0", "g:5:1:0", "t:-99999999999999999999:1:1", "g:1:99999999999999999999:5",
+              "f:1", "c:x:1:1", "f:" + "9" * 400 + ":1"]
+    fine = True
+    for i, s in enumerate(states):
+        r.command("SET", "h:s", s)
+        alg = ("token_bucket", "gcra", "token_bucket", "gcra", "fixed_window",
+               "sliding_window_counter", "fixed_window")[i]
+        got = r.command("ratelimitd.check", 1, "h:s", str(T0), "0", "1",
+                        "0 %s 3 1000000 0 0" % alg)
+        fine = fine and isinstance(got, list) and got[1] == 1
+    ok(fine, "hostile stored states: read as absent, the request allowed")
+    eq(r.command("PING"), "PONG", "hostile stored states: Redis still answers")
+
+
+def main():
+    module = os.environ.get("RATELIMITD_MODULE")
+    if not module or not os.path.exists(module):
+        harness.bail_out("set RATELIMITD_MODULE to the built ratelimitd.so (make)")
+    if harness.find_program("REDIS_SERVER", "redis-server") is None:
+        harness.skip_all("redis-server not found (Debian package redis-server)")
+    driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
+    if not driver:
+        harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    function = re.match(rb"#!lua name=(\S+)", lib).group(1).decode()
+    server = harness.RedisServer(extra_args=["--loadmodule", os.path.abspath(module)]).start()
+    r = server.client()
+    eq(r.command("FUNCTION", "LOAD", "REPLACE", lib), function, "the Functions library loads")
+    mods = r.command("MODULE", "LIST")
+    ok(any("ratelimitd" in m for m in mods), "MODULE LIST names ratelimitd")
+    eq(r.command("COMMAND", "GETKEYS", "ratelimitd.check", "2", "a", "b", "B", "1"),
+       ["a", "b"], "the command declares its keys (numkeys, as FCALL)")
+    test_differential(r, function)
+    test_server_clock(r, function)
+    test_not_implemented(r)
+    test_hostile(r)
+    stats = r.command("INFO", "commandstats")
+    ok("cmdstat_ratelimitd.check:" in stats, "INFO commandstats shows cmdstat_ratelimitd.check")
+
+
+if __name__ == "__main__":
+    harness.run(main)

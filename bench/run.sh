@@ -27,6 +27,10 @@
 #   rl1     ratelimitd, 1 worker (fixed_window and token_bucket)
 #   rl2     ratelimitd, `workers: 2` (n/a while the daemon refuses the field)
 #   sweep   connection sweep of rl1 (and rl2) and nginx1 -> throughput.png
+#   pair    envoyproxy/ratelimit's decision, a pipelined INCRBY + EXPIRE, by
+#           redis-benchmark on a redis-server of its own: Redis's CPU per
+#           decision (INFO cpu), PAIR_N (100 000) of each, and `redis`'s
+#           Redis CPU per check ÷ it
 #   cost    bench/redis_cost.sh (Redis's own µs per call of each algorithm),
 #           one run per variant, 100 000 calls (--quick 20 000)
 # At the end: the issue's targets, met or not, in summary.md (also printed),
@@ -41,8 +45,9 @@
 # --out DIR (bench/results), --deadline S (540 per round; --quick 170: cases that
 # would end later are skipped; the cost hook gets what is left + 30 s).
 # RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
-# of the RSS run (1000000; --quick 300000). Order of the run: nginx1,
-# nginx2, rlf, rl1, mem, redis, leases, grpc, rl2, cost.
+# of the RSS run (1000000; --quick 300000); PAIR_N=N the commands of each
+# pair run (100000). Order of the run: nginx1, nginx2, rlf, rl1, mem,
+# redis, pair, leases, grpc, rl2, cost.
 #
 # Everything started here is stopped on exit (also on Ctrl-C); every wait
 # and every wrk run is bounded.
@@ -52,7 +57,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
-ONLY="nginx1,nginx2,rlf,mem,redis,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
+ONLY="nginx1,nginx2,rlf,mem,redis,pair,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE="" ROUNDS=1 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
 CMDLINE="bench/run.sh"
 for a in "$@"; do
@@ -85,7 +90,7 @@ case "$ROUNDS" in [1-9]|[1-9][0-9]) ;; *) echo "run.sh: --rounds takes 1 to 99" 
 [ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 170 || echo 540)) * ROUNDS ))
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
 # --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
-[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,leases,grpc"
+[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,pair,leases,grpc"
 
 T_START=$(date +%s)
 log() { printf '[bench %3ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
@@ -98,7 +103,7 @@ install_deps() {
     command -v wrk >/dev/null || need+=(wrk)
     command -v nginx >/dev/null || need+=(nginx-light)
     command -v redis-server >/dev/null || need+=(redis-server)
-    command -v redis-cli >/dev/null || need+=(redis-tools)
+    command -v redis-cli >/dev/null && command -v redis-benchmark >/dev/null || need+=(redis-tools)
     command -v gnuplot >/dev/null || need+=(gnuplot-nox)
     command -v curl >/dev/null || need+=(curl)
     command -v node >/dev/null || need+=(nodejs)
@@ -123,7 +128,7 @@ install_deps() {
         fi
         [ -n "$prc" ] && rm -f "$prc"
     fi
-    for p in wrk nginx redis-server redis-cli gnuplot curl node npm; do
+    for p in wrk nginx redis-server redis-cli redis-benchmark gnuplot curl node npm; do
         command -v "$p" >/dev/null || { log "missing: $p"; return 1; }
     done
     # npm packages pinned by bench/package.json + package-lock.json
@@ -237,22 +242,30 @@ wait_ready() {   # wait_ready PID URL POLICY SECONDS
 }
 
 # -------------------------------------------------------------- redis ---
-mkdir -p "$TMP/redis"
-for try in 1 2 3; do
-    RPORT=$(free_port)
-    redis-server --bind 127.0.0.1 --port "$RPORT" --dir "$TMP/redis" --save '' --appendonly no \
-        --daemonize no --loglevel warning >"$TMP/redis/log" 2>&1 &
-    RPID=$!
-    STARTED+=("$RPID")
-    for i in $(seq 1 50); do
-        kill -0 "$RPID" 2>/dev/null || break
-        redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break
-        sleep 0.1
+# redis_start DIR: a fresh redis-server (no persistence) on a free loopback
+# port, its data and log in DIR, 3 tries (a port can be taken meanwhile);
+# sets RS_PORT and RS_PID (stopped on exit with the rest).
+RS_PORT="" RS_PID=""
+redis_start() {
+    local try i
+    mkdir -p "$1"
+    for try in 1 2 3; do
+        RS_PORT=$(free_port)
+        redis-server --bind 127.0.0.1 --port "$RS_PORT" --dir "$1" --save '' --appendonly no \
+            --daemonize no --loglevel warning >"$1/log" 2>&1 &
+        RS_PID=$!
+        STARTED+=("$RS_PID")
+        for i in $(seq 1 50); do
+            kill -0 "$RS_PID" 2>/dev/null || break
+            redis-cli -p "$RS_PORT" ping >/dev/null 2>&1 && return 0
+            sleep 0.1
+        done
+        stop_pid "$RS_PID"
     done
-    redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break
-    stop_pid "$RPID"
-done
-redis-cli -p "$RPORT" ping >/dev/null 2>&1 || { log "redis did not start"; cat "$TMP/redis/log" >&2; exit 1; }
+    return 1
+}
+redis_start "$TMP/redis" || { log "redis did not start"; cat "$TMP/redis/log" >&2; exit 1; }
+RPORT=$RS_PORT RPID=$RS_PID
 log "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}') on 127.0.0.1:$RPORT"
 
 # How busy the box is before any load: other work skews every figure.
@@ -503,6 +516,9 @@ cpu_sum() { local t=0 p; for p in "$@"; do t=$(( t + $(cpu_ticks "$p") )); done;
 # run is scraped from the daemons' /metrics into R[ROWKEY,hist] /
 # R[ROWKEY,msum].
 METRIC_HIST="" METRIC_SUM=""
+# median_round LIST: of lines "ROUND FIGURE", the round of the median figure
+# (the lower middle of an even count).
+median_round() { printf '%s' "$1" | sort -k2,2g | awk '{ r[NR] = $1 } END { print r[int((NR + 1) / 2)] }'; }
 declare -A RR   # RR[round,field]: one round of the row being measured
 FIELDS="rps p50 p99 non2xx sockerr tcpu rcpu probe busy rcalls hist msum"
 measure() {
@@ -520,8 +536,7 @@ measure() {
         list="$list$i ${RR[$i,rps]}"$'\n'
     done
     if [ -z "$list" ]; then R[$key,rps]="failed"; return; fi
-    # the median round by throughput (the lower middle of an even count)
-    pick=$(printf '%s' "$list" | sort -k2,2g | awk '{ r[NR] = $1 } END { print r[int((NR + 1) / 2)] }')
+    pick=$(median_round "$list")
     for f in $FIELDS; do R[$key,$f]=${RR[$pick,$f]:-}; done
     [ "$ROUNDS" -gt 1 ] && log "$key: median of $(printf '%s' "$list" | wc -l) rounds: round $pick, ${R[$key,rps]} req/s"
     return 0
@@ -732,6 +747,76 @@ if want redis; then
     METRIC_HIST=""
 fi
 
+# pair: what envoyproxy/ratelimit's decision costs Redis, a pipelined INCRBY
+# + EXPIRE of the descriptor's key, on a redis-server of its own: nothing
+# else is connected to it, so its whole CPU over a redis-benchmark run is
+# the commands'. Every one of the KEYS keys first holds a counter with a
+# TTL (a window under way, loaded unmeasured), so that no EXPIRE misses
+# its key; then PAIR_N INCRBY and PAIR_N EXPIRE of random ones
+# (redis-benchmark -P 16 -c 8, over loopback TCP as the daemon's calls).
+# A round fails when INFO commandstats does not count PAIR_N calls or the
+# INCRBY run made a key that was not loaded.
+PAIR_N=${PAIR_N:-100000}
+declare -A P    # P[round,incrby|expire|sum|incrby_rps|expire_rps], P[why]
+redis_cpu_s() {   # redis_cpu_s PORT: Redis's own user + sys CPU seconds
+    redis-cli -p "$1" info cpu | tr -d '\r' \
+        | awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
+}
+pair_cmd() {   # pair_cmd PORT CMD ARGS...: "µs per command, commands/s" of one run
+    local c0 c1 rps calls
+    redis-cli -p "$1" config resetstat >/dev/null
+    c0=$(redis_cpu_s "$1")
+    rps=$(timeout -k 5 120 redis-benchmark -h 127.0.0.1 -p "$1" -P 16 -c 8 -n "$PAIR_N" -r "$KEYS" --csv "${@:2}" 2>&1 \
+        | awk -F'"' 'NR == 2 && $4 ~ /^[0-9.]+$/ { print $4 }')
+    c1=$(redis_cpu_s "$1")
+    calls=$(redis-cli -p "$1" info commandstats | tr -d '\r' | awk -F'[:=,]' -v c="cmdstat_${2,,}" '$1 == c { print $3 }')
+    if [ -z "$rps" ] || [ "${calls:-0}" != "$PAIR_N" ]; then
+        log "pair: $2: redis-benchmark gave ${rps:-no result}, Redis counted ${calls:-no} calls of $PAIR_N"
+        return 1
+    fi
+    awk -v a="$c0" -v b="$c1" -v n="$PAIR_N" -v r="$rps" 'BEGIN { printf "%.3f %.0f\n", (b - a) * 1e6 / n, r }'
+}
+pair_round() {   # pair_round PORT ROUND: one measured pair into P[ROUND,*]
+    local out
+    redis-cli -p "$1" flushall >/dev/null
+    seq -f 'key:%012.0f' 0 $(( KEYS - 1 )) | awk '{ printf "INCRBY %s 1\r\nEXPIRE %s 60\r\n", $1, $1 }' \
+        | timeout -k 5 60 redis-cli -p "$1" --pipe >/dev/null || { log "pair: loading the keys failed"; return 1; }
+    out=$(pair_cmd "$1" INCRBY key:__rand_int__ 1) || return 1
+    read -r "P[$2,incrby]" "P[$2,incrby_rps]" <<<"$out"
+    # a key that redis-benchmark names otherwise than the loaded ones would
+    # be new here, and its EXPIRE a cheaper miss
+    out=$(redis-cli -p "$1" dbsize)
+    [ "$out" = "$KEYS" ] || { log "pair: $out keys after INCRBY, not the $KEYS loaded"; return 1; }
+    out=$(pair_cmd "$1" EXPIRE key:__rand_int__ 60) || return 1
+    read -r "P[$2,expire]" "P[$2,expire_rps]" <<<"$out"
+    P[$2,sum]=$(awk -v a="${P[$2,incrby]}" -v b="${P[$2,expire]}" 'BEGIN { printf "%.3f", a + b }')
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$PAIR_N" "${P[$2,incrby]}" "${P[$2,expire]}" "${P[$2,sum]}" \
+        "${P[$2,incrby_rps]}" "${P[$2,expire_rps]}" >>"$OUT/pair.tsv"
+    log "pair$([ "$ROUNDS" -gt 1 ] && echo " round $2"): INCRBY ${P[$2,incrby]} µs + EXPIRE ${P[$2,expire]} µs = ${P[$2,sum]} µs of Redis CPU per decision (${P[$2,incrby_rps]} and ${P[$2,expire_rps]} commands/s)"
+}
+if want pair; then
+    printf 'round\tcommands\tincrby_us\texpire_us\tdecision_us\tincrby_per_s\texpire_per_s\n' >"$OUT/pair.tsv"
+    if ! command -v redis-benchmark >/dev/null; then
+        P[why]="redis-benchmark is missing (Debian redis-tools)"
+    elif [ $(( $(elapsed) + ROUNDS * 10 + 5 )) -gt "$DEADLINE" ]; then
+        P[why]="skipped (deadline ${DEADLINE}s)"
+    elif ! redis_start "$TMP/pair"; then
+        P[why]="its redis-server did not start: $(grep -v '^[[:space:]]*$' "$TMP/pair/log" | tail -n1 | cut -c1-200)"
+    else
+        list=""
+        for i in $(seq 1 "$ROUNDS"); do pair_round "$RS_PORT" "$i" && list="$list$i ${P[$i,sum]}"$'\n'; done
+        stop_pid "$RS_PID"
+        if [ -n "$list" ]; then
+            pick=$(median_round "$list")
+            for f in incrby expire sum incrby_rps expire_rps; do P[$f]=${P[$pick,$f]}; done
+            P[rounds]=$(printf '%s' "$list" | awk '{ printf "%s%s", (NR > 1 ? ", " : ""), $2 }')
+        else
+            P[why]="every round failed: its reason is in the log"
+        fi
+    fi
+    [ -n "${P[why]:-}" ] && log "pair: n/a: ${P[why]}"
+fi
+
 # leases: one hot key whose limit is far above the load (fixed_window 10^9
 # per 60 s), 3 daemons, CONNS/3 connections each (3 wrk -t1 at once).
 lease_config() {   # lease_config FILE PORT BACKEND (redis|memory) [LEASE]
@@ -865,6 +950,13 @@ SUMMARY=$(
     srow "p99 of that row (wrk -t1 -c$CONNS)" "$x" " ms" '<=' 2
     x=n/a; [ -n "$RK" ] && x=$(v $RK rcpu)
     srow "Redis CPU per check, that row" "$x" " µs" '<=' 5
+    # issue 30: ours ÷ envoyproxy/ratelimit's INCRBY + EXPIRE (target pair)
+    x="n/a${P[why]:+ (${P[why]})}" d=""
+    if [ -n "$RK" ] && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v $RK rcpu)" "${P[sum]}"); d="$(v $RK rcpu) vs ${P[sum]} µs"; fi
+    srow "that Redis CPU per check ÷ envoyproxy/ratelimit's INCRBY + EXPIRE per decision (issue 30)" "$x" x '<=' 0.5 "$d"
+    x="n/a${P[why]:+ (${P[why]})}" d=""
+    if has redis-b1 && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v redis-b1 rcpu)" "${P[sum]}"); d="$(v redis-b1 rcpu) vs ${P[sum]} µs"; fi
+    srow "Redis CPU per check at redis.batch: 1 ÷ that pair (issue 30)" "$x" x '<=' 1.0 "$d"
     x=$(na_why leases-auto) d=""
     if has leases-auto; then x=$(awk -v c="$(v leases-auto rcalls)" 'BEGIN { printf "%.2f", 100 * c }'); d="$(v leases-auto rcalls) FCALL/EVALSHA per check"; fi
     srow "one hot allowed key, 3 daemons, lease: auto: Redis calls per check" "$x" " %" '<=' 1 "$d"
@@ -985,6 +1077,11 @@ MD="$OUT/results.md"
         fi
     done
     [ -n "${X[rss_sent]:-}" ] && echo "- RSS of the default-batch daemon: ${X[rss_start]:-?} KiB after its row, ${X[rss_first]:-?} KiB after the first $(fmt "${X[rss_first_n]:-0}") checks of the RSS run, ${X[rss_last]:-?} KiB after ${X[rss_sent]} (wrk -t1 -c$CONNS slices of ${DUR} s, spread keys)."
+    if [ -n "${P[sum]:-}" ]; then
+        echo "- pair (envoyproxy/ratelimit's decision): INCRBY ${P[incrby]} µs + EXPIRE ${P[expire]} µs = ${P[sum]} µs of Redis's own CPU (INFO cpu) per decision, ${P[incrby_rps]} and ${P[expire_rps]} commands/s (redis-benchmark -P 16 -c 8 -n $PAIR_N -r $KEYS on a redis-server of its own, every key holding a counter with a TTL$([ "$ROUNDS" -gt 1 ] && echo "; the median round of $ROUNDS: ${P[rounds]} µs"); every round in pair.tsv)."
+    elif want pair; then
+        echo "- pair (envoyproxy/ratelimit's decision): n/a${P[why]:+ (${P[why]})}."
+    fi
     [ -n "${X[leases_load]:-}" ] && echo "- leases: one hot allowed key (fixed_window 10^9 per 60 s), ${X[leases_load]}."
     for k in leases-memory leases-none leases-auto; do
         if has "$k"; then

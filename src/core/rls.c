@@ -184,27 +184,27 @@ void rls_tier_unit(const struct tier *t, enum rls_unit *unit, int64_t *requests_
 static int validate(const struct rls_request *req, struct request_error *err)
 {
     if (req->domainlen == 0)
-        return request_fail(err, "invalid_request", "the domain is empty");
+        return request_fail(err, RC_INVALID_REQUEST, "the domain is empty");
     if (req->ndescriptors == 0)
-        return request_fail(err, "invalid_request", "there are no descriptors");
+        return request_fail(err, RC_INVALID_REQUEST, "there are no descriptors");
     if (req->ndescriptors > REQUEST_MAX_CHECKS)
-        return request_fail(err, "invalid_request", "too many descriptors (at most 64)");
+        return request_fail(err, RC_INVALID_REQUEST, "too many descriptors (at most 64)");
     if (req->hits_addend < 0 || req->hits_addend > REQUEST_MAX_COST)
-        return request_fail(err, "invalid_cost", "hits_addend must be between 0 and 1000000000");
+        return request_fail(err, RC_INVALID_COST, "hits_addend must be between 0 and 1000000000");
     for (size_t i = 0; i < req->ndescriptors; i++) {
         const struct rls_descriptor *d = &req->descriptors[i];
         if (d->nentries == 0)
-            return request_fail(err, "invalid_request", "a descriptor has no entries");
+            return request_fail(err, RC_INVALID_REQUEST, "a descriptor has no entries");
         if (d->hits_addend < -1 || d->hits_addend > REQUEST_MAX_COST)
-            return request_fail(err, "invalid_cost",
+            return request_fail(err, RC_INVALID_COST,
                                 "a descriptor's hits_addend must be between 0 and 1000000000");
         for (size_t j = 0; j < d->nentries; j++)
             if (d->entries[j].keylen == 0)
-                return request_fail(err, "invalid_key", "a descriptor entry has an empty key");
+                return request_fail(err, RC_INVALID_KEY, "a descriptor entry has an empty key");
         if (d->has_limit &&
             (rls_unit_seconds(d->limit_unit) == 0 || d->limit_requests_per_unit < 0 ||
              d->limit_requests_per_unit > RLS_UINT32_MAX))
-            return request_fail(err, "invalid_limit",
+            return request_fail(err, RC_INVALID_LIMIT,
                                 "a descriptor's limit override needs a known unit and "
                                 "requests_per_unit of at most 4294967295");
     }
@@ -289,11 +289,11 @@ static int override_policy(const struct config *cfg, const struct rls_descriptor
     if (domains_envoy_policy(owned, d->limit_unit, d->limit_requests_per_unit, 0, cfg->headers,
                              cfg->deny_status, msg, sizeof msg) < 0) {
         free(owned);
-        return request_fail(err, "invalid_limit", "%s", msg);
+        return request_fail(err, RC_INVALID_LIMIT, "%s", msg);
     }
     if (cfg->envoy_calendar_units && domains_envoy_calendar(owned, d->limit_unit, cfg->utc) < 0) {
         free(owned);
-        return request_fail(err, "invalid_limit", "calendar unit");
+        return request_fail(err, RC_INVALID_LIMIT, "calendar unit");
     }
     /* Its limit is this request's: a denial cached under it could answer a
      * later request that brings another. */
@@ -320,7 +320,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
     }
     long len = rls_key(req->domain, req->domainlen, ents, d->nentries, key, sizeof key);
     if (len < 0)
-        return request_fail(err, "invalid_key", "a descriptor's key is over 1024 bytes");
+        return request_fail(err, RC_INVALID_KEY, "a descriptor's key is over 1024 bytes");
     int64_t cost = d->hits_addend >= 0    ? d->hits_addend
                    : req->hits_addend > 0 ? req->hits_addend
                                           : 1;
@@ -343,7 +343,7 @@ static int add_check(struct rls_call *c, struct check_request *creq, const struc
             memcmp(it->key, key, it->keylen) == 0) {
             free(owned);
             if (it->cost + cost > REQUEST_MAX_COST)
-                return request_fail(err, "invalid_cost",
+                return request_fail(err, RC_INVALID_COST,
                                     "the hits of one descriptor add up to too many");
             it->cost += cost;
             c->entries[i].check = k;

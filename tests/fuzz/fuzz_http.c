@@ -65,18 +65,19 @@ static void log_request(struct buf *log, const struct http_parse *p, const struc
 
 static void log_error(struct buf *log, const struct http_parse *p)
 {
-    const char *code, *message;
-    int status = http_parse_error(p, &code, &message);
+    const char *message;
+    enum request_code code = http_parse_error(p, &message);
+    int status = request_code_status(code);
     REQUIRE(status == 400 || status == 413 || status == 431 || status == 501 || status == 505,
             "status %d", status);
-    REQUIRE(code && message, "no code or message");
+    REQUIRE(message, "no message");
     struct buf out = {0};
-    response_error(&out, status, code, message, NULL, NULL, RESPONSE_CLOSE);
+    response_error(&out, code, message, NULL, NULL, RESPONSE_CLOSE);
     buf_append_char(&out, '\0');
     REQUIRE(strstr(out.data, "\r\n\r\n{\"error\":") != NULL, "bad answer %s", out.data);
     buf_free(&out);
     char line[64];
-    snprintf(line, sizeof line, "E %d %s\n", status, code);
+    snprintf(line, sizeof line, "E %d %s\n", status, request_code_name(code));
     buf_append_str(log, line);
 }
 

@@ -235,8 +235,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < size; i++)
         seed = (seed ^ data[i]) * 1099511628211ULL;
     if (rls_json_parse((const char *)data, size, &j, &err) < 0) {
-        check(err.status == 400 && err.code && *err.code, "a refusal without 400 and a code");
-        response_error(&b, err.status, err.code, err.message, NULL, NULL, 0);
+        check(request_code_status(err.code) == 400, "a refusal without 400");
+        response_error(&b, err.code, err.message, NULL, NULL, 0);
         int got;
         json_t *body = answer_body(&b, &got);
         check(got == 400, "the refusal is not 400");

@@ -23,6 +23,9 @@
  *   docs/operations.md and ratelimitd(8) state.
  * - Every test file is named in docs/testing.md, and every source file of
  *   src/ has a row in docs/architecture.md's table.
+ * - ratelimitd(8)'s "Error codes", docs/http-api.md's Errors table (both
+ *   with statuses) and docs/openapi.yaml's ErrorCode enum list exactly the
+ *   codes and statuses of request_error.c's table, the one the code uses.
  * - The one version (configure.ac's AC_INIT) is the newest release of
  *   CHANGELOG.md and of debian/changelog.
  */
@@ -32,6 +35,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "core/request_error.h"
 #include "front/http/http_routes.h"
 #include "tap.h"
 #include "worker.h"
@@ -604,6 +608,120 @@ static void test_routes_documented(const char *man)
     test_headings_served(api);
 }
 
+/* ---- error codes: request_error.c's table and the docs' lists ---------------- */
+
+/* Codes with their statuses (0: the list gives none), a pair per row. */
+#define MAX_CODES 64
+struct codes {
+    char name[MAX_CODES][48];
+    int status[MAX_CODES];
+    size_t n;
+};
+
+static void add_code(struct codes *c, const char *name, size_t len, int status)
+{
+    if (c->n < MAX_CODES) {
+        snprintf(c->name[c->n], sizeof c->name[0], "%.*s", (int)len, name);
+        c->status[c->n++] = status;
+    }
+}
+
+static void collect_code(enum request_code code, const char *name, int status, void *arg)
+{
+    if (ok(name && *name && status >= 400 && status < 600, "the error table's row %d is a code",
+           (int)code))
+        add_code(arg, name, strlen(name), status);
+}
+
+/* Whether c has the code name with status (0 on either side: any). */
+static int has_code(const struct codes *c, const char *name, int status)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->name[i], name) == 0 && (!status || !c->status[i] || c->status[i] == status))
+            return 1;
+    return 0;
+}
+
+/* ratelimitd(8)'s entries between the "errors:" marks: ".TP", then
+ * ".BR code \" (400)\"", each status on that line a pair (a code listed
+ * without one is -1, which no row has). */
+static void man_codes(const char *man, struct codes *out)
+{
+    const char *at = man ? strstr(man, ".\\\" errors: begin\n") : NULL;
+    const char *end = at ? strstr(at, ".\\\" errors: end\n") : NULL;
+    while (at && end && (at = strstr(at, "\n.TP\n.B")) != NULL && at < end) {
+        const char *name = strchr(at + strlen("\n.TP\n.B"), ' ') + 1;
+        size_t len = strcspn(name, " \n"), had = out->n;
+        const char *eol = name + strcspn(name, "\n");
+        for (const char *d = name + len; d < eol; d++)
+            if (d[0] >= '1' && d[0] <= '5' && strspn(d, "0123456789") == 3)
+                add_code(out, name, len, (int)strtol(d, NULL, 10)), d += 2;
+        if (out->n == had)
+            add_code(out, name, len, -1);
+        at = eol;
+    }
+}
+
+/* docs/openapi.yaml's ErrorCode enum ("        - code" lines), no status. */
+static void openapi_codes(const char *api, struct codes *out)
+{
+    static const char head[] = "\n    ErrorCode:\n      enum:\n";
+    const char *at = api ? strstr(api, head) : NULL;
+    for (at = at ? at + strlen(head) - 1 : NULL; at && strncmp(at, "\n        - ", 11) == 0;
+         at += 11 + strcspn(at + 11, "\n"))
+        add_code(out, at + 11, strcspn(at + 11, "\n"), 0);
+}
+
+/* docs/http-api.md's table under "## Errors": "| 400 | `code` | when |". */
+static void markdown_codes(const char *md, struct codes *out)
+{
+    const char *at = md ? strstr(md, "\n## Errors\n") : NULL;
+    const char *end = at ? strstr(at + 1, "\n## ") : NULL;
+    for (; at && end && (at = strstr(at + 1, "\n| ")) != NULL && at < end;) {
+        char *after;
+        long status = strtol(at + 3, &after, 10);
+        if (status > 0 && strncmp(after, " | `", 4) == 0)
+            add_code(out, after + 4, strcspn(after + 4, "`\n"), (int)status);
+    }
+}
+
+/* "code (400)" ("code (-1)": listed without a status), or "code" for a
+ * list without statuses. */
+static const char *code_text(const struct codes *c, size_t i, char *out, size_t size)
+{
+    snprintf(out, size, "%s (%d)", c->name[i], c->status[i]);
+    return c->status[i] ? out : c->name[i];
+}
+
+/* A list names every code of the table (with its status, when the list
+ * gives statuses) and no code or status the table lacks. */
+static void test_codes(const struct codes *table, const struct codes *list, const char *name)
+{
+    char what[80];
+    ok(list->n >= 20, "%s lists the error codes (%zu)", name, list->n);
+    for (size_t i = 0; i < table->n; i++)
+        ok(has_code(list, table->name[i], table->status[i]), "%s lists %s", name,
+           code_text(table, i, what, sizeof what));
+    for (size_t i = 0; i < list->n; i++)
+        ok(has_code(table, list->name[i], list->status[i]), "%s: %s is in the error table", name,
+           code_text(list, i, what, sizeof what));
+}
+
+static void test_error_codes(const char *dir, const char *man)
+{
+    static struct codes table, in_man, in_api, in_md;
+    char *api = slurp(dir, "docs/openapi.yaml"), *md = slurp(dir, "docs/http-api.md");
+    request_codes_foreach(collect_code, &table);
+    man_codes(man, &in_man);
+    test_codes(&table, &in_man, "ratelimitd(8)");
+    openapi_codes(api, &in_api);
+    test_codes(&table, &in_api, "docs/openapi.yaml (ErrorCode)");
+    markdown_codes(md, &in_md);
+    test_codes(&table, &in_md, "docs/http-api.md (Errors)");
+    free(api);
+    free(md);
+}
+
 /* ---- one version: configure.ac, CHANGELOG.md, debian/changelog ---------------- */
 
 /* CHANGELOG.md's newest release: the text after the first "\n## [" that
@@ -669,6 +787,7 @@ int main(void)
         test_known(d.reference, man5);
     }
     test_routes_documented(man8);
+    test_error_codes(dir, man8);
     test_stop_timeouts(dir, &d);
     test_file_docs(dir);
     test_versions(dir);

@@ -69,10 +69,11 @@ static void run_feed(struct run *r, const char *data, size_t len, const struct h
             continue;
         }
         if (st == HTTP_PARSE_ERROR) {
-            const char *code, *msg;
+            const char *msg;
             char line[256];
-            int status = http_parse_error(&r->p, &code, &msg);
-            snprintf(line, sizeof line, "ERROR %d %s\n", status, code);
+            enum request_code code = http_parse_error(&r->p, &msg);
+            snprintf(line, sizeof line, "ERROR %d %s\n", request_code_status(code),
+                     request_code_name(code));
             buf_append_str(&r->log, line);
             r->dead = 1;
             return;

@@ -125,10 +125,10 @@ static void response_unavailable(const struct check_request *req, const char *wh
     render_verdict(&v, a);
 }
 
-static void render_error(int status, const char *code, const char *message, struct answer *a)
+static void render_error(enum request_code code, const char *message, struct answer *a)
 {
     struct buf b = {0};
-    response_error(&b, status, code, message, NULL, NULL, 0);
+    response_error(&b, code, message, NULL, NULL, 0);
     take_apart(&b, a);
     buf_free(&b);
 }
@@ -323,7 +323,7 @@ static void test_unavailable(void)
 static void test_error(void)
 {
     struct answer a;
-    render_error(400, "invalid_key", "the \"key\" is empty", &a);
+    render_error(RC_INVALID_KEY, "the \"key\" is empty", &a);
     json_t *b = body_of(&a);
     is_int(a.status, 400, "error status");
     is_str(json_string_value(json_object_get(b, "error")), "invalid_key", "error code");
@@ -334,21 +334,21 @@ static void test_error(void)
     answer_free(&a);
 
     /* A message cut inside a UTF-8 character, and stray bytes. */
-    render_error(400, "unknown_policy", "unknown policy \"a\xc3\xa9\xc3\"", &a);
+    render_error(RC_UNKNOWN_POLICY, "unknown policy \"a\xc3\xa9\xc3\"", &a);
     b = body_of(&a);
     is_int(a.status, 400, "a message with a cut UTF-8 character still answers 400");
     is_str(json_string_value(json_object_get(b, "message")), "unknown policy \"a\xc3\xa9?\"",
            "the broken byte becomes ?");
     json_decref(b);
     answer_free(&a);
-    render_error(400, "x", "\xff\xfe ok \xe2\x82", &a);
+    render_error(RC_INVALID_KEY, "\xff\xfe ok \xe2\x82", &a);
     b = body_of(&a);
     is_str(json_string_value(json_object_get(b, "message")), "?? ok ??", "invalid bytes become ?");
     json_decref(b);
     answer_free(&a);
     /* overlong '/', a surrogate, past U+10FFFF, lead byte F5; then valid
      * 2-, 3- and 4-byte characters. */
-    render_error(400, "x",
+    render_error(RC_INVALID_KEY,
                  "\xe0\x80\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\xf5\x80\x80\x80|"
                  "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80",
                  &a);
@@ -504,7 +504,7 @@ static void test_bodies(void)
            "Cache-Control: no-store\r\nContent-Length: 4\r\n\r\na 1\n",
            "a text body keeps its one final newline");
     b.len = 0;
-    response_error(&b, 405, "method_not_allowed", "use GET", "Allow", "GET, HEAD", RESPONSE_CLOSE);
+    response_error(&b, RC_METHOD_NOT_ALLOWED, "use GET", "Allow", "GET, HEAD", RESPONSE_CLOSE);
     buf_append_char(&b, '\0');
     is_str(b.data,
            "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/json\r\n"

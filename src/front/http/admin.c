@@ -23,14 +23,6 @@
 
 /* ---- the path ---- */
 
-static int fail(struct request_error *err, int status, const char *code, const char *message)
-{
-    err->status = status;
-    err->code = code;
-    snprintf(err->message, sizeof err->message, "%s", message);
-    return -1;
-}
-
 static int hex_value(char c)
 {
     if (c >= '0' && c <= '9')
@@ -69,20 +61,17 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
     const char *name = path + strlen(ADMIN_KEYS_PREFIX);
     const char *slash = strchr(name, '/');
     if (!slash)
-        return fail(err, 400, "invalid_path", "the path must be /v1/keys/<policy>/<key>");
+        return request_fail(err, RC_INVALID_PATH, "the path must be /v1/keys/<policy>/<key>");
     char pname[POLICY_NAME_MAX + 1];
     size_t plen = (size_t)(slash - name);
     if (plen == 0)
-        return fail(err, 404, "unknown_policy",
-                    "the path names no policy: use /v1/keys/<policy>/<key>");
+        return request_fail(err, RC_UNKNOWN_POLICY_IN_PATH,
+                            "the path names no policy: use /v1/keys/<policy>/<key>");
     memcpy(pname, name, plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen);
     pname[plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen] = '\0';
     const struct policy *p = plen > POLICY_NAME_MAX ? NULL : config_find_policy(cfg, pname);
-    if (!p) {
-        char msg[sizeof err->message];
-        snprintf(msg, sizeof msg, "no policy named \"%s\"", pname);
-        return fail(err, 404, "unknown_policy", msg);
-    }
+    if (!p)
+        return request_fail(err, RC_UNKNOWN_POLICY_IN_PATH, "no policy named \"%s\"", pname);
 
     const char *enc = slash + 1;
     size_t enclen = strlen(enc);
@@ -101,7 +90,7 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
         why = "the key contains a NUL byte";
     if (why) {
         free(key);
-        return fail(err, 400, n < 0 ? "invalid_path" : "invalid_key", why);
+        return request_fail(err, n < 0 ? RC_INVALID_PATH : RC_INVALID_KEY, "%s", why);
     }
     key[n] = '\0';
     /* An overridden key is looked at and reset in its override's tiers. */
@@ -139,12 +128,11 @@ static void names_json(struct json_out *j, const char *policy, const char *key, 
 int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flags)
 {
     if (v->kind == VERDICT_OVERLOADED) {
-        response_error(out, 503, "overloaded", "too many checks in flight", "Retry-After", "1",
-                       flags);
+        response_error(out, RC_OVERLOADED, "too many checks in flight", "Retry-After", "1", flags);
         return 503;
     }
     if (v->kind == VERDICT_UNAVAILABLE) {
-        response_error(out, 503, "backend_unavailable",
+        response_error(out, RC_BACKEND_UNAVAILABLE,
                        v->why ? v->why : "the backend could not answer", "Retry-After", "1", flags);
         return 503;
     }
@@ -188,7 +176,7 @@ struct reset *admin_reset_start(struct core *core, struct admin_target *t, const
 int admin_render_reset(struct buf *out, const struct reset_result *res, unsigned flags)
 {
     if (!res->ok) {
-        response_error(out, 503, "backend_unavailable",
+        response_error(out, RC_BACKEND_UNAVAILABLE,
                        res->why ? res->why : "the backend could not reset the key", "Retry-After",
                        "1", flags);
         return 503;

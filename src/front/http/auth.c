@@ -6,7 +6,6 @@
  * missing key part does; not the template syntax (key_template.c), not who
  * the client is (client_ip.c), not the answer (response.c).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +13,6 @@
 #include "front/http/auth.h"
 
 #define AUTH_XFF_MAX HTTP_MAX_HEADERS
-
-static enum auth_outcome fail(struct request_error *err, int status, const char *code,
-                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static enum auth_outcome fail(struct request_error *err, int status, const char *code,
-                              const char *fmt, ...)
-{
-    va_list ap;
-    err->status = status;
-    err->code = code;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return AUTH_ERROR;
-}
 
 /* The policy named by the path's segment after /auth/ (Envoy's ext_authz
  * appends the original path, so whatever follows a further '/' is not part
@@ -95,21 +79,30 @@ enum auth_outcome auth_parse(const struct config *cfg, const struct http_parse *
     const struct http_request *req = http_parse_request(p);
     memset(out, 0, sizeof *out);
     const struct policy *pol = path_policy(cfg, req->path, name);
-    if (!pol && !name[0])
-        return fail(err, 404, "unknown_policy", "the path names no policy: use /auth/<policy>");
-    if (!pol)
-        return fail(err, 404, "unknown_policy", "no policy named \"%.80s\"", name);
+    if (!pol && !name[0]) {
+        request_fail(err, RC_UNKNOWN_POLICY_IN_PATH,
+                     "the path names no policy: use /auth/<policy>");
+        return AUTH_ERROR;
+    }
+    if (!pol) {
+        request_fail(err, RC_UNKNOWN_POLICY_IN_PATH, "no policy named \"%.80s\"", name);
+        return AUTH_ERROR;
+    }
     /* A lease needs a release, which a gateway never sends (the config
      * refuses forward-auth settings on such a policy, config_policies.c). */
-    if (policy_may_lease(pol))
-        return fail(err, 400, "no_release_path",
-                    "policy \"%s\" has a concurrency tier: forward-auth cannot release a lease",
-                    pol->name);
+    if (policy_may_lease(pol)) {
+        request_fail(err, RC_NO_RELEASE_PATH,
+                     "policy \"%s\" has a concurrency tier: forward-auth cannot release a lease",
+                     pol->name);
+        return AUTH_ERROR;
+    }
 
     int64_t cost = 1;
     const char *c = http_parse_header(p, "X-RateLimit-Cost");
-    if (c && util_parse_int64(c, 0, REQUEST_MAX_COST, &cost, msg, sizeof msg) < 0)
-        return fail(err, 400, "invalid_cost", "X-RateLimit-Cost: %s", msg);
+    if (c && util_parse_int64(c, 0, REQUEST_MAX_COST, &cost, msg, sizeof msg) < 0) {
+        request_fail(err, RC_INVALID_COST, "X-RateLimit-Cost: %s", msg);
+        return AUTH_ERROR;
+    }
 
     struct lookup l = {.cfg = cfg, .p = p, .peer = peer};
     size_t keylen;
@@ -117,18 +110,22 @@ enum auth_outcome auth_parse(const struct config *cfg, const struct http_parse *
     enum key_render r =
         key_template_render(&pol->key, lookup, &l, pol->missing_key == MISSING_KEY_SHARED, key,
                             sizeof key, &keylen, &missing);
-    if (r == KEY_RENDER_TOO_LONG)
-        return fail(err, 400, "invalid_key", "the key built from the request is over %d bytes",
-                    POLICY_KEY_MAX);
+    if (r == KEY_RENDER_TOO_LONG) {
+        request_fail(err, RC_INVALID_KEY, "the key built from the request is over %d bytes",
+                     POLICY_KEY_MAX);
+        return AUTH_ERROR;
+    }
     if (r == KEY_RENDER_MISSING && pol->missing_key == MISSING_KEY_SKIP) {
         *skip = (struct auth_skip){.policy = pol, .missing = missing};
         return AUTH_SKIP;
     }
-    if (r == KEY_RENDER_MISSING && pol->missing_key == MISSING_KEY_REJECT)
-        return fail(err, 400, "missing_key",
-                    "the request lacks %s%.64s%s, a part of policy \"%s\"'s key",
-                    strcmp(missing, "ip") == 0 ? "a client address (" : "the header ", missing,
-                    strcmp(missing, "ip") == 0 ? ")" : "", pol->name);
+    if (r == KEY_RENDER_MISSING && pol->missing_key == MISSING_KEY_REJECT) {
+        request_fail(err, RC_MISSING_KEY,
+                     "the request lacks %s%.64s%s, a part of policy \"%s\"'s key",
+                     strcmp(missing, "ip") == 0 ? "a client address (" : "the header ", missing,
+                     strcmp(missing, "ip") == 0 ? ")" : "", pol->name);
+        return AUTH_ERROR;
+    }
     auth_item(out, pol, key, keylen, cost);
     return AUTH_CHECK;
 }

@@ -34,15 +34,15 @@ json_t *check_json_load(const char *body, size_t len, struct request_error *err)
     while (blank < len && strchr(" \t\r\n", body[blank]) && body[blank] != '\0')
         blank++;
     if (blank == len) {
-        request_fail(err, "invalid_json", "empty body: a JSON object is required");
+        request_fail(err, RC_INVALID_JSON, "empty body: a JSON object is required");
         return NULL;
     }
     json_t *root =
         json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-        request_fail(err, "invalid_cost", "a number is too large (%s)", jerr.text);
+        request_fail(err, RC_INVALID_COST, "a number is too large (%s)", jerr.text);
     else if (!root)
-        request_fail(err, "invalid_json", "malformed JSON at line %d, column %d: %s", jerr.line,
+        request_fail(err, RC_INVALID_JSON, "malformed JSON at line %d, column %d: %s", jerr.line,
                      jerr.column, jerr.text);
     return root;
 }
@@ -58,7 +58,7 @@ int check_json_only_fields(json_t *obj, const char *const *allowed, const char *
         while (*a && strcmp(*a, name) != 0)
             a++;
         if (!*a)
-            return request_fail(err, "unknown_field", "unknown field \"%s\" in %s", name, where);
+            return request_fail(err, RC_UNKNOWN_FIELD, "unknown field \"%s\" in %s", name, where);
     }
     return 0;
 }
@@ -74,33 +74,33 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
         allow_top = 0;
     *item = (struct check_item){.cost = 0};
     if (!json_is_object(obj))
-        return request_fail(err, "invalid_request", "%s must be an object", where);
+        return request_fail(err, RC_INVALID_REQUEST, "%s must be an object", where);
     if (check_json_only_fields(obj, allow_top ? top_fields : check_fields, where, err) < 0)
         return -1;
 
     json_t *policy = json_object_get(obj, "policy");
     if (!policy)
-        return request_fail(err, "missing_field", "missing field \"policy\" in %s", where);
+        return request_fail(err, RC_MISSING_FIELD, "missing field \"policy\" in %s", where);
     if (!json_is_string(policy))
-        return request_fail(err, "invalid_type", "\"policy\" in %s must be a string", where);
+        return request_fail(err, RC_INVALID_TYPE, "\"policy\" in %s must be a string", where);
     item->policy = config_find_policy(cfg, json_string_value(policy));
     if (!item->policy || strlen(json_string_value(policy)) != json_string_length(policy))
-        return request_fail(err, "unknown_policy", "unknown policy \"%.64s\"",
+        return request_fail(err, RC_UNKNOWN_POLICY, "unknown policy \"%.64s\"",
                             json_string_value(policy));
 
     json_t *key = json_object_get(obj, "key");
     if (!key)
-        return request_fail(err, "missing_field", "missing field \"key\" in %s", where);
+        return request_fail(err, RC_MISSING_FIELD, "missing field \"key\" in %s", where);
     if (!json_is_string(key))
-        return request_fail(err, "invalid_type", "\"key\" in %s must be a string", where);
+        return request_fail(err, RC_INVALID_TYPE, "\"key\" in %s must be a string", where);
     size_t keylen = json_string_length(key);
     if (keylen == 0)
-        return request_fail(err, "invalid_key", "\"key\" in %s is empty", where);
+        return request_fail(err, RC_INVALID_KEY, "\"key\" in %s is empty", where);
     if (keylen > POLICY_KEY_MAX)
-        return request_fail(err, "invalid_key", "\"key\" in %s is %zu bytes, over the limit of %d",
+        return request_fail(err, RC_INVALID_KEY, "\"key\" in %s is %zu bytes, over the limit of %d",
                             where, keylen, POLICY_KEY_MAX);
     if (memchr(json_string_value(key), '\0', keylen))
-        return request_fail(err, "invalid_key", "\"key\" in %s contains a NUL byte", where);
+        return request_fail(err, RC_INVALID_KEY, "\"key\" in %s contains a NUL byte", where);
     item->key = (char *)json_string_value(key);
     item->keylen = keylen;
     /* The key may have tiers of its own (per-key overrides). */
@@ -110,14 +110,15 @@ static int parse_check(const struct config *cfg, json_t *obj, const char *where,
     item->cost = 1;
     if (cost) {
         if (!json_is_integer(cost))
-            return request_fail(err, "invalid_cost", "\"cost\" in %s must be a whole number",
+            return request_fail(err, RC_INVALID_COST, "\"cost\" in %s must be a whole number",
                                 where);
         json_int_t c = json_integer_value(cost);
         if (report && (c < -REQUEST_MAX_COST || c > REQUEST_MAX_COST))
-            return request_fail(err, "invalid_cost", "\"cost\" in %s must be between %lld and %lld",
-                                where, -REQUEST_MAX_COST, REQUEST_MAX_COST);
+            return request_fail(err, RC_INVALID_COST,
+                                "\"cost\" in %s must be between %lld and %lld", where,
+                                -REQUEST_MAX_COST, REQUEST_MAX_COST);
         if (!report && (c < 0 || c > REQUEST_MAX_COST))
-            return request_fail(err, "invalid_cost", "\"cost\" in %s must be between 0 and %lld",
+            return request_fail(err, RC_INVALID_COST, "\"cost\" in %s must be between 0 and %lld",
                                 where, REQUEST_MAX_COST);
         item->cost = (int64_t)c;
     }
@@ -136,7 +137,7 @@ static int add_check(struct check_request *out, const struct check_item *item,
             memcmp(c->key, item->key, item->keylen) == 0) {
             if (c->cost + item->cost > REQUEST_MAX_COST || c->cost + item->cost < -REQUEST_MAX_COST)
                 return request_fail(
-                    err, "invalid_cost",
+                    err, RC_INVALID_COST,
                     "the costs of policy \"%s\" and this key add up to more than %lld",
                     item->policy->name, REQUEST_MAX_COST);
             c->cost += item->cost;
@@ -305,12 +306,12 @@ static int report_allowed(const struct check_request *r, struct request_error *e
             enum algorithm a = c->policy->tiers[j].algorithm;
             const char *name = policy_algorithm_name(a);
             if (!policy_algorithm_reports(a))
-                return request_fail(err, "report_not_supported",
+                return request_fail(err, RC_REPORT_NOT_SUPPORTED,
                                     "policy \"%s\" tier \"%s\": %s cannot be charged a report",
                                     c->policy->name, c->policy->tiers[j].name, name);
             if (c->cost < 0 && !policy_algorithm_refunds(a))
                 return request_fail(
-                    err, "refund_not_supported",
+                    err, RC_REFUND_NOT_SUPPORTED,
                     "policy \"%s\" tier \"%s\": %s cannot give back a cost exactly (a negative "
                     "cost is a refund: only fixed_window, token_bucket, gcra and leaky_bucket "
                     "take one)",
@@ -351,7 +352,7 @@ static int parse_checks(const struct config *cfg, json_t *root, json_t *checks, 
     static const char *const multi_fields[] = {"dry_run", "checks", NULL};
     if (json_object_get(root, "policy") || json_object_get(root, "key") ||
         json_object_get(root, "cost")) {
-        request_fail(err, "invalid_request",
+        request_fail(err, RC_INVALID_REQUEST,
                      "\"checks\" cannot be combined with \"policy\", \"key\" or "
                      "\"cost\": put each check inside \"checks\"");
         return -1;
@@ -359,16 +360,16 @@ static int parse_checks(const struct config *cfg, json_t *root, json_t *checks, 
     if (check_json_only_fields(root, multi_fields + report, "the request", err) < 0)
         return -1;
     if (!json_is_array(checks)) {
-        request_fail(err, "invalid_type", "\"checks\" must be an array");
+        request_fail(err, RC_INVALID_TYPE, "\"checks\" must be an array");
         return -1;
     }
     size_t n = json_array_size(checks);
     if (n == 0) {
-        request_fail(err, "invalid_request", "\"checks\" is empty");
+        request_fail(err, RC_INVALID_REQUEST, "\"checks\" is empty");
         return -1;
     }
     if (n > REQUEST_MAX_CHECKS) {
-        request_fail(err, "invalid_request", "\"checks\" has %zu entries, over the limit of %d", n,
+        request_fail(err, RC_INVALID_REQUEST, "\"checks\" has %zu entries, over the limit of %d", n,
                      REQUEST_MAX_CHECKS);
         return -1;
     }
@@ -394,13 +395,13 @@ static int parse_jansson(const struct config *cfg, const char *body, size_t len,
         return -1;
     int rc = -1;
     if (!json_is_object(root)) {
-        request_fail(err, "invalid_request", "the body must be a JSON object");
+        request_fail(err, RC_INVALID_REQUEST, "the body must be a JSON object");
         goto done;
     }
 
     json_t *dry = report ? NULL : json_object_get(root, "dry_run");
     if (dry && !json_is_boolean(dry)) {
-        request_fail(err, "invalid_type", "\"dry_run\" must be true or false");
+        request_fail(err, RC_INVALID_TYPE, "\"dry_run\" must be true or false");
         goto done;
     }
     out->dry_run = dry && json_is_true(dry);

@@ -129,15 +129,16 @@ void http_slot_ready(struct slot *s, int status)
     metrics_http_status(s->c->h->host->core->metrics, status);
 }
 
-void http_answer_error(struct slot *s, int status, const char *code, const char *message,
+void http_answer_error(struct slot *s, enum request_code code, const char *message,
                        const char *hname, const char *hvalue)
 {
     struct conn *c = s->c;
+    int status = request_code_status(code);
     if (status == 401 || status == 503 || c->h->l.draining) {
         s->flags |= RESPONSE_CLOSE;
         c->closing = 1;
     }
-    response_error(&s->out, status, code, message, hname, hvalue, s->flags);
+    response_error(&s->out, code, message, hname, hvalue, s->flags);
     http_slot_ready(s, status);
 }
 
@@ -182,12 +183,12 @@ static size_t parse_input(struct conn *c, const char *data, size_t len)
             continue;
         }
         if (st == HTTP_PARSE_ERROR) {
-            const char *code, *message;
-            int status = http_parse_error(&c->parse, &code, &message);
+            const char *message;
+            enum request_code code = http_parse_error(&c->parse, &message);
             struct slot *s = http_slot_new(c);
             s->flags = RESPONSE_CLOSE;
             c->closing = 1;
-            http_answer_error(s, status, code, message, NULL, NULL);
+            http_answer_error(s, code, message, NULL, NULL);
             break;
         }
         c->req_start_us = 0;
@@ -290,8 +291,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     s->flags = RESPONSE_CLOSE;
     c->closing = 1;
     c->in.len = 0;
-    http_answer_error(s, 408, "request_timeout", "the request was not received in time", NULL,
-                      NULL);
+    http_answer_error(s, RC_REQUEST_TIMEOUT, "the request was not received in time", NULL, NULL);
     settle(c);
 }
 

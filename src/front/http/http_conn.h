@@ -83,7 +83,7 @@ void http_close_if_draining(struct slot *s);
 
 /* An error answer. 401 and 503 close the connection (a client refused or
  * turned away should not keep it), as does a drain. */
-void http_answer_error(struct slot *s, int status, const char *code, const char *message,
+void http_answer_error(struct slot *s, enum request_code code, const char *message,
                        const char *hname, const char *hvalue);
 
 /* A body answer (content_type NULL: JSON). */

@@ -27,10 +27,9 @@ static struct http_parse *of(http_parser *hp)
 }
 
 /* Records a final error; returning -1 from a callback stops the parser. */
-static int fail(struct http_parse *p, int status, const char *code, const char *message)
+static int fail(struct http_parse *p, enum request_code code, const char *message)
 {
-    if (!p->error_status) {
-        p->error_status = status;
+    if (!p->error_message) {
         p->error_code = code;
         p->error_message = message;
     }
@@ -42,12 +41,12 @@ static int body_too_large(struct http_parse *p)
 {
     snprintf(p->error_text, sizeof p->error_text,
              "the request body is larger than max_body (%zu bytes)", p->lim->max_body);
-    return fail(p, 413, "body_too_large", p->error_text);
+    return fail(p, RC_BODY_TOO_LARGE, p->error_text);
 }
 
 static int head_too_large(struct http_parse *p)
 {
-    return fail(p, 431, "headers_too_large", "the request line and headers are too large");
+    return fail(p, RC_HEADERS_TOO_LARGE, "the request line and headers are too large");
 }
 
 /* Ends the piece being appended: a value loses its trailing white space. */
@@ -140,7 +139,7 @@ static int on_header_value(http_parser *hp, const char *at, size_t len)
     if (p->headers_done)
         return trailer(p, len);
     if (p->nheaders == 0)
-        return fail(p, 400, "bad_request", "a header value without a name");
+        return fail(p, RC_BAD_REQUEST, "a header value without a name");
     return add_piece(p, PIECE_VALUE, at, len);
 }
 
@@ -153,15 +152,14 @@ static int on_headers_complete(http_parser *hp)
     if (p->too_many_headers)
         return head_too_large(p);
     if (hp->http_major != 1)
-        return fail(p, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
+        return fail(p, RC_HTTP_VERSION_NOT_SUPPORTED, "only HTTP/1.0 and HTTP/1.1 are served");
     int has_te = http_parse_header(p, "Transfer-Encoding") != NULL;
     /* Two framings at once is how requests are smuggled past a proxy that
      * reads the other one: refused, whatever the parser would pick. */
     if (has_te && http_parse_header(p, "Content-Length"))
-        return fail(p, 400, "bad_request",
-                    "Content-Length and Transfer-Encoding together are refused");
+        return fail(p, RC_BAD_REQUEST, "Content-Length and Transfer-Encoding together are refused");
     if (has_te && !(hp->flags & F_CHUNKED))
-        return fail(p, 400, "bad_request", "only the chunked transfer coding is accepted");
+        return fail(p, RC_BAD_REQUEST, "only the chunked transfer coding is accepted");
     int body_expected =
         (hp->flags & F_CHUNKED) || ((hp->flags & F_CONTENTLENGTH) && hp->content_length > 0);
     if ((hp->flags & F_CONTENTLENGTH) && hp->content_length > p->lim->max_body)
@@ -286,11 +284,11 @@ static void parser_error(struct http_parse *p, int bad)
          * The parser stops at the first byte no method it knows has there:
          * a token's byte makes an unknown method, any other byte garbage
          * (400). */
-        fail(p, 501, "not_implemented", "unknown HTTP method");
+        fail(p, RC_NOT_IMPLEMENTED, "unknown HTTP method");
     else if (e == HPE_UNEXPECTED_CONTENT_LENGTH)
-        fail(p, 400, "bad_request", "conflicting Content-Length or Transfer-Encoding");
+        fail(p, RC_BAD_REQUEST, "conflicting Content-Length or Transfer-Encoding");
     else
-        fail(p, 400, "bad_request", http_errno_description(e));
+        fail(p, RC_BAD_REQUEST, http_errno_description(e));
 }
 
 enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_limits *lim,
@@ -315,14 +313,14 @@ enum http_parse_status http_parse_feed(struct http_parse *p, const struct http_l
         /* A head over the limit is 431 whatever else is wrong with it, so
          * that the answer does not depend on how the bytes were split. */
         if (!head_before && p->head_bytes > lim->max_head) {
-            p->error_status = 0;
+            p->error_message = NULL;
             head_too_large(p);
             p->failed = 1;
             *used = off;
             return HTTP_PARSE_ERROR;
         }
         if (e != HPE_OK && e != HPE_PAUSED) {
-            if (!p->error_status)
+            if (!p->error_message)
                 parser_error(p, off < len ? (unsigned char)data[off] : -1);
             p->failed = 1;
             *used = off;
@@ -380,11 +378,10 @@ int http_parse_started(const struct http_parse *p)
     return p->in_message || p->head_bytes > 0;
 }
 
-int http_parse_error(const struct http_parse *p, const char **code, const char **message)
+enum request_code http_parse_error(const struct http_parse *p, const char **message)
 {
-    *code = p->error_code;
     *message = p->error_message;
-    return p->error_status;
+    return p->error_code;
 }
 
 void http_parse_free(struct http_parse *p)

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/request_error.h"
 #include "lib/buf.h"
 #include "lib/util.h"
 
@@ -82,10 +83,9 @@ struct http_parse {
     struct http_parse_header headers[HTTP_MAX_HEADERS];
     size_t body_off, body_len, trailer_bytes;
     int in_message, headers_done, message_done, continue_due, keep_alive, failed;
-    int error_status;
-    const char *error_code;
-    const char *error_message;
-    char error_text[96]; /* error_message when it carries a number (the 413's limit) */
+    enum request_code error_code;
+    const char *error_message; /* NULL until the first error */
+    char error_text[96];       /* error_message when it carries a number (the 413's limit) */
     struct http_request req;
 };
 
@@ -116,9 +116,10 @@ size_t http_parse_headers(const struct http_parse *p, const char *name, const ch
 /* True while part of a request has been read (a request is in progress). */
 int http_parse_started(const struct http_parse *p);
 
-/* After HTTP_PARSE_ERROR: the status (400, 413, 431, 505), a JSON error code
- * and a message (static strings). */
-int http_parse_error(const struct http_parse *p, const char **code, const char **message);
+/* After HTTP_PARSE_ERROR: the error code (bad_request, body_too_large,
+ * headers_too_large, not_implemented, http_version_not_supported) and a
+ * message (valid while the parser is). */
+enum request_code http_parse_error(const struct http_parse *p, const char **message);
 
 /* Frees the buffers; the struct may be initialized again. */
 void http_parse_free(struct http_parse *p);

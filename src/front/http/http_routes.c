@@ -63,7 +63,7 @@ static void start_parsed(struct slot *s, const struct http_request *req, check_p
     struct check_request creq;
     struct request_error rerr;
     if (parse(core->config, req->body, req->body_len, &creq, &rerr) < 0) {
-        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        http_answer_error(s, rerr.code, rerr.message, NULL, NULL);
         return;
     }
     struct check *ch = check_start(core, &creq, on_check_reply, s);
@@ -92,7 +92,7 @@ static void start_auth(struct slot *s, const struct http_request *req)
     (void)req; /* auth_parse reads the parser itself: it needs every header */
     switch (auth_parse(core->config, &c->parse, &c->peer, &creq, &skip, &rerr)) {
     case AUTH_ERROR:
-        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        http_answer_error(s, rerr.code, rerr.message, NULL, NULL);
         return;
     case AUTH_SKIP:
         http_close_if_draining(s);
@@ -124,13 +124,13 @@ static void start_json(struct slot *s, const struct http_request *req)
     struct rls_call *call;
     if (rls_json_parse(req->body, req->body_len, &j, &rerr) < 0) {
         metrics_rls_request(core->metrics, METRICS_RLS_JSON, METRICS_RLS_INVALID);
-        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        http_answer_error(s, rerr.code, rerr.message, NULL, NULL);
         return;
     }
     int rc = rls_start(core, &j.req, on_rls_reply, s, &call, &rerr);
     rls_json_free(&j); /* rls_start reads the request only while it runs */
     if (rc < 0)
-        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        http_answer_error(s, rerr.code, rerr.message, NULL, NULL);
     else if (s->state == SLOT_WAITING)
         s->rls = call;
 }
@@ -153,7 +153,7 @@ static void start_lease(struct slot *s, const struct http_request *req, int rene
     char **ids;
     size_t n;
     if (lease_json_parse(req->body, req->body_len, &ids, &n, &rerr) < 0) {
-        http_answer_error(s, rerr.status, rerr.code, rerr.message, NULL, NULL);
+        http_answer_error(s, rerr.code, rerr.message, NULL, NULL);
         return;
     }
     struct lease_call *l = lease_start(core, renew, ids, n, on_lease_reply, s);
@@ -194,7 +194,7 @@ static void start_keys(struct slot *s, const struct http_request *req)
     struct admin_target t;
     struct request_error err;
     if (admin_parse_path(core->config, req->path, &t, &err) < 0) {
-        http_answer_error(s, err.status, err.code, err.message, NULL, NULL);
+        http_answer_error(s, err.code, err.message, NULL, NULL);
         return;
     }
     if (req->method != HTTP_DELETE) {
@@ -280,7 +280,7 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
     } else if (format && flen == 4 && strncmp(format, "text", 4) == 0) {
         json = 0;
     } else if (format) {
-        http_answer_error(s, 400, "invalid_format", "format must be json or text", NULL, NULL);
+        http_answer_error(s, RC_INVALID_FORMAT, "format must be json or text", NULL, NULL);
         return;
     } else {
         const char *accept = http_parse_header(&s->c->parse, "Accept");
@@ -381,18 +381,17 @@ void http_route(struct conn *c, const struct http_request *req)
                                        c->h->host->core->config->admin_on_listen);
     const struct http_route *r = c->over_limit ? NULL : http_routes_find(req->path, roles);
     if (c->over_limit)
-        http_answer_error(s, 503, "too_many_connections", "the daemon has too many connections",
+        http_answer_error(s, RC_TOO_MANY_CONNECTIONS, "the daemon has too many connections",
                           "Retry-After", "1");
     else if (!r)
-        http_answer_error(s, 404, "not_found", not_found_message(req->path, c->sock->roles), NULL,
+        http_answer_error(s, RC_NOT_FOUND, not_found_message(req->path, c->sock->roles), NULL,
                           NULL);
     else if (!http_route_allows(r, req->method))
-        http_answer_error(s, 405, "method_not_allowed", r->use, "Allow", r->allow);
+        http_answer_error(s, RC_METHOD_NOT_ALLOWED, r->use, "Allow", r->allow);
     else if (r->guarded && *c->h->host->draining)
-        http_answer_error(s, 503, "shutting_down", "the daemon is shutting down", "Retry-After",
-                          "1");
+        http_answer_error(s, RC_SHUTTING_DOWN, "the daemon is shutting down", "Retry-After", "1");
     else if (r->guarded && !authorized(c))
-        http_answer_error(s, 401, "unauthorized", "a valid Authorization: Bearer token is required",
+        http_answer_error(s, RC_UNAUTHORIZED, "a valid Authorization: Bearer token is required",
                           "WWW-Authenticate", "Bearer");
     else
         r->start(s, req);

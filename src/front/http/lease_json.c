@@ -24,14 +24,14 @@ int lease_json_parse(const char *body, size_t len, char ***ids, size_t *n,
     json_t *leases = json_is_object(root) ? json_object_get(root, "leases") : NULL;
     int rc = -1;
     if (!json_is_object(root))
-        request_fail(err, "invalid_request", "the body must be an object");
+        request_fail(err, RC_INVALID_REQUEST, "the body must be an object");
     else if (check_json_only_fields(root, fields, "the body", err) < 0)
         ;
     else if (!leases)
-        request_fail(err, "missing_field", "missing field \"leases\"");
+        request_fail(err, RC_MISSING_FIELD, "missing field \"leases\"");
     else if (!json_is_array(leases) || json_array_size(leases) == 0 ||
              json_array_size(leases) > LEASE_MAX_IDS)
-        request_fail(err, "invalid_leases", "leases must be an array of 1 to %d lease ids",
+        request_fail(err, RC_INVALID_LEASES, "leases must be an array of 1 to %d lease ids",
                      LEASE_MAX_IDS);
     else
         rc = 0;
@@ -40,8 +40,8 @@ int lease_json_parse(const char *body, size_t len, char ***ids, size_t *n,
         if (!json_is_string(v) || json_string_length(v) == 0 ||
             json_string_length(v) > LEASE_ID_MAX ||
             strlen(json_string_value(v)) != json_string_length(v))
-            rc =
-                request_fail(err, "invalid_leases", "leases[%zu] must be a lease id (a string)", i);
+            rc = request_fail(err, RC_INVALID_LEASES, "leases[%zu] must be a lease id (a string)",
+                              i);
     }
     if (rc == 0) {
         *n = json_array_size(leases);
@@ -69,7 +69,7 @@ static const char *status_name(const struct lease_result *res, enum lease_status
 int lease_json_render(struct buf *out, const struct lease_result *res, unsigned flags)
 {
     if (!res->ok) {
-        response_error(out, 503, "backend_unavailable", res->why, "Retry-After", "1", flags);
+        response_error(out, RC_BACKEND_UNAVAILABLE, res->why, "Retry-After", "1", flags);
         return 503;
     }
     struct buf body = {0};

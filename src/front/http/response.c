@@ -315,7 +315,7 @@ static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
     json_out_bool(&j, !closed);
     if (closed) {
         json_out_lkey(&j, "error");
-        json_out_cstr(&j, "backend_unavailable");
+        json_out_cstr(&j, request_code_name(RC_BACKEND_UNAVAILABLE));
     } else {
         json_out_lkey(&j, "degraded");
         json_out_bool(&j, 1);
@@ -346,19 +346,20 @@ static int unavailable(struct buf *out, const struct verdict *v, unsigned flags)
     return closed ? 503 : 200;
 }
 
-/* {"error": code, "message": message} with the headers in hs. */
-static void error_answer(struct buf *out, int status, const char *code, const char *message,
+/* {"error": code, "message": message} with code's status and the headers
+ * in hs. */
+static void error_answer(struct buf *out, enum request_code code, const char *message,
                          const struct rate_headers *hs, unsigned flags)
 {
     size_t start = out->len;
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
     json_out_lkey(&j, "error");
-    json_out_cstr(&j, code);
+    json_out_cstr(&j, request_code_name(code));
     json_out_lkey(&j, "message");
     json_out_cstr(&j, message);
     json_out_end(&j, '}');
-    finish(out, start, status, NULL, hs, flags);
+    finish(out, start, request_code_status(code), NULL, hs, flags);
 }
 
 int response_status(const struct verdict *v)
@@ -395,7 +396,7 @@ int response_verdict(struct buf *out, const struct verdict *v, unsigned flags)
     }
     rate_headers_init(&hs);
     rate_headers_verdict(&hs, v);
-    error_answer(out, 503, "overloaded", "too many checks in flight", &hs, flags);
+    error_answer(out, RC_OVERLOADED, "too many checks in flight", &hs, flags);
     return 503;
 }
 
@@ -453,7 +454,7 @@ static void rls_status_json(struct json_out *j, const struct rls_status *st)
 int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags)
 {
     if (a->outcome == RLS_UNAVAILABLE) {
-        response_error(out, 503, "backend_unavailable", a->message, "Retry-After", "1", flags);
+        response_error(out, RC_BACKEND_UNAVAILABLE, a->message, "Retry-After", "1", flags);
         return 503;
     }
     size_t start = out->len;
@@ -506,14 +507,14 @@ void response_auth_skipped(struct buf *out, const char *policy, const char *miss
     finish(out, start, 200, NULL, NULL, flags);
 }
 
-void response_error(struct buf *out, int status, const char *code, const char *message,
-                    const char *hname, const char *hvalue, unsigned flags)
+void response_error(struct buf *out, enum request_code code, const char *message, const char *hname,
+                    const char *hvalue, unsigned flags)
 {
     struct rate_headers hs;
     rate_headers_init(&hs);
     if (hname)
         rate_headers_add_ref(&hs, hname, hvalue);
-    error_answer(out, status, code, message, &hs, flags);
+    error_answer(out, code, message, &hs, flags);
 }
 
 void response_body(struct buf *out, int status, const char *content_type, const char *body,

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/decision.h"
+#include "core/request_error.h"
 #include "lib/buf.h"
 
 /* How one response is written (flags, or-ed). */
@@ -76,12 +77,12 @@ int response_rls(struct buf *out, const struct rls_answer *a, unsigned flags);
 void response_auth_skipped(struct buf *out, const char *policy, const char *missing,
                            unsigned flags);
 
-/* {"error": code, "message": message} with the given status, and one extra
+/* {"error": code, "message": message} with code's status, and one extra
  * header when hname is not NULL (hvalue is not copied: it must stay valid
  * until the call returns). message may hold any bytes: invalid UTF-8
  * becomes '?'. */
-void response_error(struct buf *out, int status, const char *code, const char *message,
-                    const char *hname, const char *hvalue, unsigned flags);
+void response_error(struct buf *out, enum request_code code, const char *message, const char *hname,
+                    const char *hvalue, unsigned flags);
 
 /* A body given whole (NUL-terminated JSON such as {"status":"ok"}, or the
  * metrics text with its content type; NULL: application/json). */

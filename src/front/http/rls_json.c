@@ -20,7 +20,7 @@ static int member(json_t *obj, const char *snake, const char *camel, json_t **ou
 {
     json_t *a = json_object_get(obj, snake), *b = camel ? json_object_get(obj, camel) : NULL;
     if (a && b)
-        return request_fail(err, "invalid_request", "\"%s\" and \"%s\" both in %s", snake, camel,
+        return request_fail(err, RC_INVALID_REQUEST, "\"%s\" and \"%s\" both in %s", snake, camel,
                             where);
     *out = a ? a : b;
     return 0;
@@ -43,7 +43,7 @@ static int hits(json_t *v, int64_t *out, const char *where, struct request_error
             n = s[i] >= '0' && s[i] <= '9' ? n * 10 + (s[i] - '0') : -1;
     }
     if (n < 0 || n > REQUEST_MAX_COST)
-        return request_fail(err, "invalid_cost",
+        return request_fail(err, RC_INVALID_COST,
                             "\"hits_addend\" in %s must be a whole number between 0 "
                             "and %lld",
                             where, REQUEST_MAX_COST);
@@ -59,10 +59,10 @@ static int string_field(json_t *obj, const char *name, const char *where, int re
     *len = 0;
     if (!v)
         return required
-                   ? request_fail(err, "missing_field", "missing field \"%s\" in %s", name, where)
+                   ? request_fail(err, RC_MISSING_FIELD, "missing field \"%s\" in %s", name, where)
                    : 0;
     if (!json_is_string(v))
-        return request_fail(err, "invalid_type", "\"%s\" in %s must be a string", name, where);
+        return request_fail(err, RC_INVALID_TYPE, "\"%s\" in %s must be a string", name, where);
     *s = json_string_value(v);
     *len = json_string_length(v);
     return 0;
@@ -79,20 +79,20 @@ static int parse_limit(json_t *l, struct rls_descriptor *rd, const char *where,
     if (!l || json_is_null(l)) /* protojson's null: unset */
         return 0;
     if (!json_is_object(l))
-        return request_fail(err, "invalid_type", "\"limit\" in %s must be an object", where);
+        return request_fail(err, RC_INVALID_TYPE, "\"limit\" in %s must be an object", where);
     if (check_json_only_fields(l, fields, where, err) < 0 ||
         member(l, "requests_per_unit", "requestsPerUnit", &n, where, err) < 0)
         return -1;
     u = json_object_get(l, "unit");
     if (!n || !json_is_integer(n) || !u)
-        return request_fail(err, "invalid_limit",
+        return request_fail(err, RC_INVALID_LIMIT,
                             "\"limit\" in %s needs requests_per_unit (a number) and unit", where);
     rd->has_limit = 1;
     rd->limit_requests_per_unit = json_integer_value(n);
     if (json_is_integer(u) && json_integer_value(u) >= 0 && json_integer_value(u) <= 255)
         rd->limit_unit = (enum rls_unit)json_integer_value(u);
     else if (!json_is_string(u) || rls_unit_from_name(json_string_value(u), &rd->limit_unit) < 0)
-        return request_fail(err, "invalid_limit", "\"unit\" of \"limit\" in %s is not a unit",
+        return request_fail(err, RC_INVALID_LIMIT, "\"unit\" of \"limit\" in %s is not a unit",
                             where);
     return 0;
 }
@@ -106,7 +106,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
     char where[48];
     snprintf(where, sizeof where, "descriptors[%zu]", i);
     if (!json_is_object(d))
-        return request_fail(err, "invalid_type", "%s must be an object", where);
+        return request_fail(err, RC_INVALID_TYPE, "%s must be an object", where);
     json_t *entries, *h;
     if (check_json_only_fields(d, fields, where, err) < 0 ||
         member(d, "hits_addend", "hitsAddend", &h, where, err) < 0)
@@ -118,7 +118,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         return -1;
     entries = json_object_get(d, "entries");
     if (entries && !json_is_array(entries))
-        return request_fail(err, "invalid_type", "\"entries\" in %s must be an array", where);
+        return request_fail(err, RC_INVALID_TYPE, "\"entries\" in %s must be an array", where);
     rd->entries = &out->entries[*next];
     rd->nentries = json_array_size(entries);
     for (size_t j = 0; j < rd->nentries; j++) {
@@ -126,7 +126,7 @@ static int parse_descriptor(json_t *d, size_t i, struct rls_json *out, size_t *n
         struct descriptor_entry *de = &out->entries[(*next)++];
         snprintf(where, sizeof where, "descriptors[%zu].entries[%zu]", i, j);
         if (!json_is_object(e))
-            return request_fail(err, "invalid_type", "%s must be an object", where);
+            return request_fail(err, RC_INVALID_TYPE, "%s must be an object", where);
         if (check_json_only_fields(e, entry_fields, where, err) < 0 ||
             string_field(e, "key", where, 1, &de->key, &de->keylen, err) < 0 ||
             string_field(e, "value", where, 0, &de->value, &de->valuelen, err) < 0)
@@ -152,7 +152,7 @@ static int parse_root(json_t *root, struct rls_json *out, struct request_error *
     static const char *const fields[] = {"domain", "descriptors", "hits_addend", "hitsAddend",
                                          NULL};
     if (!json_is_object(root))
-        return request_fail(err, "invalid_request", "the body must be a JSON object");
+        return request_fail(err, RC_INVALID_REQUEST, "the body must be a JSON object");
     json_t *h, *descriptors = json_object_get(root, "descriptors");
     if (check_json_only_fields(root, fields, "the request", err) < 0 ||
         string_field(root, "domain", "the request", 1, &out->req.domain, &out->req.domainlen, err) <
@@ -161,12 +161,12 @@ static int parse_root(json_t *root, struct rls_json *out, struct request_error *
         hits(h, &out->req.hits_addend, "the request", err) < 0)
         return -1;
     if (descriptors && !json_is_array(descriptors))
-        return request_fail(err, "invalid_type", "\"descriptors\" must be an array");
+        return request_fail(err, RC_INVALID_TYPE, "\"descriptors\" must be an array");
     size_t n = json_array_size(descriptors);
     /* The rest is rls_start's rule; checked here too so that a huge array
      * is not copied first. */
     if (n > REQUEST_MAX_CHECKS)
-        return request_fail(err, "invalid_request", "%zu descriptors, over the limit of %d", n,
+        return request_fail(err, RC_INVALID_REQUEST, "%zu descriptors, over the limit of %d", n,
                             REQUEST_MAX_CHECKS);
     out->descriptors = xcalloc(n ? n : 1, sizeof *out->descriptors);
     out->entries = xcalloc(count_entries(descriptors) + 1, sizeof *out->entries);

@@ -119,15 +119,19 @@ static int decode(struct entry *e, enum kind k, const char *val, size_t len)
     }
 }
 
-int redis_state_read(struct redis_tier *x, const struct tier *t, int64_t cost, const char *val,
-                     size_t len, int64_t now)
+int redis_state_read(struct redis_tier *x, const struct tier *t, const int64_t *bounds,
+                     int64_t cost, const char *val, size_t len, int64_t now)
 {
     struct entry *e = (struct entry *)x->entry;
+    int64_t s, end;
+    if (bounds && calendar_window_pick(bounds, now, &s, &end) < 0)
+        return -1;
     memset(x, 0, sizeof *x);
     x->ts.t = t;
     x->ts.ops = tier_ops(t);
     x->ts.cost = cost;
     x->ts.capacity = policy_tier_capacity(t);
+    x->ts.bounds = bounds;
     x->ts.e = val && decode(e, x->ts.ops->kind, val, len) == 0 ? e : NULL;
     tier_decide(&x->ts, now);
     return x->ts.allowed;
@@ -176,15 +180,20 @@ static size_t encode(const struct entry *e, char *buf)
     return (size_t)n;
 }
 
-size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
-                          struct redis_expiry *ex)
+/* The new state of x, written by the algorithm's commit (report 0) or
+ * report (1), as a string into buf and its expiry into ex. */
+static size_t write_state(struct redis_tier *x, int report, int64_t now, int server_clock,
+                          char *buf, struct redis_expiry *ex)
 {
     struct entry *e = (struct entry *)x->entry;
     /* A fresh entry for the write, as the store's get_or_create after
-     * become: commit writes every field its string carries. */
+     * become: commit and report write every field its string carries. */
     memset(e, 0, sizeof *e);
     e->kind = x->ts.ops->kind;
-    x->ts.ops->commit(&x->ts, e, now);
+    if (report)
+        x->ts.ops->report(&x->ts, e, now);
+    else
+        x->ts.ops->commit(&x->ts, e, now);
     if (server_clock && e->expires_from_end > 0) {
         ex->at = 1;
         ex->ms = idiv_ceil(e->expires_from_end, 1000) + EXPIRY_SLACK_MS;
@@ -193,4 +202,17 @@ size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, c
         ex->ms = (e->expires_at - now) / 1000;
     }
     return encode(e, buf);
+}
+
+size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
+                          struct redis_expiry *ex)
+{
+    return write_state(x, 0, now, server_clock, buf, ex);
+}
+
+size_t redis_state_report(struct redis_tier *x, int64_t cost, int64_t now, int server_clock,
+                          char *buf, struct redis_expiry *ex)
+{
+    x->ts.cost = cost;
+    return write_state(x, 1, now, server_clock, buf, ex);
 }

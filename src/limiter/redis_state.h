@@ -8,8 +8,9 @@
  *
  * Owns: decoding and encoding the string states, and which algorithms have
  * one (fixed_window, sliding_window_counter, token_bucket, gcra,
- * leaky_bucket; the log, the buckets and concurrency keep a ZSET or a HASH,
- * and calendar_window takes its bounds from the caller: none of these yet).
+ * leaky_bucket, and calendar_window, whose bounds the caller passes; the
+ * log, the buckets and concurrency keep a ZSET or a HASH: none of these
+ * yet).
  * Does not own: Redis calls, argument decoding (src/module/), any
  * algorithm's arithmetic.
  */
@@ -37,10 +38,14 @@ struct redis_tier *redis_state_tier_at(void *array, size_t i);
 
 /* Pass 1 (check.lua's read_and_decide): decodes val[0..len) (NULL: no key,
  * or not a string; another layout reads as absent, as in the script), loads
- * it as of now and decides cost. t must outlive x, have passed the
- * module's checks and be supported. Returns 1 if the tier allows. */
-int redis_state_read(struct redis_tier *x, const struct tier *t, int64_t cost, const char *val,
-                     size_t len, int64_t now);
+ * it as of now and decides cost. t (and bounds) must outlive x, have passed
+ * the module's checks and be supported. bounds: a calendar tier's four
+ * ("p:s:e:n", lua/calendar_window.lua; t's calendar unit is then anything
+ * but CALENDAR_NONE), else NULL. Returns 1 if the tier allows, 0 if not,
+ * -1 if now is outside the bounds (the script's error; x is unread). */
+int redis_state_read(struct redis_tier *x, const struct tier *t, const int64_t *bounds,
+                     int64_t cost, const char *val, size_t len, int64_t now)
+    __attribute__((warn_unused_result));
 
 /* The tier's 7 integers of the reply (allowed, limit, remaining, reset_us,
  * retry_us, delay_us, reason) as if its cost were taken iff consumed. */
@@ -60,5 +65,14 @@ struct redis_expiry {
  * length. */
 size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
                           struct redis_expiry *ex);
+
+/* A report (check.lua's charge, argv[2] "3"): charges cost (< 0: a
+ * refund) with no decision, on the state redis_state_read loaded (read it
+ * with a cost of 0: a report's cost is no decision's), and writes the new
+ * state as redis_state_commit does. The caller refused the algorithms
+ * that take no report, or no refund (policy_algorithm_reports,
+ * policy_algorithm_refunds). */
+size_t redis_state_report(struct redis_tier *x, int64_t cost, int64_t now, int server_clock,
+                          char *buf, struct redis_expiry *ex);
 
 #endif

@@ -15,6 +15,7 @@
  * Does not own: the arguments' grammar (module_args.c), the arithmetic.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "limiter/redis_state.h"
@@ -56,7 +57,9 @@ static int server_time(struct call *k, int64_t *now)
 }
 
 /* Pass 1 for one tier: GET its key (anything but a string reads as absent,
- * as the script's pcall of GET), decode and decide. */
+ * as the script's pcall of GET), decode and decide. Returns 1 if it allows,
+ * 0 if not, or -1 having replied the script's error (a calendar tier's
+ * bounds that do not hold now). */
 static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
@@ -65,28 +68,104 @@ static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *
     size_t len = 0;
     if (r && rm.CallReplyType(r) == REDISMODULE_REPLY_STRING)
         val = rm.CallReplyStringPtr(r, &len);
-    int allowed = redis_state_read(x, &t->t, cost, val, len, now);
+    int allowed = redis_state_read(x, &t->t, t->calendar ? t->bounds : NULL, cost, val, len, now);
     if (r)
         rm.FreeCallReply(r);
+    if (allowed < 0) {
+        char err[160];
+        snprintf(err, sizeof err,
+                 "ERR ratelimitd: now %lld is outside the calendar bounds sent [%lld, %lld): "
+                 "clocks a window apart",
+                 (long long)now, (long long)t->bounds[0], (long long)t->bounds[3]);
+        rm.ReplyWithError(k->ctx, err);
+    }
     return allowed;
 }
 
-/* Pass 2 for one tier: SET its new state with the script's expiry,
+/* SETs a tier's new state (buf[0..len), with the script's expiry),
  * replicated as the SET itself. */
-static void write_tier(struct call *k, RedisModuleString *key, struct redis_tier *x, int64_t now,
-                       int server_clock)
+static void set_state(struct call *k, RedisModuleString *key, const char *buf, size_t len,
+                      const struct redis_expiry *ex)
 {
-    char buf[REDIS_STATE_BUF];
-    struct redis_expiry ex;
-    size_t len = redis_state_commit(x, now, server_clock, buf, &ex);
     RedisModuleCallReply *r =
-        rm.Call(k->ctx, "SET", "!sbcl", key, buf, len, ex.at ? "PXAT" : "PX", (long long)ex.ms);
+        rm.Call(k->ctx, "SET", "!sbcl", key, buf, len, ex->at ? "PXAT" : "PX", (long long)ex->ms);
     /* A SET refused (out of memory under a maxmemory policy that evicts
      * nothing) loses the write as the script's redis.call would raise:
      * the reply is already made, so it cannot say so; nothing else may
      * fail here. */
     if (r)
         rm.FreeCallReply(r);
+}
+
+/* Pass 2 for one tier: takes its cost and writes its new state. */
+static void write_tier(struct call *k, RedisModuleString *key, struct redis_tier *x, int64_t now,
+                       int server_clock)
+{
+    char buf[REDIS_STATE_BUF];
+    struct redis_expiry ex;
+    size_t len = redis_state_commit(x, now, server_clock, buf, &ex);
+    set_state(k, key, buf, len, &ex);
+}
+
+/* The reply's 7 integers of each tier, after now and request_allowed. */
+static void reply_tier(struct call *k, const struct redis_tier *x, int64_t now, int consumed)
+{
+    int64_t fig[REDIS_STATE_FIGURES];
+    redis_state_figures(x, now, consumed, fig);
+    for (int f = 0; f < REDIS_STATE_FIGURES; f++)
+        rm.ReplyWithLongLong(k->ctx, fig[f]);
+}
+
+/* A report (argv[2] "3", check.lua's charge): every tier of every check,
+ * in order, charged its cost with no decision (GET, SET), then read again
+ * and decided for a unit. An algorithm that takes no report (or no
+ * refund, for a cost < 0) refuses the request before anything is written;
+ * a calendar tier's bounds that do not hold now refuse it where the script
+ * raises, after the tiers before it were written, as there. */
+static void report(struct call *k, RedisModuleString **keys, const struct module_request *req,
+                   void *xs, int64_t now)
+{
+    char err[160];
+    for (size_t c = 0; c < req->nchecks; c++) {
+        for (size_t i = req->checks[c].first; i < req->checks[c].last; i++) {
+            enum algorithm a = req->tiers[i].t.algorithm;
+            const char *why = !policy_algorithm_reports(a) ? "takes no report"
+                              : req->checks[c].cost < 0 && !policy_algorithm_refunds(a)
+                                  ? "cannot give back a cost"
+                                  : NULL;
+            if (why) {
+                snprintf(err, sizeof err, "ERR ratelimitd: %s %s", policy_algorithm_name(a), why);
+                rm.ReplyWithError(k->ctx, err);
+                return;
+            }
+        }
+    }
+    int request_allowed = 1;
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; i < chk->last; i++) {
+            const struct module_tier *t = &req->tiers[i];
+            struct redis_tier *x = redis_state_tier_at(xs, i);
+            if (chk->cost != 0) {
+                char buf[REDIS_STATE_BUF];
+                struct redis_expiry ex;
+                if (read_tier(k, keys[t->key], x, t, 0, now) < 0)
+                    return;
+                size_t len = redis_state_report(x, chk->cost, now, req->server_clock, buf, &ex);
+                set_state(k, keys[t->key], buf, len, &ex);
+            }
+            int allowed = read_tier(k, keys[t->key], x, t, 1, now);
+            if (allowed < 0)
+                return;
+            if (!allowed && !chk->shadow)
+                request_allowed = 0;
+        }
+    }
+    rm.ReplyWithArray(k->ctx, (long)(2 + 7 * req->ntiers));
+    rm.ReplyWithLongLong(k->ctx, now);
+    rm.ReplyWithLongLong(k->ctx, request_allowed);
+    for (size_t i = 0; i < req->ntiers; i++)
+        reply_tier(k, redis_state_tier_at(xs, i), now, 0);
 }
 
 /* Decides one request whose arguments are decoded in req, replying with
@@ -99,13 +178,21 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
         rm.ReplyWithError(k->ctx, "ERR ratelimitd: TIME failed");
         return;
     }
+    if (req->report) {
+        report(k, keys, req, xs, now);
+        return;
+    }
     int request_allowed = 1;
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
         check_allowed[c] = 1;
-        for (size_t i = chk->first; i < chk->last; i++)
-            check_allowed[c] &= read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
-                                          &req->tiers[i], chk->cost, now);
+        for (size_t i = chk->first; i < chk->last; i++) {
+            int allowed = read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
+                                    &req->tiers[i], chk->cost, now);
+            if (allowed < 0)
+                return;
+            check_allowed[c] &= allowed;
+        }
         if (!chk->shadow && !check_allowed[c])
             request_allowed = 0;
     }
@@ -114,12 +201,8 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
     rm.ReplyWithLongLong(k->ctx, request_allowed);
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
-        for (size_t i = chk->first; i < chk->last; i++) {
-            redis_state_figures(redis_state_tier_at(xs, i), now,
-                                request_allowed && check_allowed[c], fig);
-            for (int f = 0; f < REDIS_STATE_FIGURES; f++)
-                rm.ReplyWithLongLong(k->ctx, fig[f]);
-        }
+        for (size_t i = chk->first; i < chk->last; i++)
+            reply_tier(k, redis_state_tier_at(xs, i), now, request_allowed && check_allowed[c]);
     }
     for (size_t i = 0; req->both && i < req->ntiers; i++) {
         redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);

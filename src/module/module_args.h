@@ -30,7 +30,9 @@ struct module_arg {
 
 struct module_tier {
     struct tier t;
-    size_t key; /* its key: an index into the request's keys */
+    size_t key;        /* its key: an index into the request's keys */
+    int calendar;      /* a calendar_window tier: bounds hold its "p:s:e:n" */
+    int64_t bounds[4]; /* (t is then a fixed_window with a calendar unit) */
 };
 
 struct module_check {
@@ -44,6 +46,7 @@ struct module_request {
     int64_t now;      /* µs, unless server_clock */
     int dry_run;      /* "1" or "2" */
     int both;         /* "2": the figures as if denied follow */
+    int report;       /* "3": a report; costs may be < 0 (>= -2^53) */
     size_t nchecks, ntiers;
     struct module_check *checks; /* the caller's: (nargs / 2) of them */
     struct module_tier *tiers;   /* the caller's: nkeys of them */

@@ -157,6 +157,13 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
         return FAIL("limit, window_us, burst and precision_us must be integers (window >= 1, "
                     "limit >= 1, or >= 0 for fixed_window) in \"%.*s\"",
                     shown, s.p);
+    /* The daemon's bound on the buckets (policy_tier_validate): a hash
+     * whose live buckets' units add up within int64. */
+    if (t->algorithm == ALG_SLIDING_WINDOW_BUCKETS &&
+        (t->precision_us < 1 || t->window_us % t->precision_us != 0 ||
+         t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
+        return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
+                    MODULE_MAX_BUCKETS, shown, s.p);
     /* The daemon's bound (policy_tier_validate): every product of the
      * arithmetic stays exact, and within int64. */
     int64_t factor = max64(t->limit, policy_tier_capacity(t));

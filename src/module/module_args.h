@@ -9,8 +9,10 @@
  *
  * Owns: the argument grammar and its error messages (the script's words).
  * Stricter than the script where the daemon never sends otherwise:
- * integers are plain decimals, and a tier's limit (or capacity) times its
- * window must stay within 2^53, as the daemon's validation guarantees.
+ * integers are plain decimals, a tier's limit (or capacity) times its
+ * window must stay within 2^53 (but a calendar window's, whose arithmetic
+ * multiplies neither), and a sliding_window_buckets window holds at most
+ * MODULE_MAX_BUCKETS buckets, as the daemon's validation guarantees.
  * Does not own: the decision (limiter/redis_state.h), Redis calls.
  */
 #ifndef RATELIMITD_MODULE_ARGS_H
@@ -22,6 +24,7 @@
 #include "config/policy.h"
 
 #define MODULE_ERR_BUF 200
+#define MODULE_MAX_BUCKETS 1000 /* the daemon's MAX_BUCKETS (config/policy.c) */
 
 struct module_arg {
     const char *p;

@@ -8,17 +8,34 @@
  * calendar_window_ops.
  *
  * Owns: the calendar window's load, commit and report; allows, figures and
- * retry are fixed_window.c's. The bounds come from lib/calendar.c.
+ * retry are fixed_window.c's. The bounds come from lib/calendar.c, or
+ * from the caller (the module, sent them as the script is).
  * Does not own: the store, the two passes (limiter_local.c), clocks.
  */
+#include <stdlib.h>
+
 #include "limiter/limiter_internal.h"
 
-/* calendar_window.lua's load: the bounds from the calendar; the count is
- * this window's only if both ends match. */
+int calendar_window_pick(const int64_t b[4], int64_t now, int64_t *s, int64_t *e)
+{
+    int i = now < b[1] ? 0 : now >= b[2] ? 2 : 1;
+    if (now < b[i] || now >= b[i + 1])
+        return -1;
+    *s = b[i];
+    *e = b[i + 1];
+    return 0;
+}
+
+/* calendar_window.lua's load: the bounds sent (the caller checked that
+ * they hold now) or from the calendar; the count is this window's only if
+ * both ends match. */
 static void cal_load(struct tier_state *ts, int64_t now)
 {
     ts->n = 0;
-    calendar_window(&ts->t->calendar, now, &ts->start, &ts->window_end);
+    if (!ts->bounds)
+        calendar_window(&ts->t->calendar, now, &ts->start, &ts->window_end);
+    else if (calendar_window_pick(ts->bounds, now, &ts->start, &ts->window_end) < 0)
+        abort(); /* a broken invariant: redis_state_read checks them first */
     if (ts->e && ts->e->u.fw.cal && ts->e->u.fw.s == ts->start && ts->e->u.fw.e == ts->window_end)
         ts->n = ts->e->u.fw.n;
 }

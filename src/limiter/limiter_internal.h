@@ -137,6 +137,10 @@ struct tier_state {
     /* concurrency: units held, the latest live expiry (0: none), the nonce */
     int64_t held, latest;
     const char *nonce;
+    /* calendar_window: the four bounds a caller computed ("p:s:e:n" of
+     * lua/calendar_window.lua: the module is sent them, as the script is),
+     * or NULL: from the tier's calendar (the memory backend) */
+    const int64_t *bounds;
 };
 
 struct local_store {
@@ -237,6 +241,11 @@ void fixed_window_figures(const struct tier_state *ts, int64_t now, int consumed
 int64_t fixed_window_retry(const struct tier_state *ts, int64_t now);
 void fixed_window_write(const struct tier_state *ts, struct entry *e, int64_t now, int64_t n,
                         int cal);
+
+/* calendar_window.c: the window of the four bounds b ("p:s:e:n") that
+ * holds now, [*s, *e), as calendar_window.lua's load picks it; -1 if now
+ * is outside [b[0], b[3]) (the script's error: clocks a window apart). */
+int calendar_window_pick(const int64_t b[4], int64_t now, int64_t *s, int64_t *e);
 
 /* gcra.c's steps, which leaky_bucket.c takes as they are (as
  * leaky_bucket.lua takes gcra's). */

@@ -15,8 +15,10 @@
 #include <inttypes.h>
 #include <stdalign.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "lib/util.h"
 #include "limiter/limiter_internal.h"
 
 struct redis_tier {
@@ -24,12 +26,20 @@ struct redis_tier {
     /* the decoded entry: a struct entry whose key[] is empty (never in a
      * store), kept here in storage of its own alignment */
     alignas(struct entry) unsigned char entry[sizeof(struct entry)];
+    /* sliding_window_buckets: the stale buckets' starts, which the write's
+     * HDEL drops (malloc'd, as the entry's buckets) */
+    int64_t *stale;
 };
 
 int redis_state_supports(enum algorithm a)
 {
     return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
-           a == ALG_GCRA || a == ALG_LEAKY_BUCKET;
+           a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS;
+}
+
+enum redis_layout redis_state_layout(const struct tier *t)
+{
+    return t->algorithm == ALG_SLIDING_WINDOW_BUCKETS ? REDIS_LAYOUT_HASH : REDIS_LAYOUT_STRING;
 }
 
 size_t redis_state_tier_size(void)
@@ -119,16 +129,82 @@ static int decode(struct entry *e, enum kind k, const char *val, size_t len)
     }
 }
 
-int redis_state_read(struct redis_tier *x, const struct tier *t, int64_t cost, const char *val,
-                     size_t len, int64_t now)
+void redis_state_release(struct redis_tier *x)
 {
     struct entry *e = (struct entry *)x->entry;
+    if (e->kind == KIND_BUCKETS)
+        free(e->u.swb.b);
+    free(x->stale);
     memset(x, 0, sizeof *x);
+}
+
+/* Readies x for tier t (bounds: a calendar tier's, or NULL) and cost. */
+static void begin(struct redis_tier *x, const struct tier *t, const int64_t *bounds, int64_t cost)
+{
+    redis_state_release(x);
     x->ts.t = t;
     x->ts.ops = tier_ops(t);
     x->ts.cost = cost;
     x->ts.capacity = policy_tier_capacity(t);
+    x->ts.bounds = bounds;
+}
+
+int redis_state_read(struct redis_tier *x, const struct tier *t, const int64_t *bounds,
+                     int64_t cost, const char *val, size_t len, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t s, end;
+    if (bounds && calendar_window_pick(bounds, now, &s, &end) < 0)
+        return -1;
+    begin(x, t, bounds, cost);
     x->ts.e = val && decode(e, x->ts.ops->kind, val, len) == 0 ? e : NULL;
+    tier_decide(&x->ts, now);
+    return x->ts.allowed;
+}
+
+/* s[0..len) as a decimal integer written as Redis and the scripts write
+ * one (no leading zero, '-' only if sign), |v| <= 2^53; 0, or -1. */
+static int canonical(const char *s, size_t len, int sign, int64_t *v)
+{
+    size_t i = sign && len > 1 && s[0] == '-';
+    int64_t n = 0;
+    if (i == len || (s[i] == '0' && (len - i > 1 || i > 0)))
+        return -1;
+    for (size_t j = i; j < len; j++) {
+        if (s[j] < '0' || s[j] > '9')
+            return -1;
+        n = n * 10 + (s[j] - '0');
+        if (n > EXACT_MAX)
+            return -1;
+    }
+    *v = i ? -n : n;
+    return 0;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    int64_t x = ((const struct swb_bucket *)a)->start, y = ((const struct swb_bucket *)b)->start;
+    return (x > y) - (x < y);
+}
+
+int redis_state_read_hash(struct redis_tier *x, const struct tier *t, int64_t cost,
+                          const struct redis_field *f, size_t n, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    begin(x, t, NULL, cost);
+    if (n > 0) {
+        e->kind = KIND_BUCKETS;
+        e->u.swb.b = xcalloc(n, sizeof *e->u.swb.b);
+        e->u.swb.len = e->u.swb.cap = n;
+        for (size_t i = 0; i < n; i++) {
+            struct swb_bucket *b = &e->u.swb.b[i];
+            if (canonical(f[i].name, f[i].name_len, 0, &b->start) < 0 ||
+                canonical(f[i].value, f[i].value_len, 1, &b->count) < 0)
+                return -1;
+        }
+        qsort(e->u.swb.b, n, sizeof *e->u.swb.b, by_start);
+        x->ts.e = e;
+    }
     tier_decide(&x->ts, now);
     return x->ts.allowed;
 }
@@ -176,21 +252,60 @@ static size_t encode(const struct entry *e, char *buf)
     return (size_t)n;
 }
 
-size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
-                          struct redis_expiry *ex)
+/* The new state of x, written by the algorithm's commit (report 0) or
+ * report (1), as the Redis commands of w. */
+static void write_state(struct redis_tier *x, int report, int64_t now, int server_clock,
+                        struct redis_write *w)
 {
     struct entry *e = (struct entry *)x->entry;
-    /* A fresh entry for the write, as the store's get_or_create after
-     * become: commit writes every field its string carries. */
-    memset(e, 0, sizeof *e);
-    e->kind = x->ts.ops->kind;
-    x->ts.ops->commit(&x->ts, e, now);
-    if (server_clock && e->expires_from_end > 0) {
-        ex->at = 1;
-        ex->ms = idiv_ceil(e->expires_from_end, 1000) + EXPIRY_SLACK_MS;
+    memset(w, 0, sizeof *w);
+    if (x->ts.ops->kind == KIND_BUCKETS) {
+        /* HINCRBY of the current bucket, HDEL of the stale ones (the
+         * buckets before the window, sorted: a prefix), PEXPIRE: the
+         * script's commands; the entry, as the store's, gives the expiry. */
+        if (!x->ts.e) {
+            memset(e, 0, sizeof *e);
+            e->kind = KIND_BUCKETS;
+        }
+        int64_t oldest = x->ts.cur - x->ts.t->window_us + x->ts.t->precision_us;
+        while (w->ndel < e->u.swb.len && e->u.swb.b[w->ndel].start < oldest)
+            w->ndel++;
+        free(x->stale);
+        x->stale = xcalloc(w->ndel + 1, sizeof *x->stale);
+        for (size_t i = 0; i < w->ndel; i++)
+            x->stale[i] = e->u.swb.b[i].start;
+        w->del = x->stale;
+        w->field = x->ts.cur;
     } else {
-        ex->at = 0;
-        ex->ms = (e->expires_at - now) / 1000;
+        /* A fresh entry for the SET, as the store's get_or_create after
+         * become: commit and report write every field its string carries. */
+        memset(e, 0, sizeof *e);
+        e->kind = x->ts.ops->kind;
     }
-    return encode(e, buf);
+    if (report)
+        x->ts.ops->report(&x->ts, e, now);
+    else
+        x->ts.ops->commit(&x->ts, e, now);
+    w->by = x->ts.cost;
+    if (server_clock && e->expires_from_end > 0) {
+        w->ex.at = 1;
+        w->ex.ms = idiv_ceil(e->expires_from_end, 1000) + EXPIRY_SLACK_MS;
+    } else {
+        w->ex.at = 0;
+        w->ex.ms = (e->expires_at - now) / 1000;
+    }
+    if (x->ts.ops->kind != KIND_BUCKETS)
+        w->len = encode(e, w->buf);
+}
+
+void redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, struct redis_write *w)
+{
+    write_state(x, 0, now, server_clock, w);
+}
+
+void redis_state_report(struct redis_tier *x, int64_t cost, int64_t now, int server_clock,
+                        struct redis_write *w)
+{
+    x->ts.cost = cost;
+    write_state(x, 1, now, server_clock, w);
 }

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis_state.h: one tier decided by the limiter's own C steps on the state
- * string Redis holds for it, for the Redis module (src/module/): the same
+ * Redis holds for it, for the Redis module (src/module/): the same
  * arithmetic as the memory backend (tier.c and the algorithm files), read
- * from and written back to the Functions' strings ("f:<e>:<n>", ...), byte
- * for byte, with the Functions' expiries.
+ * from and written back as the Functions' strings ("f:<e>:<n>", ...) and
+ * hashes, byte for byte, with the Functions' expiries.
  *
- * Owns: decoding and encoding the string states, and which algorithms have
- * one (fixed_window, sliding_window_counter, token_bucket, gcra,
- * leaky_bucket; the log, the buckets and concurrency keep a ZSET or a HASH,
- * and calendar_window takes its bounds from the caller: none of these yet).
+ * Owns: decoding and encoding the states, and which algorithms have one
+ * here: the strings of fixed_window, calendar_window (whose bounds the
+ * caller passes), sliding_window_counter, token_bucket, gcra and
+ * leaky_bucket, and sliding_window_buckets' hash; not yet the log's sorted
+ * set or concurrency's.
  * Does not own: Redis calls, argument decoding (src/module/), any
  * algorithm's arithmetic.
  */
@@ -27,20 +28,48 @@
 /* One tier of a call: its settings, its decoded state and pass 1's reading. */
 struct redis_tier;
 
-/* Whether algorithm a's state is a string this file decodes. */
+/* Whether algorithm a's state is one this file decodes. */
 int redis_state_supports(enum algorithm a);
 
+/* How a tier's state is kept: a string (GET; SET), or for
+ * sliding_window_buckets a hash of bucket start -> units (HGETALL;
+ * HINCRBY, HDEL, PEXPIRE), as the scripts keep it. */
+enum redis_layout { REDIS_LAYOUT_STRING, REDIS_LAYOUT_HASH };
+enum redis_layout redis_state_layout(const struct tier *t);
+
+/* One field of a hash and its value, as HGETALL answers them. */
+struct redis_field {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
 /* The bytes of one struct redis_tier, and the i-th of an array of them
- * (array aligned as malloc aligns). */
+ * (array aligned as malloc aligns, zeroed before the first read). */
 size_t redis_state_tier_size(void);
 struct redis_tier *redis_state_tier_at(void *array, size_t i);
 
 /* Pass 1 (check.lua's read_and_decide): decodes val[0..len) (NULL: no key,
  * or not a string; another layout reads as absent, as in the script), loads
- * it as of now and decides cost. t must outlive x, have passed the
- * module's checks and be supported. Returns 1 if the tier allows. */
-int redis_state_read(struct redis_tier *x, const struct tier *t, int64_t cost, const char *val,
-                     size_t len, int64_t now);
+ * it as of now and decides cost. t (and bounds) must outlive x, have passed
+ * the module's checks and be supported. bounds: a calendar tier's four
+ * ("p:s:e:n", lua/calendar_window.lua; t's calendar unit is then anything
+ * but CALENDAR_NONE), else NULL. Returns 1 if the tier allows, 0 if not,
+ * -1 if now is outside the bounds (the script's error; x is unread). */
+int redis_state_read(struct redis_tier *x, const struct tier *t, const int64_t *bounds,
+                     int64_t cost, const char *val, size_t len, int64_t now)
+    __attribute__((warn_unused_result));
+
+/* Pass 1 for a hash tier (REDIS_LAYOUT_HASH): as redis_state_read, on the
+ * n fields of f (n 0: no key). Returns 1 if the tier allows, 0 if not, -1
+ * if a field or value is not an integer as Redis writes one (the script
+ * would fail on it, or count what no daemon wrote: refused). */
+int redis_state_read_hash(struct redis_tier *x, const struct tier *t, int64_t cost,
+                          const struct redis_field *f, size_t n, int64_t now)
+    __attribute__((warn_unused_result));
+
+/* Frees what a read of x keeps (a hash's buckets) and zeroes x; every x
+ * read must be released once the call is done. */
+void redis_state_release(struct redis_tier *x);
 
 /* The tier's 7 integers of the reply (allowed, limit, remaining, reset_us,
  * retry_us, delay_us, reason) as if its cost were taken iff consumed. */
@@ -53,12 +82,32 @@ struct redis_expiry {
     int64_t ms;
 };
 
-/* Pass 2 (commit): takes the cost, and writes the new state string into
- * buf (REDIS_STATE_BUF bytes) and its expiry into ex, as the script's SET
- * would; server_clock: now is Redis's TIME (then an expiry set from an end
- * is a PXAT, as lua/common.lua's expiry_until). Returns the string's
- * length. */
-size_t redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, char *buf,
-                          struct redis_expiry *ex);
+/* A tier's write: the Redis commands that take its cost, as the script's.
+ * REDIS_LAYOUT_STRING: SET key buf[0..len) PX|PXAT ex.ms.
+ * REDIS_LAYOUT_HASH: HINCRBY key field by, HDEL key del[0..ndel) (if
+ * any; del is x's until its release), PEXPIRE key ex.ms. */
+struct redis_write {
+    char buf[REDIS_STATE_BUF];
+    size_t len;
+    struct redis_expiry ex;
+    int64_t field, by;
+    const int64_t *del;
+    size_t ndel;
+};
+
+/* Pass 2 (commit): takes the cost, and fills w with the write that makes
+ * the new state, as the script's would; server_clock: now is Redis's TIME
+ * (then an expiry set from an end is a PXAT, as lua/common.lua's
+ * expiry_until). */
+void redis_state_commit(struct redis_tier *x, int64_t now, int server_clock, struct redis_write *w);
+
+/* A report (check.lua's charge, argv[2] "3"): charges cost (< 0: a
+ * refund) with no decision, on the state redis_state_read loaded (read it
+ * with a cost of 0: a report's cost is no decision's), and fills w as
+ * redis_state_commit does. The caller refused the algorithms that take no
+ * report, or no refund (policy_algorithm_reports,
+ * policy_algorithm_refunds). */
+void redis_state_report(struct redis_tier *x, int64_t cost, int64_t now, int server_clock,
+                        struct redis_write *w);
 
 #endif

@@ -9,12 +9,14 @@
  * module_args.h and redis_state.h) it answers with an error, as the script
  * answers a request it refuses; within a batch, per request.
  *
- * Owns: the command, its Redis reads and writes (GET; SET with "!", so
- * that replicas and the AOF get the effects, never this command), the
+ * Owns: the command, its Redis reads and writes (GET or HGETALL; SET, or
+ * HINCRBY, HDEL and PEXPIRE, each with "!", so that replicas and the AOF
+ * get the effects, never this command), the
  * server's TIME, read once per call as the script reads it once per batch.
  * Does not own: the arguments' grammar (module_args.c), the arithmetic.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "limiter/redis_state.h"
@@ -55,85 +57,218 @@ static int server_time(struct call *k, int64_t *now)
     return 0;
 }
 
+/* Replies "ERR ratelimitd: <what>: <r's error>" (a Redis command refused,
+ * as the script's redis.call raises). */
+static void reply_call_error(struct call *k, const char *what, RedisModuleCallReply *r)
+{
+    char err[200];
+    size_t len = 0;
+    const char *msg = r ? rm.CallReplyStringPtr(r, &len) : NULL;
+    snprintf(err, sizeof err, "ERR ratelimitd: %s: %.*s", what,
+             msg ? (int)(len > 120 ? 120 : len) : 6, msg ? msg : "failed");
+    rm.ReplyWithError(k->ctx, err);
+}
+
+/* Pass 1 for a hash tier: HGETALL (another type is the script's error). */
+static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *x,
+                     const struct module_tier *t, int64_t cost, int64_t now)
+{
+    RedisModuleCallReply *r = rm.Call(k->ctx, "HGETALL", "s", key);
+    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY) {
+        reply_call_error(k, "HGETALL", r);
+        if (r)
+            rm.FreeCallReply(r);
+        return -1;
+    }
+    size_t n = rm.CallReplyLength(r) / 2;
+    struct redis_field *f = rm.Alloc((n + 1) * sizeof *f);
+    for (size_t i = 0; i < n; i++) {
+        f[i].name = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i), &f[i].name_len);
+        f[i].value = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i + 1), &f[i].value_len);
+    }
+    int allowed = redis_state_read_hash(x, &t->t, cost, f, n, now);
+    rm.Free(f);
+    rm.FreeCallReply(r);
+    if (allowed < 0)
+        rm.ReplyWithError(k->ctx, "ERR ratelimitd: a bucket hash holds a field or value that "
+                                  "is no integer");
+    return allowed;
+}
+
 /* Pass 1 for one tier: GET its key (anything but a string reads as absent,
- * as the script's pcall of GET), decode and decide. */
+ * as the script's pcall of GET), or HGETALL, decode and decide. Returns 1
+ * if it allows, 0 if not, or -1 having replied the script's error (a
+ * calendar tier's bounds that do not hold now, a key of another type). */
 static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_HASH)
+        return read_hash(k, key, x, t, cost, now);
     RedisModuleCallReply *r = rm.Call(k->ctx, "GET", "s", key);
     const char *val = NULL;
     size_t len = 0;
     if (r && rm.CallReplyType(r) == REDISMODULE_REPLY_STRING)
         val = rm.CallReplyStringPtr(r, &len);
-    int allowed = redis_state_read(x, &t->t, cost, val, len, now);
+    int allowed = redis_state_read(x, &t->t, t->calendar ? t->bounds : NULL, cost, val, len, now);
     if (r)
         rm.FreeCallReply(r);
+    if (allowed < 0) {
+        char err[160];
+        snprintf(err, sizeof err,
+                 "ERR ratelimitd: now %lld is outside the calendar bounds sent [%lld, %lld): "
+                 "clocks a window apart",
+                 (long long)now, (long long)t->bounds[0], (long long)t->bounds[3]);
+        rm.ReplyWithError(k->ctx, err);
+    }
     return allowed;
 }
 
-/* Pass 2 for one tier: SET its new state with the script's expiry,
- * replicated as the SET itself. */
-static void write_tier(struct call *k, RedisModuleString *key, struct redis_tier *x, int64_t now,
-                       int server_clock)
+/* Runs one write command; 0, or -1 having replied its error. A SET
+ * refused (out of memory under a maxmemory policy that evicts nothing),
+ * or a HINCRBY on a key another tier of the request just made a string,
+ * fails the request as the script's redis.call raises, its writes before
+ * kept, as there. */
+static int run(struct call *k, const char *what, RedisModuleCallReply *r)
 {
-    char buf[REDIS_STATE_BUF];
-    struct redis_expiry ex;
-    size_t len = redis_state_commit(x, now, server_clock, buf, &ex);
-    RedisModuleCallReply *r =
-        rm.Call(k->ctx, "SET", "!sbcl", key, buf, len, ex.at ? "PXAT" : "PX", (long long)ex.ms);
-    /* A SET refused (out of memory under a maxmemory policy that evicts
-     * nothing) loses the write as the script's redis.call would raise:
-     * the reply is already made, so it cannot say so; nothing else may
-     * fail here. */
+    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
+    if (!ok)
+        reply_call_error(k, what, r);
     if (r)
         rm.FreeCallReply(r);
+    return ok ? 0 : -1;
+}
+
+/* Makes w's write to key, each command replicated as itself ("!"). */
+static int write_state(struct call *k, RedisModuleString *key, const struct module_tier *t,
+                       const struct redis_write *w)
+{
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_STRING)
+        return run(k, "SET",
+                   rm.Call(k->ctx, "SET", "!sbcl", key, w->buf, w->len, w->ex.at ? "PXAT" : "PX",
+                           (long long)w->ex.ms));
+    if (run(k, "HINCRBY",
+            rm.Call(k->ctx, "HINCRBY", "!sll", key, (long long)w->field, (long long)w->by)) < 0)
+        return -1;
+    for (size_t i = 0; i < w->ndel; i++)
+        if (run(k, "HDEL", rm.Call(k->ctx, "HDEL", "!sl", key, (long long)w->del[i])) < 0)
+            return -1;
+    return run(k, "PEXPIRE", rm.Call(k->ctx, "PEXPIRE", "!sl", key, (long long)w->ex.ms));
+}
+
+/* A report (argv[2] "3", check.lua's charge): every tier of every check,
+ * in order, charged its cost with no decision (read, write), then read
+ * again and decided for a unit. An algorithm that takes no report (or no
+ * refund, for a cost < 0) refuses the request before anything is written;
+ * a calendar tier's bounds that do not hold now, or a key of another
+ * type, refuse it where the script raises, after the tiers before it were
+ * written, as there. */
+static void report(struct call *k, RedisModuleString **keys, const struct module_request *req,
+                   void *xs, int64_t now)
+{
+    char err[160];
+    int64_t fig[REDIS_STATE_FIGURES];
+    for (size_t c = 0; c < req->nchecks; c++) {
+        for (size_t i = req->checks[c].first; i < req->checks[c].last; i++) {
+            enum algorithm a = req->tiers[i].t.algorithm;
+            const char *why = !policy_algorithm_reports(a) ? "takes no report"
+                              : req->checks[c].cost < 0 && !policy_algorithm_refunds(a)
+                                  ? "cannot give back a cost"
+                                  : NULL;
+            if (why) {
+                snprintf(err, sizeof err, "ERR ratelimitd: %s %s", policy_algorithm_name(a), why);
+                rm.ReplyWithError(k->ctx, err);
+                return;
+            }
+        }
+    }
+    int request_allowed = 1;
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; i < chk->last; i++) {
+            const struct module_tier *t = &req->tiers[i];
+            struct redis_tier *x = redis_state_tier_at(xs, i);
+            if (chk->cost != 0) {
+                struct redis_write w;
+                if (read_tier(k, keys[t->key], x, t, 0, now) < 0)
+                    return;
+                redis_state_report(x, chk->cost, now, req->server_clock, &w);
+                if (write_state(k, keys[t->key], t, &w) < 0)
+                    return;
+            }
+            int allowed = read_tier(k, keys[t->key], x, t, 1, now);
+            if (allowed < 0)
+                return;
+            if (!allowed && !chk->shadow)
+                request_allowed = 0;
+        }
+    }
+    rm.ReplyWithArray(k->ctx, (long)(2 + 7 * req->ntiers));
+    rm.ReplyWithLongLong(k->ctx, now);
+    rm.ReplyWithLongLong(k->ctx, request_allowed);
+    for (size_t i = 0; i < req->ntiers; i++) {
+        redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+        for (int f = 0; f < REDIS_STATE_FIGURES; f++)
+            rm.ReplyWithLongLong(k->ctx, fig[f]);
+    }
 }
 
 /* Decides one request whose arguments are decoded in req, replying with
- * check.lua's array. */
+ * check.lua's array, whose integers (out: room for 9 per tier) are all
+ * computed from pass 1's state before pass 2 writes, and sent after it:
+ * a write the script's redis.call would raise on answers its error. */
 static void decide(struct call *k, RedisModuleString **keys, struct module_request *req, void *xs,
-                   int *check_allowed)
+                   int *check_allowed, int64_t *out)
 {
-    int64_t now = req->now, fig[REDIS_STATE_FIGURES];
+    int64_t now = req->now;
+    size_t n = 2;
     if (req->server_clock && server_time(k, &now) < 0) {
         rm.ReplyWithError(k->ctx, "ERR ratelimitd: TIME failed");
+        return;
+    }
+    if (req->report) {
+        report(k, keys, req, xs, now);
         return;
     }
     int request_allowed = 1;
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
         check_allowed[c] = 1;
-        for (size_t i = chk->first; i < chk->last; i++)
-            check_allowed[c] &= read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
-                                          &req->tiers[i], chk->cost, now);
+        for (size_t i = chk->first; i < chk->last; i++) {
+            int allowed = read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
+                                    &req->tiers[i], chk->cost, now);
+            if (allowed < 0)
+                return;
+            check_allowed[c] &= allowed;
+        }
         if (!chk->shadow && !check_allowed[c])
             request_allowed = 0;
     }
-    rm.ReplyWithArray(k->ctx, (long)(2 + (req->both ? 9 : 7) * req->ntiers));
-    rm.ReplyWithLongLong(k->ctx, now);
-    rm.ReplyWithLongLong(k->ctx, request_allowed);
+    out[0] = now;
+    out[1] = request_allowed;
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
-        for (size_t i = chk->first; i < chk->last; i++) {
+        for (size_t i = chk->first; i < chk->last; i++, n += REDIS_STATE_FIGURES)
             redis_state_figures(redis_state_tier_at(xs, i), now,
-                                request_allowed && check_allowed[c], fig);
-            for (int f = 0; f < REDIS_STATE_FIGURES; f++)
-                rm.ReplyWithLongLong(k->ctx, fig[f]);
+                                request_allowed && check_allowed[c], out + n);
+    }
+    for (size_t i = 0; req->both && i < req->ntiers; i++, n += 2) {
+        int64_t fig[REDIS_STATE_FIGURES];
+        redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+        out[n] = fig[2];
+        out[n + 1] = fig[3];
+    }
+    for (size_t c = 0; request_allowed && !req->dry_run && c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; check_allowed[c] && chk->cost > 0 && i < chk->last; i++) {
+            struct redis_write w;
+            redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
+            if (write_state(k, keys[req->tiers[i].key], &req->tiers[i], &w) < 0)
+                return;
         }
     }
-    for (size_t i = 0; req->both && i < req->ntiers; i++) {
-        redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
-        rm.ReplyWithLongLong(k->ctx, fig[2]);
-        rm.ReplyWithLongLong(k->ctx, fig[3]);
-    }
-    if (!request_allowed || req->dry_run)
-        return;
-    for (size_t c = 0; c < req->nchecks; c++) {
-        const struct module_check *chk = &req->checks[c];
-        for (size_t i = chk->first; check_allowed[c] && chk->cost > 0 && i < chk->last; i++)
-            write_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i), now,
-                       req->server_clock);
-    }
+    rm.ReplyWithArray(k->ctx, (long)n);
+    for (size_t i = 0; i < n; i++)
+        rm.ReplyWithLongLong(k->ctx, out[i]);
 }
 
 /* Decodes and decides one request: keys[0..nk), argv[0..na); replies with
@@ -147,13 +282,18 @@ static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
     req.checks = rm.Alloc((na / 2 + 1) * sizeof *req.checks);
     req.tiers = rm.Alloc((nk + 1) * sizeof *req.tiers);
     int *check_allowed = rm.Alloc((na / 2 + 1) * sizeof *check_allowed);
+    int64_t *out = rm.Alloc((2 + 9 * nk) * sizeof *out);
     void *xs = rm.Alloc((nk + 1) * redis_state_tier_size());
+    memset(xs, 0, (nk + 1) * redis_state_tier_size());
     memcpy(err, "ERR ", 4);
     if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
         rm.ReplyWithError(k->ctx, err);
     else
-        decide(k, keys, &req, xs, check_allowed);
+        decide(k, keys, &req, xs, check_allowed, out);
+    for (size_t i = 0; i < nk; i++)
+        redis_state_release(redis_state_tier_at(xs, i));
     rm.Free(xs);
+    rm.Free(out);
     rm.Free(check_allowed);
     rm.Free(req.tiers);
     rm.Free(req.checks);

@@ -16,19 +16,23 @@
 
 #define FAIL(...) (snprintf(err, errlen, "ratelimitd: " __VA_ARGS__), -1)
 
-/* a as a plain decimal integer in [least, 2^53]; 0, or -1. */
+/* a as a plain decimal integer in [least, 2^53] (a '-' first only if
+ * least < 0, down to -2^53); 0, or -1. */
 static int int_of(struct module_arg a, int64_t least, int64_t *v)
 {
     int64_t n = 0;
-    if (a.len == 0)
+    size_t i = least < 0 && a.len > 0 && a.p[0] == '-';
+    if (a.len == i)
         return -1;
-    for (size_t i = 0; i < a.len; i++) {
+    for (; i < a.len; i++) {
         if (a.p[i] < '0' || a.p[i] > '9')
             return -1;
         n = n * 10 + (a.p[i] - '0');
         if (n > EXACT_MAX)
             return -1;
     }
+    if (a.p[0] == '-')
+        n = -n;
     if (n < least)
         return -1;
     *v = n;
@@ -98,15 +102,46 @@ static int is(struct module_arg w, const char *s)
     return w.len == strlen(s) && memcmp(w.p, s, w.len) == 0;
 }
 
+/* A calendar tier's window word, "p:s:e:n": four ascending integers up to
+ * 2^53 (calendar_window.lua's parse_window). 0, or -1. */
+static int window_bounds(struct module_arg w, int64_t b[4])
+{
+    size_t at = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t from = at;
+        while (at < w.len && w.p[at] != ':')
+            at++;
+        if (int_of((struct module_arg){w.p + from, at - from}, 0, &b[i]) < 0 ||
+            (i > 0 && b[i - 1] >= b[i]) || (at < w.len) != (i < 3))
+            return -1;
+        at++;
+    }
+    return 0;
+}
+
 /* One tier from its five words w[0..5). */
-static int parse_tier(struct module_arg s, const struct module_arg *w, struct tier *t, char *err,
-                      size_t errlen)
+static int parse_tier(struct module_arg s, const struct module_arg *w, struct module_tier *mt,
+                      char *err, size_t errlen)
 {
     char name[32];
     int shown = s.len > 80 ? 80 : (int)s.len;
-    memset(t, 0, sizeof *t);
-    if (is(w[0], "calendar_window"))
-        return FAIL("calendar_window not implemented in the module yet");
+    struct tier *t = &mt->t;
+    memset(mt, 0, sizeof *mt);
+    if (is(w[0], "calendar_window")) {
+        /* A fixed_window tier with a calendar, whose unit only marks it
+         * (tier_ops): the bounds sent pick the window, never a zone. */
+        mt->calendar = 1;
+        t->algorithm = ALG_FIXED_WINDOW;
+        t->calendar.unit = CALENDAR_DAY;
+        if (int_of(w[1], 0, &t->limit) < 0 || window_bounds(w[2], mt->bounds) < 0 ||
+            int_of(w[3], 0, &t->burst) < 0 || int_of(w[4], 0, &t->precision_us) < 0)
+            return FAIL("limit, window_us, burst and precision_us must be integers (window >= "
+                        "1, limit >= 1, or >= 0 for fixed_window) in \"%.*s\"",
+                        shown, s.p);
+        /* its arithmetic multiplies nothing by the window */
+        t->window_us = mt->bounds[2] - mt->bounds[1];
+        return 0;
+    }
     if (w[0].len >= sizeof name)
         return FAIL("unknown algorithm in \"%.*s\"", shown, s.p);
     memcpy(name, w[0].p, w[0].len);
@@ -122,6 +157,13 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct ti
         return FAIL("limit, window_us, burst and precision_us must be integers (window >= 1, "
                     "limit >= 1, or >= 0 for fixed_window) in \"%.*s\"",
                     shown, s.p);
+    /* The daemon's bound on the buckets (policy_tier_validate): a hash
+     * whose live buckets' units add up within int64. */
+    if (t->algorithm == ALG_SLIDING_WINDOW_BUCKETS &&
+        (t->precision_us < 1 || t->window_us % t->precision_us != 0 ||
+         t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
+        return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
+                    MODULE_MAX_BUCKETS, shown, s.p);
     /* The daemon's bound (policy_tier_validate): every product of the
      * arithmetic stays exact, and within int64. */
     int64_t factor = max64(t->limit, policy_tier_capacity(t));
@@ -156,7 +198,7 @@ static int parse_policy(struct module_arg s, size_t keys_cap, struct module_requ
         if (req->ntiers >= keys_cap)
             return FAIL("the checks need more than the %zu keys given", keys_cap);
         struct module_tier *t = &req->tiers[req->ntiers];
-        if (parse_tier(s, w, &t->t, err, errlen) < 0)
+        if (parse_tier(s, w, t, err, errlen) < 0)
             return -1;
         t->key = (*nkeys)++;
         req->ntiers++;
@@ -189,14 +231,13 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
     if (!req->server_clock && (na < 1 || int_of(argv[0], 0, &req->now) < 0))
         return bad_int(argv, na, 1, 0, err, errlen);
     struct module_arg mode = na >= 2 ? argv[1] : (struct module_arg){"", 0};
-    if (is(mode, "3"))
-        return FAIL("reports not implemented in the module yet");
     if (is(mode, "r") || is(mode, "n") || (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G')))
         return FAIL("lease calls not implemented in the module yet");
-    if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2"))
+    if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
         return FAIL("ARGV[2] must be 0, 1, 2, 3, r, n, L<want> or G<taken>, got %.*s",
                     mode.len > 40 ? 40 : (int)mode.len, mode.p);
     req->both = is(mode, "2");
+    req->report = is(mode, "3");
     req->dry_run = !is(mode, "0");
     return 0;
 }
@@ -220,8 +261,9 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                     na);
     for (size_t c = 0; c < nargs / 2 - 1; c++) {
         struct module_check *chk = &req->checks[c];
-        if (int_of(argv[2 + 2 * c], 0, &chk->cost) < 0)
-            return bad_int(argv, na, 3 + 2 * c, 0, err, errlen);
+        int64_t least = req->report ? -EXACT_MAX : 0;
+        if (int_of(argv[2 + 2 * c], least, &chk->cost) < 0)
+            return bad_int(argv, na, 3 + 2 * c, least, err, errlen);
         if (parse_policy(argv[3 + 2 * c], nkeys, req, chk, &used, err, errlen) < 0)
             return -1;
         req->nchecks++;

@@ -9,8 +9,10 @@
  *
  * Owns: the argument grammar and its error messages (the script's words).
  * Stricter than the script where the daemon never sends otherwise:
- * integers are plain decimals, and a tier's limit (or capacity) times its
- * window must stay within 2^53, as the daemon's validation guarantees.
+ * integers are plain decimals, a tier's limit (or capacity) times its
+ * window must stay within 2^53 (but a calendar window's, whose arithmetic
+ * multiplies neither), and a sliding_window_buckets window holds at most
+ * MODULE_MAX_BUCKETS buckets, as the daemon's validation guarantees.
  * Does not own: the decision (limiter/redis_state.h), Redis calls.
  */
 #ifndef RATELIMITD_MODULE_ARGS_H
@@ -22,6 +24,7 @@
 #include "config/policy.h"
 
 #define MODULE_ERR_BUF 200
+#define MODULE_MAX_BUCKETS 1000 /* the daemon's MAX_BUCKETS (config/policy.c) */
 
 struct module_arg {
     const char *p;
@@ -30,7 +33,9 @@ struct module_arg {
 
 struct module_tier {
     struct tier t;
-    size_t key; /* its key: an index into the request's keys */
+    size_t key;        /* its key: an index into the request's keys */
+    int calendar;      /* a calendar_window tier: bounds hold its "p:s:e:n" */
+    int64_t bounds[4]; /* (t is then a fixed_window with a calendar unit) */
 };
 
 struct module_check {
@@ -44,6 +49,7 @@ struct module_request {
     int64_t now;      /* µs, unless server_clock */
     int dry_run;      /* "1" or "2" */
     int both;         /* "2": the figures as if denied follow */
+    int report;       /* "3": a report; costs may be < 0 (>= -2^53) */
     size_t nchecks, ntiers;
     struct module_check *checks; /* the caller's: (nargs / 2) of them */
     struct module_tier *tiers;   /* the caller's: nkeys of them */

@@ -266,18 +266,25 @@ def test_hostile(r):
     eq(r.command("PING"), "PONG", "hostile stored states: Redis still answers")
 
 
-def main():
+def module_under_test():
+    """$RATELIMITD_MODULE's absolute path; bails out without it, skips the
+    whole test without redis-server."""
     module = os.environ.get("RATELIMITD_MODULE")
     if not module or not os.path.exists(module):
         harness.bail_out("set RATELIMITD_MODULE to the built ratelimitd.so (make)")
     if harness.find_program("REDIS_SERVER", "redis-server") is None:
         harness.skip_all("redis-server not found (Debian package redis-server)")
+    return os.path.abspath(module)
+
+
+def main():
+    module = module_under_test()
     driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
     if not driver:
         harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
     lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
     function = re.match(rb"#!lua name=(\S+)", lib).group(1).decode()
-    server = harness.RedisServer(extra_args=["--loadmodule", os.path.abspath(module)]).start()
+    server = harness.RedisServer(extra_args=["--loadmodule", module]).start()
     r = server.client()
     eq(r.command("FUNCTION", "LOAD", "REPLACE", lib), function, "the Functions library loads")
     mods = r.command("MODULE", "LIST")

@@ -107,7 +107,9 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct ti
     memset(t, 0, sizeof *t);
     if (is(w[0], "calendar_window"))
         return FAIL("calendar_window not implemented in the module yet");
-    if (w[0].len >= sizeof name)
+    /* A NUL would end the name early: "gcra\0x" is no algorithm to the
+     * script, so none here either. */
+    if (w[0].len >= sizeof name || memchr(w[0].p, '\0', w[0].len))
         return FAIL("unknown algorithm in \"%.*s\"", shown, s.p);
     memcpy(name, w[0].p, w[0].len);
     name[w[0].len] = '\0';

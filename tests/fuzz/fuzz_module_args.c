@@ -115,28 +115,30 @@ static void check_request(const struct module_request *req, const struct module_
 }
 
 /* module.c's decide(), without Redis: every tier read from its key's
- * bytes, the figures, and the commit of what an allowed call writes. */
-static void decide(const struct module_request *req, const struct module_arg *keys, void *xs)
+ * bytes, the figures, and the commits of the checks that allowed (a
+ * denied shadow check writes nothing), as module.c makes them. */
+static void decide(const struct module_request *req, const struct module_arg *keys, void *xs,
+                   int *allowed)
 {
     int64_t now = req->server_clock ? SERVER_TIME : req->now, fig[REDIS_STATE_FIGURES];
     int all = 1;
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
-        int allowed = 1;
+        allowed[c] = 1;
         for (size_t i = chk->first; i < chk->last; i++) {
             const struct module_arg *k = &keys[req->tiers[i].key];
-            allowed &= redis_state_read(redis_state_tier_at(xs, i), &req->tiers[i].t, chk->cost,
-                                        k->p, k->len, now);
+            allowed[c] &= redis_state_read(redis_state_tier_at(xs, i), &req->tiers[i].t, chk->cost,
+                                           k->p, k->len, now);
         }
-        all &= allowed || chk->shadow;
+        all &= allowed[c] || chk->shadow;
     }
     for (size_t i = 0; i < req->ntiers; i++) {
         redis_state_figures(redis_state_tier_at(xs, i), now, all, fig);
         redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
     }
     for (size_t c = 0; all && !req->dry_run && c < req->nchecks; c++) {
-        for (size_t i = req->checks[c].first; req->checks[c].cost > 0 && i < req->checks[c].last;
-             i++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; allowed[c] && chk->cost > 0 && i < chk->last; i++) {
             char buf[REDIS_STATE_BUF + 1];
             struct redis_expiry ex;
             buf[REDIS_STATE_BUF] = 'X';
@@ -157,14 +159,16 @@ static void one_request(const struct module_arg *keys, size_t nk, const struct m
     req.checks = malloc((na / 2) * sizeof *req.checks + 1);
     req.tiers = malloc(nk * sizeof *req.tiers + 1);
     void *xs = malloc(nk * redis_state_tier_size() + 1);
-    if (!req.checks || !req.tiers || !xs)
+    int *allowed = malloc((na / 2) * sizeof *allowed + 1);
+    if (!req.checks || !req.tiers || !xs || !allowed)
         abort();
     if (module_args_request(argv, na, nk, &req, err, sizeof err) < 0) {
         check_refusal(err, sizeof err);
     } else {
         check_request(&req, argv, na, nk);
-        decide(&req, keys, xs);
+        decide(&req, keys, xs, allowed);
     }
+    free(allowed);
     free(xs);
     free(req.tiers);
     free(req.checks);

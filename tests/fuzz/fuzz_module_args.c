@@ -115,8 +115,9 @@ static void check_request(const struct module_request *req, const struct module_
 }
 
 /* module.c's decide(), without Redis: every tier read from its key's
- * bytes, the figures, and the commits of the checks that allowed (a
- * denied shadow check writes nothing), as module.c makes them. */
+ * bytes, the figures (consumed as module.c's), and the commits of the
+ * checks that allowed (a denied shadow check writes nothing), as module.c
+ * makes them. */
 static void decide(const struct module_request *req, const struct module_arg *keys, void *xs,
                    int *allowed)
 {
@@ -132,9 +133,15 @@ static void decide(const struct module_request *req, const struct module_arg *ke
         }
         all &= allowed[c] || chk->shadow;
     }
-    for (size_t i = 0; i < req->ntiers; i++) {
-        redis_state_figures(redis_state_tier_at(xs, i), now, all, fig);
-        redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+    /* A tier's cost counts as taken iff the request and its check allow
+     * (module.c, check.lua): never a denied shadow check's, whose cost may
+     * exceed its capacity, where cost * window may pass int64. */
+    for (size_t c = 0; c < req->nchecks; c++) {
+        const struct module_check *chk = &req->checks[c];
+        for (size_t i = chk->first; i < chk->last; i++) {
+            redis_state_figures(redis_state_tier_at(xs, i), now, all && allowed[c], fig);
+            redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+        }
     }
     for (size_t c = 0; all && !req->dry_run && c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];

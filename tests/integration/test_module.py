@@ -15,6 +15,8 @@ into a private redis-server beside the Functions library
   expiry (PEXPIRETIME; the two SETs run a moment apart, so within the
   pair's own measured duration);
 - `clock: redis` (ARGV[1] ""): PXAT expiries equal to the millisecond;
+- a cost far above the capacity (cost * window past int64), shadow and
+  not: the same replies and keys as FCALL's, cost_exceeds_limit;
 - what it does not decide yet answers "not implemented in the module yet";
 - hostile argument lists and stored states answer errors (or read as
   absent) and Redis keeps answering.
@@ -176,6 +178,39 @@ def test_server_clock(r, function):
        "clock redis: the same figures but reset_us")
 
 
+def test_cost_above_capacity(r, function):
+    """fuzz_module_args's input: a cost of 3.17e10 on a window of 1.7e12 µs
+    (cost * window past int64), far above the capacity: denied with
+    cost_exceeds_limit before any algorithm's step, touching nothing, as a
+    shadow check beside an allowed one and as the request's own check."""
+    big, window = "31700000000", "1700101000000"
+    same, denied = [], []
+    for alg in ALGORITHMS:
+        burst = "0" if alg == "sliding_window_counter" else "20"
+        tier = "%s 9 %s %s 0" % (alg, window, burst)
+        for argv in ([str(T0), "0", big, "1 " + tier, "1", "0 " + tier],
+                     [str(T0), "0", big, "0 " + tier]):
+            n = (len(argv) - 2) // 2
+            keys = ["big:%d" % i for i in range(n)]
+            r.command("DEL", *["F:" + k for k in keys], *["M:" + k for k in keys])
+            r.command("MULTI")
+            r.command("FCALL", function, n, *["F:" + k for k in keys], *argv)
+            r.command("ratelimitd.check", n, *["M:" + k for k in keys], *argv)
+            f, m = r.command("EXEC")
+            got = [(r.command("GET", "F:" + k), r.command("GET", "M:" + k)) for k in keys]
+            same.append(norm(f) == norm(m) and all(a == b for a, b in got))
+            if not same[-1]:
+                diag("%s: FCALL %r, module %r, keys %r" % (alg, f, m, got))
+            # the big tier: denied, reason cost_exceeds_limit, retry -1,
+            # its key never written; the request allowed iff it was shadow
+            denied.append(isinstance(m, list) and m[1] == (1 if n == 2 else 0) and
+                          m[2] == 0 and m[6] == -1 and m[8] == 1 and got[0][1] is None)
+    ok(all(same), "cost above capacity, cost * window past int64: the module answers as "
+       "FCALL, for %d algorithms, shadow and not" % len(ALGORITHMS))
+    ok(all(denied), "cost above capacity: denied with cost_exceeds_limit, retry -1, its key "
+       "untouched")
+
+
 def test_not_implemented(r):
     for argv, what in (
         (["1", "0", "1", "0 sliding_window_log 5 1000000 0 0"], "sliding_window_log"),
@@ -294,6 +329,7 @@ def main():
        ["a", "b"], "the command declares its keys (numkeys, as FCALL)")
     test_differential(r, function)
     test_server_clock(r, function)
+    test_cost_above_capacity(r, function)
     test_not_implemented(r)
     test_hostile(r)
     stats = r.command("INFO", "commandstats")

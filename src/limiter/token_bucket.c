@@ -31,6 +31,9 @@ static void tb_load(struct tier_state *ts, int64_t now)
     ts->last = max64(last, now);
 }
 
+/* allows, figures with consumed, retry and commit are only reached with
+ * cost <= capacity (tier.c's tier_decide, check.lua's read_and_decide): so
+ * cost * W <= capacity * W <= 2^53, which the policy checks guarantee. */
 static int tb_allows(const struct tier_state *ts)
 {
     return ts->s >= ts->cost * ts->t->window_us;

@@ -142,7 +142,9 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
         t->window_us = mt->bounds[2] - mt->bounds[1];
         return 0;
     }
-    if (w[0].len >= sizeof name)
+    /* A NUL would end the name early: "gcra\0x" is no algorithm to the
+     * script, so none here either. */
+    if (w[0].len >= sizeof name || memchr(w[0].p, '\0', w[0].len))
         return FAIL("unknown algorithm in \"%.*s\"", shown, s.p);
     memcpy(name, w[0].p, w[0].len);
     name[w[0].len] = '\0';

@@ -9,7 +9,10 @@
 # `backend: memory` on a free loopback port, answering POST /check (allowed,
 # allowed, then denied) and exiting 0 on SIGTERM; `dpkg --purge` removing
 # the binary, the unit and /etc/ratelimitd, while the system user stays
-# (Debian policy: files it owned may remain anywhere).
+# (Debian policy: files it owned may remain anywhere). Then the module's
+# package, ratelimitd-redis-module (beside DEB), on its own with
+# bookworm's redis-server: the .so and its RedisModule_OnLoad, loaded and
+# deciding, purged.
 #
 # Needs root (chroot, mount) and mmdebstrap (for a root that is not cached
 # yet); without them: 1..0 # SKIP. tools/test.sh runs it after
@@ -159,6 +162,56 @@ for f in /usr/sbin/ratelimitd /etc/ratelimitd /lib/systemd/system/ratelimitd.ser
 done
 in_root getent passwd ratelimitd >/dev/null
 ok $? "the system user stays after the purge (Debian policy 9.2.2: never removed)"
+
+# 6. The module's package on a Redis host without the daemon: with
+# bookworm's redis-server (not started by its postinst: policy-rc.d), the
+# .so where dpkg says, exporting RedisModule_OnLoad, loaded by redis-server
+# running as user redis, deciding; then purged.
+cp "$(dirname "$deb")"/ratelimitd-redis-module_"$version"_*.deb "$root/tmp/"
+ok $? "the module's .deb beside $(basename "$deb") copied in"
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d" && chmod 755 "$root/usr/sbin/policy-rc.d"
+in_root sh -c 'cd /tmp && apt-get install -y -q --no-install-recommends \
+    ./ratelimitd-redis-module_*.deb redis-server' >"$log" 2>&1
+rc=$?
+ok $rc "apt-get install ./ratelimitd-redis-module_*.deb redis-server"
+[ "$rc" -eq 0 ] || diag "$log"
+# shellcheck disable=SC2016
+[ "$(in_root dpkg-query -W -f='${Status}' ratelimitd 2>/dev/null)" != "install ok installed" ]
+ok $? "the module's package does not bring the daemon's"
+so=$(in_root dpkg -L ratelimitd-redis-module | grep '/ratelimitd/ratelimitd\.so$')
+case $so in
+/usr/lib/*/ratelimitd/ratelimitd.so) [ -f "$root$so" ] ;;
+*) false ;;
+esac
+ok $? "installed: ${so:-no ratelimitd.so}"
+readelf -W --dyn-syms "$root$so" 2>/dev/null | grep -Eq ' GLOBAL +DEFAULT +[0-9]+ RedisModule_OnLoad$'
+ok $? "it exports RedisModule_OnLoad"
+sock=/tmp/rl-module.sock
+chroot "$root" setpriv --reuid=redis --regid=redis --init-groups redis-server --port 0 \
+    --unixsocket "$sock" --save '' --appendonly no --dir /tmp --loadmodule "$so" \
+    >"$root/tmp/redis.log" 2>&1 &
+pid=$!
+i=0
+until in_root redis-cli -s "$sock" PING 2>/dev/null | grep -q PONG || [ "$i" -ge 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+ok "$([ "$i" -lt 100 ]; echo $?)" "bookworm's redis-server with loadmodule $so answers"
+[ "$i" -lt 100 ] || diag "$root/tmp/redis.log"
+in_root redis-cli -s "$sock" MODULE LIST | grep -qx ratelimitd
+ok $? "MODULE LIST names ratelimitd"
+got=""
+for _ in 1 2 3; do
+    got="$got $(in_root redis-cli -s "$sock" ratelimitd.check 1 k 1700000000000000 0 1 \
+        '0 fixed_window 2 3600000000 0 0' | sed -n 2p)"
+done
+[ "$got" = " 1 1 0" ]
+ok $? "ratelimitd.check with a limit of 2: allowed, allowed, denied (got$got)"
+kill -TERM "$pid"
+wait "$pid"
+pid=""
+in_root dpkg --purge ratelimitd-redis-module >"$root/tmp/purge.log" 2>&1 && [ ! -e "$root$so" ]
+ok $? "dpkg --purge ratelimitd-redis-module removes ${so:-the module}"
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

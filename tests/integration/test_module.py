@@ -18,6 +18,8 @@ into a private redis-server beside the Functions library
   expiry (PEXPIRETIME; the writes run a moment apart, so within the
   pair's own duration by Redis's TIME);
 - `clock: redis` (ARGV[1] ""): PXAT expiries equal to the millisecond;
+- a cost far above the capacity (cost * window past int64), shadow and
+  not: the same replies and keys as FCALL's, cost_exceeds_limit;
 - what it does not decide yet answers "not implemented in the module yet";
 - hostile argument lists and stored states answer errors (or read as
   absent) and Redis keeps answering.
@@ -236,6 +238,39 @@ def test_server_clock(r, function):
        "clock redis: the same figures but reset_us")
 
 
+def test_cost_above_capacity(r, function):
+    """fuzz_module_args's input: a cost of 3.17e10 on a window of 1.7e12 µs
+    (cost * window past int64), far above the capacity: denied with
+    cost_exceeds_limit before any algorithm's step, touching nothing, as a
+    shadow check beside an allowed one and as the request's own check."""
+    big, window = "31700000000", "1700101000000"
+    same, denied = [], []
+    for alg in ALGORITHMS:
+        burst = "0" if alg == "sliding_window_counter" else "20"
+        tier = "%s 9 %s %s 0" % (alg, window, burst)
+        for argv in ([str(T0), "0", big, "1 " + tier, "1", "0 " + tier],
+                     [str(T0), "0", big, "0 " + tier]):
+            n = (len(argv) - 2) // 2
+            keys = ["big:%d" % i for i in range(n)]
+            r.command("DEL", *["F:" + k for k in keys], *["M:" + k for k in keys])
+            r.command("MULTI")
+            r.command("FCALL", function, n, *["F:" + k for k in keys], *argv)
+            r.command("ratelimitd.check", n, *["M:" + k for k in keys], *argv)
+            f, m = r.command("EXEC")
+            got = [(r.command("GET", "F:" + k), r.command("GET", "M:" + k)) for k in keys]
+            same.append(norm(f) == norm(m) and all(a == b for a, b in got))
+            if not same[-1]:
+                diag("%s: FCALL %r, module %r, keys %r" % (alg, f, m, got))
+            # the big tier: denied, reason cost_exceeds_limit, retry -1,
+            # its key never written; the request allowed iff it was shadow
+            denied.append(isinstance(m, list) and m[1] == (1 if n == 2 else 0) and
+                          m[2] == 0 and m[6] == -1 and m[8] == 1 and got[0][1] is None)
+    ok(all(same), "cost above capacity, cost * window past int64: the module answers as "
+       "FCALL, for %d algorithms, shadow and not" % len(ALGORITHMS))
+    ok(all(denied), "cost above capacity: denied with cost_exceeds_limit, retry -1, its key "
+       "untouched")
+
+
 def test_not_implemented(r):
     for argv, what in (
         (["1", "0", "1", "0 sliding_window_log 5 1000000 0 0"], "sliding_window_log"),
@@ -277,6 +312,7 @@ HOSTILE = [
     ["1", "k", "1", "0", "1", "2 fixed_window 1 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0"],
     ["1", "k", "1", "0", "1", "0 bogus 1 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 gcra\0\0 1 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 " + "x" * 5000 + " 1 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 fixed_window 9007199254740992 9007199254740992 0 0"],
     ["1", "k", "1", "0", "1", "0 token_bucket 0 1000 0 0"],
@@ -348,18 +384,25 @@ def test_hostile(r):
     eq(r.command("PING"), "PONG", "hostile stored states: Redis still answers")
 
 
-def main():
+def module_under_test():
+    """$RATELIMITD_MODULE's absolute path; bails out without it, skips the
+    whole test without redis-server."""
     module = os.environ.get("RATELIMITD_MODULE")
     if not module or not os.path.exists(module):
         harness.bail_out("set RATELIMITD_MODULE to the built ratelimitd.so (make)")
     if harness.find_program("REDIS_SERVER", "redis-server") is None:
         harness.skip_all("redis-server not found (Debian package redis-server)")
+    return os.path.abspath(module)
+
+
+def main():
+    module = module_under_test()
     driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
     if not driver:
         harness.bail_out("local_driver not found: build it (make check) or set LOCAL_DRIVER")
     lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
     function = re.match(rb"#!lua name=(\S+)", lib).group(1).decode()
-    server = harness.RedisServer(extra_args=["--loadmodule", os.path.abspath(module)]).start()
+    server = harness.RedisServer(extra_args=["--loadmodule", module]).start()
     r = server.client()
     eq(r.command("FUNCTION", "LOAD", "REPLACE", lib), function, "the Functions library loads")
     mods = r.command("MODULE", "LIST")
@@ -368,6 +411,7 @@ def main():
        ["a", "b"], "the command declares its keys (numkeys, as FCALL)")
     test_differential(r, function)
     test_server_clock(r, function)
+    test_cost_above_capacity(r, function)
     test_not_implemented(r)
     test_hostile(r)
     stats = r.command("INFO", "commandstats")

@@ -403,8 +403,27 @@ class RedisServer:
         self.stop()
         return self._launch(timeout)
 
+    def instrumented(self):
+        """Whether this server loads a module built with the sanitizers
+        (configure --enable-sanitizers): it then runs with ASan's runtime
+        preloaded, which the instrumented module needs first in the
+        process, and its log carries any report (sanitizer_reports)."""
+        return "--loadmodule" in self.argv and bool(os.environ.get("RATELIMITD_MODULE_PRELOAD"))
+
+    def sanitizer_reports(self):
+        """The sanitizer lines in the log so far (ASan, UBSan, LeakSanitizer
+        at exit): [] for a clean run. Meaningful once the server stopped."""
+        with open(self.log_path, errors="replace") as f:
+            return [line.rstrip() for line in f
+                    if "Sanitizer" in line or "runtime error:" in line]
+
     def _launch(self, timeout):
-        self.proc = spawn(self.argv, self.log_path)
+        env = None
+        if self.instrumented():
+            env = dict(os.environ, LD_PRELOAD=os.environ["RATELIMITD_MODULE_PRELOAD"],
+                       ASAN_OPTIONS=":".join(x for x in (os.environ.get("ASAN_OPTIONS"),
+                                                         "verify_asan_link_order=0") if x))
+        self.proc = spawn(self.argv, self.log_path, env=env)
 
         def answers():
             if self.proc.poll() is not None:
@@ -430,8 +449,27 @@ class RedisServer:
         return RedisClient(self.socket_path, **kwargs)
 
     def stop(self):
+        """Stops the server; returns its exit status (None if never run)."""
         if self.proc is not None:
-            stop_process(self.proc)
+            return stop_process(self.proc)
+        return None
+
+
+def module_sanitizers_clean(server, what):
+    """One test point: server (a RedisServer loading the module), stopped
+    now, ran the instrumented module without a sanitizer report: no
+    overflow, use after free, undefined behaviour or leak in Redis. Skipped
+    when the module is not instrumented (a build without
+    --enable-sanitizers; tools/test.sh's distcheck has them)."""
+    if not server.instrumented():
+        skip("%s: the module is not built with the sanitizers" % what)
+        return
+    status = server.stop()
+    reports = server.sanitizer_reports()
+    if not ok(not reports and status == 0,
+              "%s: Redis ran the instrumented module with no sanitizer report (exit %s)"
+              % (what, status)):
+        diag("\n".join(reports[:20]))
 
 
 # ---------------------------------------------------------------------- TAP

@@ -420,6 +420,7 @@ def main():
     test_hostile(r)
     stats = r.command("INFO", "commandstats")
     ok("cmdstat_ratelimitd.check:" in stats, "INFO commandstats shows cmdstat_ratelimitd.check")
+    harness.module_sanitizers_clean(server, "differential, hostile arguments and states")
 
 
 if __name__ == "__main__":

@@ -159,10 +159,13 @@ def main():
     ok(b"ratelimitd.check" not in aof.lower() and b"PXAT" in aof,
        "the AOF holds SET ... PXAT and no ratelimitd.check (%d bytes)" % len(aof))
 
-    # From the AOF alone, with no module to replay a command: the effects.
-    master.argv = [a for a in master.argv if a not in ("--loadmodule", module)]
+    harness.module_sanitizers_clean(replicas["with the module"], "the replica with the module")
     before = snapshot(m)
     m.close()
+    harness.module_sanitizers_clean(master, "the master")
+
+    # From the AOF alone, with no module to replay a command: the effects.
+    master.argv = [a for a in master.argv if a not in ("--loadmodule", module)]
     master.restart()
     m = master.client()
     ok(not any("ratelimitd" in str(x) for x in m.command("MODULE", "LIST")),

@@ -42,7 +42,7 @@ static void cal_load(struct tier_state *ts, int64_t now)
 
 static void cal_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
-    fixed_window_write(ts, e, now, ts->n + ts->cost, 1);
+    fixed_window_write(ts, e, now, lua_add(ts->n, ts->cost), 1);
 }
 
 /* calendar_window.report: as fixed_window's, in the calendar window. */

@@ -167,9 +167,16 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
         return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
                     MODULE_MAX_BUCKETS, shown, s.p);
     /* The daemon's bound (policy_tier_validate): every product of the
-     * arithmetic stays exact, and within int64. */
-    int64_t factor = max64(t->limit, policy_tier_capacity(t));
-    if (factor > EXACT_MAX / t->window_us)
+     * arithmetic stays exact, and within int64. Where the scripts multiply
+     * the window by nothing (a fixed window of 10 M an hour), there is no
+     * product to bound: the script decides it exactly, and so does this. */
+    int64_t factor = policy_tier_window_factor(t);
+    /* Not lifted for the buckets yet: their sums of buckets are kept
+     * exact by this bound, and were never checked against the script's
+     * rounding past it. */
+    if (t->algorithm == ALG_SLIDING_WINDOW_BUCKETS)
+        factor = t->limit;
+    if (factor > 0 && factor > EXACT_MAX / t->window_us)
         return FAIL("limit or capacity times window_us must be at most 2^53 in \"%.*s\"", shown,
                     s.p);
     return 0;

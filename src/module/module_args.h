@@ -10,10 +10,11 @@
  * Owns: the argument grammar and its error messages (the script's words).
  * Stricter than the script where the daemon never sends otherwise:
  * integers are plain decimals, a tier's limit (or capacity) times its
- * window must stay within 2^53 (but a calendar window's, whose arithmetic
- * multiplies neither), and a sliding_window_buckets window holds at most
- * MODULE_MAX_BUCKETS buckets, as the daemon's validation guarantees.
- * Does not own: the decision (limiter/redis_state.h), Redis calls.
+ * window must stay within 2^53 where the scripts multiply them
+ * (policy_tier_window_factor: not for a fixed or calendar window, whose
+ * arithmetic multiplies neither; still for sliding_window_buckets), and a sliding_window_buckets
+ * window holds at most MODULE_MAX_BUCKETS buckets, as the daemon's validation guarantees. Does not
+ * own: the decision (limiter/redis_state.h), Redis calls.
  */
 #ifndef RATELIMITD_MODULE_ARGS_H
 #define RATELIMITD_MODULE_ARGS_H

@@ -162,15 +162,7 @@ def test_differential(r, function):
         reqs = [random_request(rnd, now, names) for _ in range(rnd.choice((1, 1, 2, 4)))]
         single = len(reqs) == 1 and rnd.random() < 0.5
         keys, argv = (reqs[0][0], reqs[0][1]) if single else batch_args(reqs)
-        r.command("MULTI")
-        r.command("TIME")
-        r.command("FCALL", function, len(keys), *["F:" + k for k in keys], *argv)
-        r.command("ratelimitd.check", len(keys), *["M:" + k for k in keys], *argv)
-        r.command("TIME")
-        t0, f, m, t1 = r.command("EXEC")
-        # The pair's duration by the clock Redis sets expiries by (a loaded
-        # machine stretches it; only Redis's own clock bounds it).
-        pair_ms = ((int(t1[0]) - int(t0[0])) * SEC + int(t1[1]) - int(t0[1])) // 1000 + 2
+        f, m, pair_ms = pair(r, function, keys, argv)
         worst_ms = max(worst_ms, pair_ms)
         nreplies += 1
         count_decided(decided, reqs, [m] if single else m)
@@ -213,6 +205,62 @@ def norm(reply):
     if isinstance(reply, list):
         return [norm(x) for x in reply]
     return reply
+
+
+def pair(r, function, keys, argv):
+    """One request (or batch) sent as FCALL under "F:" and as
+    ratelimitd.check under "M:" in one MULTI: (FCALL's reply, the
+    module's, the pair's duration in ms by Redis's TIME, the clock Redis
+    sets expiries by: a loaded machine stretches it, and only Redis's own
+    clock bounds it)."""
+    r.command("MULTI")
+    r.command("TIME")
+    r.command("FCALL", function, len(keys), *["F:" + k for k in keys], *argv)
+    r.command("ratelimitd.check", len(keys), *["M:" + k for k in keys], *argv)
+    r.command("TIME")
+    t0, f, m, t1 = r.command("EXEC")
+    pair_ms = ((int(t1[0]) - int(t0[0])) * SEC + int(t1[1]) - int(t0[1])) // 1000 + 2
+    return f, m, pair_ms
+
+
+def test_large_fixed_window(r, function):
+    """fixed_window tiers whose limit times window is past 2^53 (10 M an
+    hour, 2^53 a year, 2^53 per 2^53 µs), which the daemon accepts and the
+    script decides exactly (it multiplies neither): decided by the module,
+    not refused, with FCALL's replies and keys, through checks, costs up
+    to the limit and past it, reports and refunds."""
+    rnd = random.Random(53)
+    tiers = ["fixed_window 10000000 3600000000 0 0",
+             "fixed_window 9007199254740992 31622400000000 0 0",
+             "fixed_window 9007199254740991 9007199254740992 0 0",
+             "fixed_window 4503599627370497 2 0 0"]
+    names = ["big%d" % i for i in range(3)]
+    now, same, decided, bad_keys, worst = T0 + 7, [], [], 0, 0
+    for step in range(120):
+        now += rnd.choice((0, 1, SEC, 3_600 * SEC))
+        mode = rnd.choice("00123")
+        argv, keys = [str(now), mode], []
+        for _ in range(rnd.choice((1, 2))):
+            tier = rnd.choice(tiers)
+            limit = int(tier.split()[1])
+            cost = rnd.choice((1, 7, limit // 3, limit, limit + 1, 2 ** 53))
+            if mode == "3" and rnd.random() < 0.4:
+                cost = -rnd.choice((1, limit // 2, 2 ** 53))
+            argv += [str(min(cost, 2 ** 53)), rnd.choice("0001") + " " + tier]
+            keys.append("%s:0" % rnd.choice(names))
+        f, m, pair_ms = pair(r, function, keys, argv)
+        worst = max(worst, pair_ms)
+        same.append(norm(f) == norm(m))
+        decided.append(isinstance(m, list))
+        if not same[-1]:
+            diag("step %d: %r: FCALL %r, module %r" % (step, argv, f, m))
+        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "large step %d" % step)
+        bad_keys += len(bad)
+    ok(all(same), "large fixed_window: every reply equals FCALL's (%d calls)" % len(same))
+    ok(all(decided), "large fixed_window: limit * window past 2^53 decided, never refused "
+       "(%d of %d)" % (sum(decided), len(decided)))
+    eq(bad_keys, 0, "large fixed_window: every key equal in value and expiry (within %d ms)"
+       % worst)
 
 
 def test_server_clock(r, function):
@@ -318,7 +366,8 @@ HOSTILE = [
     ["1", "k", "1", "0", "1", "0 bogus 1 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 gcra\0\0 1 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 " + "x" * 5000 + " 1 1000 0 0"],
-    ["1", "k", "1", "0", "1", "0 fixed_window 9007199254740992 9007199254740992 0 0"],
+    ["1", "k", "1", "0", "1", "0 gcra 9007199254740992 9007199254740992 0 0"],
+    ["1", "k", "1", "0", "1", "0 sliding_window_counter 3 4503599627370497 0 0"],
     ["1", "k", "1", "0", "1", "0 token_bucket 0 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 gcra 5 0 0 0"],
     ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0 fixed_window 1 1000 0 0"],
@@ -415,6 +464,7 @@ def main():
        ["a", "b"], "the command declares its keys (numkeys, as FCALL)")
     test_differential(r, function)
     test_server_clock(r, function)
+    test_large_fixed_window(r, function)
     test_cost_above_capacity(r, function)
     test_not_implemented(r)
     test_hostile(r)

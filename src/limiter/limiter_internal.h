@@ -256,6 +256,12 @@ int64_t gcra_retry(const struct tier_state *ts, int64_t now);
 void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now);
 void gcra_report(struct tier_state *ts, struct entry *e, int64_t now);
 
+/* sliding_window_log.c: which unit of the window (1-based, in score order)
+ * a denied request waits for to leave it (the script's retry: with the
+ * scores s_1 <= ... <= s_count, count + cost - limit of them must leave),
+ * so that redis_state.c reads that score, and only it, from Redis. */
+int64_t sliding_window_log_retry_rank(const struct tier_state *ts);
+
 /* One lease's release (renew 0) or renew as of now, as the script's
  * concurrency.lease_op (lua/concurrency.lua). */
 struct lease_outcome concurrency_lease_op(struct local_store *s, const char *key_prefix, int renew,

@@ -34,11 +34,14 @@ struct redis_tier {
 int redis_state_supports(enum algorithm a)
 {
     return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
-           a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS;
+           a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS ||
+           a == ALG_SLIDING_WINDOW_LOG;
 }
 
 enum redis_layout redis_state_layout(const struct tier *t)
 {
+    if (t->algorithm == ALG_SLIDING_WINDOW_LOG)
+        return REDIS_LAYOUT_LOG;
     return t->algorithm == ALG_SLIDING_WINDOW_BUCKETS ? REDIS_LAYOUT_HASH : REDIS_LAYOUT_STRING;
 }
 
@@ -134,6 +137,8 @@ void redis_state_release(struct redis_tier *x)
     struct entry *e = (struct entry *)x->entry;
     if (e->kind == KIND_BUCKETS)
         free(e->u.swb.b);
+    if (e->kind == KIND_LOG)
+        free(e->u.log.runs);
     free(x->stale);
     memset(x, 0, sizeof *x);
 }
@@ -179,6 +184,70 @@ static int canonical(const char *s, size_t len, int sign, int64_t *v)
     }
     *v = i ? -n : n;
     return 0;
+}
+
+int redis_state_integer(const char *s, size_t len, int64_t *v)
+{
+    return canonical(s, len, 1, v);
+}
+
+/* e's runs as the log's steps see the set: n units in the window, the
+ * newest scored `newest`, and if k > 0 the first k of them at or before
+ * kth (the k-th, which retry reads): at most two runs, in score order
+ * (the second may hold none, if the set grew after the count was read),
+ * which sliding_window_log.c reads as it reads a store's. */
+static void log_runs(struct entry *e, int64_t n, int64_t newest, int64_t k, int64_t kth)
+{
+    struct log_run *r = e->u.log.runs;
+    size_t len = 0;
+    if (n > 0 && k > 0 && kth < newest)
+        r[len++] = (struct log_run){kth, k, 0};
+    if (n > 0)
+        r[len++] = (struct log_run){newest, n - (len ? k : 0), len ? k : 0};
+    e->u.log.head = 0;
+    e->u.log.len = len;
+}
+
+/* Reads the newest score (if the count read is not 0) and, if x is
+ * denied for a cost it could take, the one retry waits for, into x's
+ * runs. */
+static int log_scores(struct redis_tier *x, const struct redis_zset_reader *r, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t from = now - x->ts.t->window_us, n = x->ts.count, newest = 0, k = 0, kth = 0;
+    if (n > 0 && r->newest(r->ctx, from, &newest) < 0)
+        return -1;
+    if (!x->ts.allowed && !x->ts.exceeds) {
+        k = sliding_window_log_retry_rank(&x->ts);
+        if (r->score(r->ctx, from, k - 1, &kth) < 0)
+            return -1;
+    }
+    log_runs(e, n, newest, k, kth);
+    return 0;
+}
+
+int redis_state_read_log(struct redis_tier *x, const struct tier *t, int64_t cost,
+                         const struct redis_zset_reader *r, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t n;
+    begin(x, t, NULL, cost);
+    if (r->count(r->ctx, now - t->window_us, &n) < 0)
+        return -1;
+    e->kind = KIND_LOG;
+    /* room for commit's one more run */
+    e->u.log.cap = 3;
+    e->u.log.runs = xcalloc(e->u.log.cap, sizeof *e->u.log.runs);
+    /* the count alone decides (load reads it from the runs) */
+    log_runs(e, n, now, 0, 0);
+    x->ts.e = e;
+    tier_decide(&x->ts, now);
+    return log_scores(x, r, now) < 0 ? -1 : x->ts.allowed;
+}
+
+int redis_state_reread_log(struct redis_tier *x, const struct redis_zset_reader *r, int64_t now)
+{
+    return log_scores(x, r, now);
 }
 
 static int by_start(const void *a, const void *b)
@@ -276,6 +345,12 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
             x->stale[i] = e->u.swb.b[i].start;
         w->del = x->stale;
         w->field = x->ts.cur;
+    } else if (x->ts.ops->kind == KIND_LOG) {
+        /* The runs read stay: commit adds to them, and the newest (a
+         * daemon's clock ahead of ours may have written one after now)
+         * sets the expiry, as the script's t.newest. */
+        w->field = now - x->ts.t->window_us;
+        w->score = now;
     } else {
         /* A fresh entry for the SET, as the store's get_or_create after
          * become: commit and report write every field its string carries. */
@@ -294,7 +369,7 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
         w->ex.at = 0;
         w->ex.ms = (e->expires_at - now) / 1000;
     }
-    if (x->ts.ops->kind != KIND_BUCKETS)
+    if (x->ts.ops->kind != KIND_BUCKETS && x->ts.ops->kind != KIND_LOG)
         w->len = encode(e, w->buf);
 }
 

@@ -11,7 +11,8 @@
  *
  * Owns: the command, its Redis reads and writes (GET or HGETALL; SET, or
  * HINCRBY, HDEL and PEXPIRE, each with "!", so that replicas and the AOF
- * get the effects, never this command), the
+ * get the effects, never this command; a log's ZSET commands, a group of
+ * their own below), the
  * server's TIME, read once per call as the script reads it once per batch.
  * Does not own: the arguments' grammar (module_args.c), the arithmetic.
  */
@@ -95,6 +96,151 @@ static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *
     return allowed;
 }
 
+/* ---- sliding_window_log: the sorted set and its sequence counter ----
+ * The script's commands, read (ZCOUNT, ZRANGEBYSCORE ... LIMIT i 1) and
+ * written (ZREMRANGEBYSCORE, INCRBY, ZADD in chunks, PEXPIRE both), apart
+ * from the strings' and hashes' I/O above and below. */
+
+/* A read of one set: the call, its key, and the reply a command failed
+ * with (NULL with failed set: a score that is no integer). */
+struct zset_read {
+    struct call *k;
+    RedisModuleString *key;
+    const char *what;
+    RedisModuleCallReply *err;
+    int failed;
+};
+
+static int zset_failed(struct zset_read *z, const char *what, RedisModuleCallReply *r)
+{
+    z->what = what;
+    z->err = r;
+    z->failed = 1;
+    return -1;
+}
+
+static int zset_count(void *ctx, int64_t from, int64_t *n)
+{
+    struct zset_read *z = ctx;
+    char bound[24];
+    snprintf(bound, sizeof bound, "(%lld", (long long)from);
+    RedisModuleCallReply *r = rm.Call(z->k->ctx, "ZCOUNT", "scc", z->key, bound, "+inf");
+    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_INTEGER)
+        return zset_failed(z, "ZCOUNT", r);
+    *n = rm.CallReplyInteger(r);
+    rm.FreeCallReply(r);
+    return 0;
+}
+
+/* The score of [member, score] in r (a ZRANGEBYSCORE's reply, or its
+ * REV twin's), which is freed. */
+static int zset_score_of(struct zset_read *z, const char *what, RedisModuleCallReply *r,
+                         int64_t *score)
+{
+    size_t len = 0;
+    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY)
+        return zset_failed(z, what, r);
+    const char *p = rm.CallReplyLength(r) == 2
+                        ? rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 1), &len)
+                        : NULL;
+    int bad = !p || redis_state_integer(p, len, score) < 0;
+    rm.FreeCallReply(r);
+    return bad ? zset_failed(z, what, NULL) : 0;
+}
+
+static int zset_newest(void *ctx, int64_t from, int64_t *score)
+{
+    struct zset_read *z = ctx;
+    char bound[24];
+    snprintf(bound, sizeof bound, "(%lld", (long long)from);
+    return zset_score_of(z, "ZREVRANGEBYSCORE",
+                         rm.Call(z->k->ctx, "ZREVRANGEBYSCORE", "sccccll", z->key, "+inf", bound,
+                                 "WITHSCORES", "LIMIT", 0LL, 1LL),
+                         score);
+}
+
+static int zset_score(void *ctx, int64_t from, int64_t i, int64_t *score)
+{
+    struct zset_read *z = ctx;
+    char bound[24];
+    snprintf(bound, sizeof bound, "(%lld", (long long)from);
+    return zset_score_of(z, "ZRANGEBYSCORE",
+                         rm.Call(z->k->ctx, "ZRANGEBYSCORE", "sccccll", z->key, bound, "+inf",
+                                 "WITHSCORES", "LIMIT", (long long)i, 1LL),
+                         score);
+}
+
+/* Pass 1 for a log tier: as read_tier; or (t NULL) a report's second read
+ * of x's scores (redis_state_reread_log), 0 or -1 having replied. */
+static int read_log(struct call *k, RedisModuleString *key, struct redis_tier *x,
+                    const struct module_tier *t, int64_t cost, int64_t now)
+{
+    struct zset_read z = {k, key, NULL, NULL, 0};
+    struct redis_zset_reader reader = {&z, zset_count, zset_newest, zset_score};
+    int allowed = t ? redis_state_read_log(x, &t->t, cost, &reader, now)
+                    : redis_state_reread_log(x, &reader, now);
+    if (allowed >= 0)
+        return allowed;
+    if (z.err)
+        reply_call_error(k, z.what, z.err);
+    else
+        rm.ReplyWithError(k->ctx, "ERR ratelimitd: a log's sorted set holds a score that is no "
+                                  "integer");
+    if (z.err)
+        rm.FreeCallReply(z.err);
+    return -1;
+}
+
+static int run(struct call *k, const char *what, RedisModuleCallReply *r);
+
+/* One ZADD of the members scored w->score numbered seq .. seq + n - 1. */
+static int zadd_chunk(struct call *k, RedisModuleString *key, const struct redis_write *w,
+                      long long seq, size_t n)
+{
+    char score[24], member[48];
+    int slen = snprintf(score, sizeof score, "%lld", (long long)w->score);
+    RedisModuleString **v = rm.Alloc(2 * n * sizeof *v);
+    for (size_t j = 0; j < n; j++) {
+        int mlen = snprintf(member, sizeof member, "%s-%lld", score, seq + (long long)j);
+        v[2 * j] = rm.CreateString(k->ctx, score, (size_t)slen);
+        v[2 * j + 1] = rm.CreateString(k->ctx, member, (size_t)mlen);
+    }
+    int rc = run(k, "ZADD", rm.Call(k->ctx, "ZADD", "!sv", key, v, 2 * n));
+    for (size_t j = 0; j < 2 * n; j++)
+        rm.FreeString(k->ctx, v[j]);
+    rm.Free(v);
+    return rc;
+}
+
+/* A log tier's write (redis_state.h's REDIS_LAYOUT_LOG): key[0] the set,
+ * key[1] its counter. */
+static int write_log(struct call *k, RedisModuleString **key, const struct redis_write *w)
+{
+    if (run(k, "ZREMRANGEBYSCORE",
+            rm.Call(k->ctx, "ZREMRANGEBYSCORE", "!scl", key[0], "-inf", (long long)w->field)) < 0)
+        return -1;
+    RedisModuleCallReply *r = rm.Call(k->ctx, "INCRBY", "!sl", key[1], (long long)w->by);
+    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_INTEGER) {
+        reply_call_error(k, "INCRBY", r);
+        if (r)
+            rm.FreeCallReply(r);
+        return -1;
+    }
+    long long last = rm.CallReplyInteger(r);
+    rm.FreeCallReply(r);
+    for (long long seq = last - w->by + 1; seq <= last; seq += REDIS_LOG_CHUNK) {
+        long long n = last - seq + 1 < REDIS_LOG_CHUNK ? last - seq + 1 : REDIS_LOG_CHUNK;
+        if (zadd_chunk(k, key[0], w, seq, (size_t)n) < 0)
+            return -1;
+    }
+    for (int i = 0; i < 2; i++)
+        if (run(k, "PEXPIRE", rm.Call(k->ctx, "PEXPIRE", "!sl", key[i], (long long)w->ex.ms)) < 0)
+            return -1;
+    return 0;
+}
+
+/* ---- the strings and hashes ---- */
+
 /* Pass 1 for one tier: GET its key (anything but a string reads as absent,
  * as the script's pcall of GET), or HGETALL, decode and decide. Returns 1
  * if it allows, 0 if not, or -1 having replied the script's error (a
@@ -102,6 +248,8 @@ static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *
 static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG)
+        return read_log(k, key, x, t, cost, now);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_HASH)
         return read_hash(k, key, x, t, cost, now);
     RedisModuleCallReply *r = rm.Call(k->ctx, "GET", "s", key);
@@ -138,10 +286,14 @@ static int run(struct call *k, const char *what, RedisModuleCallReply *r)
     return ok ? 0 : -1;
 }
 
-/* Makes w's write to key, each command replicated as itself ("!"). */
-static int write_state(struct call *k, RedisModuleString *key, const struct module_tier *t,
+/* Makes w's write to the tier's keys (key[0], and a log's counter
+ * key[1]), each command replicated as itself ("!"). */
+static int write_state(struct call *k, RedisModuleString **keys, const struct module_tier *t,
                        const struct redis_write *w)
 {
+    RedisModuleString *key = keys[0];
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG)
+        return write_log(k, keys, w);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_STRING)
         return run(k, "SET",
                    rm.Call(k->ctx, "SET", "!sbcl", key, w->buf, w->len, w->ex.at ? "PXAT" : "PX",
@@ -192,7 +344,7 @@ static void report(struct call *k, RedisModuleString **keys, const struct module
                 if (read_tier(k, keys[t->key], x, t, 0, now) < 0)
                     return;
                 redis_state_report(x, chk->cost, now, req->server_clock, &w);
-                if (write_state(k, keys[t->key], t, &w) < 0)
+                if (write_state(k, keys + t->key, t, &w) < 0)
                     return;
             }
             int allowed = read_tier(k, keys[t->key], x, t, 1, now);
@@ -202,6 +354,10 @@ static void report(struct call *k, RedisModuleString **keys, const struct module
                 request_allowed = 0;
         }
     }
+    for (size_t i = 0; i < req->ntiers; i++)
+        if (redis_state_layout(&req->tiers[i].t) == REDIS_LAYOUT_LOG &&
+            read_log(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i), NULL, 0, now) < 0)
+            return;
     rm.ReplyWithArray(k->ctx, (long)(2 + 7 * req->ntiers));
     rm.ReplyWithLongLong(k->ctx, now);
     rm.ReplyWithLongLong(k->ctx, request_allowed);
@@ -262,7 +418,7 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
         for (size_t i = chk->first; check_allowed[c] && chk->cost > 0 && i < chk->last; i++) {
             struct redis_write w;
             redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
-            if (write_state(k, keys[req->tiers[i].key], &req->tiers[i], &w) < 0)
+            if (write_state(k, keys + req->tiers[i].key, &req->tiers[i], &w) < 0)
                 return;
         }
     }

@@ -166,6 +166,11 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
          t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
         return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
                     MODULE_MAX_BUCKETS, shown, s.p);
+    /* The daemon's bound on a log (a member per unit: a cost is that many
+     * ZADDs, which must stay within what one call may take of Redis). */
+    if (t->algorithm == ALG_SLIDING_WINDOW_LOG && t->limit > MODULE_MAX_LOG)
+        return FAIL("limit must be at most %d for sliding_window_log in \"%.*s\"", MODULE_MAX_LOG,
+                    shown, s.p);
     /* The daemon's bound (policy_tier_validate): every product of the
      * arithmetic stays exact, and within int64. Where the scripts multiply
      * the window by nothing (a fixed window of 10 M an hour), there is no
@@ -183,8 +188,8 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
 }
 
 /* Check c's policy string: its shadow flag and tiers, appended to req's,
- * each taking the next key (*nkeys so far; every supported algorithm takes
- * one). */
+ * each taking the next keys (*nkeys so far; sliding_window_log takes two,
+ * the set and its sequence counter, every other algorithm one). */
 static int parse_policy(struct module_arg s, size_t keys_cap, struct module_request *req,
                         struct module_check *c, size_t *nkeys, char *err, size_t errlen)
 {
@@ -209,7 +214,8 @@ static int parse_policy(struct module_arg s, size_t keys_cap, struct module_requ
         struct module_tier *t = &req->tiers[req->ntiers];
         if (parse_tier(s, w, t, err, errlen) < 0)
             return -1;
-        t->key = (*nkeys)++;
+        t->key = *nkeys;
+        *nkeys += (size_t)policy_algorithm_nkeys(t->t.algorithm);
         req->ntiers++;
     }
     if (req->ntiers == c->first)

@@ -9,12 +9,14 @@
  *
  * Owns: the argument grammar and its error messages (the script's words).
  * Stricter than the script where the daemon never sends otherwise:
- * integers are plain decimals, a tier's limit (or capacity) times its
+ * integers are plain decimals; a tier's limit (or capacity) times its
  * window must stay within 2^53 where the scripts multiply them
  * (policy_tier_window_factor: not for a fixed or calendar window, whose
- * arithmetic multiplies neither; still for sliding_window_buckets), and a sliding_window_buckets
- * window holds at most MODULE_MAX_BUCKETS buckets, as the daemon's validation guarantees. Does not
- * own: the decision (limiter/redis_state.h), Redis calls.
+ * arithmetic multiplies neither; still for sliding_window_buckets); a
+ * sliding_window_buckets window holds at most MODULE_MAX_BUCKETS buckets;
+ * a sliding_window_log's limit is at most MODULE_MAX_LOG: as the daemon's
+ * validation guarantees.
+ * Does not own: the decision (limiter/redis_state.h), Redis calls.
  */
 #ifndef RATELIMITD_MODULE_ARGS_H
 #define RATELIMITD_MODULE_ARGS_H
@@ -26,6 +28,7 @@
 
 #define MODULE_ERR_BUF 200
 #define MODULE_MAX_BUCKETS 1000 /* the daemon's MAX_BUCKETS (config/policy.c) */
+#define MODULE_MAX_LOG 1000000  /* the daemon's LOG_LIMIT_MAX (config/policy.c) */
 
 struct module_arg {
     const char *p;
@@ -34,7 +37,8 @@ struct module_arg {
 
 struct module_tier {
     struct tier t;
-    size_t key;        /* its key: an index into the request's keys */
+    size_t key;        /* its key (a log's set, then its counter at key + 1):
+                          an index into the request's keys */
     int calendar;      /* a calendar_window tier: bounds hold its "p:s:e:n" */
     int64_t bounds[4]; /* (t is then a fixed_window with a calendar unit) */
 };

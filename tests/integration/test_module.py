@@ -39,7 +39,7 @@ from harness import RedisError, diag, eq, ok  # noqa: E402
 T0 = 1_700_000_000_000_000  # µs
 SEC = 1_000_000
 ALGORITHMS = ("fixed_window", "sliding_window_counter", "token_bucket", "gcra", "leaky_bucket",
-              "calendar_window", "sliding_window_buckets")
+              "calendar_window", "sliding_window_buckets", "sliding_window_log")
 # The algorithms a report may give back to (cost < 0); the others refuse it.
 REFUNDS = ("fixed_window", "token_bucket", "gcra", "leaky_bucket", "calendar_window")
 # A key whose absolute expiry is nearer than this is deleted under both
@@ -102,9 +102,14 @@ def random_request(rnd, now, names):
         policy, cap, refunds = random_policy(rnd, now)
         least = -cap - 1 if mode == "3" and (refunds or rnd.random() < 0.1) else 0
         argv += [str(rnd.randint(least, cap + 1)), policy]
-        ntiers = (len(policy.split()) - 1) // 5
-        keys += ["%s:%d" % (rnd.choice(names), i) for i in range(ntiers)]
+        keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
     return keys, argv
+
+
+def nkeys(policy):
+    """The keys a policy string's tiers take: a log's set and its sequence
+    counter, one for any other algorithm."""
+    return sum(2 if w == "sliding_window_log" else 1 for w in policy.split()[1::5])
 
 
 def batch_args(requests):
@@ -123,7 +128,7 @@ def compare_keys(r, names, prefixes, tolerance_ms, what, tolerances=None):
     their expiry (see NEAR_MS). With tolerances (a dict), a key whose
     first expiry changed takes tolerance_ms from now on (the pair that
     wrote it), else keeps the one it had."""
-    keys = [n + ":" + str(i) for n in names for i in range(2)]
+    keys = [n + ":" + str(i) for n in names for i in range(4)]
     r.command("MULTI")
     for k in keys:
         for p in prefixes:
@@ -156,7 +161,7 @@ def test_differential(r, function):
     first_bad = None
     worst_ms = 0
     tolerances = {}
-    decided = {"report": 0, "refund": 0, "calendar": 0, "buckets": 0, "error": 0}
+    decided = {"report": 0, "refund": 0, "calendar": 0, "buckets": 0, "log": 0, "error": 0}
     for step in range(400):
         now += rnd.choice((0, 1, 999, 250_000, 1_500_000, 7 * SEC))
         reqs = [random_request(rnd, now, names) for _ in range(rnd.choice((1, 1, 2, 4)))]
@@ -176,7 +181,7 @@ def test_differential(r, function):
        "FCALL's" % nreplies)
     # The streams reach what they are for: not only errors on both sides.
     ok(decided["report"] >= 40 and decided["refund"] >= 10 and decided["calendar"] >= 40
-       and decided["buckets"] >= 40 and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
+       and decided["buckets"] >= 40 and decided["log"] >= 40 and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
     if first_bad:
         diag("first difference: %r" % (first_bad,))
     eq(nkeys_bad, 0, "differential: every key equal in value and expiry after every call "
@@ -195,6 +200,7 @@ def count_decided(decided, reqs, replies):
         decided["refund"] += argv[1] == "3" and min(costs) < 0
         decided["calendar"] += any("calendar_window" in a for a in argv[3::2])
         decided["buckets"] += any("sliding_window_buckets" in a for a in argv[3::2])
+        decided["log"] += any("sliding_window_log" in a for a in argv[3::2])
 
 
 def norm(reply):
@@ -236,6 +242,7 @@ def test_large_fixed_window(r, function):
              "fixed_window 4503599627370497 2 0 0"]
     names = ["big%d" % i for i in range(3)]
     now, same, decided, bad_keys, worst = T0 + 7, [], [], 0, 0
+    tolerances = {}
     for step in range(120):
         now += rnd.choice((0, 1, SEC, 3_600 * SEC))
         mode = rnd.choice("00123")
@@ -254,13 +261,60 @@ def test_large_fixed_window(r, function):
         decided.append(isinstance(m, list))
         if not same[-1]:
             diag("step %d: %r: FCALL %r, module %r" % (step, argv, f, m))
-        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "large step %d" % step)
+        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "large step %d" % step, tolerances)
         bad_keys += len(bad)
     ok(all(same), "large fixed_window: every reply equals FCALL's (%d calls)" % len(same))
     ok(all(decided), "large fixed_window: limit * window past 2^53 decided, never refused "
        "(%d of %d)" % (sum(decided), len(decided)))
     eq(bad_keys, 0, "large fixed_window: every key equal in value and expiry (within %d ms)"
        % worst)
+
+
+def test_log_stream(r, function):
+    """sliding_window_log alone, on two keys only (so that the sets grow):
+    limits from 3 to 1500 (a cost of more than 512 units, the script's
+    ZADD chunk, makes the set in several calls: a set made in one may be
+    encoded otherwise, which DUMP shows), costs 0..limit+1, denials whose
+    retry reads a unit inside the window, reports capped at the limit,
+    times that step back (a daemon whose clock is behind: members newer
+    than now set the expiry) and a second tier. (Not `clock: redis`: a
+    member is named by the time it was taken, which two calls a moment
+    apart cannot share.)"""
+    rnd = random.Random(7)
+    names = ["lg0", "lg1"]
+    now, same, decided, bad_keys, worst = T0 + 11, [], {"denied": 0, "big": 0, "back": 0}, 0, 0
+    tolerances = {}
+    for step in range(250):
+        back = rnd.random() < 0.1
+        now += -rnd.choice((1, 999, SEC)) if back else rnd.choice((0, 1, 999, 300_000, 2 * SEC))
+        mode = rnd.choice("0001123")
+        argv = [str(now), mode]
+        keys = []
+        for _ in range(rnd.choice((1, 1, 2))):
+            limit = rnd.choice((3, 5, 1500))
+            cost = rnd.randint(0, limit + 1) if limit < 100 else rnd.choice((1, 700, 1100, 1501))
+            tiers = ["sliding_window_log %d %d 0 0" % (limit, rnd.choice((2 * SEC, 10 * SEC)))]
+            if rnd.random() < 0.2:
+                tiers.append("fixed_window 9 %d 0 0" % (10 * SEC))
+            argv += [str(cost), rnd.choice("0001") + " " + " ".join(tiers)]
+            keys += ["%s:%d" % (rnd.choice(names), 2 * i) for i in range(len(tiers))]
+            keys.insert(len(keys) - len(tiers) + 1, keys[len(keys) - len(tiers)][:-1] + "1")
+            decided["big"] += cost > 512 and mode in "03"
+        f, m, pair_ms = pair(r, function, keys, argv)
+        worst = max(worst, pair_ms)
+        same.append(norm(f) == norm(m))
+        if not same[-1]:
+            diag("step %d: %r %r: FCALL %r, module %r" % (step, keys, argv, f, m))
+        if isinstance(m, list) and m[1] == 0:
+            decided["denied"] += 1
+        decided["back"] += back
+        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "log step %d" % step, tolerances)
+        bad_keys += len(bad)
+    ok(all(same), "log stream: every reply equals FCALL's (%d calls)" % len(same))
+    ok(decided["denied"] >= 20 and decided["big"] >= 10 and decided["back"] >= 10,
+       "log stream: denials, costs past a ZADD chunk, clocks behind %r" % decided)
+    eq(bad_keys, 0, "log stream: every key (set and counter) equal in DUMP and expiry "
+       "(within %d ms)" % worst)
 
 
 def test_server_clock(r, function):
@@ -303,20 +357,23 @@ def test_cost_above_capacity(r, function):
         for argv in ([str(T0), "0", big, "1 " + tier, "1", "0 " + tier],
                      [str(T0), "0", big, "0 " + tier]):
             n = (len(argv) - 2) // 2
-            keys = ["big:%d" % i for i in range(n)]
+            keys = ["big:%d" % i for i in range(sum(nkeys(p) for p in argv[3::2]))]
             r.command("DEL", *["F:" + k for k in keys], *["M:" + k for k in keys])
             r.command("MULTI")
-            r.command("FCALL", function, n, *["F:" + k for k in keys], *argv)
-            r.command("ratelimitd.check", n, *["M:" + k for k in keys], *argv)
+            r.command("FCALL", function, len(keys), *["F:" + k for k in keys], *argv)
+            r.command("ratelimitd.check", len(keys), *["M:" + k for k in keys], *argv)
             f, m = r.command("EXEC")
             got = [(r.command("DUMP", "F:" + k), r.command("DUMP", "M:" + k)) for k in keys]
             same.append(norm(f) == norm(m) and all(a == b for a, b in got))
             if not same[-1]:
                 diag("%s: FCALL %r, module %r, keys %r" % (alg, f, m, got))
             # the big tier: denied, reason cost_exceeds_limit, retry -1,
-            # its key never written; the request allowed iff it was shadow
+            # its keys never written; the request allowed iff it was shadow
             denied.append(isinstance(m, list) and m[1] == (1 if n == 2 else 0) and
-                          m[2] == 0 and m[6] == -1 and m[8] == 1 and got[0][1] is None)
+                          m[2] == 0 and m[6] == -1 and m[8] == 1 and
+                          all(b is None for _, b in got[:nkeys(argv[3])]))
+            if not denied[-1]:
+                diag("%s: module %r, keys %r" % (alg, m, got))
     ok(all(same), "cost above capacity, cost * window past int64: the module answers as "
        "FCALL, for %d algorithms, shadow and not" % len(algorithms))
     ok(all(denied), "cost above capacity: denied with cost_exceeds_limit, retry -1, its key "
@@ -325,7 +382,6 @@ def test_cost_above_capacity(r, function):
 
 def test_not_implemented(r):
     for argv, what in (
-        (["1", "0", "1", "0 sliding_window_log 5 1000000 0 0"], "sliding_window_log"),
         (["1", "0", "1", "0 concurrency 5 1000000 0 0"], "concurrency"),
         (["1", "L5", "1", "0 fixed_window 5 1000000 0 0"], "lease calls"),
         (["1", "r", "m", "0"], "lease calls"),
@@ -369,6 +425,9 @@ HOSTILE = [
     ["1", "k", "1", "0", "1", "0 gcra 9007199254740992 9007199254740992 0 0"],
     ["1", "k", "1", "0", "1", "0 sliding_window_counter 3 4503599627370497 0 0"],
     ["1", "k", "1", "0", "1", "0 token_bucket 0 1000 0 0"],
+    ["2", "k", "s", "1", "0", "1", "0 sliding_window_log 1000001 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 sliding_window_log 5 1000 0 0"],
+    ["3", "k", "s", "j", "1", "0", "1", "0 sliding_window_log 5 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 gcra 5 0 0 0"],
     ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0 fixed_window 1 1000 0 0"],
     ["1", "k", "30", "0", "1", "0 calendar_window 1 0:10:20:30 0 0 "],
@@ -434,6 +493,25 @@ def test_hostile(r):
             got = e
         refused.append(isinstance(got, RedisError))
     ok(all(refused), "hostile bucket hashes: refused (%r)" % refused)
+    # A log no daemon writes: a score that is no integer refused (the
+    # script would compute with it), a set or counter of another type the
+    # script's error, as FCALL's.
+    refused = []
+    for setup, cost in ((("ZADD", "h:l", "1700000000000000.5", "a"), "1"),
+                        (("ZADD", "h:l", "inf", "a"), "1"),
+                        (("SET", "h:l", "f:1:1"), "1"),
+                        (("SET", "h:c", "x"), "1"),
+                        (("HSET", "h:c", "a", "1"), "1")):
+        r.command("DEL", "h:l", "h:c")
+        r.command(*setup)
+        try:
+            got = r.command("ratelimitd.check", 2, "h:l", "h:c", str(T0), "0", cost,
+                            "0 sliding_window_log %s 1000000 0 0" % ("1" if setup[2] != "inf"
+                                                                     else "5"))
+        except RedisError as e:
+            got = e
+        refused.append(isinstance(got, RedisError))
+    ok(all(refused), "hostile logs: refused (%r)" % refused)
     eq(r.command("PING"), "PONG", "hostile stored states: Redis still answers")
 
 
@@ -465,6 +543,7 @@ def main():
     test_differential(r, function)
     test_server_clock(r, function)
     test_large_fixed_window(r, function)
+    test_log_stream(r, function)
     test_cost_above_capacity(r, function)
     test_not_implemented(r)
     test_hostile(r)

@@ -262,8 +262,18 @@ void gcra_report(struct tier_state *ts, struct entry *e, int64_t now);
  * so that redis_state.c reads that score, and only it, from Redis. */
 int64_t sliding_window_log_retry_rank(const struct tier_state *ts);
 
+/* concurrency.c: the script's concurrency.lease_op (lua/concurrency.lua)
+ * for one lease, wherever it is kept: found (its member is in the set,
+ * expiring at `expires`) or not, released (renew 0) or renewed for
+ * timeout µs as of now. The outcome; for a renew done, *px_ms is the PX
+ * the key must live at least (the script's PEXPIRE when PTTL is less),
+ * else 0. The caller makes the write: ZREM for a release done, ZADD XX of
+ * the new expiry for a renew done. */
+struct lease_outcome concurrency_lease_decide(int found, int64_t expires, int renew,
+                                              int64_t timeout, int64_t now, int64_t *px_ms);
+
 /* One lease's release (renew 0) or renew as of now, as the script's
- * concurrency.lease_op (lua/concurrency.lua). */
+ * concurrency.lease_op (lua/concurrency.lua), on the store. */
 struct lease_outcome concurrency_lease_op(struct local_store *s, const char *key_prefix, int renew,
                                           const struct lease_ref *r, int64_t now);
 

@@ -35,13 +35,15 @@ int redis_state_supports(enum algorithm a)
 {
     return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
            a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS ||
-           a == ALG_SLIDING_WINDOW_LOG;
+           a == ALG_SLIDING_WINDOW_LOG || a == ALG_CONCURRENCY;
 }
 
 enum redis_layout redis_state_layout(const struct tier *t)
 {
     if (t->algorithm == ALG_SLIDING_WINDOW_LOG)
         return REDIS_LAYOUT_LOG;
+    if (t->algorithm == ALG_CONCURRENCY)
+        return REDIS_LAYOUT_LEASES;
     return t->algorithm == ALG_SLIDING_WINDOW_BUCKETS ? REDIS_LAYOUT_HASH : REDIS_LAYOUT_STRING;
 }
 
@@ -139,6 +141,8 @@ void redis_state_release(struct redis_tier *x)
         free(e->u.swb.b);
     if (e->kind == KIND_LOG)
         free(e->u.log.runs);
+    if (e->kind == KIND_LEASES)
+        free(e->u.ls.l);
     free(x->stale);
     memset(x, 0, sizeof *x);
 }
@@ -250,6 +254,79 @@ int redis_state_reread_log(struct redis_tier *x, const struct redis_zset_reader 
     return log_scores(x, r, now);
 }
 
+/* A lease member's units, "<digits>:..." as the script's '^(%d+):' reads
+ * them: 1 and *units, 0 if it holds none (no match), -1 past 2^53. */
+static int lease_units(const char *m, size_t len, int64_t *units)
+{
+    size_t i = 0;
+    int64_t u = 0;
+    for (; i < len && m[i] >= '0' && m[i] <= '9'; i++) {
+        u = u * 10 + (m[i] - '0');
+        if (u > EXACT_MAX)
+            return -1;
+    }
+    if (i == 0 || i == len || m[i] != ':')
+        return 0;
+    *units = u;
+    return 1;
+}
+
+int redis_state_read_leases(struct redis_tier *x, const struct tier *t, int64_t cost,
+                            const char *nonce, const struct redis_field *f, size_t n, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t held = 0;
+    begin(x, t, NULL, cost);
+    x->ts.nonce = nonce;
+    e->kind = KIND_LEASES;
+    /* room for commit's new lease */
+    e->u.ls.cap = n + 1;
+    e->u.ls.l = xcalloc(e->u.ls.cap, sizeof *e->u.ls.l);
+    for (size_t i = 0; i < n; i++) {
+        struct lease *l = &e->u.ls.l[e->u.ls.len];
+        int got = lease_units(f[i].name, f[i].name_len, &l->units);
+        if (got < 0 || canonical(f[i].value, f[i].value_len, 1, &l->expires) < 0)
+            return -1;
+        held += got ? l->units : 0;
+        if (held > EXACT_MAX)
+            return -1;
+        e->u.ls.len += (size_t)got;
+    }
+    x->ts.e = e;
+    tier_decide(&x->ts, now);
+    return x->ts.allowed;
+}
+
+int redis_state_can_commit(const struct redis_tier *x)
+{
+    return x->ts.ops->kind != KIND_LEASES || x->ts.nonce != NULL;
+}
+
+int redis_state_lease_op(const char *score, size_t len, int renew, int64_t timeout, int64_t now,
+                         int64_t *status, int64_t *expires, int64_t *px_ms)
+{
+    /* tonumber(s) <= now, in the script's doubles: any score Redis
+     * writes (%.17g) reads back as the double it holds. */
+    char buf[64];
+    double s = 0;
+    if (score) {
+        size_t n = len < sizeof buf - 1 ? len : sizeof buf - 1;
+        memcpy(buf, score, n);
+        buf[n] = '\0';
+        s = strtod(buf, NULL);
+    }
+    /* found with an expiry after now: a lease to act on (the decision
+     * reads only which side of now it is) */
+    int64_t after = s > (double)now ? now + 1 : now;
+    struct lease_outcome o =
+        concurrency_lease_decide(score != NULL, after, renew, timeout, now, px_ms);
+    *status = o.status;
+    *expires = o.expires_us;
+    if (o.status != LEASE_DONE)
+        return 0;
+    return renew ? 2 : 1;
+}
+
 static int by_start(const void *a, const void *b)
 {
     int64_t x = ((const struct swb_bucket *)a)->start, y = ((const struct swb_bucket *)b)->start;
@@ -345,6 +422,11 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
             x->stale[i] = e->u.swb.b[i].start;
         w->del = x->stale;
         w->field = x->ts.cur;
+    } else if (x->ts.ops->kind == KIND_LEASES) {
+        /* The leases read stay: commit's expiry runs from the latest. */
+        w->field = now - x->ts.t->lease_timeout_us;
+        w->score = now + x->ts.t->lease_timeout_us;
+        w->nonce = x->ts.nonce;
     } else if (x->ts.ops->kind == KIND_LOG) {
         /* The runs read stay: commit adds to them, and the newest (a
          * daemon's clock ahead of ours may have written one after now)
@@ -369,7 +451,8 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
         w->ex.at = 0;
         w->ex.ms = (e->expires_at - now) / 1000;
     }
-    if (x->ts.ops->kind != KIND_BUCKETS && x->ts.ops->kind != KIND_LOG)
+    if (x->ts.ops->kind != KIND_BUCKETS && x->ts.ops->kind != KIND_LOG &&
+        x->ts.ops->kind != KIND_LEASES)
         w->len = encode(e, w->buf);
 }
 

@@ -11,8 +11,9 @@
  * caller passes), sliding_window_counter, token_bucket, gcra and
  * leaky_bucket, sliding_window_buckets' hash, and sliding_window_log's
  * sorted set and sequence counter (read through the caller's reader, as
- * the script reads them: counts and single scores, never the whole set);
- * not yet concurrency's.
+ * the script reads them: counts and single scores, never the whole set),
+ * concurrency's sorted set of leases, and the lease calls' release and
+ * renew of one lease.
  * Does not own: Redis calls, argument decoding (src/module/), any
  * algorithm's arithmetic.
  */
@@ -36,7 +37,7 @@ int redis_state_supports(enum algorithm a);
 /* How a tier's state is kept: a string (GET; SET), or for
  * sliding_window_buckets a hash of bucket start -> units (HGETALL;
  * HINCRBY, HDEL, PEXPIRE), as the scripts keep it. */
-enum redis_layout { REDIS_LAYOUT_STRING, REDIS_LAYOUT_HASH, REDIS_LAYOUT_LOG };
+enum redis_layout { REDIS_LAYOUT_STRING, REDIS_LAYOUT_HASH, REDIS_LAYOUT_LOG, REDIS_LAYOUT_LEASES };
 enum redis_layout redis_state_layout(const struct tier *t);
 
 /* One field of a hash and its value, as HGETALL answers them. */
@@ -92,6 +93,32 @@ int redis_state_read_log(struct redis_tier *x, const struct tier *t, int64_t cos
                          const struct redis_zset_reader *r, int64_t now)
     __attribute__((warn_unused_result));
 
+/* Pass 1 for a concurrency tier (REDIS_LAYOUT_LEASES): as redis_state_read,
+ * on its live leases as `ZRANGEBYSCORE key (now +inf WITHSCORES` answers
+ * them, member (name) and score (value) per field of f[0..n). A member
+ * not "<digits>:..." holds nothing (the script skips it). nonce: the
+ * request's lease nonce (22 bytes, NUL-terminated), or NULL; it must
+ * outlive x. Returns 1 if the tier allows, 0 if not, -1 if a score is no
+ * integer, or the units held pass 2^53 (the script's doubles would lose
+ * them: refused). */
+int redis_state_read_leases(struct redis_tier *x, const struct tier *t, int64_t cost,
+                            const char *nonce, const struct redis_field *f, size_t n, int64_t now)
+    __attribute__((warn_unused_result));
+
+/* Whether x (a concurrency tier read in pass 1) may be committed: 0 if the
+ * request sent no lease nonce (the script's error at its commit, after
+ * the writes of the tiers before it). */
+int redis_state_can_commit(const struct redis_tier *x);
+
+/* The lease calls (ARGV[2] "r" release, "n" renew for timeout µs): one
+ * lease whose ZSCORE answered score[0..len) (NULL: not a string, the
+ * member unknown), as of now. *status: 1 done, 2 expired, 0 unknown;
+ * *expires: a renew's new expiry (µs), else 0. Returns what to write: 0
+ * nothing; 1 ZREM key member; 2 ZADD key XX *expires member, then
+ * PEXPIRE key *px_ms if PTTL key is less than it. */
+int redis_state_lease_op(const char *score, size_t len, int renew, int64_t timeout, int64_t now,
+                         int64_t *status, int64_t *expires, int64_t *px_ms);
+
 /* A report's figures for a log tier x read in pass 1: the script's figures
  * and retry read the newest score and the one retry waits for when they
  * run, after every tier's charge (a later tier on the same key may have
@@ -128,13 +155,16 @@ struct redis_expiry {
  * s; ZADD key score "<score>-<seq>" for seq from s - by + 1 to s, in calls
  * of at most REDIS_LOG_CHUNK members (one call per chunk, as the script's
  * call_chunked: a set made in one call may be encoded otherwise); PEXPIRE
- * key ex.ms and PEXPIRE key2 ex.ms. */
+ * key ex.ms and PEXPIRE key2 ex.ms.
+ * REDIS_LAYOUT_LEASES: ZREMRANGEBYSCORE key -inf field; ZADD key score
+ * "<by>:<nonce>"; PEXPIRE key ex.ms. */
 #define REDIS_LOG_CHUNK 512 /* CALL_CHUNK in lua/common.lua */
 struct redis_write {
     char buf[REDIS_STATE_BUF];
     size_t len;
     struct redis_expiry ex;
     int64_t field, by, score;
+    const char *nonce; /* REDIS_LAYOUT_LEASES: the request's, NUL-terminated */
     const int64_t *del;
     size_t ndel;
 };

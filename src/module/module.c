@@ -28,10 +28,12 @@
  * any command can run (see redismodule_api.h for why it must be one). */
 static struct redis_module_api rm;
 
-/* One call's context: Redis's, and the server's TIME once read. */
+/* One call's context: Redis's, the server's TIME once read, and the lease
+ * nonce of the request being decided (NULL: none). */
 struct call {
     RedisModuleCtx *ctx;
     int64_t time; /* µs; -1 until read */
+    const char *nonce;
 };
 
 /* The server's TIME in µs, read at the call's first need. */
@@ -70,23 +72,37 @@ static void reply_call_error(struct call *k, const char *what, RedisModuleCallRe
     rm.ReplyWithError(k->ctx, err);
 }
 
+/* The pairs of r, an array reply of what (HGETALL's field, value; or a
+ * WITHSCORES range's member, score), as *n fields pointing into r (which
+ * the caller frees after them: rm.Free); NULL having replied the error of
+ * a reply that is no array (another type: the script's error), r freed. */
+static struct redis_field *fields_of(struct call *k, const char *what, RedisModuleCallReply *r,
+                                     size_t *n)
+{
+    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY) {
+        reply_call_error(k, what, r);
+        if (r)
+            rm.FreeCallReply(r);
+        return NULL;
+    }
+    *n = rm.CallReplyLength(r) / 2;
+    struct redis_field *f = rm.Alloc((*n + 1) * sizeof *f);
+    for (size_t i = 0; i < *n; i++) {
+        f[i].name = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i), &f[i].name_len);
+        f[i].value = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i + 1), &f[i].value_len);
+    }
+    return f;
+}
+
 /* Pass 1 for a hash tier: HGETALL (another type is the script's error). */
 static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
+    size_t n;
     RedisModuleCallReply *r = rm.Call(k->ctx, "HGETALL", "s", key);
-    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY) {
-        reply_call_error(k, "HGETALL", r);
-        if (r)
-            rm.FreeCallReply(r);
+    struct redis_field *f = fields_of(k, "HGETALL", r, &n);
+    if (!f)
         return -1;
-    }
-    size_t n = rm.CallReplyLength(r) / 2;
-    struct redis_field *f = rm.Alloc((n + 1) * sizeof *f);
-    for (size_t i = 0; i < n; i++) {
-        f[i].name = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i), &f[i].name_len);
-        f[i].value = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i + 1), &f[i].value_len);
-    }
     int allowed = redis_state_read_hash(x, &t->t, cost, f, n, now);
     rm.Free(f);
     rm.FreeCallReply(r);
@@ -239,6 +255,113 @@ static int write_log(struct call *k, RedisModuleString **key, const struct redis
     return 0;
 }
 
+/* ---- concurrency: the sorted set of leases, and the lease calls ----
+ * The script's commands: ZRANGEBYSCORE key (now +inf WITHSCORES to read;
+ * ZREMRANGEBYSCORE, ZADD and PEXPIRE to take a lease; ZSCORE, then ZREM,
+ * or ZADD XX, PTTL and PEXPIRE, to release or renew one. */
+
+/* Pass 1 for a concurrency tier: as read_tier. */
+static int read_leases(struct call *k, RedisModuleString *key, struct redis_tier *x,
+                       const struct module_tier *t, int64_t cost, int64_t now)
+{
+    char bound[24];
+    snprintf(bound, sizeof bound, "(%lld", (long long)now);
+    size_t n;
+    RedisModuleCallReply *r =
+        rm.Call(k->ctx, "ZRANGEBYSCORE", "sccc", key, bound, "+inf", "WITHSCORES");
+    struct redis_field *f = fields_of(k, "ZRANGEBYSCORE", r, &n);
+    if (!f)
+        return -1;
+    int allowed = redis_state_read_leases(x, &t->t, cost, k->nonce, f, n, now);
+    rm.Free(f);
+    rm.FreeCallReply(r);
+    if (allowed < 0)
+        rm.ReplyWithError(k->ctx, "ERR ratelimitd: a concurrency set holds a score that is no "
+                                  "integer, or more units than 2^53");
+    return allowed;
+}
+
+/* A concurrency tier's write (redis_state.h's REDIS_LAYOUT_LEASES). */
+static int write_leases(struct call *k, RedisModuleString *key, const struct redis_write *w)
+{
+    char score[24], member[48];
+    snprintf(score, sizeof score, "%lld", (long long)w->score);
+    snprintf(member, sizeof member, "%lld:%s", (long long)w->by, w->nonce);
+    if (run(k, "ZREMRANGEBYSCORE",
+            rm.Call(k->ctx, "ZREMRANGEBYSCORE", "!scl", key, "-inf", (long long)w->field)) < 0 ||
+        run(k, "ZADD", rm.Call(k->ctx, "ZADD", "!scc", key, score, member)) < 0)
+        return -1;
+    return run(k, "PEXPIRE", rm.Call(k->ctx, "PEXPIRE", "!sl", key, (long long)w->ex.ms));
+}
+
+/* One lease call on key: ZSCORE of member (anything but a string: the
+ * member unknown, as the script's pcall), then the write the outcome
+ * asks for. 0 with out[0..2) its status and expiry, or -1 having replied
+ * the error of a write Redis refused. */
+static int lease_op(struct call *k, RedisModuleString *key, const struct module_arg *member,
+                    int renew, int64_t timeout, int64_t now, int64_t *out)
+{
+    int64_t px;
+    size_t len = 0;
+    RedisModuleCallReply *r = rm.Call(k->ctx, "ZSCORE", "sb", key, member->p, member->len);
+    const char *score = r && rm.CallReplyType(r) == REDISMODULE_REPLY_STRING
+                            ? rm.CallReplyStringPtr(r, &len)
+                            : NULL;
+    int write = redis_state_lease_op(score, len, renew, timeout, now, &out[0], &out[1], &px);
+    if (r)
+        rm.FreeCallReply(r);
+    if (write == 1)
+        return run(k, "ZREM", rm.Call(k->ctx, "ZREM", "!sb", key, member->p, member->len));
+    if (write == 0)
+        return 0;
+    if (run(k, "ZADD",
+            rm.Call(k->ctx, "ZADD", "!sclb", key, "XX", (long long)out[1], member->p,
+                    member->len)) < 0)
+        return -1;
+    r = rm.Call(k->ctx, "PTTL", "s", key);
+    long long pttl =
+        r && rm.CallReplyType(r) == REDISMODULE_REPLY_INTEGER ? rm.CallReplyInteger(r) : -1;
+    if (r)
+        rm.FreeCallReply(r);
+    if (pttl >= px)
+        return 0;
+    return run(k, "PEXPIRE", rm.Call(k->ctx, "PEXPIRE", "!sl", key, (long long)px));
+}
+
+/* ARGV[2] "r" or "n" (check.lua's lease_ops): each key's lease in turn,
+ * its timeout decoded as it comes (a bad one fails the request after the
+ * leases before it were acted on, as the script's error does), replying
+ * {now, then status and expiry per key}. */
+static void lease_ops(struct call *k, RedisModuleString **keys, size_t nk,
+                      const struct module_arg *argv, size_t na, const struct module_request *req)
+{
+    char err[MODULE_ERR_BUF + 8];
+    int64_t now = req->now, timeout;
+    if (req->server_clock && server_time(k, &now) < 0) {
+        rm.ReplyWithError(k->ctx, "ERR ratelimitd: TIME failed");
+        return;
+    }
+    int64_t *out = rm.Alloc((1 + 2 * nk) * sizeof *out);
+    size_t i = 0;
+    memcpy(err, "ERR ", 4);
+    for (; i < nk; i++) {
+        if (module_args_lease_timeout(argv, na, i, &timeout, err + 4, MODULE_ERR_BUF) < 0) {
+            rm.ReplyWithError(k->ctx, err);
+            break;
+        }
+        if (lease_op(k, keys[i], &argv[2 + 2 * i], req->lease_op == 'n', timeout, now,
+                     out + 1 + 2 * i) < 0)
+            break;
+    }
+    if (i == nk) {
+        out[0] = now;
+        rm.ReplyWithArray(k->ctx, (long)(1 + 2 * nk));
+        for (size_t j = 0; j < 1 + 2 * nk; j++)
+            rm.ReplyWithLongLong(k->ctx, out[j]);
+    }
+    rm.Free(out);
+}
+
 /* ---- the strings and hashes ---- */
 
 /* Pass 1 for one tier: GET its key (anything but a string reads as absent,
@@ -250,6 +373,8 @@ static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *
 {
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG)
         return read_log(k, key, x, t, cost, now);
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LEASES)
+        return read_leases(k, key, x, t, cost, now);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_HASH)
         return read_hash(k, key, x, t, cost, now);
     RedisModuleCallReply *r = rm.Call(k->ctx, "GET", "s", key);
@@ -294,6 +419,8 @@ static int write_state(struct call *k, RedisModuleString **keys, const struct mo
     RedisModuleString *key = keys[0];
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG)
         return write_log(k, keys, w);
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LEASES)
+        return write_leases(k, key, w);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_STRING)
         return run(k, "SET",
                    rm.Call(k->ctx, "SET", "!sbcl", key, w->buf, w->len, w->ex.at ? "PXAT" : "PX",
@@ -417,6 +544,11 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
         const struct module_check *chk = &req->checks[c];
         for (size_t i = chk->first; check_allowed[c] && chk->cost > 0 && i < chk->last; i++) {
             struct redis_write w;
+            if (!redis_state_can_commit(redis_state_tier_at(xs, i))) {
+                rm.ReplyWithError(k->ctx, "ERR ratelimitd: a concurrency tier needs the lease "
+                                          "nonce (ARGV's last)");
+                return;
+            }
             redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
             if (write_state(k, keys + req->tiers[i].key, &req->tiers[i], &w) < 0)
                 return;
@@ -442,10 +574,14 @@ static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
     void *xs = rm.Alloc((nk + 1) * redis_state_tier_size());
     memset(xs, 0, (nk + 1) * redis_state_tier_size());
     memcpy(err, "ERR ", 4);
-    if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
+    if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0) {
         rm.ReplyWithError(k->ctx, err);
-    else
+    } else if (req.lease_op) {
+        lease_ops(k, keys, nk, argv, na, &req);
+    } else {
+        k->nonce = req.has_nonce ? req.nonce : NULL;
         decide(k, keys, &req, xs, check_allowed, out);
+    }
     for (size_t i = 0; i < nk; i++)
         redis_state_release(redis_state_tier_at(xs, i));
     rm.Free(xs);
@@ -506,7 +642,7 @@ static int check_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     struct module_arg *args = rm.Alloc((na + 1) * sizeof *args);
     for (size_t i = 0; i < na; i++)
         args[i].p = rm.StringPtrLen(argv[2 + numkeys + i], &args[i].len);
-    struct call k = {ctx, -1};
+    struct call k = {ctx, -1, NULL};
     if (na >= 1 && args[0].len == 1 && args[0].p[0] == 'B')
         batch(&k, argv + 2, (size_t)numkeys, args, na);
     else

@@ -166,6 +166,10 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
          t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
         return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
                     MODULE_MAX_BUCKETS, shown, s.p);
+    /* concurrency: the window word is the lease timeout, which its steps
+     * read (policy_tier_span_us) */
+    if (t->algorithm == ALG_CONCURRENCY)
+        t->lease_timeout_us = t->window_us;
     /* The daemon's bound on a log (a member per unit: a cost is that many
      * ZADDs, which must stay within what one call may take of Redis). */
     if (t->algorithm == ALG_SLIDING_WINDOW_LOG && t->limit > MODULE_MAX_LOG)
@@ -246,7 +250,10 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
     if (!req->server_clock && (na < 1 || int_of(argv[0], 0, &req->now) < 0))
         return bad_int(argv, na, 1, 0, err, errlen);
     struct module_arg mode = na >= 2 ? argv[1] : (struct module_arg){"", 0};
-    if (is(mode, "r") || is(mode, "n") || (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G')))
+    req->lease_op = is(mode, "r") ? 'r' : is(mode, "n") ? 'n' : 0;
+    if (req->lease_op)
+        return 0;
+    if (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G'))
         return FAIL("lease calls not implemented in the module yet");
     if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
         return FAIL("ARGV[2] must be 0, 1, 2, 3, r, n, L<want> or G<taken>, got %.*s",
@@ -257,18 +264,37 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
     return 0;
 }
 
+int module_args_lease_timeout(const struct module_arg *argv, size_t na, size_t i, int64_t *timeout,
+                              char *err, size_t errlen)
+{
+    if (int_of(argv[3 + 2 * i], 0, timeout) < 0)
+        return bad_int(argv, na, 4 + 2 * i, 0, err, errlen);
+    return 0;
+}
+
 int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                         struct module_request *req, char *err, size_t errlen)
 {
     size_t nargs = na, used = 0;
     req->nchecks = req->ntiers = 0;
+    req->has_nonce = 0;
     if (parse_head(argv, na, req, err, errlen) < 0)
         return -1;
+    if (req->lease_op) {
+        if (na != 2 + 2 * nkeys)
+            return FAIL("a lease operation takes a member and a timeout per key; got %zu "
+                        "arguments for %zu keys",
+                        na, nkeys);
+        return 0;
+    }
     /* An odd count: the last is the lease nonce (concurrency's only). */
     if (nargs % 2 == 1) {
         nargs--;
         if (!nonce_valid(argv[nargs]))
             return FAIL("the lease nonce must be 22 of [A-Za-z0-9_-]");
+        memcpy(req->nonce, argv[nargs].p, 22);
+        req->nonce[22] = '\0';
+        req->has_nonce = 1;
     }
     if (nargs < 2)
         return FAIL("ARGV is now, dry_run, then cost and policy per check (and the lease "

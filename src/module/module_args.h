@@ -51,10 +51,15 @@ struct module_check {
 
 struct module_request {
     int server_clock; /* now is Redis's TIME (ARGV[1] "") */
-    int64_t now;      /* µs, unless server_clock */
-    int dry_run;      /* "1" or "2" */
-    int both;         /* "2": the figures as if denied follow */
-    int report;       /* "3": a report; costs may be < 0 (>= -2^53) */
+    char lease_op;    /* 'r' (release) or 'n' (renew): ARGV[2]; then
+                         nothing below but now is decoded (see
+                         module_args_lease_timeout) */
+    char nonce[23];   /* the lease nonce, NUL-terminated, if has_nonce */
+    int has_nonce;
+    int64_t now; /* µs, unless server_clock */
+    int dry_run; /* "1" or "2" */
+    int both;    /* "2": the figures as if denied follow */
+    int report;  /* "3": a report; costs may be < 0 (>= -2^53) */
     size_t nchecks, ntiers;
     struct module_check *checks; /* the caller's: (nargs / 2) of them */
     struct module_tier *tiers;   /* the caller's: nkeys of them */
@@ -77,5 +82,13 @@ int module_args_batch_counts(const struct module_arg *argv, size_t na, size_t nk
 int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                         struct module_request *req, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* A lease call's i-th (0-based) timeout, ARGV[4 + 2i], an integer >= 0;
+ * its member is ARGV[3 + 2i]. The caller checked the count first
+ * (module_args_request): decoded per lease as the script does, so that a
+ * bad one fails after the leases before it were released or renewed.
+ * Returns 0, or -1 with err. */
+int module_args_lease_timeout(const struct module_arg *argv, size_t na, size_t i, int64_t *timeout,
+                              char *err, size_t errlen) __attribute__((warn_unused_result));
 
 #endif

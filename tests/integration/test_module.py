@@ -39,7 +39,7 @@ from harness import RedisError, diag, eq, ok  # noqa: E402
 T0 = 1_700_000_000_000_000  # µs
 SEC = 1_000_000
 ALGORITHMS = ("fixed_window", "sliding_window_counter", "token_bucket", "gcra", "leaky_bucket",
-              "calendar_window", "sliding_window_buckets", "sliding_window_log")
+              "calendar_window", "sliding_window_buckets", "sliding_window_log", "concurrency")
 # The algorithms a report may give back to (cost < 0); the others refuse it.
 REFUNDS = ("fixed_window", "token_bucket", "gcra", "leaky_bucket", "calendar_window")
 # A key whose absolute expiry is nearer than this is deleted under both
@@ -81,7 +81,7 @@ def random_policy(rnd, now):
         window = rnd.choice((2 * SEC, 10 * SEC, 60 * SEC, 3_600 * SEC))
         if alg == "calendar_window":
             window = calendar_bounds(rnd, now)
-        burst = rnd.choice((0, 0, 2, 5)) if "sliding" not in alg else 0
+        burst = rnd.choice((0, 0, 2, 5)) if alg in ("token_bucket", "gcra", "leaky_bucket") else 0
         precision = 0
         if alg == "sliding_window_buckets":
             precision = window // rnd.choice((1, 2, 5, 10, 1000))
@@ -103,7 +103,14 @@ def random_request(rnd, now, names):
         least = -cap - 1 if mode == "3" and (refunds or rnd.random() < 0.1) else 0
         argv += [str(rnd.randint(least, cap + 1)), policy]
         keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
+    if rnd.random() < 0.8:
+        argv.append(nonce(rnd))  # a concurrency tier's commit needs it
     return keys, argv
+
+
+def nonce(rnd):
+    """A lease nonce: 22 of [A-Za-z0-9_-]."""
+    return "".join(rnd.choice("abcXYZ019_-") for _ in range(22))
 
 
 def nkeys(policy):
@@ -161,7 +168,8 @@ def test_differential(r, function):
     first_bad = None
     worst_ms = 0
     tolerances = {}
-    decided = {"report": 0, "refund": 0, "calendar": 0, "buckets": 0, "log": 0, "error": 0}
+    decided = {"report": 0, "refund": 0, "calendar": 0, "buckets": 0, "log": 0, "concurrency": 0,
+               "error": 0}
     for step in range(400):
         now += rnd.choice((0, 1, 999, 250_000, 1_500_000, 7 * SEC))
         reqs = [random_request(rnd, now, names) for _ in range(rnd.choice((1, 1, 2, 4)))]
@@ -181,7 +189,8 @@ def test_differential(r, function):
        "FCALL's" % nreplies)
     # The streams reach what they are for: not only errors on both sides.
     ok(decided["report"] >= 40 and decided["refund"] >= 10 and decided["calendar"] >= 40
-       and decided["buckets"] >= 40 and decided["log"] >= 40 and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
+       and decided["buckets"] >= 40 and decided["log"] >= 40 and decided["concurrency"] >= 40
+       and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
     if first_bad:
         diag("first difference: %r" % (first_bad,))
     eq(nkeys_bad, 0, "differential: every key equal in value and expiry after every call "
@@ -195,12 +204,12 @@ def count_decided(decided, reqs, replies):
         if isinstance(reply, RedisError):
             decided["error"] += 1
             continue
-        costs = [int(c) for c in argv[2::2]]
+        pairs = argv[2:len(argv) - len(argv) % 2]
+        costs = [int(c) for c in pairs[0::2]]
         decided["report"] += argv[1] == "3"
         decided["refund"] += argv[1] == "3" and min(costs) < 0
-        decided["calendar"] += any("calendar_window" in a for a in argv[3::2])
-        decided["buckets"] += any("sliding_window_buckets" in a for a in argv[3::2])
-        decided["log"] += any("sliding_window_log" in a for a in argv[3::2])
+        for alg in ("calendar", "buckets", "log", "concurrency"):
+            decided[alg] += any(alg in a for a in pairs[1::2])
 
 
 def norm(reply):
@@ -317,6 +326,83 @@ def test_log_stream(r, function):
        "(within %d ms)" % worst)
 
 
+def test_concurrency_stream(r, function):
+    """concurrency alone on two keys: leases taken (costs 0..limit+1, dry
+    runs, a second check, and sometimes no nonce: the commit's error),
+    released ("r") and renewed ("n") by their members, live, expired (a
+    tombstone) or unknown, with a bad timeout among them now and then (the
+    leases before it acted on), while time runs past lease timeouts and
+    sometimes back."""
+    rnd = random.Random(11)
+    names = ["cc0", "cc1"]
+    now, same, bad_keys, worst, tolerances = T0 + 5, [], 0, 0, {}
+    taken = []  # (key, member) of every lease either side took
+    seen = {"take": 0, "denied": 0, "done": 0, "expired": 0, "unknown": 0, "renewed": 0}
+    for step in range(450):
+        now += -SEC if rnd.random() < 0.05 else rnd.choice((0, 1, 300_000, 300_000, SEC, 3 * SEC,
+                                                              12 * SEC))
+        if taken and rnd.random() < 0.45:
+            op = rnd.choice("rnn")
+            keys, argv = [], [str(now), op]
+            for _ in range(rnd.choice((1, 1, 2, 3))):
+                key, member = rnd.choice(taken[-3:]) if rnd.random() < 0.85 else (
+                    rnd.choice(names), "3:" + nonce(rnd))
+                keys.append(key)
+                timeout = rnd.choice(("0", "1000", str(2 * SEC), str(10 * SEC)))
+                argv += [member, "x" if rnd.random() < 0.03 else timeout]
+        else:
+            mode = rnd.choice("00012")
+            keys, argv = [], [str(now), mode]
+            for _ in range(rnd.choice((1, 1, 2))):
+                limit = rnd.choice((1, 3, 5))
+                cost = rnd.randint(0, limit + 1)
+                argv += [str(cost), "%s concurrency %d %d 0 0" % (
+                    rnd.choice("0001"), limit, rnd.choice((2 * SEC, 10 * SEC)))]
+                keys.append("%s:0" % rnd.choice(names))
+            n = nonce(rnd)
+            if rnd.random() < 0.9:
+                argv.append(n)
+            seen["take"] += 1
+        f, m, pair_ms = pair(r, function, keys, argv)
+        worst = max(worst, pair_ms)
+        same.append(norm(f) == norm(m))
+        if not same[-1]:
+            diag("step %d: %r %r: FCALL %r, module %r" % (step, keys, argv, f, m))
+        if isinstance(m, list) and argv[1] in "rn":
+            for status, expires in zip(m[1::2], m[2::2]):
+                seen[("unknown", "done", "expired")[status]] += 1
+                seen["renewed"] += expires > 0
+        elif isinstance(m, list):
+            seen["denied"] += m[1] == 0
+            if m[1] == 1 and argv[1] == "0" and len(argv) % 2 == 1:
+                taken += [(k, "%s:%s" % (c, argv[-1])) for k, c in zip(keys, argv[2::2])
+                          if c != "0"]
+        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "leases step %d" % step,
+                              tolerances)
+        bad_keys += len(bad)
+    ok(all(same), "concurrency stream: every reply equals FCALL's (%d calls)" % len(same))
+    ok(all(seen[x] >= 10 for x in seen), "concurrency stream: takes, denials, releases and "
+       "renewals done, expired and unknown %r" % seen)
+    eq(bad_keys, 0, "concurrency stream: every key equal in DUMP and expiry (within %d ms)"
+       % worst)
+
+
+def test_lease_boundary(r, function):
+    """A lease holds while now < its expiry: released or renewed 1 µs
+    before it, done (1); at it, expired (2), as FCALL says."""
+    got = []
+    for op in "rn":
+        for at, want in ((2 * SEC - 1, 1), (2 * SEC, 2)):
+            n = nonce(random.Random(at))
+            t = T0 + 9_000_000 + at  # keys of their own: no neighbour's lease
+            r.command("DEL", "F:lb:0", "M:lb:0")
+            f, m, _ = pair(r, function, ["lb:0"], [str(t), "0", "1",
+                                                   "0 concurrency 3 2000000 0 0", n])
+            f, m, _ = pair(r, function, ["lb:0"], [str(t + at), op, "1:" + n, "5000000"])
+            got.append((op, at, m[1] if isinstance(m, list) else m, f == m and m[1] == want))
+    ok(all(g[3] for g in got), "lease calls at the expiry's edge: as FCALL's %r" % got)
+
+
 def test_server_clock(r, function):
     policy = "0 fixed_window 5 3600000000 0 0 sliding_window_counter 5 3600000000 0 0"
     same = False
@@ -354,8 +440,9 @@ def test_cost_above_capacity(r, function):
         burst = "0" if "sliding" in alg else "20"
         precision = window if alg == "sliding_window_buckets" else "0"
         tier = "%s 9 %s %s %s" % (alg, window, burst, precision)
-        for argv in ([str(T0), "0", big, "1 " + tier, "1", "0 " + tier],
-                     [str(T0), "0", big, "0 " + tier]):
+        # (a concurrency tier's lease takes the nonce)
+        for argv in ([str(T0), "0", big, "1 " + tier, "1", "0 " + tier, "n" * 22],
+                     [str(T0), "0", big, "0 " + tier, "n" * 22]):
             n = (len(argv) - 2) // 2
             keys = ["big:%d" % i for i in range(sum(nkeys(p) for p in argv[3::2]))]
             r.command("DEL", *["F:" + k for k in keys], *["M:" + k for k in keys])
@@ -382,9 +469,7 @@ def test_cost_above_capacity(r, function):
 
 def test_not_implemented(r):
     for argv, what in (
-        (["1", "0", "1", "0 concurrency 5 1000000 0 0"], "concurrency"),
         (["1", "L5", "1", "0 fixed_window 5 1000000 0 0"], "lease calls"),
-        (["1", "r", "m", "0"], "lease calls"),
     ):
         nkeys = 1
         try:
@@ -428,6 +513,16 @@ HOSTILE = [
     ["2", "k", "s", "1", "0", "1", "0 sliding_window_log 1000001 1000 0 0"],
     ["1", "k", "1", "0", "1", "0 sliding_window_log 5 1000 0 0"],
     ["3", "k", "s", "j", "1", "0", "1", "0 sliding_window_log 5 1000 0 0"],
+    ["1", "k", "1", "0", "1", "0 concurrency 0 1000 0 0", "n" * 22],
+    ["1", "k", "1", "0", "1", "0 concurrency 1 0 0 0", "n" * 22],
+    ["1", "k", "1", "0", "1", "0 concurrency 1 1000 0 0"],
+    ["1", "k", "1", "r"],
+    ["1", "k", "1", "r", "m"],
+    ["1", "k", "1", "n", "m", "-1"],
+    ["1", "k", "1", "n", "m", "x"],
+    ["2", "k", "j", "1", "n", "m", "5"],
+    ["1", "k", "1", "x", "m", "5"],
+    ["1", "k", "x", "r", "m", "5"],
     ["1", "k", "1", "0", "1", "0 gcra 5 0 0 0"],
     ["1", "k", "1", "0", "1", "0 fixed_window 1 1000 0 0 fixed_window 1 1000 0 0"],
     ["1", "k", "30", "0", "1", "0 calendar_window 1 0:10:20:30 0 0 "],
@@ -512,6 +607,25 @@ def test_hostile(r):
             got = e
         refused.append(isinstance(got, RedisError))
     ok(all(refused), "hostile logs: refused (%r)" % refused)
+    # A concurrency set no daemon writes: a score that is no integer
+    # refused, a member that is no lease holding nothing (as the script
+    # skips it), a key of another type the script's error.
+    answers = []
+    for setup in (("ZADD", "h:z", "1700000000000000000.5", "1:a"),
+                  ("ZADD", "h:z", "inf", "1:a"),
+                  ("ZADD", "h:z", str(T0 + SEC), "abc", str(T0 + SEC), "1x:a"),
+                  ("ZADD", "h:z", str(T0 + SEC), "99999999999999999999:a"),
+                  ("SET", "h:z", "f:1:1")):
+        r.command("DEL", "h:z")
+        r.command(*setup)
+        try:
+            got = r.command("ratelimitd.check", 1, "h:z", str(T0), "0", "1",
+                            "0 concurrency 1 1000000 0 0", "n" * 22)
+        except RedisError as e:
+            got = e
+        answers.append("error" if isinstance(got, RedisError) else got[1])
+    eq(answers, ["error", "error", 1, "error", "error"], "hostile concurrency sets: refused, "
+       "or a member that is no lease read as holding nothing")
     eq(r.command("PING"), "PONG", "hostile stored states: Redis still answers")
 
 
@@ -544,6 +658,8 @@ def main():
     test_server_clock(r, function)
     test_large_fixed_window(r, function)
     test_log_stream(r, function)
+    test_concurrency_stream(r, function)
+    test_lease_boundary(r, function)
     test_cost_above_capacity(r, function)
     test_not_implemented(r)
     test_hostile(r)

@@ -51,6 +51,12 @@ static void cal_report(struct tier_state *ts, struct entry *e, int64_t now)
     fixed_window_write(ts, e, now, min64(max64(0, ts->n + ts->cost), EXACT_MAX), 1);
 }
 
+/* calendar_window.lease_same: the block's calendar window only. */
+static int cal_lease_same(const struct tier_state *ts, int64_t taken)
+{
+    return taken >= ts->start;
+}
+
 const struct alg_ops calendar_window_ops = {
     .kind = KIND_FIXED, /* fixed_window's state, told apart by its `cal` */
     .load = cal_load,
@@ -59,4 +65,7 @@ const struct alg_ops calendar_window_ops = {
     .retry = fixed_window_retry,
     .commit = cal_commit,
     .report = cal_report,
+    .lease_avail = fixed_window_lease_avail,
+    .lease_until = fixed_window_lease_until,
+    .lease_same = cal_lease_same,
 };

@@ -64,6 +64,24 @@ static void fw_report(struct tier_state *ts, struct entry *e, int64_t now)
     fixed_window_write(ts, e, now, min64(max64(0, ts->n + ts->cost), EXACT_MAX), 0);
 }
 
+/* Local leases (fixed_window.lease_avail, lease_until, lease_same): what
+ * the window has left, spent by its end, given back within it only. */
+int64_t fixed_window_lease_avail(const struct tier_state *ts)
+{
+    return ts->t->limit - ts->n;
+}
+
+int64_t fixed_window_lease_until(const struct tier_state *ts, int64_t now)
+{
+    (void)now;
+    return ts->window_end;
+}
+
+static int fw_lease_same(const struct tier_state *ts, int64_t taken)
+{
+    return taken >= ts->window_end - ts->t->window_us;
+}
+
 const struct alg_ops fixed_window_ops = {
     .kind = KIND_FIXED,
     .load = fw_load,
@@ -72,4 +90,7 @@ const struct alg_ops fixed_window_ops = {
     .retry = fixed_window_retry,
     .commit = fw_commit,
     .report = fw_report,
+    .lease_avail = fixed_window_lease_avail,
+    .lease_until = fixed_window_lease_until,
+    .lease_same = fw_lease_same,
 };

@@ -327,6 +327,32 @@ int redis_state_lease_op(const char *score, size_t len, int renew, int64_t timeo
     return renew ? 2 : 1;
 }
 
+/* The tier states of the n tiers of xs, for tier.c's loops over them
+ * (xcalloc'd: the caller frees). */
+static struct tier_state **states_of(void *xs, size_t n)
+{
+    struct tier_state **ts = xcalloc(n ? n : 1, sizeof *ts);
+    for (size_t i = 0; i < n; i++)
+        ts[i] = &redis_state_tier_at(xs, i)->ts;
+    return ts;
+}
+
+int64_t redis_state_take_block(void *xs, size_t n, int64_t want, int64_t now, int64_t *until_us)
+{
+    struct tier_state **ts = states_of(xs, n);
+    int64_t granted = tier_take_block(ts, n, want, now, until_us);
+    free(ts);
+    return granted;
+}
+
+int redis_state_lease_same(void *xs, size_t n, int64_t taken)
+{
+    struct tier_state **ts = states_of(xs, n);
+    int same = tier_lease_same(ts, n, taken);
+    free(ts);
+    return same;
+}
+
 static int by_start(const void *a, const void *b)
 {
     int64_t x = ((const struct swb_bucket *)a)->start, y = ((const struct swb_bucket *)b)->start;

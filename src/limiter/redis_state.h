@@ -119,6 +119,17 @@ int redis_state_can_commit(const struct redis_tier *x);
 int redis_state_lease_op(const char *score, size_t len, int renew, int64_t timeout, int64_t now,
                          int64_t *status, int64_t *expires, int64_t *px_ms);
 
+/* A local lease's block (ARGV[2] "L<want>"), over the n tiers of the array
+ * xs (one check's, each able to lease, read in pass 1 and all allowed):
+ * tier.c's tier_take_block, which makes the units granted every tier's
+ * cost (so redis_state_figures and redis_state_commit take the block).
+ * Returns the units granted; *until_us when the block must be spent by. */
+int64_t redis_state_take_block(void *xs, size_t n, int64_t want, int64_t now, int64_t *until_us);
+
+/* Whether a block taken at `taken` may go back ("G<taken>") to every one
+ * of the n tiers of xs, read in pass 1 (tier.c's tier_lease_same). */
+int redis_state_lease_same(void *xs, size_t n, int64_t taken);
+
 /* A report's figures for a log tier x read in pass 1: the script's figures
  * and retry read the newest score and the one retry waits for when they
  * run, after every tier's charge (a later tier on the same key may have

@@ -495,6 +495,70 @@ static void report(struct call *k, RedisModuleString **keys, const struct module
     }
 }
 
+/* Replies check.lua's array: out[0..n), then the block's two integers. */
+static void reply_block(struct call *k, const int64_t *out, size_t n, int64_t a, int64_t b)
+{
+    rm.ReplyWithArray(k->ctx, (long)(n + 2));
+    for (size_t i = 0; i < n; i++)
+        rm.ReplyWithLongLong(k->ctx, out[i]);
+    rm.ReplyWithLongLong(k->ctx, a);
+    rm.ReplyWithLongLong(k->ctx, b);
+}
+
+/* ARGV[2] "L<want>" (check.lua's take_block): the check decided as a real
+ * run; if every tier allows, a block of as many units as each has left
+ * (tier.c's tier_take_block) is every tier's cost, reported and taken.
+ * "G<taken>" (give_back): every tier loaded, and if the block's windows
+ * still hold them all, each given back the check's cost as a report's
+ * refund (each from its own read, as the script's loads all come first);
+ * then each read afresh and reported as a report's unit. out: room for
+ * 2 + 7 per tier. */
+static void block(struct call *k, RedisModuleString **keys, const struct module_request *req,
+                  void *xs, int64_t *out, int64_t now)
+{
+    size_t n = req->ntiers;
+    int64_t units = req->checks[0].cost, a = 0, b = 0;
+    int allowed = 1, same = 0;
+    for (size_t i = 0; i < n; i++) {
+        int got = read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i), &req->tiers[i],
+                            req->block == 'L' ? units : 0, now);
+        if (got < 0)
+            return;
+        allowed &= got;
+    }
+    if (req->block == 'L' && allowed)
+        a = redis_state_take_block(xs, n, req->block_n, now, &b);
+    if (req->block == 'G') {
+        same = redis_state_lease_same(xs, n, req->block_n);
+        for (size_t i = 0; same && i < n; i++) {
+            struct redis_write w;
+            redis_state_report(redis_state_tier_at(xs, i), -units, now, req->server_clock, &w);
+            if (write_state(k, keys + req->tiers[i].key, &req->tiers[i], &w) < 0)
+                return;
+        }
+        a = same ? units : 0;
+        for (size_t i = 0; i < n; i++) {
+            int got = read_tier(k, keys[req->tiers[i].key], redis_state_tier_at(xs, i),
+                                &req->tiers[i], 1, now);
+            if (got < 0)
+                return;
+            allowed &= got;
+        }
+    }
+    out[0] = now;
+    out[1] = allowed;
+    for (size_t i = 0; i < n; i++)
+        redis_state_figures(redis_state_tier_at(xs, i), now, req->block == 'L' && allowed,
+                            out + 2 + REDIS_STATE_FIGURES * i);
+    for (size_t i = 0; req->block == 'L' && allowed && i < n; i++) {
+        struct redis_write w;
+        redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
+        if (write_state(k, keys + req->tiers[i].key, &req->tiers[i], &w) < 0)
+            return;
+    }
+    reply_block(k, out, 2 + REDIS_STATE_FIGURES * n, a, b);
+}
+
 /* Decides one request whose arguments are decoded in req, replying with
  * check.lua's array, whose integers (out: room for 9 per tier) are all
  * computed from pass 1's state before pass 2 writes, and sent after it:
@@ -510,6 +574,10 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
     }
     if (req->report) {
         report(k, keys, req, xs, now);
+        return;
+    }
+    if (req->block) {
+        block(k, keys, req, xs, out, now);
         return;
     }
     int request_allowed = 1;

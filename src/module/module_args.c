@@ -253,14 +253,16 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
     req->lease_op = is(mode, "r") ? 'r' : is(mode, "n") ? 'n' : 0;
     if (req->lease_op)
         return 0;
-    if (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G'))
-        return FAIL("lease calls not implemented in the module yet");
-    if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
+    req->block = 0;
+    if (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G') &&
+        int_of((struct module_arg){mode.p + 1, mode.len - 1}, 1, &req->block_n) == 0)
+        req->block = mode.p[0];
+    else if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
         return FAIL("ARGV[2] must be 0, 1, 2, 3, r, n, L<want> or G<taken>, got %.*s",
                     mode.len > 40 ? 40 : (int)mode.len, mode.p);
     req->both = is(mode, "2");
     req->report = is(mode, "3");
-    req->dry_run = !is(mode, "0");
+    req->dry_run = !is(mode, "0") && !req->block;
     return 0;
 }
 
@@ -302,7 +304,7 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                     na);
     for (size_t c = 0; c < nargs / 2 - 1; c++) {
         struct module_check *chk = &req->checks[c];
-        int64_t least = req->report ? -EXACT_MAX : 0;
+        int64_t least = req->report ? -EXACT_MAX : req->block ? 1 : 0;
         if (int_of(argv[2 + 2 * c], least, &chk->cost) < 0)
             return bad_int(argv, na, 3 + 2 * c, least, err, errlen);
         if (parse_policy(argv[3 + 2 * c], nkeys, req, chk, &used, err, errlen) < 0)
@@ -311,5 +313,10 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
     }
     if (used != nkeys)
         return FAIL("the checks need %zu keys, got %zu", used, nkeys);
+    if (req->block && req->nchecks != 1)
+        return FAIL("a lease call takes exactly one check, got %zu", req->nchecks);
+    for (size_t i = 0; req->block && i < req->ntiers; i++)
+        if (!policy_algorithm_leases(req->tiers[i].t.algorithm))
+            return FAIL("%s cannot be leased", policy_algorithm_name(req->tiers[i].t.algorithm));
     return 0;
 }

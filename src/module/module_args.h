@@ -51,10 +51,14 @@ struct module_check {
 
 struct module_request {
     int server_clock; /* now is Redis's TIME (ARGV[1] "") */
-    char lease_op;    /* 'r' (release) or 'n' (renew): ARGV[2]; then
-                         nothing below but now is decoded (see
-                         module_args_lease_timeout) */
-    char nonce[23];   /* the lease nonce, NUL-terminated, if has_nonce */
+    char block;       /* 'L' (take a block of up to block_n) or 'G' (give
+                         back one taken at block_n): ARGV[2] "L<n>", "G<n>";
+                         then one check, every tier able to lease */
+    int64_t block_n;
+    char lease_op;  /* 'r' (release) or 'n' (renew): ARGV[2]; then
+                       nothing below but now is decoded (see
+                       module_args_lease_timeout) */
+    char nonce[23]; /* the lease nonce, NUL-terminated, if has_nonce */
     int has_nonce;
     int64_t now; /* µs, unless server_clock */
     int dry_run; /* "1" or "2" */

@@ -20,7 +20,6 @@ into a private redis-server beside the Functions library
 - `clock: redis` (ARGV[1] ""): PXAT expiries equal to the millisecond;
 - a cost far above the capacity (cost * window past int64), shadow and
   not: the same replies and keys as FCALL's, cost_exceeds_limit;
-- what it does not decide yet answers "not implemented in the module yet";
 - hostile argument lists and stored states answer errors (or read as
   absent) and Redis keeps answering.
 """
@@ -70,12 +69,16 @@ def calendar_bounds(rnd, now):
     return "%d:%d:%d:%d" % (p, s, e, e + length)
 
 
-def random_policy(rnd, now):
+# The algorithms whose tiers local leases take blocks of ("L", "G").
+LEASABLE = ("fixed_window", "calendar_window", "token_bucket", "gcra")
+
+
+def random_policy(rnd, now, algorithms=ALGORITHMS):
     """A policy string, the capacity of its first tier and whether every
     tier can give back (a report's cost < 0)."""
     words, first, refunds = [rnd.choice("0001")], None, True
     for _ in range(rnd.choice((1, 1, 2))):
-        alg = rnd.choice(ALGORITHMS)
+        alg = rnd.choice(algorithms)
         fixed = alg in ("fixed_window", "calendar_window")
         limit = rnd.randint(0 if fixed else 1, 6)
         window = rnd.choice((2 * SEC, 10 * SEC, 60 * SEC, 3_600 * SEC))
@@ -93,9 +96,13 @@ def random_policy(rnd, now):
 
 
 def random_request(rnd, now, names):
-    """(keys without prefix, argv) of one request: a check (modes 0, 1, 2)
-    or a report (mode 3, costs from -(capacity + 1), mostly where every
-    tier refunds)."""
+    """(keys without prefix, argv) of one request: a check (modes 0, 1, 2),
+    a report (mode 3, costs from -(capacity + 1), mostly where every
+    tier refunds), or a local lease's block taken ("L<want>") or given
+    back ("G<taken>", taken a moment or a window ago), mostly on one check
+    whose every tier leases."""
+    if rnd.random() < 0.15:
+        return random_block(rnd, now, names)
     mode = rnd.choice("0001223")
     keys, argv = [], [str(now), mode]
     for _ in range(rnd.choice((1, 1, 2, 3))):
@@ -105,6 +112,18 @@ def random_request(rnd, now, names):
         keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
     if rnd.random() < 0.8:
         argv.append(nonce(rnd))  # a concurrency tier's commit needs it
+    return keys, argv
+
+
+def random_block(rnd, now, names):
+    """A block's request (see random_request)."""
+    mode = rnd.choice(("L%d" % rnd.randint(1, 12), "L1", "G%d" % max(1, now - rnd.choice(
+        (0, 1, 999_999, 2 * SEC, 10 * SEC, 61 * SEC, 3_600 * SEC)))))
+    keys, argv = [], [str(now), mode]
+    for _ in range(1 if rnd.random() < 0.95 else 2):
+        policy, cap, _ = random_policy(rnd, now, LEASABLE if rnd.random() < 0.95 else ALGORITHMS)
+        argv += [str(rnd.randint(0 if rnd.random() < 0.03 else 1, cap + 1)), policy]
+        keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
     return keys, argv
 
 
@@ -169,7 +188,7 @@ def test_differential(r, function):
     worst_ms = 0
     tolerances = {}
     decided = {"report": 0, "refund": 0, "calendar": 0, "buckets": 0, "log": 0, "concurrency": 0,
-               "error": 0}
+               "take": 0, "give": 0, "error": 0}
     for step in range(400):
         now += rnd.choice((0, 1, 999, 250_000, 1_500_000, 7 * SEC))
         reqs = [random_request(rnd, now, names) for _ in range(rnd.choice((1, 1, 2, 4)))]
@@ -189,8 +208,8 @@ def test_differential(r, function):
        "FCALL's" % nreplies)
     # The streams reach what they are for: not only errors on both sides.
     ok(decided["report"] >= 40 and decided["refund"] >= 10 and decided["calendar"] >= 40
-       and decided["buckets"] >= 40 and decided["log"] >= 40 and decided["concurrency"] >= 40
-       and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
+       and decided["buckets"] >= 40 and decided["log"] >= 25 and decided["concurrency"] >= 25
+       and decided["take"] >= 20 and decided["give"] >= 10 and decided["error"] >= 3, "differential: decided (not refused) %r" % decided)
     if first_bad:
         diag("first difference: %r" % (first_bad,))
     eq(nkeys_bad, 0, "differential: every key equal in value and expiry after every call "
@@ -207,6 +226,8 @@ def count_decided(decided, reqs, replies):
         pairs = argv[2:len(argv) - len(argv) % 2]
         costs = [int(c) for c in pairs[0::2]]
         decided["report"] += argv[1] == "3"
+        decided["take"] += argv[1][0] == "L" and reply[1] == 1
+        decided["give"] += argv[1][0] == "G" and reply[-2] > 0
         decided["refund"] += argv[1] == "3" and min(costs) < 0
         for alg in ("calendar", "buckets", "log", "concurrency"):
             decided[alg] += any(alg in a for a in pairs[1::2])
@@ -238,6 +259,39 @@ def pair(r, function, keys, argv):
     return f, m, pair_ms
 
 
+class Stream:
+    """A differential stream on a few key names: each call sent as a pair
+    (pair), the replies compared, then every key of the names
+    (compare_keys, each key's tolerance that of the pair that wrote it)."""
+
+    def __init__(self, r, function, names, what):
+        self.r, self.function, self.names, self.what = r, function, names, what
+        self.calls, self.unequal, self.bad_keys, self.worst, self.tolerances = 0, 0, 0, 0, {}
+
+    def send(self, keys, argv, equal=None):
+        """The module's reply; equal(f, m), if given, says whether the two
+        replies agree (else they must be equal)."""
+        f, m, pair_ms = pair(self.r, self.function, keys, argv)
+        self.calls += 1
+        self.worst = max(self.worst, pair_ms)
+        if not (equal(f, m) if equal else norm(f) == norm(m)):
+            self.unequal += 1
+            diag("%s call %d: %r %r: FCALL %r, module %r" % (self.what, self.calls, keys, argv,
+                                                             f, m))
+        bad, _ = compare_keys(self.r, self.names, ("F:", "M:"), pair_ms,
+                              "%s call %d" % (self.what, self.calls), self.tolerances)
+        self.bad_keys += len(bad)
+        return m
+
+    def finish(self, exercised, seen):
+        """Its three points: replies, what the stream exercised (seen,
+        shown), keys."""
+        eq(self.unequal, 0, "%s: every reply equals FCALL's (%d calls)" % (self.what, self.calls))
+        ok(exercised, "%s: exercised %r" % (self.what, seen))
+        eq(self.bad_keys, 0, "%s: every key equal in DUMP and expiry (within %d ms)"
+           % (self.what, self.worst))
+
+
 def test_large_fixed_window(r, function):
     """fixed_window tiers whose limit times window is past 2^53 (10 M an
     hour, 2^53 a year, 2^53 per 2^53 µs), which the daemon accepts and the
@@ -249,10 +303,9 @@ def test_large_fixed_window(r, function):
              "fixed_window 9007199254740992 31622400000000 0 0",
              "fixed_window 9007199254740991 9007199254740992 0 0",
              "fixed_window 4503599627370497 2 0 0"]
-    names = ["big%d" % i for i in range(3)]
-    now, same, decided, bad_keys, worst = T0 + 7, [], [], 0, 0
-    tolerances = {}
-    for step in range(120):
+    stream = Stream(r, function, ["big%d" % i for i in range(3)], "large fixed_window")
+    now, decided = T0 + 7, []
+    for _ in range(120):
         now += rnd.choice((0, 1, SEC, 3_600 * SEC))
         mode = rnd.choice("00123")
         argv, keys = [str(now), mode], []
@@ -263,37 +316,25 @@ def test_large_fixed_window(r, function):
             if mode == "3" and rnd.random() < 0.4:
                 cost = -rnd.choice((1, limit // 2, 2 ** 53))
             argv += [str(min(cost, 2 ** 53)), rnd.choice("0001") + " " + tier]
-            keys.append("%s:0" % rnd.choice(names))
-        f, m, pair_ms = pair(r, function, keys, argv)
-        worst = max(worst, pair_ms)
-        same.append(norm(f) == norm(m))
-        decided.append(isinstance(m, list))
-        if not same[-1]:
-            diag("step %d: %r: FCALL %r, module %r" % (step, argv, f, m))
-        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "large step %d" % step, tolerances)
-        bad_keys += len(bad)
-    ok(all(same), "large fixed_window: every reply equals FCALL's (%d calls)" % len(same))
-    ok(all(decided), "large fixed_window: limit * window past 2^53 decided, never refused "
-       "(%d of %d)" % (sum(decided), len(decided)))
-    eq(bad_keys, 0, "large fixed_window: every key equal in value and expiry (within %d ms)"
-       % worst)
+            keys.append("%s:0" % rnd.choice(stream.names))
+        decided.append(isinstance(stream.send(keys, argv), list))
+    # limit * window past 2^53: decided, never refused
+    stream.finish(all(decided), "%d of %d decided" % (sum(decided), len(decided)))
 
 
 def test_log_stream(r, function):
     """sliding_window_log alone, on two keys only (so that the sets grow):
     limits from 3 to 1500 (a cost of more than 512 units, the script's
-    ZADD chunk, makes the set in several calls: a set made in one may be
-    encoded otherwise, which DUMP shows), costs 0..limit+1, denials whose
+    ZADD chunk, takes several ZADDs), costs 0..limit+1, denials whose
     retry reads a unit inside the window, reports capped at the limit,
     times that step back (a daemon whose clock is behind: members newer
     than now set the expiry) and a second tier. (Not `clock: redis`: a
     member is named by the time it was taken, which two calls a moment
     apart cannot share.)"""
     rnd = random.Random(7)
-    names = ["lg0", "lg1"]
-    now, same, decided, bad_keys, worst = T0 + 11, [], {"denied": 0, "big": 0, "back": 0}, 0, 0
-    tolerances = {}
-    for step in range(250):
+    stream = Stream(r, function, ["lg0", "lg1"], "log stream")
+    now, decided = T0 + 11, {"denied": 0, "big": 0, "back": 0}
+    for _ in range(250):
         back = rnd.random() < 0.1
         now += -rnd.choice((1, 999, SEC)) if back else rnd.choice((0, 1, 999, 300_000, 2 * SEC))
         mode = rnd.choice("0001123")
@@ -306,24 +347,15 @@ def test_log_stream(r, function):
             if rnd.random() < 0.2:
                 tiers.append("fixed_window 9 %d 0 0" % (10 * SEC))
             argv += [str(cost), rnd.choice("0001") + " " + " ".join(tiers)]
-            keys += ["%s:%d" % (rnd.choice(names), 2 * i) for i in range(len(tiers))]
+            keys += ["%s:%d" % (rnd.choice(stream.names), 2 * i) for i in range(len(tiers))]
             keys.insert(len(keys) - len(tiers) + 1, keys[len(keys) - len(tiers)][:-1] + "1")
             decided["big"] += cost > 512 and mode in "03"
-        f, m, pair_ms = pair(r, function, keys, argv)
-        worst = max(worst, pair_ms)
-        same.append(norm(f) == norm(m))
-        if not same[-1]:
-            diag("step %d: %r %r: FCALL %r, module %r" % (step, keys, argv, f, m))
-        if isinstance(m, list) and m[1] == 0:
-            decided["denied"] += 1
+        m = stream.send(keys, argv)
+        decided["denied"] += isinstance(m, list) and m[1] == 0
         decided["back"] += back
-        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "log step %d" % step, tolerances)
-        bad_keys += len(bad)
-    ok(all(same), "log stream: every reply equals FCALL's (%d calls)" % len(same))
-    ok(decided["denied"] >= 20 and decided["big"] >= 10 and decided["back"] >= 10,
-       "log stream: denials, costs past a ZADD chunk, clocks behind %r" % decided)
-    eq(bad_keys, 0, "log stream: every key (set and counter) equal in DUMP and expiry "
-       "(within %d ms)" % worst)
+    # denials, costs past a ZADD chunk, clocks behind
+    stream.finish(decided["denied"] >= 20 and decided["big"] >= 10 and decided["back"] >= 10,
+                  decided)
 
 
 def test_concurrency_stream(r, function):
@@ -335,10 +367,10 @@ def test_concurrency_stream(r, function):
     sometimes back."""
     rnd = random.Random(11)
     names = ["cc0", "cc1"]
-    now, same, bad_keys, worst, tolerances = T0 + 5, [], 0, 0, {}
+    stream, now = Stream(r, function, names, "concurrency stream"), T0 + 5
     taken = []  # (key, member) of every lease either side took
     seen = {"take": 0, "denied": 0, "done": 0, "expired": 0, "unknown": 0, "renewed": 0}
-    for step in range(450):
+    for _ in range(450):
         now += -SEC if rnd.random() < 0.05 else rnd.choice((0, 1, 300_000, 300_000, SEC, 3 * SEC,
                                                               12 * SEC))
         if taken and rnd.random() < 0.45:
@@ -363,11 +395,7 @@ def test_concurrency_stream(r, function):
             if rnd.random() < 0.9:
                 argv.append(n)
             seen["take"] += 1
-        f, m, pair_ms = pair(r, function, keys, argv)
-        worst = max(worst, pair_ms)
-        same.append(norm(f) == norm(m))
-        if not same[-1]:
-            diag("step %d: %r %r: FCALL %r, module %r" % (step, keys, argv, f, m))
+        m = stream.send(keys, argv)
         if isinstance(m, list) and argv[1] in "rn":
             for status, expires in zip(m[1::2], m[2::2]):
                 seen[("unknown", "done", "expired")[status]] += 1
@@ -377,14 +405,57 @@ def test_concurrency_stream(r, function):
             if m[1] == 1 and argv[1] == "0" and len(argv) % 2 == 1:
                 taken += [(k, "%s:%s" % (c, argv[-1])) for k, c in zip(keys, argv[2::2])
                           if c != "0"]
-        bad, _ = compare_keys(r, names, ("F:", "M:"), pair_ms, "leases step %d" % step,
-                              tolerances)
-        bad_keys += len(bad)
-    ok(all(same), "concurrency stream: every reply equals FCALL's (%d calls)" % len(same))
-    ok(all(seen[x] >= 10 for x in seen), "concurrency stream: takes, denials, releases and "
-       "renewals done, expired and unknown %r" % seen)
-    eq(bad_keys, 0, "concurrency stream: every key equal in DUMP and expiry (within %d ms)"
-       % worst)
+    # takes, denials, releases and renewals done, expired and unknown
+    stream.finish(all(seen[x] >= 10 for x in seen), seen)
+
+
+def test_block_stream(r, function):
+    """Local leases' blocks on every algorithm that leases, on two names
+    (so that blocks drain what checks left, and the reverse), in mixed
+    batches: blocks taken ("L<want>", want past what is left, a second
+    tier) and given back ("G<taken>": within the window, at its very
+    start, and after it), beside checks, reports and concurrency lease
+    calls in one call, now and then on Redis's clock (dry runs only: a
+    write's PXAT would differ by the moment between the two calls)."""
+    rnd = random.Random(99)
+    names = ["bl0", "bl1"]
+    stream, now = Stream(r, function, names, "block stream"), T0 + 3
+    seen = {"granted>1": 0, "capped": 0, "given": 0, "refused": 0, "edge": 0}
+    for _ in range(300):
+        now += rnd.choice((0, 1, 250_000, SEC, 2 * SEC, 11 * SEC))
+        reqs = []
+        for _ in range(rnd.choice((1, 2, 3))):
+            kind = rnd.random()
+            if kind < 0.6:
+                keys, argv = random_block(rnd, now, names)
+                if argv[1][0] == "G" and rnd.random() < 0.2:
+                    # a block taken at the very start of a 2 s window
+                    argv[1] = "G%d" % (now - now % (2 * SEC))
+                    seen["edge"] += 1
+            elif kind < 0.9:
+                keys, argv = random_request(rnd, now, names)
+            else:
+                keys, argv = ["%s:0" % rnd.choice(names)], [str(now), rnd.choice("rn"),
+                                                            "1:" + nonce(rnd), "1000000"]
+            reqs.append((keys, argv))
+        clock = rnd.random() < 0.1
+        if clock:
+            reqs = [(k, [""] + a[1:]) for k, a in reqs if a[1] in ("1", "2")] or \
+                [(["bl0:0"], ["", "1", "1", "0 fixed_window 5 2000000 0 0"])]
+        keys, argv = batch_args(reqs)
+        # Redis's clock: the two calls' now differ by the moment between
+        m = stream.send(keys, argv, (lambda f, m: len(f) == len(m)) if clock else None)
+        for (_, a), reply in zip(reqs, m):
+            if isinstance(reply, RedisError):
+                seen["refused"] += 1
+            elif a[1][0] == "L" and reply[1] == 1:
+                seen["granted>1"] += reply[-2] > 1
+                seen["capped"] += reply[-2] < int(a[1][1:])
+            elif a[1][0] == "G":
+                seen["given"] += reply[-2] > 0
+    # blocks of many units, capped by what is left, given back, at the
+    # window's edge, and refused
+    stream.finish(all(seen[x] >= 10 for x in seen), seen)
 
 
 def test_lease_boundary(r, function):
@@ -467,20 +538,6 @@ def test_cost_above_capacity(r, function):
        "untouched")
 
 
-def test_not_implemented(r):
-    for argv, what in (
-        (["1", "L5", "1", "0 fixed_window 5 1000000 0 0"], "lease calls"),
-    ):
-        nkeys = 1
-        try:
-            got = r.command("ratelimitd.check", nkeys, "x", *argv)
-        except RedisError as e:
-            got = e.message
-        ok(isinstance(got, str) and re.fullmatch(
-            r"ERR ratelimitd: %s not implemented in the module yet" % what, got),
-            "not implemented: %s answers so (%r)" % (what, got))
-
-
 HOSTILE = [
     [],
     ["x"],
@@ -516,6 +573,17 @@ HOSTILE = [
     ["1", "k", "1", "0", "1", "0 concurrency 0 1000 0 0", "n" * 22],
     ["1", "k", "1", "0", "1", "0 concurrency 1 0 0 0", "n" * 22],
     ["1", "k", "1", "0", "1", "0 concurrency 1 1000 0 0"],
+    ["1", "k", "1", "L0", "1", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "L-1", "1", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "L9007199254740993", "1", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "L 5", "1", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "X5", "1", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "L5", "0", "0 fixed_window 5 1000 0 0"],
+    ["1", "k", "1", "G5", "0", "0 token_bucket 5 1000 0 0"],
+    ["1", "k", "1", "L5", "1", "0 sliding_window_counter 5 1000 0 0"],
+    ["1", "k", "1", "G5", "1", "0 leaky_bucket 5 1000 0 0"],
+    ["2", "k", "j", "1", "L5", "1", "0 gcra 5 1000 0 0", "1", "0 gcra 5 1000 0 0"],
+    ["2", "k", "j", "1", "L5", "1", "0 gcra 5 1000 0 0 concurrency 5 1000 0 0"],
     ["1", "k", "1", "r"],
     ["1", "k", "1", "r", "m"],
     ["1", "k", "1", "n", "m", "-1"],
@@ -660,8 +728,8 @@ def main():
     test_log_stream(r, function)
     test_concurrency_stream(r, function)
     test_lease_boundary(r, function)
+    test_block_stream(r, function)
     test_cost_above_capacity(r, function)
-    test_not_implemented(r)
     test_hostile(r)
     stats = r.command("INFO", "commandstats")
     ok("cmdstat_ratelimitd.check:" in stats, "INFO commandstats shows cmdstat_ratelimitd.check")

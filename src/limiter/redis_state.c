@@ -31,13 +31,6 @@ struct redis_tier {
     int64_t *stale;
 };
 
-int redis_state_supports(enum algorithm a)
-{
-    return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
-           a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS ||
-           a == ALG_SLIDING_WINDOW_LOG || a == ALG_CONCURRENCY;
-}
-
 enum redis_layout redis_state_layout(const struct tier *t)
 {
     if (t->algorithm == ALG_SLIDING_WINDOW_LOG)

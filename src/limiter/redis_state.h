@@ -31,9 +31,6 @@
 /* One tier of a call: its settings, its decoded state and pass 1's reading. */
 struct redis_tier;
 
-/* Whether algorithm a's state is one this file decodes. */
-int redis_state_supports(enum algorithm a);
-
 /* How a tier's state is kept: a string (GET; SET), or for
  * sliding_window_buckets a hash of bucket start -> units (HGETALL;
  * HINCRBY, HDEL, PEXPIRE), as the scripts keep it. */

@@ -150,8 +150,6 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
     name[w[0].len] = '\0';
     if (policy_algorithm_from_name(name, &t->algorithm) < 0)
         return FAIL("unknown algorithm %s in \"%.*s\"", name, shown, s.p);
-    if (!redis_state_supports(t->algorithm))
-        return FAIL("%s not implemented in the module yet", name);
     /* A fixed window may have a limit of 0 (check.lua's parse_tier). */
     if (int_of(w[1], t->algorithm == ALG_FIXED_WINDOW ? 0 : 1, &t->limit) < 0 ||
         int_of(w[2], 1, &t->window_us) < 0 || int_of(w[3], 0, &t->burst) < 0 ||

@@ -81,8 +81,7 @@ int module_args_batch_counts(const struct module_arg *argv, size_t na, size_t nk
     __attribute__((warn_unused_result));
 
 /* One request: argv[0..na) with nkeys keys. req->checks must hold na / 2
- * entries, req->tiers nkeys. Returns 0, or -1 with err (a request the
- * module cannot decide yet says "not implemented in the module yet"). */
+ * entries, req->tiers nkeys. Returns 0, or -1 with err. */
 int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                         struct module_request *req, char *err, size_t errlen)
     __attribute__((warn_unused_result));

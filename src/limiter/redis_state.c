@@ -199,8 +199,9 @@ static void log_runs(struct entry *e, int64_t n, int64_t newest, int64_t k, int6
     size_t len = 0;
     if (n > 0 && k > 0 && kth < newest)
         r[len++] = (struct log_run){kth, k, 0};
+    int64_t before = len ? k : 0; /* the units of the run before it */
     if (n > 0)
-        r[len++] = (struct log_run){newest, n - (len ? k : 0), len ? k : 0};
+        r[len++] = (struct log_run){newest, n - before, before};
     e->u.log.head = 0;
     e->u.log.len = len;
 }

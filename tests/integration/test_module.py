@@ -41,6 +41,11 @@ ALGORITHMS = ("fixed_window", "sliding_window_counter", "token_bucket", "gcra", 
               "calendar_window", "sliding_window_buckets", "sliding_window_log", "concurrency")
 # The algorithms a report may give back to (cost < 0); the others refuse it.
 REFUNDS = ("fixed_window", "token_bucket", "gcra", "leaky_bucket", "calendar_window")
+# The windows and lease timeouts of the streams of one algorithm: long
+# enough that a key they write lives far longer, by Redis's real clock,
+# than a run of the test, even a slow one (see NEAR_MS): what the streams
+# reach then depends on their seed alone.
+LONG = (120 * SEC, 600 * SEC)
 # A key whose absolute expiry is nearer than this is deleted under both
 # prefixes before a pair (after being compared): Redis expires keys by its
 # real clock, and one that expired between the FCALL and the module's call
@@ -56,13 +61,16 @@ def capacity(alg, limit, burst):
     return limit
 
 
-def calendar_bounds(rnd, now):
+WINDOWS = (2 * SEC, 10 * SEC, 60 * SEC, 3_600 * SEC)  # the seeded streams'
+
+
+def calendar_bounds(rnd, now, lengths=(2 * SEC, 10 * SEC, 60 * SEC)):
     """A calendar tier's "p:s:e:n" around now, as the daemon sends them
     (lua/calendar_window.lua): mostly now in [s, e), sometimes in the
     window before or after (a daemon's clock a window off Redis's), of a
     few lengths (windows that share an end but not a start), and rarely
     not holding now at all (the script's error)."""
-    length = rnd.choice((2 * SEC, 10 * SEC, 60 * SEC))
+    length = rnd.choice(lengths)
     shift = rnd.choice((0, 0, 0, 0, 1, -1)) if rnd.random() > 0.03 else 2
     s = now - now % length + shift * length
     p, e = s - rnd.choice((1, 2)) * length, s + length
@@ -73,7 +81,7 @@ def calendar_bounds(rnd, now):
 LEASABLE = ("fixed_window", "calendar_window", "token_bucket", "gcra")
 
 
-def random_policy(rnd, now, algorithms=ALGORITHMS):
+def random_policy(rnd, now, algorithms=ALGORITHMS, windows=WINDOWS):
     """A policy string, the capacity of its first tier and whether every
     tier can give back (a report's cost < 0)."""
     words, first, refunds = [rnd.choice("0001")], None, True
@@ -81,9 +89,9 @@ def random_policy(rnd, now, algorithms=ALGORITHMS):
         alg = rnd.choice(algorithms)
         fixed = alg in ("fixed_window", "calendar_window")
         limit = rnd.randint(0 if fixed else 1, 6)
-        window = rnd.choice((2 * SEC, 10 * SEC, 60 * SEC, 3_600 * SEC))
+        window = rnd.choice(windows)
         if alg == "calendar_window":
-            window = calendar_bounds(rnd, now)
+            window = calendar_bounds(rnd, now, windows[:3])
         burst = rnd.choice((0, 0, 2, 5)) if alg in ("token_bucket", "gcra", "leaky_bucket") else 0
         precision = 0
         if alg == "sliding_window_buckets":
@@ -95,18 +103,18 @@ def random_policy(rnd, now, algorithms=ALGORITHMS):
     return " ".join(words), first, refunds
 
 
-def random_request(rnd, now, names):
+def random_request(rnd, now, names, windows=WINDOWS):
     """(keys without prefix, argv) of one request: a check (modes 0, 1, 2),
     a report (mode 3, costs from -(capacity + 1), mostly where every
     tier refunds), or a local lease's block taken ("L<want>") or given
     back ("G<taken>", taken a moment or a window ago), mostly on one check
     whose every tier leases."""
     if rnd.random() < 0.15:
-        return random_block(rnd, now, names)
+        return random_block(rnd, now, names, windows)
     mode = rnd.choice("0001223")
     keys, argv = [], [str(now), mode]
     for _ in range(rnd.choice((1, 1, 2, 3))):
-        policy, cap, refunds = random_policy(rnd, now)
+        policy, cap, refunds = random_policy(rnd, now, windows=windows)
         least = -cap - 1 if mode == "3" and (refunds or rnd.random() < 0.1) else 0
         argv += [str(rnd.randint(least, cap + 1)), policy]
         keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
@@ -115,13 +123,14 @@ def random_request(rnd, now, names):
     return keys, argv
 
 
-def random_block(rnd, now, names):
+def random_block(rnd, now, names, windows=WINDOWS):
     """A block's request (see random_request)."""
     mode = rnd.choice(("L%d" % rnd.randint(1, 12), "L1", "G%d" % max(1, now - rnd.choice(
         (0, 1, 999_999, 2 * SEC, 10 * SEC, 61 * SEC, 3_600 * SEC)))))
     keys, argv = [], [str(now), mode]
     for _ in range(1 if rnd.random() < 0.95 else 2):
-        policy, cap, _ = random_policy(rnd, now, LEASABLE if rnd.random() < 0.95 else ALGORITHMS)
+        policy, cap, _ = random_policy(rnd, now, LEASABLE if rnd.random() < 0.95 else ALGORITHMS,
+                                       windows)
         argv += [str(rnd.randint(0 if rnd.random() < 0.03 else 1, cap + 1)), policy]
         keys += ["%s:%d" % (rnd.choice(names), i) for i in range(nkeys(policy))]
     return keys, argv
@@ -262,7 +271,9 @@ def pair(r, function, keys, argv):
 class Stream:
     """A differential stream on a few key names: each call sent as a pair
     (pair), the replies compared, then every key of the names
-    (compare_keys, each key's tolerance that of the pair that wrote it)."""
+    (compare_keys, each key's tolerance that of the pair that wrote it),
+    and the keys near their expiry deleted on both sides, as
+    test_differential does."""
 
     def __init__(self, r, function, names, what):
         self.r, self.function, self.names, self.what = r, function, names, what
@@ -278,9 +289,11 @@ class Stream:
             self.unequal += 1
             diag("%s call %d: %r %r: FCALL %r, module %r" % (self.what, self.calls, keys, argv,
                                                              f, m))
-        bad, _ = compare_keys(self.r, self.names, ("F:", "M:"), pair_ms,
-                              "%s call %d" % (self.what, self.calls), self.tolerances)
+        bad, near = compare_keys(self.r, self.names, ("F:", "M:"), pair_ms,
+                                 "%s call %d" % (self.what, self.calls), self.tolerances)
         self.bad_keys += len(bad)
+        for k in near:  # (see NEAR_MS)
+            self.r.command("DEL", "F:" + k, "M:" + k)
         return m
 
     def finish(self, exercised, seen):
@@ -336,16 +349,17 @@ def test_log_stream(r, function):
     now, decided = T0 + 11, {"denied": 0, "big": 0, "back": 0}
     for _ in range(250):
         back = rnd.random() < 0.1
-        now += -rnd.choice((1, 999, SEC)) if back else rnd.choice((0, 1, 999, 300_000, 2 * SEC))
+        now += -rnd.choice((1, 999, 60 * SEC)) if back else rnd.choice((0, 1, 999, 36 * SEC,
+                                                                         120 * SEC))
         mode = rnd.choice("0001123")
         argv = [str(now), mode]
         keys = []
         for _ in range(rnd.choice((1, 1, 2))):
             limit = rnd.choice((3, 5, 1500))
             cost = rnd.randint(0, limit + 1) if limit < 100 else rnd.choice((1, 700, 1100, 1501))
-            tiers = ["sliding_window_log %d %d 0 0" % (limit, rnd.choice((2 * SEC, 10 * SEC)))]
+            tiers = ["sliding_window_log %d %d 0 0" % (limit, rnd.choice(LONG))]
             if rnd.random() < 0.2:
-                tiers.append("fixed_window 9 %d 0 0" % (10 * SEC))
+                tiers.append("fixed_window 9 %d 0 0" % LONG[1])
             argv += [str(cost), rnd.choice("0001") + " " + " ".join(tiers)]
             keys += ["%s:%d" % (rnd.choice(stream.names), 2 * i) for i in range(len(tiers))]
             keys.insert(len(keys) - len(tiers) + 1, keys[len(keys) - len(tiers)][:-1] + "1")
@@ -371,8 +385,8 @@ def test_concurrency_stream(r, function):
     taken = []  # (key, member) of every lease either side took
     seen = {"take": 0, "denied": 0, "done": 0, "expired": 0, "unknown": 0, "renewed": 0}
     for _ in range(450):
-        now += -SEC if rnd.random() < 0.05 else rnd.choice((0, 1, 300_000, 300_000, SEC, 3 * SEC,
-                                                              12 * SEC))
+        now += -60 * SEC if rnd.random() < 0.05 else rnd.choice(
+            (0, 1, 18 * SEC, 18 * SEC, 60 * SEC, 180 * SEC, 720 * SEC))
         if taken and rnd.random() < 0.45:
             op = rnd.choice("rnn")
             keys, argv = [], [str(now), op]
@@ -380,7 +394,7 @@ def test_concurrency_stream(r, function):
                 key, member = rnd.choice(taken[-3:]) if rnd.random() < 0.85 else (
                     rnd.choice(names), "3:" + nonce(rnd))
                 keys.append(key)
-                timeout = rnd.choice(("0", "1000", str(2 * SEC), str(10 * SEC)))
+                timeout = rnd.choice(("0", "1000", str(LONG[0]), str(LONG[1])))
                 argv += [member, "x" if rnd.random() < 0.03 else timeout]
         else:
             mode = rnd.choice("00012")
@@ -389,7 +403,7 @@ def test_concurrency_stream(r, function):
                 limit = rnd.choice((1, 3, 5))
                 cost = rnd.randint(0, limit + 1)
                 argv += [str(cost), "%s concurrency %d %d 0 0" % (
-                    rnd.choice("0001"), limit, rnd.choice((2 * SEC, 10 * SEC)))]
+                    rnd.choice("0001"), limit, rnd.choice(LONG))]
                 keys.append("%s:0" % rnd.choice(names))
             n = nonce(rnd)
             if rnd.random() < 0.9:
@@ -420,20 +434,21 @@ def test_block_stream(r, function):
     rnd = random.Random(99)
     names = ["bl0", "bl1"]
     stream, now = Stream(r, function, names, "block stream"), T0 + 3
+    windows = LONG + (1_800 * SEC, 3_600 * SEC)
     seen = {"granted>1": 0, "capped": 0, "given": 0, "refused": 0, "edge": 0}
     for _ in range(300):
-        now += rnd.choice((0, 1, 250_000, SEC, 2 * SEC, 11 * SEC))
+        now += rnd.choice((0, 1, 15 * SEC, 60 * SEC, 120 * SEC, 660 * SEC))
         reqs = []
         for _ in range(rnd.choice((1, 2, 3))):
             kind = rnd.random()
             if kind < 0.6:
-                keys, argv = random_block(rnd, now, names)
+                keys, argv = random_block(rnd, now, names, windows)
                 if argv[1][0] == "G" and rnd.random() < 0.2:
-                    # a block taken at the very start of a 2 s window
-                    argv[1] = "G%d" % (now - now % (2 * SEC))
+                    # a block taken at the very start of a window
+                    argv[1] = "G%d" % (now - now % LONG[0])
                     seen["edge"] += 1
             elif kind < 0.9:
-                keys, argv = random_request(rnd, now, names)
+                keys, argv = random_request(rnd, now, names, windows)
             else:
                 keys, argv = ["%s:0" % rnd.choice(names)], [str(now), rnd.choice("rn"),
                                                             "1:" + nonce(rnd), "1000000"]

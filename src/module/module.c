@@ -5,15 +5,16 @@
  * (lua/check.lua: one request, or argv[1] "B" and a batch) and answers
  * exactly its reply, reading and writing the same keys with the same
  * values and expiries, decided by the memory backend's C (through
- * limiter/redis_state.h). What it cannot decide yet (see
- * module_args.h and redis_state.h) it answers with an error, as the script
- * answers a request it refuses; within a batch, per request.
+ * limiter/redis_state.h). A request it refuses (module_args.h) it answers
+ * with an error, as the script answers one; within a batch, per request.
  *
  * Owns: the command, its Redis reads and writes (GET or HGETALL; SET, or
  * HINCRBY, HDEL and PEXPIRE, each with "!", so that replicas and the AOF
- * get the effects, never this command; a log's ZSET commands, a group of
- * their own below), the
- * server's TIME, read once per call as the script reads it once per batch.
+ * get the effects, never this command; a log's and a concurrency tier's
+ * sorted-set commands and the lease calls', groups of their own below),
+ * the server's TIME, read once per call as the script reads it once per
+ * batch, and the order of a request's steps (check.lua's decide, charge,
+ * lease_ops, take_block and give_back).
  * Does not own: the arguments' grammar (module_args.c), the arithmetic.
  */
 #include <stdint.h>
@@ -72,6 +73,21 @@ static void reply_call_error(struct call *k, const char *what, RedisModuleCallRe
     rm.ReplyWithError(k->ctx, err);
 }
 
+/* Runs one write command; 0, or -1 having replied its error. A SET
+ * refused (out of memory under a maxmemory policy that evicts nothing),
+ * or a HINCRBY on a key another tier of the request just made a string,
+ * fails the request as the script's redis.call raises, its writes before
+ * kept, as there. */
+static int run(struct call *k, const char *what, RedisModuleCallReply *r)
+{
+    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
+    if (!ok)
+        reply_call_error(k, what, r);
+    if (r)
+        rm.FreeCallReply(r);
+    return ok ? 0 : -1;
+}
+
 /* The pairs of r, an array reply of what (HGETALL's field, value; or a
  * WITHSCORES range's member, score), as *n fields pointing into r (which
  * the caller frees after them: rm.Free); NULL having replied the error of
@@ -118,20 +134,18 @@ static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *
  * from the strings' and hashes' I/O above and below. */
 
 /* A read of one set: the call, its key, and the reply a command failed
- * with (NULL with failed set: a score that is no integer). */
+ * with (NULL after a failure: a score that is no integer). */
 struct zset_read {
     struct call *k;
     RedisModuleString *key;
     const char *what;
     RedisModuleCallReply *err;
-    int failed;
 };
 
 static int zset_failed(struct zset_read *z, const char *what, RedisModuleCallReply *r)
 {
     z->what = what;
     z->err = r;
-    z->failed = 1;
     return -1;
 }
 
@@ -191,7 +205,7 @@ static int zset_score(void *ctx, int64_t from, int64_t i, int64_t *score)
 static int read_log(struct call *k, RedisModuleString *key, struct redis_tier *x,
                     const struct module_tier *t, int64_t cost, int64_t now)
 {
-    struct zset_read z = {k, key, NULL, NULL, 0};
+    struct zset_read z = {k, key, NULL, NULL};
     struct redis_zset_reader reader = {&z, zset_count, zset_newest, zset_score};
     int allowed = t ? redis_state_read_log(x, &t->t, cost, &reader, now)
                     : redis_state_reread_log(x, &reader, now);
@@ -206,8 +220,6 @@ static int read_log(struct call *k, RedisModuleString *key, struct redis_tier *x
         rm.FreeCallReply(z.err);
     return -1;
 }
-
-static int run(struct call *k, const char *what, RedisModuleCallReply *r);
 
 /* One ZADD of the members scored w->score numbered seq .. seq + n - 1. */
 static int zadd_chunk(struct call *k, RedisModuleString *key, const struct redis_write *w,
@@ -394,21 +406,6 @@ static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *
         rm.ReplyWithError(k->ctx, err);
     }
     return allowed;
-}
-
-/* Runs one write command; 0, or -1 having replied its error. A SET
- * refused (out of memory under a maxmemory policy that evicts nothing),
- * or a HINCRBY on a key another tier of the request just made a string,
- * fails the request as the script's redis.call raises, its writes before
- * kept, as there. */
-static int run(struct call *k, const char *what, RedisModuleCallReply *r)
-{
-    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
-    if (!ok)
-        reply_call_error(k, what, r);
-    if (r)
-        rm.FreeCallReply(r);
-    return ok ? 0 : -1;
 }
 
 /* Makes w's write to the tier's keys (key[0], and a log's counter

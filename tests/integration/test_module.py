@@ -512,6 +512,34 @@ def test_server_clock(r, function):
        "clock redis: the same figures but reset_us")
 
 
+def test_server_clock_blocks(r, function):
+    """`clock: redis` for a block taken, given back, and a lease released:
+    a fixed window's block in one hour's window writes the same state and
+    PXAT expiry as FCALL's; a lease's release answers as FCALL's."""
+    policy = "0 fixed_window 50 3600000000 0 0"
+    hour, got = 3600 * SEC, []
+    for _ in range(5):  # bounded: a pair falls across an hour's end at most once
+        r.command("DEL", "F:cb:0", "M:cb:0", "F:cl:0", "M:cl:0")
+        f, m, _ = pair(r, function, ["cb:0"], ["", "L7", "2", policy])
+        g = pair(r, function, ["cb:0"], ["", "G%d" % m[0], "3", policy])
+        n = "c" * 22
+        pair(r, function, ["cl:0"], [str(m[0]), "0", "1", "0 concurrency 3 %d 0 0" % hour, n])
+        rel = pair(r, function, ["cl:0"], ["", "r", "1:" + n, "0"])
+        if f[0] // hour == m[0] // hour == g[0][0] // hour == g[1][0] // hour:
+            got = [f, m, g[0], g[1], rel[0], rel[1]]
+            break
+    def but_time(reply):  # now and reset_us are each call's own
+        return reply[1:5] + reply[6:]
+    ok(got and but_time(got[0]) == but_time(got[1]) and but_time(got[2]) == but_time(got[3]),
+       "clock redis: a block taken and given back: the same figures (but reset_us), granted "
+       "and given %r" % (got[:4],))
+    ok(got and got[4][1:] == got[5][1:] == [1, 0], "clock redis: a lease released as FCALL's "
+       "%r" % (got[4:],))
+    eq((r.command("GET", "M:cb:0"), r.command("PEXPIRETIME", "M:cb:0")),
+       (r.command("GET", "F:cb:0"), r.command("PEXPIRETIME", "F:cb:0")),
+       "clock redis: the block's window: the same state and PXAT expiry, to the ms")
+
+
 def test_cost_above_capacity(r, function):
     """fuzz_module_args's input: a cost of 3.17e10 on a window of 1.7e12 µs
     (cost * window past int64), far above the capacity: denied with
@@ -739,6 +767,7 @@ def main():
        ["a", "b"], "the command declares its keys (numkeys, as FCALL)")
     test_differential(r, function)
     test_server_clock(r, function)
+    test_server_clock_blocks(r, function)
     test_large_fixed_window(r, function)
     test_log_stream(r, function)
     test_concurrency_stream(r, function)

@@ -178,11 +178,6 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
      * the window by nothing (a fixed window of 10 M an hour), there is no
      * product to bound: the script decides it exactly, and so does this. */
     int64_t factor = policy_tier_window_factor(t);
-    /* Not lifted for the buckets yet: their sums of buckets are kept
-     * exact by this bound, and were never checked against the script's
-     * rounding past it. */
-    if (t->algorithm == ALG_SLIDING_WINDOW_BUCKETS)
-        factor = t->limit;
     if (factor > 0 && factor > EXACT_MAX / t->window_us)
         return FAIL("limit or capacity times window_us must be at most 2^53 in \"%.*s\"", shown,
                     s.p);

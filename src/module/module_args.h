@@ -11,8 +11,9 @@
  * Stricter than the script where the daemon never sends otherwise:
  * integers are plain decimals; a tier's limit (or capacity) times its
  * window must stay within 2^53 where the scripts multiply them
- * (policy_tier_window_factor: not for a fixed or calendar window, whose
- * arithmetic multiplies neither; still for sliding_window_buckets); a
+ * (policy_tier_window_factor, the daemon's rule: not for a fixed or
+ * calendar window, a log, buckets or concurrency, whose arithmetic
+ * multiplies neither); a
  * sliding_window_buckets window holds at most MODULE_MAX_BUCKETS buckets;
  * a sliding_window_log's limit is at most MODULE_MAX_LOG: as the daemon's
  * validation guarantees.

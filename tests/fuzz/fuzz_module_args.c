@@ -181,11 +181,9 @@ static void check_request(const struct module_request *req, const struct module_
                 (t->precision_us < 1 || t->window_us % t->precision_us != 0 ||
                  t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
                 abort();
-            /* the products the scripts compute stay exact (the buckets'
-             * limit too); a log's members and a lease's timeout */
-            int64_t factor = t->algorithm == ALG_SLIDING_WINDOW_BUCKETS
-                                 ? t->limit
-                                 : policy_tier_window_factor(t);
+            /* the products the scripts compute stay exact; a log's
+             * members and a lease's timeout */
+            int64_t factor = policy_tier_window_factor(t);
             if (factor > EXACT_MAX / t->window_us)
                 abort();
             if ((t->algorithm == ALG_SLIDING_WINDOW_LOG && t->limit > MODULE_MAX_LOG) ||

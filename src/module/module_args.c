@@ -244,9 +244,10 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
         return bad_int(argv, na, 1, 0, err, errlen);
     struct module_arg mode = na >= 2 ? argv[1] : (struct module_arg){"", 0};
     req->lease_op = is(mode, "r") ? 'r' : is(mode, "n") ? 'n' : 0;
+    req->block = 0;
+    req->dry_run = req->both = req->report = 0;
     if (req->lease_op)
         return 0;
-    req->block = 0;
     if (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G') &&
         int_of((struct module_arg){mode.p + 1, mode.len - 1}, 1, &req->block_n) == 0)
         req->block = mode.p[0];

@@ -73,21 +73,6 @@ static void reply_call_error(struct call *k, const char *what, RedisModuleCallRe
     rm.ReplyWithError(k->ctx, err);
 }
 
-/* Runs one write command; 0, or -1 having replied its error. A SET
- * refused (out of memory under a maxmemory policy that evicts nothing),
- * or a HINCRBY on a key another tier of the request just made a string,
- * fails the request as the script's redis.call raises, its writes before
- * kept, as there. */
-static int run(struct call *k, const char *what, RedisModuleCallReply *r)
-{
-    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
-    if (!ok)
-        reply_call_error(k, what, r);
-    if (r)
-        rm.FreeCallReply(r);
-    return ok ? 0 : -1;
-}
-
 /* The pairs of r, an array reply of what (HGETALL's field, value; or a
  * WITHSCORES range's member, score), as *n fields pointing into r (which
  * the caller frees after them: rm.Free); NULL having replied the error of
@@ -127,6 +112,9 @@ static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *
                                   "is no integer");
     return allowed;
 }
+
+/* (defined with the strings' and hashes' writes, below) */
+static int run(struct call *k, const char *what, RedisModuleCallReply *r);
 
 /* ---- sliding_window_log: the sorted set and its sequence counter ----
  * The script's commands, read (ZCOUNT, ZRANGEBYSCORE ... LIMIT i 1) and
@@ -406,6 +394,21 @@ static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *
         rm.ReplyWithError(k->ctx, err);
     }
     return allowed;
+}
+
+/* Runs one write command; 0, or -1 having replied its error. A SET
+ * refused (out of memory under a maxmemory policy that evicts nothing),
+ * or a HINCRBY on a key another tier of the request just made a string,
+ * fails the request as the script's redis.call raises, its writes before
+ * kept, as there. */
+static int run(struct call *k, const char *what, RedisModuleCallReply *r)
+{
+    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
+    if (!ok)
+        reply_call_error(k, what, r);
+    if (r)
+        rm.FreeCallReply(r);
+    return ok ? 0 : -1;
 }
 
 /* Makes w's write to the tier's keys (key[0], and a log's counter

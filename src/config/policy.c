@@ -215,6 +215,19 @@ static int check_shape(const struct tier *t, const struct algorithm_info *a, cha
     return 0;
 }
 
+int64_t policy_tier_window_factor(const struct tier *t)
+{
+    switch (info(t->algorithm) ? info(t->algorithm)->product : PRODUCT_NONE) {
+    case PRODUCT_CAPACITY_WINDOW:
+        return policy_tier_capacity(t);
+    case PRODUCT_LIMIT_WINDOW:
+        return t->limit;
+    case PRODUCT_NONE:
+        break;
+    }
+    return 0;
+}
+
 int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
 {
     const struct algorithm_info *a = info(t->algorithm);
@@ -248,19 +261,11 @@ int policy_tier_validate(const struct tier *t, char *err, size_t errlen)
 
     /* The scripts compute with these products in Lua doubles, which are only
      * exact up to 2^53. */
-    switch (a->product) {
-    case PRODUCT_CAPACITY_WINDOW:
-        factor = policy_tier_capacity(t);
-        what = "capacity";
-        field = t->burst > 0 ? "burst" : "limit";
-        break;
-    case PRODUCT_LIMIT_WINDOW:
-        factor = t->limit;
-        what = field = "limit";
-        break;
-    default:
+    factor = policy_tier_window_factor(t);
+    if (factor == 0)
         return 0;
-    }
+    what = a->product == PRODUCT_CAPACITY_WINDOW ? "capacity" : "limit";
+    field = a->product == PRODUCT_CAPACITY_WINDOW && t->burst > 0 ? "burst" : "limit";
     if (factor > EXACT_MAX / t->window_us)
         return FAIL("%s: %s %" PRId64 " per %s is too large for exact arithmetic (%s times window "
                     "in microseconds must be at most 2^53)",

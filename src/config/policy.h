@@ -138,6 +138,12 @@ int policy_name_valid(const char *s);
  * algorithms, burst + 1 for leaky_bucket, limit otherwise. */
 int64_t policy_tier_capacity(const struct tier *t);
 
+/* What the scripts multiply t's window_us by (its capacity, or its limit),
+ * a product that must stay within 2^53 for their doubles to be exact; 0
+ * if they multiply the window by nothing (fixed_window, calendar windows,
+ * sliding_window_log, sliding_window_buckets, concurrency). */
+int64_t policy_tier_window_factor(const struct tier *t);
+
 /* Whether a written `burst: 0` means something of its own for algorithm a
  * (leaky_bucket: no queue), by its row of the algorithm table. struct tier
  * cannot tell it from no burst (0 is the default), so the config refuses a

@@ -42,13 +42,19 @@ static void cal_load(struct tier_state *ts, int64_t now)
 
 static void cal_commit(const struct tier_state *ts, struct entry *e, int64_t now)
 {
-    fixed_window_write(ts, e, now, ts->n + ts->cost, 1);
+    fixed_window_write(ts, e, now, lua_add(ts->n, ts->cost), 1);
 }
 
 /* calendar_window.report: as fixed_window's, in the calendar window. */
 static void cal_report(struct tier_state *ts, struct entry *e, int64_t now)
 {
     fixed_window_write(ts, e, now, min64(max64(0, ts->n + ts->cost), EXACT_MAX), 1);
+}
+
+/* calendar_window.lease_same: the block's calendar window only. */
+static int cal_lease_same(const struct tier_state *ts, int64_t taken)
+{
+    return taken >= ts->start;
 }
 
 const struct alg_ops calendar_window_ops = {
@@ -59,4 +65,7 @@ const struct alg_ops calendar_window_ops = {
     .retry = fixed_window_retry,
     .commit = cal_commit,
     .report = cal_report,
+    .lease_avail = fixed_window_lease_avail,
+    .lease_until = fixed_window_lease_until,
+    .lease_same = cal_lease_same,
 };

@@ -4,7 +4,8 @@
  * lua/common.lua (idiv, idiv_ceil, EXACT_MAX) that every algorithm file
  * and the store use.
  *
- * Owns: floor and ceiling division, min and max, and the 2^53 bound, in
+ * Owns: floor and ceiling division, min and max, a sum rounded as the
+ * scripts' doubles round it, and the 2^53 bound, in
  * int64 and (where state left over from another configuration or a clock
  * that went backwards could push a product past int64) in __int128, where
  * the script, in doubles, would merely lose exactness.
@@ -45,6 +46,16 @@ static inline int64_t idiv(int64_t a, int64_t b)
 static inline int64_t idiv_ceil(int64_t a, int64_t b)
 {
     return (int64_t)idiv_ceil128(a, b);
+}
+
+/* a + b as the scripts' doubles hold it: the exact sum rounded once to
+ * the nearest double, ties to even (as x86-64 and the C default rounding
+ * mode convert), so it differs from a + b only past 2^53, where a limit
+ * that the scripts multiply by nothing (a fixed window of 2^53) can take
+ * them; |a + b| < 2^63. */
+static inline int64_t lua_add(int64_t a, int64_t b)
+{
+    return (int64_t)(double)(a + b);
 }
 
 static inline int64_t max64(int64_t a, int64_t b)

@@ -96,6 +96,23 @@ static void cc_commit(const struct tier_state *ts, struct entry *e, int64_t now)
     local_store_expire_in(e, now, max64(ts->latest, now + W) + W - now);
 }
 
+struct lease_outcome concurrency_lease_decide(int found, int64_t expires, int renew,
+                                              int64_t timeout, int64_t now, int64_t *px_ms)
+{
+    struct lease_outcome o = {LEASE_UNKNOWN, 0};
+    *px_ms = 0;
+    if (!found)
+        return o;
+    o.status = expires <= now ? LEASE_EXPIRED : LEASE_DONE;
+    if (o.status == LEASE_DONE && renew) {
+        o.expires_us = now + timeout;
+        /* px_in(expires + timeout - now): the key outlives the renewed
+         * lease's tombstone, as commit's expiry does a new lease's */
+        *px_ms = idiv_ceil(o.expires_us + timeout - now, 1000) + EXPIRY_SLACK_MS;
+    }
+    return o;
+}
+
 struct lease_outcome concurrency_lease_op(struct local_store *s, const char *key_prefix, int renew,
                                           const struct lease_ref *r, int64_t now)
 {
@@ -112,21 +129,17 @@ struct lease_outcome concurrency_lease_op(struct local_store *s, const char *key
         struct lease *l = &e->u.ls.l[i];
         if (l->units != r->units || strcmp(l->nonce, r->nonce) != 0)
             continue;
-        if (l->expires <= now) {
-            o.status = LEASE_EXPIRED;
-        } else if (!renew) {
+        int64_t px;
+        o = concurrency_lease_decide(1, l->expires, renew, r->timeout_us, now, &px);
+        if (o.status == LEASE_DONE && !renew) {
             e->u.ls.l[i] = e->u.ls.l[--e->u.ls.len]; /* ZREM */
-            o.status = LEASE_DONE;
             if (e->u.ls.len == 0)
                 local_store_drop(s, e); /* Redis deletes an emptied ZSET */
-        } else {
-            l->expires = o.expires_us = now + r->timeout_us;
-            o.status = LEASE_DONE;
+        } else if (o.status == LEASE_DONE) {
+            l->expires = o.expires_us;
             /* The script's PEXPIRE when PTTL < want. */
-            int64_t want =
-                now + (idiv_ceil(l->expires + r->timeout_us - now, 1000) + EXPIRY_SLACK_MS) * 1000;
-            if (e->expires_at < want)
-                e->expires_at = want;
+            if (e->expires_at < now + px * 1000)
+                e->expires_at = now + px * 1000;
         }
         break;
     }

@@ -73,6 +73,13 @@ void gcra_report(struct tier_state *ts, struct entry *e, int64_t now)
     gcra_write(ts, e, now, d < 0 ? 0 : d > EXACT_MAX ? EXACT_MAX : d);
 }
 
+/* gcra.lease_avail: the whole units below full; the rest as
+ * token_bucket's. */
+static int64_t gcra_lease_avail(const struct tier_state *ts)
+{
+    return (int64_t)idiv128((i128)ts->full - ts->d, ts->t->window_us);
+}
+
 const struct alg_ops gcra_ops = {
     .kind = KIND_GCRA,
     .load = gcra_load,
@@ -81,4 +88,7 @@ const struct alg_ops gcra_ops = {
     .retry = gcra_retry,
     .commit = gcra_commit,
     .report = gcra_report,
+    .lease_avail = gcra_lease_avail,
+    .lease_until = token_bucket_lease_until,
+    .lease_same = token_bucket_lease_same,
 };

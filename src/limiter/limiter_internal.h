@@ -35,7 +35,8 @@
 #include "lib/lru_table.h"
 #include "limiter/common.h"
 
-#define EXPIRY_SLACK_MS 1000 /* EXPIRY_SLACK_MS in lua/common.lua */
+#define EXPIRY_SLACK_MS 1000           /* EXPIRY_SLACK_MS in lua/common.lua */
+#define LEASE_BUCKET_SPAN_US 1000000LL /* LEASE_BUCKET_SPAN_US in lua/common.lua */
 
 /* Which algorithm's state an entry holds: gcra and leaky_bucket share
  * theirs (as their scripts share the string), as do fixed_window and
@@ -203,6 +204,13 @@ struct alg_ops {
     void (*commit)(const struct tier_state *ts, struct entry *e, int64_t now);
     /* charges ts->cost with no decision, after load, and writes e */
     void (*report)(struct tier_state *ts, struct entry *e, int64_t now);
+    /* Local leases' blocks (lua/check.lua's take_block and give_back;
+     * NULL where the algorithm cannot lease, policy_algorithm_leases):
+     * the units a block may take now, the time it must be spent by, and
+     * whether a block taken at `taken` may be given back now; after load. */
+    int64_t (*lease_avail)(const struct tier_state *ts);
+    int64_t (*lease_until)(const struct tier_state *ts, int64_t now);
+    int (*lease_same)(const struct tier_state *ts, int64_t taken);
 };
 
 /* tier.c: the tier's row of the ops table (abort()s on a tier that did not
@@ -217,6 +225,19 @@ void tier_decide(struct tier_state *ts, int64_t now);
 /* tier.c: the tier's figures into r, from the state tier_decide read
  * (check.lua's report), as if its cost were taken iff consumed. */
 void tier_figures(const struct tier_state *ts, int64_t now, int consumed, struct tier_result *r);
+
+/* tier.c: a block's take (check.lua's take_block) over the n tiers of ts
+ * (one check, each able to lease, each decided allowed for the check's
+ * cost): the units granted, at least the cost and at most want (if more)
+ * and what every tier has left, which becomes every tier's cost (its
+ * figures and commit then take the block); *until_us the earliest time a
+ * tier says the block must be spent by. */
+int64_t tier_take_block(struct tier_state *const *ts, size_t n, int64_t want, int64_t now,
+                        int64_t *until_us);
+
+/* tier.c: whether a block taken at `taken` may go back to every one of
+ * the n loaded tiers of ts (check.lua's give_back). */
+int tier_lease_same(struct tier_state *const *ts, size_t n, int64_t taken);
 
 /* Each algorithm file's row, gathered into the one ops table by
  * tier.c (calendar_window is a fixed_window tier with `calendar:`,
@@ -239,6 +260,8 @@ int fixed_window_allows(const struct tier_state *ts);
 void fixed_window_figures(const struct tier_state *ts, int64_t now, int consumed,
                           struct tier_result *r);
 int64_t fixed_window_retry(const struct tier_state *ts, int64_t now);
+int64_t fixed_window_lease_avail(const struct tier_state *ts);
+int64_t fixed_window_lease_until(const struct tier_state *ts, int64_t now);
 void fixed_window_write(const struct tier_state *ts, struct entry *e, int64_t now, int64_t n,
                         int cal);
 
@@ -256,8 +279,29 @@ int64_t gcra_retry(const struct tier_state *ts, int64_t now);
 void gcra_commit(const struct tier_state *ts, struct entry *e, int64_t now);
 void gcra_report(struct tier_state *ts, struct entry *e, int64_t now);
 
+/* token_bucket.c's lease steps that gcra.c takes as they are (a bucket's
+ * block is spent within LEASE_BUCKET_SPAN_US, and always given back). */
+int64_t token_bucket_lease_until(const struct tier_state *ts, int64_t now);
+int token_bucket_lease_same(const struct tier_state *ts, int64_t taken);
+
+/* sliding_window_log.c: which unit of the window (1-based, in score order)
+ * a denied request waits for to leave it (the script's retry: with the
+ * scores s_1 <= ... <= s_count, count + cost - limit of them must leave),
+ * so that redis_state.c reads that score, and only it, from Redis. */
+int64_t sliding_window_log_retry_rank(const struct tier_state *ts);
+
+/* concurrency.c: the script's concurrency.lease_op (lua/concurrency.lua)
+ * for one lease, wherever it is kept: found (its member is in the set,
+ * expiring at `expires`) or not, released (renew 0) or renewed for
+ * timeout µs as of now. The outcome; for a renew done, *px_ms is the PX
+ * the key must live at least (the script's PEXPIRE when PTTL is less),
+ * else 0. The caller makes the write: ZREM for a release done, ZADD XX of
+ * the new expiry for a renew done. */
+struct lease_outcome concurrency_lease_decide(int found, int64_t expires, int renew,
+                                              int64_t timeout, int64_t now, int64_t *px_ms);
+
 /* One lease's release (renew 0) or renew as of now, as the script's
- * concurrency.lease_op (lua/concurrency.lua). */
+ * concurrency.lease_op (lua/concurrency.lua), on the store. */
 struct lease_outcome concurrency_lease_op(struct local_store *s, const char *key_prefix, int renew,
                                           const struct lease_ref *r, int64_t now);
 

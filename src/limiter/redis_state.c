@@ -31,14 +31,12 @@ struct redis_tier {
     int64_t *stale;
 };
 
-int redis_state_supports(enum algorithm a)
-{
-    return a == ALG_FIXED_WINDOW || a == ALG_SLIDING_WINDOW_COUNTER || a == ALG_TOKEN_BUCKET ||
-           a == ALG_GCRA || a == ALG_LEAKY_BUCKET || a == ALG_SLIDING_WINDOW_BUCKETS;
-}
-
 enum redis_layout redis_state_layout(const struct tier *t)
 {
+    if (t->algorithm == ALG_SLIDING_WINDOW_LOG)
+        return REDIS_LAYOUT_LOG;
+    if (t->algorithm == ALG_CONCURRENCY)
+        return REDIS_LAYOUT_LEASES;
     return t->algorithm == ALG_SLIDING_WINDOW_BUCKETS ? REDIS_LAYOUT_HASH : REDIS_LAYOUT_STRING;
 }
 
@@ -134,6 +132,10 @@ void redis_state_release(struct redis_tier *x)
     struct entry *e = (struct entry *)x->entry;
     if (e->kind == KIND_BUCKETS)
         free(e->u.swb.b);
+    if (e->kind == KIND_LOG)
+        free(e->u.log.runs);
+    if (e->kind == KIND_LEASES)
+        free(e->u.ls.l);
     free(x->stale);
     memset(x, 0, sizeof *x);
 }
@@ -179,6 +181,170 @@ static int canonical(const char *s, size_t len, int sign, int64_t *v)
     }
     *v = i ? -n : n;
     return 0;
+}
+
+int redis_state_integer(const char *s, size_t len, int64_t *v)
+{
+    return canonical(s, len, 1, v);
+}
+
+/* e's runs as the log's steps see the set: n units in the window, the
+ * newest scored `newest`, and if k > 0 the first k of them at or before
+ * kth (the k-th, which retry reads): at most two runs, in score order
+ * (the second may hold none, if the set grew after the count was read),
+ * which sliding_window_log.c reads as it reads a store's. */
+static void log_runs(struct entry *e, int64_t n, int64_t newest, int64_t k, int64_t kth)
+{
+    struct log_run *r = e->u.log.runs;
+    size_t len = 0;
+    if (n > 0 && k > 0 && kth < newest)
+        r[len++] = (struct log_run){kth, k, 0};
+    int64_t before = len ? k : 0; /* the units of the run before it */
+    if (n > 0)
+        r[len++] = (struct log_run){newest, n - before, before};
+    e->u.log.head = 0;
+    e->u.log.len = len;
+}
+
+/* Reads the newest score (if the count read is not 0) and, if x is
+ * denied for a cost it could take, the one retry waits for, into x's
+ * runs. */
+static int log_scores(struct redis_tier *x, const struct redis_zset_reader *r, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t from = now - x->ts.t->window_us, n = x->ts.count, newest = 0, k = 0, kth = 0;
+    if (n > 0 && r->newest(r->ctx, from, &newest) < 0)
+        return -1;
+    if (!x->ts.allowed && !x->ts.exceeds) {
+        k = sliding_window_log_retry_rank(&x->ts);
+        if (r->score(r->ctx, from, k - 1, &kth) < 0)
+            return -1;
+    }
+    log_runs(e, n, newest, k, kth);
+    return 0;
+}
+
+int redis_state_read_log(struct redis_tier *x, const struct tier *t, int64_t cost,
+                         const struct redis_zset_reader *r, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t n;
+    begin(x, t, NULL, cost);
+    if (r->count(r->ctx, now - t->window_us, &n) < 0)
+        return -1;
+    e->kind = KIND_LOG;
+    /* room for commit's one more run */
+    e->u.log.cap = 3;
+    e->u.log.runs = xcalloc(e->u.log.cap, sizeof *e->u.log.runs);
+    /* the count alone decides (load reads it from the runs) */
+    log_runs(e, n, now, 0, 0);
+    x->ts.e = e;
+    tier_decide(&x->ts, now);
+    return log_scores(x, r, now) < 0 ? -1 : x->ts.allowed;
+}
+
+int redis_state_reread_log(struct redis_tier *x, const struct redis_zset_reader *r, int64_t now)
+{
+    return log_scores(x, r, now);
+}
+
+/* A lease member's units, "<digits>:..." as the script's '^(%d+):' reads
+ * them: 1 and *units, 0 if it holds none (no match), -1 past 2^53. */
+static int lease_units(const char *m, size_t len, int64_t *units)
+{
+    size_t i = 0;
+    int64_t u = 0;
+    for (; i < len && m[i] >= '0' && m[i] <= '9'; i++) {
+        u = u * 10 + (m[i] - '0');
+        if (u > EXACT_MAX)
+            return -1;
+    }
+    if (i == 0 || i == len || m[i] != ':')
+        return 0;
+    *units = u;
+    return 1;
+}
+
+int redis_state_read_leases(struct redis_tier *x, const struct tier *t, int64_t cost,
+                            const char *nonce, const struct redis_field *f, size_t n, int64_t now)
+{
+    struct entry *e = (struct entry *)x->entry;
+    int64_t held = 0;
+    begin(x, t, NULL, cost);
+    x->ts.nonce = nonce;
+    e->kind = KIND_LEASES;
+    /* room for commit's new lease */
+    e->u.ls.cap = n + 1;
+    e->u.ls.l = xcalloc(e->u.ls.cap, sizeof *e->u.ls.l);
+    for (size_t i = 0; i < n; i++) {
+        struct lease *l = &e->u.ls.l[e->u.ls.len];
+        int got = lease_units(f[i].name, f[i].name_len, &l->units);
+        if (got < 0 || canonical(f[i].value, f[i].value_len, 1, &l->expires) < 0)
+            return -1;
+        held += got ? l->units : 0;
+        if (held > EXACT_MAX)
+            return -1;
+        e->u.ls.len += (size_t)got;
+    }
+    x->ts.e = e;
+    tier_decide(&x->ts, now);
+    return x->ts.allowed;
+}
+
+int redis_state_can_commit(const struct redis_tier *x)
+{
+    return x->ts.ops->kind != KIND_LEASES || x->ts.nonce != NULL;
+}
+
+int redis_state_lease_op(const char *score, size_t len, int renew, int64_t timeout, int64_t now,
+                         int64_t *status, int64_t *expires, int64_t *px_ms)
+{
+    /* tonumber(s) <= now, in the script's doubles: any score Redis
+     * writes (%.17g) reads back as the double it holds. */
+    char buf[64];
+    double s = 0;
+    if (score) {
+        size_t n = len < sizeof buf - 1 ? len : sizeof buf - 1;
+        memcpy(buf, score, n);
+        buf[n] = '\0';
+        s = strtod(buf, NULL);
+    }
+    /* found with an expiry after now: a lease to act on (the decision
+     * reads only which side of now it is) */
+    int64_t after = s > (double)now ? now + 1 : now;
+    struct lease_outcome o =
+        concurrency_lease_decide(score != NULL, after, renew, timeout, now, px_ms);
+    *status = o.status;
+    *expires = o.expires_us;
+    if (o.status != LEASE_DONE)
+        return 0;
+    return renew ? 2 : 1;
+}
+
+/* The tier states of the n tiers of xs, for tier.c's loops over them
+ * (xcalloc'd: the caller frees). */
+static struct tier_state **states_of(void *xs, size_t n)
+{
+    struct tier_state **ts = xcalloc(n ? n : 1, sizeof *ts);
+    for (size_t i = 0; i < n; i++)
+        ts[i] = &redis_state_tier_at(xs, i)->ts;
+    return ts;
+}
+
+int64_t redis_state_take_block(void *xs, size_t n, int64_t want, int64_t now, int64_t *until_us)
+{
+    struct tier_state **ts = states_of(xs, n);
+    int64_t granted = tier_take_block(ts, n, want, now, until_us);
+    free(ts);
+    return granted;
+}
+
+int redis_state_lease_same(void *xs, size_t n, int64_t taken)
+{
+    struct tier_state **ts = states_of(xs, n);
+    int same = tier_lease_same(ts, n, taken);
+    free(ts);
+    return same;
 }
 
 static int by_start(const void *a, const void *b)
@@ -276,6 +442,17 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
             x->stale[i] = e->u.swb.b[i].start;
         w->del = x->stale;
         w->field = x->ts.cur;
+    } else if (x->ts.ops->kind == KIND_LEASES) {
+        /* The leases read stay: commit's expiry runs from the latest. */
+        w->field = now - x->ts.t->lease_timeout_us;
+        w->score = now + x->ts.t->lease_timeout_us;
+        w->nonce = x->ts.nonce;
+    } else if (x->ts.ops->kind == KIND_LOG) {
+        /* The runs read stay: commit adds to them, and the newest (a
+         * daemon's clock ahead of ours may have written one after now)
+         * sets the expiry, as the script's t.newest. */
+        w->field = now - x->ts.t->window_us;
+        w->score = now;
     } else {
         /* A fresh entry for the SET, as the store's get_or_create after
          * become: commit and report write every field its string carries. */
@@ -294,7 +471,8 @@ static void write_state(struct redis_tier *x, int report, int64_t now, int serve
         w->ex.at = 0;
         w->ex.ms = (e->expires_at - now) / 1000;
     }
-    if (x->ts.ops->kind != KIND_BUCKETS)
+    if (x->ts.ops->kind != KIND_BUCKETS && x->ts.ops->kind != KIND_LOG &&
+        x->ts.ops->kind != KIND_LEASES)
         w->len = encode(e, w->buf);
 }
 

@@ -145,10 +145,14 @@ static void log_figures(const struct tier_state *ts, int64_t now, int consumed,
     r->remaining = max64(0, ts->t->limit - count);
 }
 
+int64_t sliding_window_log_retry_rank(const struct tier_state *ts)
+{
+    return ts->count + ts->cost - ts->t->limit;
+}
+
 static int64_t log_retry(const struct tier_state *ts, int64_t now)
 {
-    int64_t k = ts->count + ts->cost - ts->t->limit;
-    return log_kth(ts->e, ts->lo, k) + ts->t->window_us - now;
+    return log_kth(ts->e, ts->lo, sliding_window_log_retry_rank(ts)) + ts->t->window_us - now;
 }
 
 static void log_commit(const struct tier_state *ts, struct entry *e, int64_t now)

@@ -54,6 +54,28 @@ void tier_decide(struct tier_state *x, int64_t now)
     }
 }
 
+int64_t tier_take_block(struct tier_state *const *ts, size_t n, int64_t want, int64_t now,
+                        int64_t *until_us)
+{
+    int64_t granted = max64(want, ts[0]->cost), until = EXACT_MAX;
+    for (size_t i = 0; i < n; i++) {
+        granted = min64(granted, ts[i]->ops->lease_avail(ts[i]));
+        until = min64(until, ts[i]->ops->lease_until(ts[i], now));
+    }
+    for (size_t i = 0; i < n; i++)
+        ts[i]->cost = granted;
+    *until_us = until;
+    return granted;
+}
+
+int tier_lease_same(struct tier_state *const *ts, size_t n, int64_t taken)
+{
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        same = same && ts[i]->ops->lease_same(ts[i], taken);
+    return same;
+}
+
 void tier_figures(const struct tier_state *x, int64_t now, int consumed, struct tier_result *r)
 {
     memset(r, 0, sizeof *r);

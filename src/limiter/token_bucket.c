@@ -79,6 +79,26 @@ static void tb_report(struct tier_state *ts, struct entry *e, int64_t now)
     tb_write(ts, e, now, (int64_t)s);
 }
 
+/* Local leases (token_bucket.lease_avail, lease_until, lease_same): the
+ * whole tokens there now, spent within LEASE_BUCKET_SPAN_US (or the
+ * window, if shorter), always given back (no higher than full). */
+static int64_t tb_lease_avail(const struct tier_state *ts)
+{
+    return idiv(ts->s, ts->t->window_us);
+}
+
+int64_t token_bucket_lease_until(const struct tier_state *ts, int64_t now)
+{
+    return now + min64(ts->t->window_us, LEASE_BUCKET_SPAN_US);
+}
+
+int token_bucket_lease_same(const struct tier_state *ts, int64_t taken)
+{
+    (void)ts;
+    (void)taken;
+    return 1;
+}
+
 const struct alg_ops token_bucket_ops = {
     .kind = KIND_TOKEN,
     .load = tb_load,
@@ -87,4 +107,7 @@ const struct alg_ops token_bucket_ops = {
     .retry = tb_retry,
     .commit = tb_commit,
     .report = tb_report,
+    .lease_avail = tb_lease_avail,
+    .lease_until = token_bucket_lease_until,
+    .lease_same = token_bucket_lease_same,
 };

@@ -150,8 +150,6 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
     name[w[0].len] = '\0';
     if (policy_algorithm_from_name(name, &t->algorithm) < 0)
         return FAIL("unknown algorithm %s in \"%.*s\"", name, shown, s.p);
-    if (!redis_state_supports(t->algorithm))
-        return FAIL("%s not implemented in the module yet", name);
     /* A fixed window may have a limit of 0 (check.lua's parse_tier). */
     if (int_of(w[1], t->algorithm == ALG_FIXED_WINDOW ? 0 : 1, &t->limit) < 0 ||
         int_of(w[2], 1, &t->window_us) < 0 || int_of(w[3], 0, &t->burst) < 0 ||
@@ -166,18 +164,29 @@ static int parse_tier(struct module_arg s, const struct module_arg *w, struct mo
          t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
         return FAIL("precision_us must divide window_us (in at most %d buckets) in \"%.*s\"",
                     MODULE_MAX_BUCKETS, shown, s.p);
+    /* concurrency: the window word is the lease timeout, which its steps
+     * read (policy_tier_span_us) */
+    if (t->algorithm == ALG_CONCURRENCY)
+        t->lease_timeout_us = t->window_us;
+    /* The daemon's bound on a log (a member per unit: a cost is that many
+     * ZADDs, which must stay within what one call may take of Redis). */
+    if (t->algorithm == ALG_SLIDING_WINDOW_LOG && t->limit > MODULE_MAX_LOG)
+        return FAIL("limit must be at most %d for sliding_window_log in \"%.*s\"", MODULE_MAX_LOG,
+                    shown, s.p);
     /* The daemon's bound (policy_tier_validate): every product of the
-     * arithmetic stays exact, and within int64. */
-    int64_t factor = max64(t->limit, policy_tier_capacity(t));
-    if (factor > EXACT_MAX / t->window_us)
+     * arithmetic stays exact, and within int64. Where the scripts multiply
+     * the window by nothing (a fixed window of 10 M an hour), there is no
+     * product to bound: the script decides it exactly, and so does this. */
+    int64_t factor = policy_tier_window_factor(t);
+    if (factor > 0 && factor > EXACT_MAX / t->window_us)
         return FAIL("limit or capacity times window_us must be at most 2^53 in \"%.*s\"", shown,
                     s.p);
     return 0;
 }
 
 /* Check c's policy string: its shadow flag and tiers, appended to req's,
- * each taking the next key (*nkeys so far; every supported algorithm takes
- * one). */
+ * each taking the next keys (*nkeys so far; sliding_window_log takes two,
+ * the set and its sequence counter, every other algorithm one). */
 static int parse_policy(struct module_arg s, size_t keys_cap, struct module_request *req,
                         struct module_check *c, size_t *nkeys, char *err, size_t errlen)
 {
@@ -202,7 +211,8 @@ static int parse_policy(struct module_arg s, size_t keys_cap, struct module_requ
         struct module_tier *t = &req->tiers[req->ntiers];
         if (parse_tier(s, w, t, err, errlen) < 0)
             return -1;
-        t->key = (*nkeys)++;
+        t->key = *nkeys;
+        *nkeys += (size_t)policy_algorithm_nkeys(t->t.algorithm);
         req->ntiers++;
     }
     if (req->ntiers == c->first)
@@ -233,14 +243,28 @@ static int parse_head(const struct module_arg *argv, size_t na, struct module_re
     if (!req->server_clock && (na < 1 || int_of(argv[0], 0, &req->now) < 0))
         return bad_int(argv, na, 1, 0, err, errlen);
     struct module_arg mode = na >= 2 ? argv[1] : (struct module_arg){"", 0};
-    if (is(mode, "r") || is(mode, "n") || (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G')))
-        return FAIL("lease calls not implemented in the module yet");
-    if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
+    req->lease_op = is(mode, "r") ? 'r' : is(mode, "n") ? 'n' : 0;
+    req->block = 0;
+    req->dry_run = req->both = req->report = 0;
+    if (req->lease_op)
+        return 0;
+    if (mode.len > 1 && (mode.p[0] == 'L' || mode.p[0] == 'G') &&
+        int_of((struct module_arg){mode.p + 1, mode.len - 1}, 1, &req->block_n) == 0)
+        req->block = mode.p[0];
+    else if (!is(mode, "0") && !is(mode, "1") && !is(mode, "2") && !is(mode, "3"))
         return FAIL("ARGV[2] must be 0, 1, 2, 3, r, n, L<want> or G<taken>, got %.*s",
                     mode.len > 40 ? 40 : (int)mode.len, mode.p);
     req->both = is(mode, "2");
     req->report = is(mode, "3");
-    req->dry_run = !is(mode, "0");
+    req->dry_run = !is(mode, "0") && !req->block;
+    return 0;
+}
+
+int module_args_lease_timeout(const struct module_arg *argv, size_t na, size_t i, int64_t *timeout,
+                              char *err, size_t errlen)
+{
+    if (int_of(argv[3 + 2 * i], 0, timeout) < 0)
+        return bad_int(argv, na, 4 + 2 * i, 0, err, errlen);
     return 0;
 }
 
@@ -249,13 +273,24 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
 {
     size_t nargs = na, used = 0;
     req->nchecks = req->ntiers = 0;
+    req->has_nonce = 0;
     if (parse_head(argv, na, req, err, errlen) < 0)
         return -1;
+    if (req->lease_op) {
+        if (na != 2 + 2 * nkeys)
+            return FAIL("a lease operation takes a member and a timeout per key; got %zu "
+                        "arguments for %zu keys",
+                        na, nkeys);
+        return 0;
+    }
     /* An odd count: the last is the lease nonce (concurrency's only). */
     if (nargs % 2 == 1) {
         nargs--;
         if (!nonce_valid(argv[nargs]))
             return FAIL("the lease nonce must be 22 of [A-Za-z0-9_-]");
+        memcpy(req->nonce, argv[nargs].p, 22);
+        req->nonce[22] = '\0';
+        req->has_nonce = 1;
     }
     if (nargs < 2)
         return FAIL("ARGV is now, dry_run, then cost and policy per check (and the lease "
@@ -263,7 +298,7 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
                     na);
     for (size_t c = 0; c < nargs / 2 - 1; c++) {
         struct module_check *chk = &req->checks[c];
-        int64_t least = req->report ? -EXACT_MAX : 0;
+        int64_t least = req->report ? -EXACT_MAX : req->block ? 1 : 0;
         if (int_of(argv[2 + 2 * c], least, &chk->cost) < 0)
             return bad_int(argv, na, 3 + 2 * c, least, err, errlen);
         if (parse_policy(argv[3 + 2 * c], nkeys, req, chk, &used, err, errlen) < 0)
@@ -272,5 +307,10 @@ int module_args_request(const struct module_arg *argv, size_t na, size_t nkeys,
     }
     if (used != nkeys)
         return FAIL("the checks need %zu keys, got %zu", used, nkeys);
+    if (req->block && req->nchecks != 1)
+        return FAIL("a lease call takes exactly one check, got %zu", req->nchecks);
+    for (size_t i = 0; req->block && i < req->ntiers; i++)
+        if (!policy_algorithm_leases(req->tiers[i].t.algorithm))
+            return FAIL("%s cannot be leased", policy_algorithm_name(req->tiers[i].t.algorithm));
     return 0;
 }

@@ -46,6 +46,9 @@ struct redis_module_api {
     const char *(*CallReplyStringPtr)(RedisModuleCallReply *reply, size_t *len);
     size_t (*CallReplyLength)(RedisModuleCallReply *reply);
     RedisModuleCallReply *(*CallReplyArrayElement)(RedisModuleCallReply *reply, size_t idx);
+    long long (*CallReplyInteger)(RedisModuleCallReply *reply);
+    RedisModuleString *(*CreateString)(RedisModuleCtx *ctx, const char *ptr, size_t len);
+    void (*FreeString)(RedisModuleCtx *ctx, RedisModuleString *str);
     void (*FreeCallReply)(RedisModuleCallReply *reply);
     int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
     int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long ll);

@@ -7,9 +7,11 @@
  * keys, then ARGV (a single request, or "B" and a batch). A key's bytes
  * are also its stored state, so hostile states meet hostile tiers: a
  * string tier's GET answers them, a sliding_window_buckets tier's HGETALL
- * reads them as "field,value,field,value". What a call writes (SET, or
- * HINCRBY, HDEL, PEXPIRE) is kept per key name for the rest of the call,
- * so that a report's second read, and a key two tiers name, see it.
+ * reads them as "field,value,field,value", and a sorted set (a log's, a
+ * concurrency tier's, a lease call's) as "member,score,member,score".
+ * What a call writes (SET; HINCRBY, HDEL, PEXPIRE; ZREMRANGEBYSCORE,
+ * INCRBY, ZADD, ZREM) is kept per key name for the rest of the call, so
+ * that a report's second read, and a key two tiers name, see it.
  *
  * The arrays are allocated at exactly the sizes module_args.h promises
  * suffice (no slack, unlike module.c), so ASan catches a decoder that
@@ -24,7 +26,10 @@
  * independent tokeniser) as exactly its shadow flag and tiers; a read
  * fails only for a now outside a calendar tier's bounds; a write carries
  * a state that fits REDIS_STATE_BUF and an expiry Redis accepts (> 0 ms),
- * and never HDELs the bucket it counts.
+ * never HDELs the bucket it counts, adds 1..limit members to a log and a
+ * lease with the request's nonce; a block grants from the cost to the
+ * most asked for, to be spent after now; a lease call's outcome is one of
+ * its three, a renewal's expiry after now.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -99,17 +104,38 @@ static void check_request(const struct module_request *req, const struct module_
                           size_t na, size_t nk)
 {
     size_t pairs = (na - na % 2) / 2;
-    if (pairs < 1 || req->nchecks != pairs - 1 || req->ntiers != nk)
-        abort();
-    /* mode: "0", "1", "2" (both) or "3" (a report, never decided) */
-    if (argv[1].len != 1 || argv[1].p[0] < '0' || argv[1].p[0] > '3' ||
-        req->dry_run != (argv[1].p[0] != '0') || req->both != (argv[1].p[0] == '2') ||
-        req->report != (argv[1].p[0] == '3'))
-        abort();
     if (req->server_clock != (argv[0].len == 0) ||
         (!req->server_clock && (req->now < 0 || req->now > EXACT_MAX)))
         abort();
-    size_t next = 0;
+    /* "r" or "n": a member and a timeout per key, nothing else decoded */
+    if (req->lease_op) {
+        if (argv[1].len != 1 || argv[1].p[0] != req->lease_op || na != 2 + 2 * nk)
+            abort();
+        return;
+    }
+    if (pairs < 1 || req->nchecks != pairs - 1 || req->ntiers > nk)
+        abort();
+    /* the nonce: the odd count's last argument */
+    if (req->has_nonce != (int)(na % 2) ||
+        (req->has_nonce && (strlen(req->nonce) != 22 || memcmp(req->nonce, argv[na - 1].p, 22))))
+        abort();
+    /* mode: "0", "1", "2" (both), "3" (a report), or a block's "L<n>" or
+     * "G<n>" (n >= 1; one check, every tier able to lease, costs >= 1) */
+    if (req->block) {
+        if (argv[1].len < 2 || argv[1].p[0] != req->block || req->block_n < 1 ||
+            !word_is_int((struct module_arg){argv[1].p + 1, argv[1].len - 1}, req->block_n) ||
+            argv[1].p[1] == '-' || req->nchecks != 1 || req->checks[0].cost < 1 || req->dry_run ||
+            req->report)
+            abort();
+        for (size_t i = 0; i < req->ntiers; i++)
+            if (!policy_algorithm_leases(req->tiers[i].t.algorithm))
+                abort();
+    } else if (argv[1].len != 1 || argv[1].p[0] < '0' || argv[1].p[0] > '3' ||
+               req->dry_run != (argv[1].p[0] != '0') || req->both != (argv[1].p[0] == '2') ||
+               req->report != (argv[1].p[0] == '3')) {
+        abort();
+    }
+    size_t next = 0, key = 0;
     for (size_t c = 0; c < req->nchecks; c++) {
         const struct module_check *chk = &req->checks[c];
         struct module_arg policy = argv[3 + 2 * c];
@@ -127,14 +153,15 @@ static void check_request(const struct module_request *req, const struct module_
             const char *name =
                 mt->calendar ? "calendar_window" : policy_algorithm_name(t->algorithm);
             struct module_arg a = nth_word(policy, w);
-            if (mt->key != i || !redis_state_supports(t->algorithm) || a.len != strlen(name) ||
-                memcmp(a.p, name, a.len) != 0 || !word_is_int(nth_word(policy, w + 1), t->limit) ||
+            if (mt->key != key || a.len != strlen(name) || memcmp(a.p, name, a.len) != 0 ||
+                !word_is_int(nth_word(policy, w + 1), t->limit) ||
                 !word_is_int(nth_word(policy, w + 3), t->burst) ||
                 !word_is_int(nth_word(policy, w + 4), t->precision_us))
                 abort();
             if (t->window_us < 1 || t->limit < 0 || t->burst < 0 || t->precision_us < 0 ||
                 (t->limit == 0 && t->algorithm != ALG_FIXED_WINDOW))
                 abort();
+            key += (size_t)policy_algorithm_nkeys(t->algorithm);
             if (mt->calendar) {
                 /* a fixed_window with a calendar unit, its window the
                  * bounds' [s, e); its arithmetic multiplies nothing */
@@ -154,15 +181,20 @@ static void check_request(const struct module_request *req, const struct module_
                 (t->precision_us < 1 || t->window_us % t->precision_us != 0 ||
                  t->window_us / t->precision_us > MODULE_MAX_BUCKETS))
                 abort();
-            int64_t cap = policy_tier_capacity(t);
-            if ((t->limit > cap ? t->limit : cap) > EXACT_MAX / t->window_us)
+            /* the products the scripts compute stay exact; a log's
+             * members and a lease's timeout */
+            int64_t factor = policy_tier_window_factor(t);
+            if (factor > EXACT_MAX / t->window_us)
+                abort();
+            if ((t->algorithm == ALG_SLIDING_WINDOW_LOG && t->limit > MODULE_MAX_LOG) ||
+                (t->algorithm == ALG_CONCURRENCY && t->lease_timeout_us != t->window_us))
                 abort();
         }
         if (nth_word(policy, 1 + 5 * (chk->last - chk->first)).len != 0)
             abort(); /* a word the decoder did not take */
         next = chk->last;
     }
-    if (next != nk)
+    if (next != req->ntiers || key != nk)
         abort();
 }
 
@@ -171,20 +203,23 @@ static void check_request(const struct module_request *req, const struct module_
  * key is the bytes of its name: a string of them to GET, or to HGETALL a
  * hash of "field,value,field,value" (an odd last word dropped, a field
  * again dropped, as a hash holds each once). */
-enum kv_type { KV_RAW, KV_STRING, KV_HASH };
+enum kv_type { KV_RAW, KV_STRING, KV_HASH, KV_ZSET };
 
 struct kv {
     struct module_arg name;
     enum kv_type type;
     char buf[REDIS_STATE_BUF];
     size_t len;
-    struct redis_field *f; /* KV_HASH: n fields, each's bytes malloc'd */
+    /* KV_HASH: n fields, each's bytes malloc'd; KV_ZSET: n members
+     * (name) and their scores (value, as Redis answers them), by score */
+    struct redis_field *f;
     size_t n;
 };
 
 struct store {
-    struct kv *kv;
+    struct kv *kv; /* room for every key of the request */
     size_t n;
+    const char *nonce; /* the request's lease nonce, or NULL */
 };
 
 static struct kv *lookup(struct store *s, struct module_arg name)
@@ -252,13 +287,147 @@ static void make_hash(struct kv *k)
     k->type = KV_HASH;
 }
 
+/* A score as Redis would answer it ("%.17g" of the double it holds; an
+ * unparsable one is kept as sent: the module must refuse it). */
+static double score_of(const struct redis_field *f)
+{
+    char buf[64];
+    size_t n = f->value_len < sizeof buf - 1 ? f->value_len : sizeof buf - 1;
+    memcpy(buf, f->value, n);
+    buf[n] = '\0';
+    return strtod(buf, NULL);
+}
+
+static int by_score(const void *a, const void *b)
+{
+    double x = score_of(a), y = score_of(b);
+    return (x > y) - (x < y);
+}
+
+/* A raw key as the sorted set ZRANGE would answer, "member,score,...",
+ * made the key's own (as make_hash; a member again dropped). */
+static void make_zset(struct kv *k)
+{
+    make_hash(k);
+    qsort(k->f, k->n, sizeof *k->f, by_score);
+    k->type = KV_ZSET;
+}
+
+/* The sorted set under key for a command: 0, or -1 if another type is
+ * there (WRONGTYPE); absent or raw, an empty or decoded one. */
+static int zset_at(struct store *s, struct module_arg key, struct kv **out)
+{
+    struct kv *k = lookup(s, key);
+    if (k->type == KV_STRING || k->type == KV_HASH)
+        return -1;
+    if (k->type == KV_RAW)
+        make_zset(k);
+    *out = k;
+    return 0;
+}
+
+/* The members of k scored after `from`: [*first, k->n). */
+static size_t zset_after(const struct kv *k, int64_t from)
+{
+    size_t i = 0;
+    while (i < k->n && !(score_of(&k->f[i]) > (double)from))
+        i++;
+    return i;
+}
+
+struct zset_read {
+    struct store *s;
+    struct module_arg key;
+};
+
+static int zr_count(void *ctx, int64_t from, int64_t *n)
+{
+    struct zset_read *z = ctx;
+    struct kv *k;
+    if (zset_at(z->s, z->key, &k) < 0)
+        return -1;
+    *n = (int64_t)(k->n - zset_after(k, from));
+    return 0;
+}
+
+static int zr_rank(struct zset_read *z, int64_t from, int64_t i, int newest, int64_t *score)
+{
+    struct kv *k;
+    if (zset_at(z->s, z->key, &k) < 0)
+        return -1;
+    size_t first = zset_after(k, from);
+    if (i < 0 || (size_t)i >= k->n - first)
+        return -1; /* the module asked past the count it read */
+    const struct redis_field *f = &k->f[newest ? k->n - 1 : first + (size_t)i];
+    return redis_state_integer(f->value, f->value_len, score);
+}
+
+static int zr_newest(void *ctx, int64_t from, int64_t *score)
+{
+    return zr_rank(ctx, from, 0, 1, score);
+}
+
+static int zr_score(void *ctx, int64_t from, int64_t i, int64_t *score)
+{
+    return zr_rank(ctx, from, i, 0, score);
+}
+
+/* ZADD key score member (updating a member there), as Redis would. */
+static void zadd(struct kv *k, int64_t score, const char *member, size_t len)
+{
+    char value[24];
+    int vlen = snprintf(value, sizeof value, "%lld", (long long)score);
+    size_t j = 0;
+    while (j < k->n && !(k->f[j].name_len == len && memcmp(k->f[j].name, member, len) == 0))
+        j++;
+    if (j == k->n) {
+        struct redis_field *f = realloc(k->f, (k->n + 1) * sizeof *f);
+        if (!f)
+            abort();
+        k->f = f;
+        k->f[k->n++] = (struct redis_field){dup_bytes(member, len), NULL, len, 0};
+    } else {
+        free((char *)k->f[j].value);
+    }
+    k->f[j].value = dup_bytes(value, (size_t)vlen);
+    k->f[j].value_len = (size_t)vlen;
+    qsort(k->f, k->n, sizeof *k->f, by_score);
+}
+
+/* ZREMRANGEBYSCORE key -inf upto. */
+static void zrem_upto(struct kv *k, int64_t upto)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        if (score_of(&k->f[i]) <= (double)upto) {
+            free((char *)k->f[i].name);
+            free((char *)k->f[i].value);
+        } else {
+            k->f[j++] = k->f[i];
+        }
+    }
+    k->n = j;
+}
+
 /* module.c's read_tier: -1 where it replies an error. */
 static int read_tier(struct store *s, const struct module_arg *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG) {
+        struct zset_read z = {s, *key};
+        struct redis_zset_reader r = {&z, zr_count, zr_newest, zr_score};
+        return redis_state_read_log(x, &t->t, cost, &r, now);
+    }
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LEASES) {
+        struct kv *k;
+        if (zset_at(s, *key, &k) < 0)
+            return -1;
+        size_t first = zset_after(k, now);
+        return redis_state_read_leases(x, &t->t, cost, s->nonce, k->f + first, k->n - first, now);
+    }
     struct kv *k = lookup(s, *key);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_HASH) {
-        if (k->type == KV_STRING)
+        if (k->type == KV_STRING || k->type == KV_ZSET)
             return -1; /* WRONGTYPE */
         if (k->type == KV_RAW)
             make_hash(k);
@@ -289,14 +458,72 @@ static int redis_int(const struct redis_field *f, int64_t *v)
     return 0;
 }
 
+/* module.c's write_log: key[0] the set, key[1] its counter (INCRBY: an
+ * integer string, or absent). */
+static int write_log(struct store *s, const struct module_arg *key, const struct module_tier *t,
+                     const struct redis_write *w)
+{
+    struct kv *z, *c;
+    int64_t seq = 0;
+    if (w->by < 1 || w->by > t->t.limit || w->field != w->score - t->t.window_us)
+        abort(); /* 1..limit members, scored now, the window before trimmed */
+    if (zset_at(s, key[0], &z) < 0)
+        return -1;
+    zrem_upto(z, w->field);
+    c = lookup(s, key[1]);
+    if (c->type == KV_HASH || c->type == KV_ZSET)
+        return -1;
+    const char *v = c->type == KV_RAW ? c->name.p : c->buf;
+    size_t vlen = c->type == KV_RAW ? c->name.len : c->len;
+    struct redis_field as = {"", v, 0, vlen};
+    if (vlen > 0 && redis_int(&as, &seq) < 0)
+        return -1; /* "value is not an integer" */
+    if (seq > INT64_MAX - w->by)
+        return -1; /* "increment or decrement would overflow" */
+    seq += w->by;
+    c->len = (size_t)snprintf(c->buf, sizeof c->buf, "%lld", (long long)seq);
+    c->type = KV_STRING;
+    /* The counter only grows: its members are new (appended, sorted once:
+     * a cost of a million must not take the harness quadratic time). */
+    struct redis_field *f = realloc(z->f, (z->n + (size_t)w->by) * sizeof *f);
+    if (!f)
+        abort();
+    z->f = f;
+    for (int64_t i = seq - w->by + 1; i <= seq; i++) {
+        char member[48], value[24];
+        int len = snprintf(member, sizeof member, "%lld-%lld", (long long)w->score, (long long)i);
+        int slen = snprintf(value, sizeof value, "%lld", (long long)w->score);
+        z->f[z->n++] =
+            (struct redis_field){dup_bytes(member, (size_t)len), dup_bytes(value, (size_t)slen),
+                                 (size_t)len, (size_t)slen};
+    }
+    qsort(z->f, z->n, sizeof *z->f, by_score);
+    return 0;
+}
+
 /* module.c's write_state on the store, with the contract's checks of w;
  * -1 where Redis refuses a command. */
 static int write_state(struct store *s, const struct module_arg *key, const struct module_tier *t,
                        const struct redis_write *w)
 {
-    struct kv *k = lookup(s, *key);
     if (w->ex.ms <= 0)
         abort(); /* SET and PEXPIRE take > 0 ms, PXAT an instant after 1970 */
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LOG)
+        return write_log(s, key, t, w);
+    if (redis_state_layout(&t->t) == REDIS_LAYOUT_LEASES) {
+        struct kv *z;
+        char member[64];
+        if (!w->nonce || strlen(w->nonce) != 22 || w->by < 1 || w->by > t->t.limit ||
+            w->score != w->field + 2 * t->t.lease_timeout_us)
+            abort();
+        if (zset_at(s, *key, &z) < 0)
+            return -1;
+        zrem_upto(z, w->field);
+        int len = snprintf(member, sizeof member, "%lld:%s", (long long)w->by, w->nonce);
+        zadd(z, w->score, member, (size_t)len);
+        return 0;
+    }
+    struct kv *k = lookup(s, *key);
     if (redis_state_layout(&t->t) == REDIS_LAYOUT_STRING) {
         if (w->len == 0 || w->len >= REDIS_STATE_BUF || memchr(w->buf, '\0', w->len))
             abort();
@@ -311,7 +538,7 @@ static int write_state(struct store *s, const struct module_arg *key, const stru
         k->type = KV_STRING;
         return 0;
     }
-    if (k->type == KV_STRING)
+    if (k->type == KV_STRING || k->type == KV_ZSET)
         return -1; /* WRONGTYPE */
     if (k->type == KV_RAW)
         make_hash(k);
@@ -383,8 +610,94 @@ static void report(struct store *s, const struct module_arg *keys, const struct 
                 return;
         }
     }
+    for (size_t i = 0; i < req->ntiers; i++) {
+        struct zset_read z = {s, keys[req->tiers[i].key]};
+        struct redis_zset_reader r = {&z, zr_count, zr_newest, zr_score};
+        if (redis_state_layout(&req->tiers[i].t) == REDIS_LAYOUT_LOG &&
+            redis_state_reread_log(redis_state_tier_at(xs, i), &r, now) < 0)
+            return;
+    }
     for (size_t i = 0; i < req->ntiers; i++)
         redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
+}
+
+/* module.c's lease_ops: each key's lease, its timeout decoded as it comes. */
+static void lease_ops(struct store *s, const struct module_arg *keys, size_t nk,
+                      const struct module_arg *argv, size_t na, const struct module_request *req,
+                      int64_t now)
+{
+    char err[MODULE_ERR_BUF];
+    for (size_t i = 0; i < nk; i++) {
+        int64_t timeout, status, expires, px;
+        if (module_args_lease_timeout(argv, na, i, &timeout, err, sizeof err) < 0) {
+            check_refusal(err, sizeof err);
+            return;
+        }
+        struct kv *z = lookup(s, keys[i]);
+        const struct redis_field *found = NULL;
+        if (z->type == KV_RAW)
+            make_zset(z);
+        for (size_t j = 0; z->type == KV_ZSET && j < z->n; j++)
+            if (z->f[j].name_len == argv[2 + 2 * i].len &&
+                memcmp(z->f[j].name, argv[2 + 2 * i].p, argv[2 + 2 * i].len) == 0)
+                found = &z->f[j];
+        int write =
+            redis_state_lease_op(found ? found->value : NULL, found ? found->value_len : 0,
+                                 req->lease_op == 'n', timeout, now, &status, &expires, &px);
+        if (status < 0 || status > 2 || (write != 0) != (status == 1) ||
+            (write == 2) != (req->lease_op == 'n' && status == 1) ||
+            (write == 2 && (expires < now || px <= 0)) || (write != 2 && expires != 0))
+            abort();
+        if (write == 1) {
+            size_t j = (size_t)(found - z->f); /* ZREM */
+            free((char *)z->f[j].name);
+            free((char *)z->f[j].value);
+            memmove(z->f + j, z->f + j + 1, (z->n - j - 1) * sizeof *z->f);
+            z->n--;
+        } else if (write == 2)
+            zadd(z, expires, argv[2 + 2 * i].p, argv[2 + 2 * i].len);
+    }
+}
+
+/* module.c's block(): "L" takes a block, "G" gives one back. */
+static void block(struct store *s, const struct module_arg *keys, const struct module_request *req,
+                  void *xs, int64_t now)
+{
+    size_t n = req->ntiers;
+    int64_t units = req->checks[0].cost, fig[REDIS_STATE_FIGURES], until = 0, granted = 0;
+    int allowed = 1;
+    for (size_t i = 0; i < n; i++) {
+        int a = read_tier(s, &keys[req->tiers[i].key], redis_state_tier_at(xs, i), &req->tiers[i],
+                          req->block == 'L' ? units : 0, now);
+        if (a < 0)
+            return;
+        allowed &= a;
+    }
+    if (req->block == 'L' && allowed) {
+        granted = redis_state_take_block(xs, n, req->block_n, now, &until);
+        if (granted < units || granted > (req->block_n > units ? req->block_n : units) ||
+            until <= now)
+            abort();
+    }
+    if (req->block == 'G' && redis_state_lease_same(xs, n, req->block_n))
+        for (size_t i = 0; i < n; i++) {
+            struct redis_write w;
+            redis_state_report(redis_state_tier_at(xs, i), -units, now, req->server_clock, &w);
+            if (write_state(s, &keys[req->tiers[i].key], &req->tiers[i], &w) < 0)
+                return;
+        }
+    for (size_t i = 0; req->block == 'G' && i < n; i++)
+        if (read_tier(s, &keys[req->tiers[i].key], redis_state_tier_at(xs, i), &req->tiers[i], 1,
+                      now) < 0)
+            return;
+    for (size_t i = 0; i < n; i++)
+        redis_state_figures(redis_state_tier_at(xs, i), now, req->block == 'L' && allowed, fig);
+    for (size_t i = 0; req->block == 'L' && allowed && i < n; i++) {
+        struct redis_write w;
+        redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
+        if (write_state(s, &keys[req->tiers[i].key], &req->tiers[i], &w) < 0)
+            return;
+    }
 }
 
 /* module.c's decide(), on the store: pass 1's reads (stopping at an
@@ -393,15 +706,20 @@ static void report(struct store *s, const struct module_arg *keys, const struct 
  * may exceed its capacity, where cost * window may pass int64), those as
  * if denied for "2", and the writes of the checks that allowed (a denied
  * shadow check writes nothing) of an allowed call that is no dry run. */
-static void decide(const struct module_request *req, const struct module_arg *keys, void *xs,
-                   int *allowed)
+static void decide(const struct module_request *req, const struct module_arg *keys, size_t nk,
+                   const struct module_arg *argv, size_t na, void *xs, int *allowed)
 {
     int64_t now = req->server_clock ? SERVER_TIME : req->now, fig[REDIS_STATE_FIGURES];
-    struct store s = {calloc(req->ntiers + 1, sizeof *s.kv), 0};
+    struct store s = {calloc(nk + 1, sizeof *s.kv), 0, req->has_nonce ? req->nonce : NULL};
     if (!s.kv)
         abort();
-    if (req->report) {
-        report(&s, keys, req, xs, now);
+    if (req->lease_op || req->report || req->block) {
+        if (req->lease_op)
+            lease_ops(&s, keys, nk, argv, na, req, now);
+        else if (req->report)
+            report(&s, keys, req, xs, now);
+        else
+            block(&s, keys, req, xs, now);
         store_free(&s);
         return;
     }
@@ -432,6 +750,10 @@ static void decide(const struct module_request *req, const struct module_arg *ke
         const struct module_check *chk = &req->checks[c];
         for (size_t i = chk->first; allowed[c] && chk->cost > 0 && i < chk->last; i++) {
             struct redis_write w;
+            if (!redis_state_can_commit(redis_state_tier_at(xs, i))) {
+                store_free(&s); /* the script's error: no nonce for a lease */
+                return;
+            }
             redis_state_commit(redis_state_tier_at(xs, i), now, req->server_clock, &w);
             if (write_state(&s, &keys[req->tiers[i].key], &req->tiers[i], &w) < 0) {
                 store_free(&s);
@@ -459,7 +781,7 @@ static void one_request(const struct module_arg *keys, size_t nk, const struct m
         check_refusal(err, sizeof err);
     } else {
         check_request(&req, argv, na, nk);
-        decide(&req, keys, xs, allowed);
+        decide(&req, keys, nk, argv, na, xs, allowed);
     }
     for (size_t i = 0; i < nk; i++)
         redis_state_release(redis_state_tier_at(xs, i));

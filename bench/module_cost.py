@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""module_cost.py [SIZES...]: Redis's own CPU per check decided by the
+Functions (FCALL) and by the module (ratelimitd.check), with the
+daemon's exact framing (src/backend/redis/redis_node.c: one request
+alone, or argv[1] "B" and a batch), on one Redis, with no daemon in the
+way: the daemon cannot use the module yet, so this drives Redis itself.
+
+Starts a private redis-server (unix socket, temp dir) with MODULE
+(default ./ratelimitd.so) loaded and the Function library of
+$LOCAL_DRIVER --print-library (default tests/unit/local_driver), then
+per size (default 32, redis.batch's default, and 1) and per round (RUNS,
+default 3): after a FLUSHALL each, both paths in rotated order send
+REQUESTS (default 32000) fixed_window checks on 100 000 spread keys
+(bench/batch_redis_cpu.py's run: rounds of DEPTH, default 64, requests
+written at once; `clock: redis`). Prints one tab-separated row per size
+and path: the median over rounds of Redis's main thread CPU (INFO cpu)
+per check, of the time inside the command (INFO commandstats), and
+every round's CPU figure. Bounded: every read has a timeout.
+"""
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+from batch_redis_cpu import Conn, median, run
+
+# Never reached by the keys' counts; within the module's limit x window
+# bound (2^53 µs), which batch_redis_cpu.py's limit of 10^9 is not.
+POLICY = "0 fixed_window 1000000 3600000000 0 0"
+
+
+def main():
+    sizes = [int(a) for a in sys.argv[1:]] or [32, 1]
+    total = int(os.environ.get("REQUESTS", "32000"))
+    depth = int(os.environ.get("DEPTH", "64"))
+    runs = int(os.environ.get("RUNS", "3"))
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    driver = os.environ.get("LOCAL_DRIVER", os.path.join(top, "tests", "unit", "local_driver"))
+    module = os.path.abspath(os.environ.get("MODULE", os.path.join(top, "ratelimitd.so")))
+    lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
+    d = tempfile.mkdtemp()
+    sock = os.path.join(d, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--dir", d,
+                              "--save", "", "--appendonly", "no", "--loadmodule", module],
+                             stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock) or redis.poll() is not None:
+                break
+            time.sleep(0.05)
+        c = Conn(sock)
+        fn = c.command("FUNCTION", "LOAD", "REPLACE", lib)
+        paths = [("functions", ["FCALL", fn], "cmdstat_fcall"),
+                 ("module", ["ratelimitd.check"], "cmdstat_ratelimitd.check")]
+        rng = random.Random(1)
+        print("batch\tpath\tredis_us\tin_command_us\trounds_us")
+        for size in sizes:
+            if size > depth:
+                continue
+            res = [[] for _ in paths]
+            for r in range(runs):
+                for j in range(len(paths)):
+                    i = (r + j) % len(paths)
+                    c.command("FLUSHALL")
+                    res[i].append(run(c, None, size, depth, total, rng, paths[i][1],
+                                      paths[i][2], POLICY))
+            for i, p in enumerate(paths):
+                print("%d\t%s\t%.3f\t%.3f\t%s" % (size, p[0], median([x[0] for x in res[i]]),
+                                                  median([x[1] for x in res[i]]),
+                                                  ",".join("%.3f" % x[0] for x in res[i])))
+            sys.stdout.flush()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,11 +9,10 @@
  * module_args.h and redis_state.h) it answers with an error, as the script
  * answers a request it refuses; within a batch, per request.
  *
- * Owns: the command, its Redis reads and writes (GET or HGETALL; SET, or
- * HINCRBY, HDEL and PEXPIRE, each with "!", so that replicas and the AOF
- * get the effects, never this command), the
- * server's TIME, read once per call as the script reads it once per batch.
- * Does not own: the arguments' grammar (module_args.c), the arithmetic.
+ * Owns: the command, its decisions and replies, the server's TIME, read
+ * once per call as the script reads it once per batch.
+ * Does not own: the arguments' grammar (module_args.c), the keys' reads
+ * and writes and their replication (module_keys.c), the arithmetic.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 
 #include "limiter/redis_state.h"
 #include "module/module_args.h"
+#include "module/module_keys.h"
 #include "module/redismodule_api.h"
 
 /* The API table: the module's one static, written once by OnLoad before
@@ -29,15 +29,15 @@ static struct redis_module_api rm;
 
 /* One call's context: Redis's, and the server's TIME once read. */
 struct call {
-    RedisModuleCtx *ctx;
-    int64_t time; /* µs; -1 until read */
+    struct module_keys keys; /* Redis's context, and the API table */
+    int64_t time;            /* µs; -1 until read */
 };
 
 /* The server's TIME in µs, read at the call's first need. */
 static int server_time(struct call *k, int64_t *now)
 {
     if (k->time < 0) {
-        RedisModuleCallReply *r = rm.Call(k->ctx, "TIME", "");
+        RedisModuleCallReply *r = rm.Call(k->keys.ctx, "TIME", "");
         int64_t part[2] = {0, 0};
         if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY || rm.CallReplyLength(r) != 2) {
             if (r)
@@ -57,102 +57,28 @@ static int server_time(struct call *k, int64_t *now)
     return 0;
 }
 
-/* Replies "ERR ratelimitd: <what>: <r's error>" (a Redis command refused,
- * as the script's redis.call raises). */
-static void reply_call_error(struct call *k, const char *what, RedisModuleCallReply *r)
-{
-    char err[200];
-    size_t len = 0;
-    const char *msg = r ? rm.CallReplyStringPtr(r, &len) : NULL;
-    snprintf(err, sizeof err, "ERR ratelimitd: %s: %.*s", what,
-             msg ? (int)(len > 120 ? 120 : len) : 6, msg ? msg : "failed");
-    rm.ReplyWithError(k->ctx, err);
-}
-
-/* Pass 1 for a hash tier: HGETALL (another type is the script's error). */
-static int read_hash(struct call *k, RedisModuleString *key, struct redis_tier *x,
-                     const struct module_tier *t, int64_t cost, int64_t now)
-{
-    RedisModuleCallReply *r = rm.Call(k->ctx, "HGETALL", "s", key);
-    if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY) {
-        reply_call_error(k, "HGETALL", r);
-        if (r)
-            rm.FreeCallReply(r);
-        return -1;
-    }
-    size_t n = rm.CallReplyLength(r) / 2;
-    struct redis_field *f = rm.Alloc((n + 1) * sizeof *f);
-    for (size_t i = 0; i < n; i++) {
-        f[i].name = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i), &f[i].name_len);
-        f[i].value = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, 2 * i + 1), &f[i].value_len);
-    }
-    int allowed = redis_state_read_hash(x, &t->t, cost, f, n, now);
-    rm.Free(f);
-    rm.FreeCallReply(r);
-    if (allowed < 0)
-        rm.ReplyWithError(k->ctx, "ERR ratelimitd: a bucket hash holds a field or value that "
-                                  "is no integer");
-    return allowed;
-}
-
-/* Pass 1 for one tier: GET its key (anything but a string reads as absent,
- * as the script's pcall of GET), or HGETALL, decode and decide. Returns 1
- * if it allows, 0 if not, or -1 having replied the script's error (a
- * calendar tier's bounds that do not hold now, a key of another type). */
+/* Pass 1 for one tier (module_keys_read): 1 if it allows, 0 if not, or
+ * -1 having replied the script's error. */
 static int read_tier(struct call *k, RedisModuleString *key, struct redis_tier *x,
                      const struct module_tier *t, int64_t cost, int64_t now)
 {
-    if (redis_state_layout(&t->t) == REDIS_LAYOUT_HASH)
-        return read_hash(k, key, x, t, cost, now);
-    RedisModuleCallReply *r = rm.Call(k->ctx, "GET", "s", key);
-    const char *val = NULL;
-    size_t len = 0;
-    if (r && rm.CallReplyType(r) == REDISMODULE_REPLY_STRING)
-        val = rm.CallReplyStringPtr(r, &len);
-    int allowed = redis_state_read(x, &t->t, t->calendar ? t->bounds : NULL, cost, val, len, now);
-    if (r)
-        rm.FreeCallReply(r);
-    if (allowed < 0) {
-        char err[160];
-        snprintf(err, sizeof err,
-                 "ERR ratelimitd: now %lld is outside the calendar bounds sent [%lld, %lld): "
-                 "clocks a window apart",
-                 (long long)now, (long long)t->bounds[0], (long long)t->bounds[3]);
-        rm.ReplyWithError(k->ctx, err);
-    }
+    char err[MODULE_KEYS_ERR];
+    int allowed = module_keys_read(&k->keys, key, x, t, cost, now, err);
+    if (allowed < 0)
+        rm.ReplyWithError(k->keys.ctx, err);
     return allowed;
 }
 
-/* Runs one write command; 0, or -1 having replied its error. A SET
- * refused (out of memory under a maxmemory policy that evicts nothing),
- * or a HINCRBY on a key another tier of the request just made a string,
- * fails the request as the script's redis.call raises, its writes before
- * kept, as there. */
-static int run(struct call *k, const char *what, RedisModuleCallReply *r)
-{
-    int ok = r && rm.CallReplyType(r) != REDISMODULE_REPLY_ERROR;
-    if (!ok)
-        reply_call_error(k, what, r);
-    if (r)
-        rm.FreeCallReply(r);
-    return ok ? 0 : -1;
-}
-
-/* Makes w's write to key, each command replicated as itself ("!"). */
+/* Makes and replicates one tier's write (module_keys_write); 0, or -1
+ * having replied its error. */
 static int write_state(struct call *k, RedisModuleString *key, const struct module_tier *t,
                        const struct redis_write *w)
 {
-    if (redis_state_layout(&t->t) == REDIS_LAYOUT_STRING)
-        return run(k, "SET",
-                   rm.Call(k->ctx, "SET", "!sbcl", key, w->buf, w->len, w->ex.at ? "PXAT" : "PX",
-                           (long long)w->ex.ms));
-    if (run(k, "HINCRBY",
-            rm.Call(k->ctx, "HINCRBY", "!sll", key, (long long)w->field, (long long)w->by)) < 0)
-        return -1;
-    for (size_t i = 0; i < w->ndel; i++)
-        if (run(k, "HDEL", rm.Call(k->ctx, "HDEL", "!sl", key, (long long)w->del[i])) < 0)
-            return -1;
-    return run(k, "PEXPIRE", rm.Call(k->ctx, "PEXPIRE", "!sl", key, (long long)w->ex.ms));
+    char err[MODULE_KEYS_ERR];
+    if (module_keys_write(&k->keys, key, t, w, err) == 0)
+        return 0;
+    rm.ReplyWithError(k->keys.ctx, err);
+    return -1;
 }
 
 /* A report (argv[2] "3", check.lua's charge): every tier of every check,
@@ -176,7 +102,7 @@ static void report(struct call *k, RedisModuleString **keys, const struct module
                                   : NULL;
             if (why) {
                 snprintf(err, sizeof err, "ERR ratelimitd: %s %s", policy_algorithm_name(a), why);
-                rm.ReplyWithError(k->ctx, err);
+                rm.ReplyWithError(k->keys.ctx, err);
                 return;
             }
         }
@@ -202,13 +128,13 @@ static void report(struct call *k, RedisModuleString **keys, const struct module
                 request_allowed = 0;
         }
     }
-    rm.ReplyWithArray(k->ctx, (long)(2 + 7 * req->ntiers));
-    rm.ReplyWithLongLong(k->ctx, now);
-    rm.ReplyWithLongLong(k->ctx, request_allowed);
+    rm.ReplyWithArray(k->keys.ctx, (long)(2 + 7 * req->ntiers));
+    rm.ReplyWithLongLong(k->keys.ctx, now);
+    rm.ReplyWithLongLong(k->keys.ctx, request_allowed);
     for (size_t i = 0; i < req->ntiers; i++) {
         redis_state_figures(redis_state_tier_at(xs, i), now, 0, fig);
         for (int f = 0; f < REDIS_STATE_FIGURES; f++)
-            rm.ReplyWithLongLong(k->ctx, fig[f]);
+            rm.ReplyWithLongLong(k->keys.ctx, fig[f]);
     }
 }
 
@@ -222,7 +148,7 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
     int64_t now = req->now;
     size_t n = 2;
     if (req->server_clock && server_time(k, &now) < 0) {
-        rm.ReplyWithError(k->ctx, "ERR ratelimitd: TIME failed");
+        rm.ReplyWithError(k->keys.ctx, "ERR ratelimitd: TIME failed");
         return;
     }
     if (req->report) {
@@ -266,9 +192,9 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
                 return;
         }
     }
-    rm.ReplyWithArray(k->ctx, (long)n);
+    rm.ReplyWithArray(k->keys.ctx, (long)n);
     for (size_t i = 0; i < n; i++)
-        rm.ReplyWithLongLong(k->ctx, out[i]);
+        rm.ReplyWithLongLong(k->keys.ctx, out[i]);
 }
 
 /* Decodes and decides one request: keys[0..nk), argv[0..na); replies with
@@ -287,7 +213,7 @@ static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
     memset(xs, 0, (nk + 1) * redis_state_tier_size());
     memcpy(err, "ERR ", 4);
     if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
-        rm.ReplyWithError(k->ctx, err);
+        rm.ReplyWithError(k->keys.ctx, err);
     else
         decide(k, keys, &req, xs, check_allowed, out);
     for (size_t i = 0; i < nk; i++)
@@ -307,15 +233,15 @@ static void batch(struct call *k, RedisModuleString **keys, size_t nkeys,
     size_t n;
     memcpy(err, "ERR ", 4);
     if (module_args_batch_count(argv, na, &n, err + 4, MODULE_ERR_BUF) < 0) {
-        rm.ReplyWithError(k->ctx, err);
+        rm.ReplyWithError(k->keys.ctx, err);
         return;
     }
     size_t *nk = rm.Alloc(2 * n * sizeof *nk), *nargs = nk + n;
     if (module_args_batch_counts(argv, na, nkeys, n, nk, nargs, err + 4, MODULE_ERR_BUF) < 0) {
-        rm.ReplyWithError(k->ctx, err);
+        rm.ReplyWithError(k->keys.ctx, err);
     } else {
         size_t ko = 0, ao = 2 + 2 * n;
-        rm.ReplyWithArray(k->ctx, (long)n);
+        rm.ReplyWithArray(k->keys.ctx, (long)n);
         for (size_t r = 0; r < n; r++) {
             one_request(k, keys + ko, nk[r], argv + ao, nargs[r]);
             ko += nk[r], ao += nargs[r];
@@ -350,7 +276,7 @@ static int check_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     struct module_arg *args = rm.Alloc((na + 1) * sizeof *args);
     for (size_t i = 0; i < na; i++)
         args[i].p = rm.StringPtrLen(argv[2 + numkeys + i], &args[i].len);
-    struct call k = {ctx, -1};
+    struct call k = {{&rm, ctx}, -1};
     if (na >= 1 && args[0].len == 1 && args[0].p[0] == 'B')
         batch(&k, argv + 2, (size_t)numkeys, args, na);
     else

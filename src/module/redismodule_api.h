@@ -27,9 +27,16 @@
 #define REDISMODULE_REPLY_INTEGER 2
 #define REDISMODULE_REPLY_ARRAY 3
 
+#define REDISMODULE_READ (1 << 0)
+#define REDISMODULE_WRITE (1 << 1)
+
+#define REDISMODULE_KEYTYPE_EMPTY 0
+#define REDISMODULE_KEYTYPE_STRING 1
+
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
+typedef struct RedisModuleKey RedisModuleKey;
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* The functions, as Redis exports them by name. */
@@ -50,6 +57,15 @@ struct redis_module_api {
     int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
     int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long ll);
     int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
+    RedisModuleKey *(*OpenKey)(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode);
+    void (*CloseKey)(RedisModuleKey *key);
+    int (*KeyType)(RedisModuleKey *key);
+    char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
+    int (*StringTruncate)(RedisModuleKey *key, size_t newlen);
+    int (*DeleteKey)(RedisModuleKey *key);
+    int (*SetAbsExpire)(RedisModuleKey *key, long long expire);
+    long long (*Milliseconds)(void);
+    int (*Replicate)(RedisModuleCtx *ctx, const char *cmdname, const char *fmt, ...);
     void *(*Alloc)(size_t bytes);
     void (*Free)(void *ptr);
 };

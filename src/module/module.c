@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "limiter/redis_state.h"
 #include "module/module_args.h"
@@ -31,27 +32,25 @@ static struct redis_module_api rm;
 struct call {
     struct module_keys keys; /* Redis's context, and the API table */
     int64_t time;            /* µs; -1 until read */
+    /* a request's arrays, sized for the call's largest (call_begin) */
+    struct module_check *checks;
+    struct module_tier *tiers;
+    int *check_allowed;
+    int64_t *out; /* room for 9 integers per tier */
+    void *xs;     /* the tiers' struct redis_tier */
 };
 
-/* The server's TIME in µs, read at the call's first need. */
+/* The server's TIME in µs, read at the call's first need. Read here, not
+ * through RedisModule_Call("TIME"), which costs Redis a fake client and a
+ * parsed reply per call: TIME is the same clock (the server process's
+ * gettimeofday, the wall clock), read in the same process. */
 static int server_time(struct call *k, int64_t *now)
 {
     if (k->time < 0) {
-        RedisModuleCallReply *r = rm.Call(k->keys.ctx, "TIME", "");
-        int64_t part[2] = {0, 0};
-        if (!r || rm.CallReplyType(r) != REDISMODULE_REPLY_ARRAY || rm.CallReplyLength(r) != 2) {
-            if (r)
-                rm.FreeCallReply(r);
+        struct timespec ts;
+        if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
             return -1;
-        }
-        for (size_t i = 0; i < 2; i++) {
-            size_t len;
-            const char *p = rm.CallReplyStringPtr(rm.CallReplyArrayElement(r, i), &len);
-            for (size_t j = 0; p && j < len; j++)
-                part[i] = part[i] * 10 + (p[j] - '0');
-        }
-        rm.FreeCallReply(r);
-        k->time = part[0] * 1000000 + part[1];
+        k->time = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
     }
     *now = k->time;
     return 0;
@@ -204,25 +203,38 @@ static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
 {
     char err[MODULE_ERR_BUF + 8];
     struct module_request req;
-    /* Sized by the counts, which the framing bounded by argc. */
-    req.checks = rm.Alloc((na / 2 + 1) * sizeof *req.checks);
-    req.tiers = rm.Alloc((nk + 1) * sizeof *req.tiers);
-    int *check_allowed = rm.Alloc((na / 2 + 1) * sizeof *check_allowed);
-    int64_t *out = rm.Alloc((2 + 9 * nk) * sizeof *out);
-    void *xs = rm.Alloc((nk + 1) * redis_state_tier_size());
-    memset(xs, 0, (nk + 1) * redis_state_tier_size());
+    req.checks = k->checks;
+    req.tiers = k->tiers;
     memcpy(err, "ERR ", 4);
     if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
         rm.ReplyWithError(k->keys.ctx, err);
     else
-        decide(k, keys, &req, xs, check_allowed, out);
+        decide(k, keys, &req, k->xs, k->check_allowed, k->out);
     for (size_t i = 0; i < nk; i++)
-        redis_state_release(redis_state_tier_at(xs, i));
-    rm.Free(xs);
-    rm.Free(out);
-    rm.Free(check_allowed);
-    rm.Free(req.tiers);
-    rm.Free(req.checks);
+        redis_state_release(redis_state_tier_at(k->xs, i));
+}
+
+/* Readies k's arrays for any request of a call of nk keys and na
+ * arguments (each request's counts are at most these): allocated once per
+ * call, not per request, as a batch's requests are many and small. */
+static void call_begin(struct call *k, size_t nk, size_t na)
+{
+    k->checks = rm.Alloc((na / 2 + 1) * sizeof *k->checks);
+    k->tiers = rm.Alloc((nk + 1) * sizeof *k->tiers);
+    k->check_allowed = rm.Alloc((na / 2 + 1) * sizeof *k->check_allowed);
+    k->out = rm.Alloc((2 + 9 * nk) * sizeof *k->out);
+    /* zeroed once: redis_state_release zeroes each tier after a request */
+    k->xs = rm.Alloc((nk + 1) * redis_state_tier_size());
+    memset(k->xs, 0, (nk + 1) * redis_state_tier_size());
+}
+
+static void call_end(struct call *k)
+{
+    rm.Free(k->xs);
+    rm.Free(k->out);
+    rm.Free(k->check_allowed);
+    rm.Free(k->tiers);
+    rm.Free(k->checks);
 }
 
 /* argv[1] "B": the batch, each request decided in turn with its own reply. */
@@ -276,11 +288,13 @@ static int check_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     struct module_arg *args = rm.Alloc((na + 1) * sizeof *args);
     for (size_t i = 0; i < na; i++)
         args[i].p = rm.StringPtrLen(argv[2 + numkeys + i], &args[i].len);
-    struct call k = {{&rm, ctx}, -1};
+    struct call k = {{&rm, ctx}, -1, NULL, NULL, NULL, NULL, NULL};
+    call_begin(&k, (size_t)numkeys, na);
     if (na >= 1 && args[0].len == 1 && args[0].p[0] == 'B')
         batch(&k, argv + 2, (size_t)numkeys, args, na);
     else
         one_request(&k, argv + 2, (size_t)numkeys, args, na);
+    call_end(&k);
     rm.Free(args);
     return REDISMODULE_OK;
 }

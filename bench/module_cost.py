@@ -11,9 +11,10 @@ Starts a private redis-server (unix socket, temp dir) with MODULE
 $LOCAL_DRIVER --print-library (default tests/unit/local_driver), then
 per size (default 32, redis.batch's default, and 1) and per round (RUNS,
 default 3): after a FLUSHALL each, both paths in rotated order send
-REQUESTS (default 32000) fixed_window checks on 100 000 spread keys
-(bench/batch_redis_cpu.py's run: rounds of DEPTH, default 64, requests
-written at once; `clock: redis`). Prints one tab-separated row per size
+REQUESTS (default 32000) fixed_window checks on 100 000 spread keys,
+every one made by that path before the round (bench/batch_redis_cpu.py's
+run: rounds of DEPTH, default 64, requests written at once; `clock:
+redis`). Prints one tab-separated row per size
 and path: the median over rounds of Redis's main thread CPU (INFO cpu)
 per check, of the time inside the command (INFO commandstats), and
 every round's CPU figure. Bounded: every read has a timeout.
@@ -25,11 +26,31 @@ import sys
 import tempfile
 import time
 
-from batch_redis_cpu import Conn, median, run
+from batch_redis_cpu import Conn, median, resp, run
 
 # Never reached by the keys' counts; within the module's limit x window
 # bound (2^53 µs), which batch_redis_cpu.py's limit of 10^9 is not.
 POLICY = "0 fixed_window 1000000 3600000000 0 0"
+
+
+KEYS = 100000
+
+
+def preload(c, head):
+    """Every key the round draws from, made through head's path first, as
+    bench/run.sh's pair target loads its keys before it measures: the
+    rounds then update keys that exist, a limiter's steady state, and no
+    path pays for growing the keyspace."""
+    for first in range(0, KEYS, 32 * 64):
+        cmds = []
+        for b in range(first, min(first + 32 * 64, KEYS), 32):
+            keys = ["rl:{b:%d}:t" % i for i in range(b, min(b + 32, KEYS))]
+            n = len(keys)
+            cmds.append(resp(head + [n] + keys + ["B", n] + ["1", "4"] * n
+                             + ["", "0", "1", POLICY] * n))
+        c.s.sendall(b"".join(cmds))
+        for _ in cmds:
+            c.reply()
 
 
 def main():
@@ -65,6 +86,7 @@ def main():
                 for j in range(len(paths)):
                     i = (r + j) % len(paths)
                     c.command("FLUSHALL")
+                    preload(c, paths[i][1])
                     res[i].append(run(c, None, size, depth, total, rng, paths[i][1],
                                       paths[i][2], POLICY))
             for i, p in enumerate(paths):

@@ -45,7 +45,8 @@ def resp(args):
 
 class Conn:
     def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
+        """path: a unix socket's, or (host, port) for TCP."""
+        self.s = socket.socket(socket.AF_INET if isinstance(path, tuple) else socket.AF_UNIX)
         self.s.settimeout(30)
         self.s.connect(path)
         self.buf = b""

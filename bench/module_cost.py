@@ -6,7 +6,8 @@ daemon's exact framing (src/backend/redis/redis_node.c: one request
 alone, or argv[1] "B" and a batch), on one Redis, with no daemon in the
 way: the daemon cannot use the module yet, so this drives Redis itself.
 
-Starts a private redis-server (unix socket, temp dir) with MODULE
+Starts a private redis-server (loopback TCP, as the pair's and the
+daemon's calls, on a free port; temp dir) with MODULE
 (default ./ratelimitd.so) loaded and the Function library of
 $LOCAL_DRIVER --print-library (default tests/unit/local_driver), then
 per size (default 32, redis.batch's default, and 1) and per round (RUNS,
@@ -21,6 +22,7 @@ every round's CPU figure. Bounded: every read has a timeout.
 """
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,16 +65,24 @@ def main():
     module = os.path.abspath(os.environ.get("MODULE", os.path.join(top, "ratelimitd.so")))
     lib = subprocess.run([driver, "--print-library"], stdout=subprocess.PIPE, check=True).stdout
     d = tempfile.mkdtemp()
-    sock = os.path.join(d, "redis.sock")
-    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--dir", d,
-                              "--save", "", "--appendonly", "no", "--loadmodule", module],
-                             stdout=subprocess.DEVNULL)
+    with socket.socket() as s:  # a free port, as the pair's redis-server has
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                              "--dir", d, "--save", "", "--appendonly", "no",
+                              "--loadmodule", module], stdout=subprocess.DEVNULL)
     try:
+        c = None
         for _ in range(200):
-            if os.path.exists(sock) or redis.poll() is not None:
+            if redis.poll() is not None:
+                sys.exit("module_cost.py: redis-server exited")
+            try:
+                c = Conn(("127.0.0.1", port))
                 break
-            time.sleep(0.05)
-        c = Conn(sock)
+            except OSError:
+                time.sleep(0.05)
+        if c is None:
+            sys.exit("module_cost.py: redis-server did not listen")
         fn = c.command("FUNCTION", "LOAD", "REPLACE", lib)
         paths = [("functions", ["FCALL", fn], "cmdstat_fcall"),
                  ("module", ["ratelimitd.check"], "cmdstat_ratelimitd.check")]

@@ -43,10 +43,10 @@ static const struct api_row rows[] = {
     ROW(KeyType),
     ROW(StringDMA),
     ROW(StringTruncate),
-    ROW(DeleteKey),
     ROW(SetAbsExpire),
     ROW(Milliseconds),
     ROW(Replicate),
+    ROW(NotifyKeyspaceEvent),
     ROW(Alloc),
     ROW(Free),
 };

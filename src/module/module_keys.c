@@ -77,11 +77,25 @@ int module_keys_read(const struct module_keys *k, RedisModuleString *key, struct
     return allowed;
 }
 
+/* Runs one write command's reply r; 0, or -1 with its error in err. */
+static int run(const struct module_keys *k, const char *what, RedisModuleCallReply *r, char *err)
+{
+    int ok = r && k->rm->CallReplyType(r) != REDISMODULE_REPLY_ERROR;
+    if (!ok)
+        call_error(err, k, what, r);
+    if (r)
+        k->rm->FreeCallReply(r);
+    return ok ? 0 : -1;
+}
+
 /* A string tier's SET key value PX|PXAT ms, made through the key API:
  * the value written in place (StringTruncate then DMA: no allocation once
  * the key holds a string of Redis's own, raw encoding, which this write
- * leaves), the expiry as the absolute time SET would give it, and SET ...
- * PXAT that time replicated, as Redis 7 replicates a SET ... PX. */
+ * leaves), the expiry as the absolute time SET would give it, SET ...
+ * PXAT that time replicated, as Redis 7 replicates a SET ... PX, and
+ * SET's keyspace events. A key of another type (no daemon's) is replaced
+ * by SET itself, which overwrites it as one key, where the key API would
+ * delete it and make a new one (a "new" event SET does not give). */
 static int write_string(const struct module_keys *k, RedisModuleString *key,
                         const struct redis_write *w, char *err)
 {
@@ -98,8 +112,11 @@ static int write_string(const struct module_keys *k, RedisModuleString *key,
         return -1;
     }
     int type = rm->KeyType(h);
-    if (type != REDISMODULE_KEYTYPE_EMPTY && type != REDISMODULE_KEYTYPE_STRING)
-        rm->DeleteKey(h); /* SET replaces a key of any type */
+    if (type != REDISMODULE_KEYTYPE_EMPTY && type != REDISMODULE_KEYTYPE_STRING) {
+        rm->CloseKey(h);
+        return run(k, "SET", rm->Call(k->ctx, "SET", "!sbcl", key, w->buf, w->len, "PXAT", at),
+                   err);
+    }
     size_t len = 0;
     char *p = NULL;
     if (rm->StringTruncate(h, w->len) == REDISMODULE_OK)
@@ -114,18 +131,10 @@ static int write_string(const struct module_keys *k, RedisModuleString *key,
         return -1;
     }
     rm->Replicate(k->ctx, "SET", "sbcl", key, w->buf, w->len, "PXAT", at);
+    /* SET's own events, in its order, for keyspace notifications */
+    rm->NotifyKeyspaceEvent(k->ctx, REDISMODULE_NOTIFY_STRING, "set", key);
+    rm->NotifyKeyspaceEvent(k->ctx, REDISMODULE_NOTIFY_GENERIC, "expire", key);
     return 0;
-}
-
-/* Runs one write command's reply r; 0, or -1 with its error in err. */
-static int run(const struct module_keys *k, const char *what, RedisModuleCallReply *r, char *err)
-{
-    int ok = r && k->rm->CallReplyType(r) != REDISMODULE_REPLY_ERROR;
-    if (!ok)
-        call_error(err, k, what, r);
-    if (r)
-        k->rm->FreeCallReply(r);
-    return ok ? 0 : -1;
 }
 
 int module_keys_write(const struct module_keys *k, RedisModuleString *key,

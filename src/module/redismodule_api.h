@@ -33,6 +33,9 @@
 #define REDISMODULE_KEYTYPE_EMPTY 0
 #define REDISMODULE_KEYTYPE_STRING 1
 
+#define REDISMODULE_NOTIFY_GENERIC (1 << 2)
+#define REDISMODULE_NOTIFY_STRING (1 << 3)
+
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
@@ -62,10 +65,11 @@ struct redis_module_api {
     int (*KeyType)(RedisModuleKey *key);
     char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
     int (*StringTruncate)(RedisModuleKey *key, size_t newlen);
-    int (*DeleteKey)(RedisModuleKey *key);
     int (*SetAbsExpire)(RedisModuleKey *key, long long expire);
     long long (*Milliseconds)(void);
     int (*Replicate)(RedisModuleCtx *ctx, const char *cmdname, const char *fmt, ...);
+    int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event,
+                               RedisModuleString *key);
     void *(*Alloc)(size_t bytes);
     void (*Free)(void *ptr);
 };

@@ -14,6 +14,7 @@
  * Does not own: the arguments' grammar (module_args.c), the keys' reads
  * and writes and their replication (module_keys.c), the arithmetic.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -214,26 +215,35 @@ static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
         redis_state_release(redis_state_tier_at(k->xs, i));
 }
 
+/* n bytes rounded up to the strictest alignment, as malloc aligns. */
+static size_t aligned(size_t n)
+{
+    size_t a = _Alignof(max_align_t);
+    return (n + a - 1) / a * a;
+}
+
 /* Readies k's arrays for any request of a call of nk keys and na
- * arguments (each request's counts are at most these): allocated once per
- * call, not per request, as a batch's requests are many and small. */
+ * arguments (each request's counts are at most these): one allocation
+ * per call, not five per request, as a batch's requests are many and
+ * small. */
 static void call_begin(struct call *k, size_t nk, size_t na)
 {
-    k->checks = rm.Alloc((na / 2 + 1) * sizeof *k->checks);
-    k->tiers = rm.Alloc((nk + 1) * sizeof *k->tiers);
-    k->check_allowed = rm.Alloc((na / 2 + 1) * sizeof *k->check_allowed);
-    k->out = rm.Alloc((2 + 9 * nk) * sizeof *k->out);
+    size_t sz[5] = {aligned((na / 2 + 1) * sizeof *k->checks), aligned((nk + 1) * sizeof *k->tiers),
+                    aligned((nk + 1) * redis_state_tier_size()),
+                    aligned((2 + 9 * nk) * sizeof *k->out),
+                    aligned((na / 2 + 1) * sizeof *k->check_allowed)};
+    char *p = rm.Alloc(sz[0] + sz[1] + sz[2] + sz[3] + sz[4]);
+    k->checks = (struct module_check *)p;
+    k->tiers = (struct module_tier *)(p += sz[0]);
+    k->xs = p += sz[1];
+    k->out = (int64_t *)(p += sz[2]);
+    k->check_allowed = (int *)(p + sz[3]);
     /* zeroed once: redis_state_release zeroes each tier after a request */
-    k->xs = rm.Alloc((nk + 1) * redis_state_tier_size());
-    memset(k->xs, 0, (nk + 1) * redis_state_tier_size());
+    memset(k->xs, 0, sz[2]);
 }
 
 static void call_end(struct call *k)
 {
-    rm.Free(k->xs);
-    rm.Free(k->out);
-    rm.Free(k->check_allowed);
-    rm.Free(k->tiers);
     rm.Free(k->checks);
 }
 

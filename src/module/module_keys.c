@@ -88,6 +88,22 @@ static int run(const struct module_keys *k, const char *what, RedisModuleCallRep
     return ok ? 0 : -1;
 }
 
+/* Sizes h's string (a string already if string, else empty) to n bytes,
+ * as tightly as SET sizes a value. Growing a string in place reserves as
+ * much again (Redis's sdsMakeRoomFor); so a value that grows (a count
+ * gaining a digit) grows one byte more, then shrinks to n, which
+ * reallocates it to fit (a string shrunk below its spare room is), and
+ * keeps the size SET gives it, not 16 bytes more. 0, or -1. */
+static int resize(const struct redis_module_api *rm, RedisModuleKey *h, int string, size_t n)
+{
+    size_t cur = 0;
+    if (string)
+        rm->StringDMA(h, &cur, REDISMODULE_READ);
+    if (string && n > cur && rm->StringTruncate(h, n + 1) != REDISMODULE_OK)
+        return -1;
+    return rm->StringTruncate(h, n) == REDISMODULE_OK ? 0 : -1;
+}
+
 /* A string tier's SET key value PX|PXAT ms, made through the key API:
  * the value written in place (StringTruncate then DMA: no allocation once
  * the key holds a string of Redis's own, raw encoding, which this write
@@ -119,7 +135,7 @@ static int write_string(const struct module_keys *k, RedisModuleString *key,
     }
     size_t len = 0;
     char *p = NULL;
-    if (rm->StringTruncate(h, w->len) == REDISMODULE_OK)
+    if (resize(rm, h, type == REDISMODULE_KEYTYPE_STRING, w->len) == 0)
         p = rm->StringDMA(h, &len, REDISMODULE_WRITE);
     int ok = p && len == w->len;
     if (ok)

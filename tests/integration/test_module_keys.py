@@ -12,7 +12,9 @@ string tier's key, against the Functions on one private redis-server:
   stream of calls are those of the same stream through FCALL, event for
   event: a new key, an update, a denial, a key of another type replaced;
 - a key the Functions wrote is read and updated by the module, and the
-  module's by the Functions (the same bytes, whatever Redis's encoding).
+  module's by the Functions (the same bytes, whatever Redis's encoding);
+- a value written in place that grows (a count gaining a digit) takes no
+  more memory (MEMORY USAGE) than the Functions' SET of it.
 
 Equal state and replication are test_module.py's and
 test_module_replication.py's.
@@ -120,11 +122,25 @@ def test_shared_keys(r, function):
        "the key holds the Functions' string with a count of 2 (%r)" % value)
 
 
+def test_memory(r, function):
+    """A value that grows in place (a count from 9 to 12, a bucket's
+    tokens) takes no more memory than the Functions' SET gives it."""
+    for alg in ("fixed_window", "token_bucket", "gcra"):
+        pol = "0 %s 100000 60000000 0 0" % alg
+        for _ in range(12):
+            r.command("FCALL", function, 1, "mf:" + alg, "", "0", "1", pol)
+            r.command("ratelimitd.check", 1, "mm:" + alg, "", "0", "1", pol)
+        f, m = (r.command("MEMORY", "USAGE", p + alg, "SAMPLES", "0") for p in ("mf:", "mm:"))
+        ok(m <= f, "%s: 12 calls: the module's key takes %d bytes, the Functions' %d"
+           % (alg, m, f))
+
+
 def main():
     server, r, function = module_server()
     test_no_commands(r)
     test_events(server, r, function)
     test_shared_keys(r, function)
+    test_memory(r, function)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ string tier's key, against the Functions on one private redis-server:
   event: a new key, an update, a denial, a key of another type replaced;
 - a key the Functions wrote is read and updated by the module, and the
   module's by the Functions (the same bytes, whatever Redis's encoding);
+- WATCH: broken by a write, as the Functions' SET breaks it, and not by
+  a denied check or a dry run;
 - a value written in place that grows (a count gaining a digit) takes no
   more memory (MEMORY USAGE) than the Functions' SET of it.
 
@@ -122,6 +124,31 @@ def test_shared_keys(r, function):
        "the key holds the Functions' string with a count of 2 (%r)" % value)
 
 
+def watched(server, r, head, key, args):
+    """Whether a call (head, key, args) breaks a WATCH of key: EXEC
+    answers nil then."""
+    with server.client() as w:
+        w.command("WATCH", key)
+        w.command("MULTI")
+        w.command("PING")
+        r.command(*(head + [1, key] + args))
+        return w.command("EXEC") is None
+
+
+def test_watch(server, r, function):
+    """WATCH sees a write, as the Functions' SET, and no read: a denied
+    check or a dry run leaves a WATCH of its key standing."""
+    pol = "0 fixed_window 1 60000000 0 0"
+    got = {}
+    for name, head in (("fcall", ["FCALL", function]), ("module", ["ratelimitd.check"])):
+        key = "w:" + name
+        got[name] = [watched(server, r, head, key, ["", "0", "1", pol]),  # allowed: written
+                     watched(server, r, head, key, ["", "0", "1", pol]),  # denied
+                     watched(server, r, head, key, ["", "1", "1", pol])]  # a dry run
+    eq(got["fcall"], [True, False, False], "WATCH: the Functions' write breaks it, nothing else")
+    eq(got["module"], got["fcall"], "WATCH: the module's calls break it as the Functions' do")
+
+
 def test_memory(r, function):
     """A value that grows in place (a count from 9 to 12, a bucket's
     tokens) takes no more memory than the Functions' SET gives it."""
@@ -141,6 +168,7 @@ def main():
     test_events(server, r, function)
     test_shared_keys(r, function)
     test_memory(r, function)
+    test_watch(server, r, function)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,11 @@ struct call {
     int *check_allowed;
     int64_t *out; /* room for 9 integers per tier */
     void *xs;     /* the tiers' struct redis_tier */
+    /* the request last decoded into req (checks, tiers), and from which
+     * arguments (last NULL: none) */
+    struct module_request req;
+    const struct module_arg *last;
+    size_t last_na, last_nk;
 };
 
 /* The server's TIME in µs, read at the call's first need. Read here, not
@@ -197,20 +202,38 @@ static void decide(struct call *k, RedisModuleString **keys, struct module_reque
         rm.ReplyWithLongLong(k->keys.ctx, out[i]);
 }
 
+/* Whether argv[0..na), with nk keys, is byte for byte the request k
+ * decoded last: the requests of a batch mostly are (the same policies and
+ * costs, "" for Redis's clock; only their keys differ), and comparing
+ * costs Redis less than decoding the policies again. */
+static int decoded_last(const struct call *k, const struct module_arg *argv, size_t na, size_t nk)
+{
+    if (!k->last || k->last_na != na || k->last_nk != nk)
+        return 0;
+    for (size_t i = 0; i < na; i++)
+        if (argv[i].len != k->last[i].len || memcmp(argv[i].p, k->last[i].p, argv[i].len) != 0)
+            return 0;
+    return 1;
+}
+
 /* Decodes and decides one request: keys[0..nk), argv[0..na); replies with
  * its array or its error. */
 static void one_request(struct call *k, RedisModuleString **keys, size_t nk,
                         const struct module_arg *argv, size_t na)
 {
     char err[MODULE_ERR_BUF + 8];
-    struct module_request req;
-    req.checks = k->checks;
-    req.tiers = k->tiers;
-    memcpy(err, "ERR ", 4);
-    if (module_args_request(argv, na, nk, &req, err + 4, MODULE_ERR_BUF) < 0)
-        rm.ReplyWithError(k->keys.ctx, err);
-    else
-        decide(k, keys, &req, k->xs, k->check_allowed, k->out);
+    if (!decoded_last(k, argv, na, nk)) {
+        k->last = NULL;
+        k->req.checks = k->checks;
+        k->req.tiers = k->tiers;
+        memcpy(err, "ERR ", 4);
+        if (module_args_request(argv, na, nk, &k->req, err + 4, MODULE_ERR_BUF) < 0) {
+            rm.ReplyWithError(k->keys.ctx, err);
+            return;
+        }
+        k->last = argv, k->last_na = na, k->last_nk = nk;
+    }
+    decide(k, keys, &k->req, k->xs, k->check_allowed, k->out);
     for (size_t i = 0; i < nk; i++)
         redis_state_release(redis_state_tier_at(k->xs, i));
 }
@@ -298,7 +321,7 @@ static int check_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     struct module_arg *args = rm.Alloc((na + 1) * sizeof *args);
     for (size_t i = 0; i < na; i++)
         args[i].p = rm.StringPtrLen(argv[2 + numkeys + i], &args[i].len);
-    struct call k = {{&rm, ctx}, -1, NULL, NULL, NULL, NULL, NULL};
+    struct call k = {.keys = {&rm, ctx}, .time = -1};
     call_begin(&k, (size_t)numkeys, na);
     if (na >= 1 && args[0].len == 1 && args[0].p[0] == 'B')
         batch(&k, argv + 2, (size_t)numkeys, args, na);

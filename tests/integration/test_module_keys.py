@@ -13,6 +13,8 @@ string tier's key, against the Functions on one private redis-server:
   event: a new key, an update, a denial, a key of another type replaced;
 - a key the Functions wrote is read and updated by the module, and the
   module's by the Functions (the same bytes, whatever Redis's encoding);
+- a batch whose requests repeat the same arguments (decoded once), a
+  refused one between them: the Functions' replies;
 - WATCH: broken by a write, as the Functions' SET breaks it, and not by
   a denied check or a dry run;
 - a value written in place that grows (a count gaining a digit) takes no
@@ -149,6 +151,26 @@ def test_watch(server, r, function):
     eq(got["module"], got["fcall"], "WATCH: the module's calls break it as the Functions' do")
 
 
+def test_batch_reuse(r, function):
+    """A batch whose requests repeat each other's arguments, a refused one
+    between them (a policy that fails on its last word, after the words
+    before it were read): every reply equal to FCALL's, the refused one
+    refused alone."""
+    good = ["", "0", "1", "0 fixed_window 5 60000000 0 0"]
+    bad = ["", "0", "1", "0 fixed_window 1 60000000 0 x"]
+    frame = ["B", "4"] + ["1", "4"] * 4 + good + good + bad + good
+    got = {}
+    for name, head in (("fcall", ["FCALL", function]), ("module", ["ratelimitd.check"])):
+        keys = ["br:%s:%d" % (name, i) for i in range(4)]
+        reply = r.command(*(head + [4] + keys + frame))
+        got[name] = [x if isinstance(x, list) else "error" for x in reply]
+        # now_us and reset_us aside: the two calls run a moment apart
+        got[name] = [x[1:5] + x[6:] if isinstance(x, list) else x for x in got[name]]
+    eq(got["module"], got["fcall"], "a batch reusing its requests' arguments around a refused "
+       "one: the Functions' replies")
+    eq(got["module"][2], "error", "the refused request: an error, alone")
+
+
 def test_memory(r, function):
     """A value that grows in place (a count from 9 to 12, a bucket's
     tokens) takes no more memory than the Functions' SET gives it."""
@@ -168,6 +190,7 @@ def main():
     test_events(server, r, function)
     test_shared_keys(r, function)
     test_memory(r, function)
+    test_batch_reuse(r, function)
     test_watch(server, r, function)
 
 

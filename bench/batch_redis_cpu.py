@@ -45,7 +45,8 @@ def resp(args):
 
 class Conn:
     def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX)
+        """path: a unix socket's, or (host, port) for TCP."""
+        self.s = socket.socket(socket.AF_INET if isinstance(path, tuple) else socket.AF_UNIX)
         self.s.settimeout(30)
         self.s.connect(path)
         self.buf = b""
@@ -95,7 +96,10 @@ def now_arg():
     return ""
 
 
-def run(c, fn, size, depth, total, rng):
+def run(c, fn, size, depth, total, rng, head=None, stat="cmdstat_fcall", policy=POLICY):
+    """Redis CPU and in-command time per request; head: the command and
+    name before numkeys (default FCALL fn), stat: its commandstats row."""
+    head = head or ["FCALL", fn]
     c.command("CONFIG", "RESETSTAT")
     cpu = info(c, "cpu", "used_cpu_")
     c0 = float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
@@ -106,18 +110,18 @@ def run(c, fn, size, depth, total, rng):
         for _ in range(depth // size):
             keys = ["rl:{b:%d}:t" % rng.randrange(100000) for _ in range(size)]
             if size == 1:
-                cmds.append(resp(["FCALL", fn, 1, keys[0], now, "0", "1", POLICY]))
+                cmds.append(resp(head + [1, keys[0], now, "0", "1", policy]))
             else:
-                cmds.append(resp(["FCALL", fn, size] + keys + ["B", size] + ["1", "4"] * size
-                                 + [now, "0", "1", POLICY] * size))
+                cmds.append(resp(head + [size] + keys + ["B", size] + ["1", "4"] * size
+                                 + [now, "0", "1", policy] * size))
         c.s.sendall(b"".join(cmds))
         for _ in cmds:
             c.reply()
         sent += depth
     cpu = info(c, "cpu", "used_cpu_")
     c1 = float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
-    fcall = info(c, "commandstats", "cmdstat_fcall").get("cmdstat_fcall", "usec=0")
-    usec = int(fcall.split("usec=")[1].split(",")[0])
+    row = info(c, "commandstats", stat).get(stat, "usec=0")
+    usec = int(row.split("usec=")[1].split(",")[0])
     return (c1 - c0) * 1e6 / sent, usec / sent
 
 
@@ -224,4 +228,5 @@ def main():
         os.rmdir(d)
 
 
-main()
+if __name__ == "__main__":
+    main()

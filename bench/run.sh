@@ -31,6 +31,10 @@
 #           redis-benchmark on a redis-server of its own: Redis's CPU per
 #           decision (INFO cpu), PAIR_N (100 000) of each, and `redis`'s
 #           Redis CPU per check ÷ it
+#   module  bench/module_cost.py: Redis's CPU per check decided by the
+#           module (ratelimitd.so) and by the Functions, at the default
+#           redis.batch and at 1, driven directly with the daemon's framing,
+#           and each ÷ the pair (run `pair` with it)
 #   cost    bench/redis_cost.sh (Redis's own µs per call of each algorithm),
 #           one run per variant, 100 000 calls (--quick 20 000)
 # At the end: the issue's targets, met or not, in summary.md (also printed),
@@ -47,7 +51,7 @@
 # RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
 # of the RSS run (1000000; --quick 300000); PAIR_N=N the commands of each
 # pair run (100000). Order of the run: nginx1, nginx2, rlf, rl1, mem,
-# redis, pair, leases, grpc, rl2, cost.
+# redis, pair, module, leases, grpc, rl2, cost.
 #
 # Everything started here is stopped on exit (also on Ctrl-C); every wait
 # and every wrk run is bounded.
@@ -57,7 +61,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
-ONLY="nginx1,nginx2,rlf,mem,redis,pair,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
+ONLY="nginx1,nginx2,rlf,mem,redis,pair,module,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE="" ROUNDS=1 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
 CMDLINE="bench/run.sh"
 for a in "$@"; do
@@ -90,7 +94,7 @@ case "$ROUNDS" in [1-9]|[1-9][0-9]) ;; *) echo "run.sh: --rounds takes 1 to 99" 
 [ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 170 || echo 540)) * ROUNDS ))
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
 # --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
-[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,pair,leases,grpc"
+[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,pair,module,leases,grpc"
 
 T_START=$(date +%s)
 log() { printf '[bench %3ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
@@ -817,6 +821,31 @@ if want pair; then
     [ -n "${P[why]:-}" ] && log "pair: n/a: ${P[why]}"
 fi
 
+# module: what one check costs Redis decided by the module (ratelimitd.so,
+# `ratelimitd.check`) and by the Functions (FCALL), at the default
+# redis.batch and at 1: bench/module_cost.py drives Redis itself with the
+# daemon's exact framing (the daemon cannot use the module yet), on a
+# redis-server of its own with both loaded, every key made before a round
+# as the pair's are; the median of at least 3 rounds, each beside the pair.
+declare -A M    # M[functions|module,BATCH] µs of Redis CPU per check, M[why]
+M_BATCH=$(awk '$2 == "CONFIG_DEFAULT_REDIS_BATCH" { print $3 }' "$ROOT/src/config/config.h")
+if want module; then
+    if [ ! -f "$ROOT/ratelimitd.so" ] || [ ! -x "$ROOT/tests/unit/local_driver" ]; then
+        M[why]="build it first: make ratelimitd.so tests/unit/local_driver"
+    elif [ $(( $(elapsed) + 40 )) -gt "$DEADLINE" ]; then
+        M[why]="skipped (deadline ${DEADLINE}s)"
+    elif RUNS=$(( ROUNDS > 3 ? ROUNDS : 3 )) timeout -k 5 300 python3 "$HERE/module_cost.py" "$M_BATCH" 1 \
+            >"$OUT/module.tsv" 2>"$TMP/module.err"; then
+        while IFS=$'\t' read -r b path us _; do
+            case "$us" in [0-9]*) M[$path,$b]=$us ;; esac
+        done <"$OUT/module.tsv"
+        log "module: Redis CPU per check, batch $M_BATCH / 1: Functions ${M[functions,$M_BATCH]:-?} / ${M[functions,1]:-?} µs, module ${M[module,$M_BATCH]:-?} / ${M[module,1]:-?} µs"
+    else
+        M[why]="module_cost.py failed: $(tail -n1 "$TMP/module.err" | cut -c1-200)"
+    fi
+    [ -n "${M[why]:-}" ] && log "module: n/a: ${M[why]}"
+fi
+
 # leases: one hot key whose limit is far above the load (fixed_window 10^9
 # per 60 s), 3 daemons, CONNS/3 connections each (3 wrk -t1 at once).
 lease_config() {   # lease_config FILE PORT BACKEND (redis|memory) [LEASE]
@@ -957,6 +986,14 @@ SUMMARY=$(
     x="n/a${P[why]:+ (${P[why]})}" d=""
     if has redis-b1 && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v redis-b1 rcpu)" "${P[sum]}"); d="$(v redis-b1 rcpu) vs ${P[sum]} µs"; fi
     srow "Redis CPU per check at redis.batch: 1 ÷ that pair (issue 30)" "$x" x '<=' 1.0 "$d"
+    for b in "$M_BATCH" 1; do
+        x="n/a${M[why]:+ (${M[why]})}${P[why]:+ (pair: ${P[why]})}" d=""
+        if [ -n "${M[module,$b]:-}" ] && [ -n "${P[sum]:-}" ]; then
+            x=$(ratio "${M[module,$b]}" "${P[sum]}")
+            d="${M[module,$b]} vs ${P[sum]} µs; the Functions ${M[functions,$b]:-?} µs = $(ratio "${M[functions,$b]:-0}" "${P[sum]}")×"
+        fi
+        srow "the module's Redis CPU per check at redis.batch: $b ÷ that pair (issue 30, bench/module_cost.py)" "$x" x '<=' "$([ "$b" = 1 ] && echo 1.0 || echo 0.5)" "$d"
+    done
     x=$(na_why leases-auto) d=""
     if has leases-auto; then x=$(awk -v c="$(v leases-auto rcalls)" 'BEGIN { printf "%.2f", 100 * c }'); d="$(v leases-auto rcalls) FCALL/EVALSHA per check"; fi
     srow "one hot allowed key, 3 daemons, lease: auto: Redis calls per check" "$x" " %" '<=' 1 "$d"
@@ -1081,6 +1118,11 @@ MD="$OUT/results.md"
         echo "- pair (envoyproxy/ratelimit's decision): INCRBY ${P[incrby]} µs + EXPIRE ${P[expire]} µs = ${P[sum]} µs of Redis's own CPU (INFO cpu) per decision, ${P[incrby_rps]} and ${P[expire_rps]} commands/s (redis-benchmark -P 16 -c 8 -n $PAIR_N -r $KEYS on a redis-server of its own, every key holding a counter with a TTL$([ "$ROUNDS" -gt 1 ] && echo "; the median round of $ROUNDS: ${P[rounds]} µs"); every round in pair.tsv)."
     elif want pair; then
         echo "- pair (envoyproxy/ratelimit's decision): n/a${P[why]:+ (${P[why]})}."
+    fi
+    if [ -n "${M[module,$M_BATCH]:-}" ]; then
+        echo "- module: Redis's own CPU (INFO cpu) per fixed_window check on 100 000 spread keys, each made first, driven by bench/module_cost.py with the daemon's exact framing (not through the daemon, which cannot use the module yet), the median of $(( ROUNDS > 3 ? ROUNDS : 3 )) rounds (every round in module.tsv): at redis.batch $M_BATCH (the default), the Functions ${M[functions,$M_BATCH]} µs and the module ${M[module,$M_BATCH]} µs; at 1, ${M[functions,1]:-?} µs and ${M[module,1]:-?} µs."
+    elif want module; then
+        echo "- module: n/a${M[why]:+ (${M[why]})}."
     fi
     [ -n "${X[leases_load]:-}" ] && echo "- leases: one hot allowed key (fixed_window 10^9 per 60 s), ${X[leases_load]}."
     for k in leases-memory leases-none leases-auto; do

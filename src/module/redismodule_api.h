@@ -27,9 +27,19 @@
 #define REDISMODULE_REPLY_INTEGER 2
 #define REDISMODULE_REPLY_ARRAY 3
 
+#define REDISMODULE_READ (1 << 0)
+#define REDISMODULE_WRITE (1 << 1)
+
+#define REDISMODULE_KEYTYPE_EMPTY 0
+#define REDISMODULE_KEYTYPE_STRING 1
+
+#define REDISMODULE_NOTIFY_GENERIC (1 << 2)
+#define REDISMODULE_NOTIFY_STRING (1 << 3)
+
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
+typedef struct RedisModuleKey RedisModuleKey;
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* The functions, as Redis exports them by name. */
@@ -53,6 +63,16 @@ struct redis_module_api {
     int (*ReplyWithArray)(RedisModuleCtx *ctx, long len);
     int (*ReplyWithLongLong)(RedisModuleCtx *ctx, long long ll);
     int (*ReplyWithError)(RedisModuleCtx *ctx, const char *err);
+    RedisModuleKey *(*OpenKey)(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode);
+    void (*CloseKey)(RedisModuleKey *key);
+    int (*KeyType)(RedisModuleKey *key);
+    char *(*StringDMA)(RedisModuleKey *key, size_t *len, int mode);
+    int (*StringTruncate)(RedisModuleKey *key, size_t newlen);
+    int (*SetAbsExpire)(RedisModuleKey *key, long long expire);
+    long long (*Milliseconds)(void);
+    int (*Replicate)(RedisModuleCtx *ctx, const char *cmdname, const char *fmt, ...);
+    int (*NotifyKeyspaceEvent)(RedisModuleCtx *ctx, int type, const char *event,
+                               RedisModuleString *key);
     void *(*Alloc)(size_t bytes);
     void (*Free)(void *ptr);
 };

@@ -757,7 +757,9 @@ def module_under_test():
     return os.path.abspath(module)
 
 
-def main():
+def module_server():
+    """A private redis-server with the module and the Functions library
+    loaded: (server, a client, the library's function name)."""
     module = module_under_test()
     driver = harness.find_program("LOCAL_DRIVER", os.path.join("tests", "unit", "local_driver"))
     if not driver:
@@ -767,6 +769,11 @@ def main():
     server = harness.RedisServer(extra_args=["--loadmodule", module]).start()
     r = server.client()
     eq(r.command("FUNCTION", "LOAD", "REPLACE", lib), function, "the Functions library loads")
+    return server, r, function
+
+
+def main():
+    server, r, function = module_server()
     mods = r.command("MODULE", "LIST")
     ok(any("ratelimitd" in m for m in mods), "MODULE LIST names ratelimitd")
     eq(r.command("COMMAND", "GETKEYS", "ratelimitd.check", "2", "a", "b", "B", "1"),

@@ -675,8 +675,10 @@ static void block(struct store *s, const struct module_arg *keys, const struct m
     }
     if (req->block == 'L' && allowed) {
         granted = redis_state_take_block(xs, n, req->block_n, now, &until);
+        /* until is capped at 2^53 µs (the script's exact integers), so a
+         * block taken at that now ends at once: never before it. */
         if (granted < units || granted > (req->block_n > units ? req->block_n : units) ||
-            until <= now)
+            until < now)
             abort();
     }
     if (req->block == 'G' && redis_state_lease_same(xs, n, req->block_n))

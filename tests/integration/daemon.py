@@ -14,6 +14,7 @@ import time
 
 import harness
 import openapi_check
+import promtext
 
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 # A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
@@ -214,6 +215,16 @@ class ClusterDaemon(Daemon):
 
     def redis_where(self):
         return "  cluster: [%s]\n" % ", ".join('"%s"' % s for s in self.seeds)
+
+
+def metric(d, family, **labels):
+    """The value of family's series with labels in d's /metrics, or None
+    when there is no such series."""
+    fams = promtext.parse(d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(fams, family, **labels)
+    except (KeyError, ValueError):
+        return None
 
 
 def hammer(d, policy, key="hot", clients=100, per_client=3):

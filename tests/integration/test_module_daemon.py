@@ -23,16 +23,20 @@ private redis-servers with and without ratelimitd.so ($RATELIMITD_MODULE):
     back, and once ready again every check is answered;
 (d) a rolling enable: MODULE LOAD on the running node is taken at the next
     reconnection (CLIENT KILL here); MODULE UNLOAD under a connected daemon
-    (auto) costs no check: the call is sent again by FCALL.
+    (auto) costs no check: the call is sent again by FCALL;
+(e) an ACL user refused ratelimitd.check (NOPERM): auto decides by the
+    Functions with every check answered; on is unavailable, and says the
+    ACL is why.
 """
 
 import os
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import redis_cluster  # noqa: E402
-from daemon import ClusterDaemon, Daemon, metric  # noqa: E402
+from daemon import ClusterDaemon, Daemon, hammer, metric  # noqa: E402
 from harness import eq, ok  # noqa: E402
 from test_module import module_under_test  # noqa: E402
 
@@ -54,6 +58,14 @@ POLICY = """policies:
     failure_mode: open
     tiers:
       - {name: t, algorithm: token_bucket, limit: 5, window: 1h}
+  tbbig:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: token_bucket, limit: 100000, window: 1h}
+  logbig:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: sliding_window_log, limit: 100000, window: 1h}
 """
 
 # (policy, key) per check: enough of each to reach a denial.
@@ -139,6 +151,20 @@ def test_auto_off_on(module):
     r = [d.check("log", "l").status for _ in range(4)]
     eq(r, [200, 200, 200, 429], "(a) sliding_window_log on a module node: decided")
     eq(cmdstat(c, "fcall") - log0 >= 1, True, "(a) by FCALL (the module does not take it yet)")
+    # Both paths at once: the batches of one loop turn must not mix them
+    # (a sliding_window_log request in a module batch would be refused).
+    counts = {}
+    runs = [threading.Thread(target=lambda p=p: counts.__setitem__(p, hammer(d, p, key="h")))
+            for p in ("tbbig", "logbig")]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    eq((counts["tbbig"], counts["logbig"]), ({200: 300, 429: 0, "other": 0},) * 2,
+       "(a) module and Functions calls at once: every check allowed")
+    batched = metric(d, "ratelimitd_redis_batch_size_count") - metric(
+        d, "ratelimitd_redis_batch_size_bucket", le="1")
+    ok(batched > 0, "(a) some of them batched (%d calls of several)" % batched)
     d.stop()
 
     ref = ModuleDaemon("unix:" + without.socket_path, "off").start()
@@ -260,11 +286,36 @@ def test_switch_and_rolling(module):
     server.stop()
 
 
+def test_acl(module):
+    server = redis(module, True)
+    c = server.client()
+    # The daemon's user (default here: a unix: URL has no credentials).
+    c.command("ACL", "SETUSER", "default", "-ratelimitd.check")
+    url = "unix:" + server.socket_path
+    node = unix_node(server)
+    d = ModuleDaemon(url, "auto").start()
+    harness.wait_until(lambda: path_of(d, node) == "functions", what="the Functions' path")
+    eq([d.check("tb", "acl").status for _ in range(3)], [200] * 3,
+       "(e) a user refused ratelimitd.check, auto: the Functions decide, every check answered")
+    d.stop()
+    on = ModuleDaemon(url, "on").start(wait_ready=False)
+
+    def refused():
+        r = on.admin("/readyz")
+        return r.status == 503 and "ACL" in (r.json.get("detail") or "")
+
+    harness.wait_until(refused, what="on: /readyz says the ACL refuses ratelimitd.check")
+    ok(True, "(e) on: unavailable, /readyz says the ACL refuses it")
+    on.stop()
+    server.stop()
+
+
 def main():
     module = module_under_test()
     test_auto_off_on(module)
     test_mixed_cluster(module)
     test_switch_and_rolling(module)
+    test_acl(module)
 
 
 if __name__ == "__main__":

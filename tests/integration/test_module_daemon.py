@@ -7,7 +7,8 @@ private redis-servers with and without ratelimitd.so ($RATELIMITD_MODULE):
     ratelimitd.check (INFO commandstats: its calls grow, FCALL's do not)
     and answer what a Functions-only run (off, a Redis without the module)
     answers; a sliding_window_log policy (which the module does not take
-    yet) still goes by FCALL on that node; /metrics
+    yet) and a tier past the module's 2^53 still go by FCALL on that
+    node, and both paths at once batch apart; /metrics
     ratelimitd_redis_decision_path{path="module"} 1, /readyz decides_by
     module; off on the same Redis never calls ratelimitd.check (not even
     the probe) and says functions; on against a Redis without it: never
@@ -66,6 +67,10 @@ POLICY = """policies:
     failure_mode: closed
     tiers:
       - {name: t, algorithm: sliding_window_log, limit: 100000, window: 1h}
+  huge:
+    failure_mode: closed
+    tiers:
+      - {name: t, algorithm: fixed_window, limit: 10000000, window: 1h}
 """
 
 # (policy, key) per check: enough of each to reach a denial.
@@ -151,6 +156,11 @@ def test_auto_off_on(module):
     r = [d.check("log", "l").status for _ in range(4)]
     eq(r, [200, 200, 200, 429], "(a) sliding_window_log on a module node: decided")
     eq(cmdstat(c, "fcall") - log0 >= 1, True, "(a) by FCALL (the module does not take it yet)")
+    huge0 = cmdstat(c, "fcall")
+    r = d.check("huge", "h")
+    eq((r.status, r.json.get("remaining")), (200, 9999999),
+       "(a) a fixed_window of 10 M an hour (past the module's 2^53) on a module node: decided")
+    eq(cmdstat(c, "fcall") - huge0, 1, "(a) by FCALL")
     # Both paths at once: the batches of one loop turn must not mix them
     # (a sliding_window_log request in a module batch would be refused).
     counts = {}

@@ -124,12 +124,11 @@ struct node_call {
 /* Spares kept at most: the calls in flight at a busy moment. */
 #define MAX_SPARE_CALLS 256
 
-/* redis.module allows deciding on this node: off, or the probe answered
- * (and found the module, under on). */
+/* The path is known: off, or the probe answered (under on, a node
+ * without the module is dropped at the answer: module_absent). */
 static int module_settled(const struct redis_node *n)
 {
-    return n->module_mode == REDIS_MODULE_OFF ||
-           (n->module_known && (n->has_module || n->module_mode == REDIS_MODULE_AUTO));
+    return n->module_mode == REDIS_MODULE_OFF || n->module_known;
 }
 
 static int node_is_ready(const struct redis_node *n)

@@ -122,7 +122,8 @@ def answers(d, stream, prefix=""):
     out = []
     for policy, key in stream:
         r = d.check(policy, prefix + key)
-        tiers = tuple(t.get("remaining") for c in r.json.get("checks", []) for t in c.get("tiers", []))
+        tiers = tuple(t.get("remaining") for c in r.json.get("checks", [])
+                      for t in c.get("tiers", []))
         out.append((r.status, r.json.get("allowed"), r.json.get("remaining"), tiers))
     return out
 

@@ -105,9 +105,14 @@ class Daemon:
             "%s"
             "  timeout: %s\n"
             "%s"
+            "%s"
             "  key_prefix: \"%s\"\n" % (self.redis_where(), timeout,
                                         "" if self.batch is None else
-                                        "  batch: %d\n" % self.batch, prefix))
+                                        "  batch: %d\n" % self.batch,
+                                        # Every Redis has the module: the
+                                        # daemon must use it (test_with_module).
+                                        "  module: on\n" if harness.module_args() else "",
+                                        prefix))
         text = (
             "listen: 127.0.0.1:%d\n" % self.port + redis + "clock: %s\n" % clock
         ) + extra + policy

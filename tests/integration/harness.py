@@ -401,7 +401,7 @@ class RedisServer:
             "--appendonly", "no",
             "--daemonize", "no",
             "--dir", self.dir,
-        ] + module_args() + self.extra_args
+        ] + ([] if "--loadmodule" in self.extra_args else module_args()) + self.extra_args
         self.argv = argv
         return self._launch(timeout)
 

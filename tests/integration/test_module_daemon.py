@@ -95,7 +95,7 @@ class ModuleClusterDaemon(ClusterDaemon):
 
 
 def redis(module, with_module):
-    args = ["--enable-module-command", "yes"]
+    args = ["--enable-module-command", "yes", "--enable-debug-command", "local"]
     return harness.RedisServer(extra_args=args + (["--loadmodule", module] if with_module
                                                   else [])).start()
 
@@ -263,7 +263,7 @@ def test_mixed_cluster(module):
 def test_switch_and_rolling(module):
     server = redis(module, True)
     node = unix_node(server)
-    d = ModuleDaemon("unix:" + server.socket_path, "auto").start()
+    d = ModuleDaemon("unix:" + server.socket_path, "auto", timeout="10s").start()
     harness.wait_until(lambda: path_of(d, node) == "module", what="the module's path")
     eq(answers(d, [("tb", "s")] * 2), [(200, True, 4, (4,)), (200, True, 3, (3,))],
        "(c) by the module")
@@ -290,6 +290,14 @@ def test_switch_and_rolling(module):
     # MODULE UNLOAD under the connected daemon: the call comes back as an
     # unknown command, and goes again by FCALL.
     c.command("MODULE", "UNLOAD", "ratelimitd")
+    # Many calls (and batches) in flight meet the unload at once: each is
+    # sent again. The server's sleep only gathers them (it ends well within
+    # redis.timeout); the answers do not depend on how many it gathers.
+    sleeper = threading.Thread(target=lambda: server.client().command("DEBUG", "SLEEP", "2"))
+    sleeper.start()
+    eq(hammer(d, "tbbig", key="u"), {200: 300, 429: 0, "other": 0},
+       "(d) MODULE UNLOAD under 100 clients at once: every check answered")
+    sleeper.join()
     eq(answers(d, [("tb", "r")]), [(200, True, 2, (2,))],
        "(d) MODULE UNLOAD while connected: the check still answered")
     eq(path_of(d, node), "functions", "(d) and the node decides by the Functions")

@@ -21,7 +21,7 @@
  * the call ran nothing) or the connection's loss reaches every member.
  *
  * The module (redis.module): the up callback also calls `ratelimitd.check
- * 0`, pipelined after the load: "ERR unknown command" (or NOPERM: the ACL
+ * 0`, pipelined between ROLE and the load: "ERR unknown command" (or NOPERM: the ACL
  * does not allow it) says the node has no usable module, any other answer
  * (the module's own error for an empty request) that it has. The same
  * command is the probe so that it works under exactly the ACL that its use
@@ -298,11 +298,11 @@ static int send_module_probe(struct redis_node *n)
     return redis_conn_command(n->conn, on_module_reply, n, 2, argv, lens);
 }
 
-/* A call's reply says the module went (MODULE UNLOAD while connected). */
-static int module_gone(const struct redis_node *n, const char *err)
+/* A call's reply says the module went (MODULE UNLOAD while connected):
+ * the call was sent to it, and nothing ran. */
+static int module_gone(const char *err)
 {
-    return n->has_module && strncasecmp(err, "ERR unknown command", 19) == 0 &&
-           strstr(err, MODULE_COMMAND) != NULL;
+    return strncasecmp(err, "ERR unknown command", 19) == 0 && strstr(err, MODULE_COMMAND) != NULL;
 }
 
 /* ---- connection events ---- */
@@ -375,14 +375,13 @@ static void resp_bulk(struct buf *out, const char *s, size_t len)
     out->len += n;
 }
 
-/* The call as RESP, into out (emptied first): FCALL (or EVALSHA on a server
- * without Functions), the function's name (or the SHA1), or
- * ratelimitd.check alone, then the number of keys and the call's arguments. Written here rather
- * than by hiredis's formatter, which builds each argument's header with sdscatfmt and a new string
- * per call, a share of the daemon's time per check that bench/instructions.py measures. */
-/* The command and, for the Functions, the name (or SHA1) that a call (or
- * a batch) by_module or not starts with, into out (emptied first), with
- * the count of the arguments that follow them. */
+/* The head of a call (or a batch) as RESP, into out (emptied first): the
+ * count of its arguments (nargs follow the head), then ratelimitd.check
+ * (by_module), or FCALL and the function's name (EVALSHA and the SHA1 on
+ * a server without Functions). Calls are written here rather than by
+ * hiredis's formatter, which builds each argument's header with sdscatfmt
+ * and a new string per call, a share of the daemon's time per check that
+ * bench/instructions.py measures. */
 static void resp_format_head(const struct redis_node *n, int by_module, size_t nargs,
                              struct buf *out)
 {
@@ -403,6 +402,8 @@ static int by_module(const struct redis_node *n, const struct script_call *call)
     return n->has_module && !call->functions_only;
 }
 
+/* The call as RESP, into out (emptied first): the head, the number of
+ * keys, then the call's arguments. */
 static void resp_format_call(const struct redis_node *n, const struct script_call *call,
                              struct buf *out)
 {
@@ -413,9 +414,9 @@ static void resp_format_call(const struct redis_node *n, const struct script_cal
         resp_bulk(out, call->args[i], call->lens[i]);
 }
 
-/* A batch as RESP, into out (emptied first): the head (resp_format_head),
- * the number of keys, every member's KEYS, then ARGV: SCRIPTS_BATCH, the count, each member's
- * number of keys and of arguments, then every member's arguments
+/* A batch as RESP, into out (emptied first): the head, the number of
+ * keys, every member's KEYS, then ARGV: SCRIPTS_BATCH, the count, each
+ * member's number of keys and of arguments, then every member's arguments
  * (scripts.h). */
 static void resp_format_batch(const struct redis_node *n, const struct node_call *b,
                               struct buf *out)
@@ -553,10 +554,12 @@ static void on_call_reply(void *arg, redisReply *r)
             n->stalled_timeouts = 0;
         metrics_redis_latency(n->metrics, now - nc->sent_us);
     }
-    if (r && r->type == REDIS_REPLY_ERROR && module_gone(n, r->str)) {
-        module_absent(n, "ratelimitd.check went (MODULE UNLOAD)");
-        /* Nothing ran: under auto, the same call again, through the
-         * Functions (under on, module_absent dropped the connection). */
+    if (r && r->type == REDIS_REPLY_ERROR && module_gone(r->str)) {
+        /* The first of the calls in flight to see it says so. */
+        if (n->has_module)
+            module_absent(n, "ratelimitd.check went (MODULE UNLOAD)");
+        /* Under auto, the same call again, through the Functions (under
+         * on, module_absent dropped the connection). */
         if (n->module_mode == REDIS_MODULE_AUTO) {
             if (send_call(nc) == 0)
                 return;

@@ -135,7 +135,8 @@ def unix_node(server):
 def test_auto_off_on(module):
     with_mod, without = redis(module, True), redis(module, False)
     c = with_mod.client()
-    d = ModuleDaemon("unix:" + with_mod.socket_path, None).start()
+    # Two workers: the path series is every worker's word on the node.
+    d = ModuleDaemon("unix:" + with_mod.socket_path, None, extra="workers: 2\n").start()
     node = unix_node(with_mod)
     harness.wait_until(lambda: path_of(d, node) == "module", what="auto: the module's path")
     mod0, fcall0 = cmdstat(c, "ratelimitd.check"), cmdstat(c, "fcall")

@@ -18,10 +18,11 @@ private redis-servers with and without ratelimitd.so ($RATELIMITD_MODULE):
     LOAD before the daemon starts): each master takes its own path (its
     commandstats, its metric series), every check is answered with the
     figures one Redis gives;
-(c) the node restarted without the module (as a failover to a replica
-    without it looks to the daemon: a new connection to a server without
-    it), then with it again: the daemon switches to the Functions and
-    back, and once ready again every check is answered;
+(c) the node restarted without the module, then with it again; and
+    through Sentinel, SENTINEL FAILOVER from a master with the module to
+    its replica without it, and back: the daemon switches to the Functions
+    and back, each key's count carried over, and once ready again every
+    check is answered;
 (d) a rolling enable: MODULE LOAD on the running node is taken at the next
     reconnection (CLIENT KILL here); MODULE UNLOAD under a connected daemon
     (auto) costs no check: the call is sent again by FCALL;
@@ -37,6 +38,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import redis_cluster  # noqa: E402
+import test_sentinel  # noqa: E402
 from daemon import ClusterDaemon, Daemon, hammer, metric  # noqa: E402
 from harness import eq, ok  # noqa: E402
 from test_module import module_under_test  # noqa: E402
@@ -306,6 +308,50 @@ def test_switch_and_rolling(module):
     server.stop()
 
 
+def test_sentinel_failover(module):
+    """(c) through Sentinel: a master with the module, its replica
+    without; SENTINEL FAILOVER to the replica, and back."""
+    if not test_sentinel.sentinel_argv():
+        harness.skip("(c) sentinel: redis-sentinel not installed")
+        return
+    top = harness.make_tempdir("rl-modsentinel-")
+    os.environ["RL_TEST_LOADMODULE"] = module  # the master's alone
+    a = test_sentinel.Redis(top, "a").start()
+    del os.environ["RL_TEST_LOADMODULE"]
+    b = test_sentinel.Redis(top, "b").start(replicaof=a.port)
+    sentinels = [test_sentinel.Sentinel(top, "s%d" % i, a.port) for i in range(3)]
+    harness.wait_until(lambda: test_sentinel.sentinels_settled(sentinels, a.port, [b.port]), 30,
+                       interval=0.2, what="the sentinels to know each other and the replica")
+    d = test_sentinel.SentinelDaemon([s.port for s in sentinels],
+                                     password=test_sentinel.SENTINEL_PASSWORD,
+                                     policy=POLICY).start()
+    node_a, node_b = "127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port
+    harness.wait_until(lambda: path_of(d, node_a) == "module", what="the master's module")
+    eq(answers(d, [("tb", "f")] * 2), [(200, True, 4, (4,)), (200, True, 3, (3,))],
+       "(c) sentinel: decided by the master's module")
+
+    def fail_over(to, path):
+        harness.wait_until(lambda: sentinels[0].cmd("SENTINEL", "FAILOVER",
+                                                    test_sentinel.MASTER) == "OK",
+                           30, interval=0.2, what="SENTINEL FAILOVER to be accepted")
+        node = "127.0.0.1:%d" % to.port
+        harness.wait_until(lambda: path_of(d, node) == path, 20,
+                           what="the daemon on %s by %s" % (node, path))
+
+    fail_over(b, "functions")
+    eq(answers(d, [("tb", "f")] * 2), [(200, True, 2, (2,)), (200, True, 1, (1,))],
+       "(c) failed over to the replica without the module: the Functions, the same count")
+    eq(cmdstat(b.client(), "ratelimitd.check"), 0, "(c) the new master is never sent the module")
+    harness.wait_until(lambda: test_sentinel.sentinels_settled(sentinels, b.port, [a.port]), 30,
+                       interval=0.2, what="the old master to follow the new one")
+    # A sentinel fails a master over again only after twice its
+    # failover-timeout (3 s): SENTINEL FAILOVER is refused until then.
+    fail_over(a, "module")
+    eq(answers(d, [("tb", "f")] * 2), [(200, True, 0, (0,)), (429, False, 0, (0,))],
+       "(c) and back to the master with the module: the module, the same count")
+    d.stop()
+
+
 def test_acl(module):
     server = redis(module, True)
     c = server.client()
@@ -338,6 +384,7 @@ def main():
     test_auto_off_on(module)
     test_mixed_cluster(module)
     test_switch_and_rolling(module)
+    test_sentinel_failover(module)
     test_acl(module)
 
 

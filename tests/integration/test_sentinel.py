@@ -476,4 +476,5 @@ def main():
     harness.eq(d.stop(), 0, "the daemon exits cleanly")
 
 
-harness.run(main)
+if __name__ == "__main__":
+    harness.run(main)

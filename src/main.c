@@ -424,7 +424,7 @@ static int run(struct server *srv)
     /* Every listener, and the clock the limits really run on: the memory
      * backend reads the daemon's own whatever clock: says. A pair of
      * NULLs ends the list early where a listener is not set. */
-    const char *kv[12] = {"listen", cfg->listen};
+    const char *kv[14] = {"listen", cfg->listen};
     size_t n = 2;
     if (cfg->admin_listen)
         kv[n++] = "admin_listen", kv[n++] = cfg->admin_listen;
@@ -434,6 +434,9 @@ static int run(struct server *srv)
     kv[n++] = srv->workers[0].core.backend->ops->target(srv->workers[0].core.backend);
     kv[n++] = "clock";
     kv[n++] = memory || cfg->clock == CLOCK_SOURCE_LOCAL ? "local" : "redis";
+    /* Each node's path follows in its "redis code loaded" line. */
+    if (!memory)
+        kv[n++] = "redis_module", kv[n++] = config_redis_module_name(cfg->redis_module);
     char tls[48] = "";
     for (int i = 0; i < TLS_NLISTENERS; i++)
         if (cfg->listen_tls[i].server)
@@ -443,7 +446,7 @@ static int run(struct server *srv)
         kv[n++] = "tls", kv[n++] = tls;
     log_event(&srv->log, LOG_LVL_INFO, "ratelimitd started", "version", PACKAGE_VERSION, "commit",
               RATELIMITD_COMMIT, "policies", npol, "workers", nw, kv[0], kv[1], kv[2], kv[3], kv[4],
-              kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11], NULL);
+              kv[5], kv[6], kv[7], kv[8], kv[9], kv[10], kv[11], kv[12], kv[13], NULL);
     reload_log_warnings(srv, cfg);
     if (!cfg->admin_listen && !cfg->auth_token_file && !cfg->admin_on_listen)
         log_event(&srv->log, LOG_LVL_WARN,

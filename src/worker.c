@@ -67,6 +67,17 @@ static const char *unready_reason(void *arg)
     return NULL;
 }
 
+/* front_host: this worker's backend's word (every worker's connections
+ * ask the same nodes the same question). */
+static const char *ready_detail(void *arg, int ready)
+{
+    const struct worker *w = arg;
+    const struct backend *b = w->core.backend;
+    if (ready)
+        return b->ops->decides_by ? b->ops->decides_by(b) : NULL;
+    return b->ops->unusable ? b->ops->unusable(b) : NULL;
+}
+
 /* front_host: the whole process's metrics (every worker's shard summed). */
 static char *metrics_text(void *arg)
 {
@@ -209,6 +220,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .connections = &srv->connections,
                                   .draining = &w->draining,
                                   .unready_reason = unready_reason,
+                                  .ready_detail = ready_detail,
                                   .metrics_text = metrics_text,
                                   .maybe_idle = maybe_idle,
                                   .arg = w};

@@ -38,6 +38,14 @@ enum overload_action { OVERLOAD_FAILURE_MODE, OVERLOAD_REJECT };
  * memory (backend_memory.c); backend/registry.c maps each to a backend. */
 enum backend_kind { BACKEND_KIND_REDIS, BACKEND_KIND_MEMORY };
 
+/* redis.module: whether a node's decisions go through the ratelimitd.check
+ * module command (ratelimitd.so) where the node has it and the Functions
+ * elsewhere (auto), only through it (on: a node without it is
+ * unavailable), or never (off). */
+enum redis_module_mode { REDIS_MODULE_AUTO, REDIS_MODULE_ON, REDIS_MODULE_OFF };
+/* "auto", "on" or "off", as the file writes it. */
+const char *config_redis_module_name(enum redis_module_mode m);
+
 /* redis.tls: used by every connection when the URLs are rediss://. */
 struct redis_tls_config {
     char *ca_file;     /* NULL: the system's CA store */
@@ -81,7 +89,8 @@ struct config {
     struct redis_url redis_server;
     int64_t redis_timeout_us;
     int64_t redis_batch; /* requests per call of the decision code; 1: one each */
-    int redis_tls_on;    /* the URLs are rediss:// */
+    enum redis_module_mode redis_module;
+    int redis_tls_on; /* the URLs are rediss:// */
     struct redis_tls_config redis_tls;
     struct redis_sentinel_config redis_sentinel;
     size_t redis_ncluster;         /* 0: not a cluster */

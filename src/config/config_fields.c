@@ -140,8 +140,16 @@ _Static_assert(sizeof(enum log_level) == sizeof(int), "enum log_level is an int"
 _Static_assert(sizeof(enum overload_action) == sizeof(int), "enum overload_action is an int");
 _Static_assert(sizeof(enum backend_kind) == sizeof(int), "enum backend_kind is an int");
 _Static_assert(sizeof(enum header_mode) == sizeof(int), "enum header_mode is an int");
+_Static_assert(sizeof(enum redis_module_mode) == sizeof(int), "enum redis_module_mode is an int");
 static const char *const backend_names[] = {
     [BACKEND_KIND_REDIS] = "redis", [BACKEND_KIND_MEMORY] = "memory", NULL};
+static const char *const redis_module_names[] = {
+    [REDIS_MODULE_AUTO] = "auto", [REDIS_MODULE_ON] = "on", [REDIS_MODULE_OFF] = "off", NULL};
+const char *config_redis_module_name(enum redis_module_mode m)
+{
+    return redis_module_names[m];
+}
+
 static const char *const clock_names[] = {
     [CLOCK_SOURCE_REDIS] = "redis", [CLOCK_SOURCE_LOCAL] = "local", NULL};
 static const char *const log_level_names[] = {[LOG_LVL_DEBUG] = "debug",
@@ -228,6 +236,8 @@ static const struct field redis_fields[] = {
      .max = CONFIG_REDIS_TIMEOUT_MAX_US, .def = CONFIG_DEFAULT_TIMEOUT_US},
     {"batch", F_INT, .offset = offsetof(struct config, redis_batch), .min = 1,
      .max = CONFIG_REDIS_BATCH_MAX, .def = CONFIG_DEFAULT_REDIS_BATCH},
+    {"module", F_CHOICE, .offset = offsetof(struct config, redis_module),
+     .choices = redis_module_names, .def = REDIS_MODULE_AUTO, .reload = RELOAD_RESTART},
     {"key_prefix", F_STRING, .offset = offsetof(struct config, key_prefix), .check = check_prefix,
      .def_str = CONFIG_DEFAULT_PREFIX},
     {"tls", F_SECTION, .section = redis_tls_fields, .reload = RELOAD_RESTART},

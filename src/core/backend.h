@@ -121,6 +121,13 @@ struct backend_ops {
     void (*note_timeout)(struct backend *b);
     void (*start)(struct backend *b);
     int (*ready)(const struct backend *b);
+    /* For /readyz (NULL: nothing to say): what decides where the backend
+     * is ready ("module", "functions", "module,functions" when nodes
+     * differ), and why it is not, naming the node, when that is more than
+     * "unavailable" (redis.module: on and a node without the module), or
+     * NULL. */
+    const char *(*decides_by)(const struct backend *b);
+    const char *(*unusable)(const struct backend *b);
     /* A short description for logs: "127.0.0.1:6379/0", "memory". */
     const char *(*target)(const struct backend *b);
     void (*free)(struct backend *b);

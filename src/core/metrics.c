@@ -303,6 +303,16 @@ void metrics_node_up(struct metrics *m, const char *node, int up)
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_node_path(struct metrics *m, const char *node, int module)
+{
+    pthread_mutex_lock(&m->lock);
+    struct node_slot *s = node_slot(m, node);
+    s->path_reports = 1;
+    s->by_module = module == 1;
+    s->by_functions = module == 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_tls_handshake(struct metrics *m, unsigned listener, enum metrics_tls_result r)
 {
     if (listener >= METRICS_TLS_LISTENERS || (unsigned)r >= METRICS_TLS_NRESULTS)
@@ -370,6 +380,9 @@ void metrics_add(struct metrics *into, struct metrics *from)
             t->n[c] += f->n[c];
         t->up_reports += f->up_reports;
         t->up_count += f->up_count;
+        t->path_reports += f->path_reports;
+        t->by_module += f->by_module;
+        t->by_functions += f->by_functions;
     }
     pthread_mutex_unlock(&into->lock);
     pthread_mutex_unlock(&from->lock);

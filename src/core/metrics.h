@@ -111,6 +111,12 @@ void metrics_node_count(struct metrics *m, const char *node, enum metrics_node_c
  * the node says ready. */
 void metrics_node_up(struct metrics *m, const char *node, int up);
 
+/* What decides on node through this shard's connection: 1 the module
+ * (ratelimitd.check), 0 the Functions, -1 nothing (not ready). Rendered as
+ * ratelimitd_redis_decision_path{node,path="module"|"functions"}: 1 when
+ * every shard that has reported on the node says that path. */
+void metrics_node_path(struct metrics *m, const char *node, int module);
+
 /* Adds every count of from into into (a worker's shard into the sum that
  * is rendered); takes both locks, from first. */
 void metrics_add(struct metrics *into, struct metrics *from);

@@ -61,6 +61,7 @@ struct node_slot {
     char name[NODE_LABEL_MAX];
     uint64_t n[METRICS_NODE_NCOUNTERS];
     uint64_t up_reports, up_count;
+    uint64_t path_reports, by_module, by_functions; /* as up_*, per path */
 };
 
 struct metrics {

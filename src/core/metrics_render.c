@@ -328,6 +328,21 @@ static void put_nodes(struct buf *b, const struct metrics *m)
         put_node_label(b, name, s->name);
         put(b, " %d\n", s->up_reports && s->up_count == s->up_reports);
     }
+    name = PREFIX "redis_decision_path";
+    put_family(b, name, "gauge",
+               "1 for the path that decides on the node (module: ratelimitd.check, functions: "
+               "the Redis Functions) when every worker's connection to it takes that path.");
+    for (size_t i = 0; i < m->nnodes; i++) {
+        const struct node_slot *s = &m->nodes[i];
+        if (!s->path_reports)
+            continue;
+        put(b, "%s{node=\"", name);
+        put_label_value(b, s->name);
+        put(b, "\",path=\"module\"} %d\n", s->by_module == s->path_reports);
+        put(b, "%s{node=\"", name);
+        put_label_value(b, s->name);
+        put(b, "\",path=\"functions\"} %d\n", s->by_functions == s->path_reports);
+    }
     for (size_t c = 0; c < METRICS_NODE_NCOUNTERS; c++) {
         put_family(b, node_counter_info[c].name, "counter", node_counter_info[c].help);
         for (size_t i = 0; i < m->nnodes; i++) {

@@ -34,6 +34,9 @@ struct front_host {
     /* Why the daemon takes no checks right now ("shutting_down",
      * "redis_unavailable"), or NULL when ready. */
     const char *(*unready_reason)(void *arg);
+    /* More for /readyz, or NULL: when ready, what decides (the backend's
+     * decides_by); when not, why, naming the node (its unusable). */
+    const char *(*ready_detail)(void *arg, int ready);
     /* The whole process's metrics as Prometheus text; the caller frees it. */
     char *(*metrics_text)(void *arg);
     /* A front may have become idle (an answer written, a connection

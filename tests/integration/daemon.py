@@ -14,6 +14,7 @@ import time
 
 import harness
 import openapi_check
+import promtext
 
 BINARY = harness.find_program("RATELIMITD", "./ratelimitd")
 # A command to run the daemon under, e.g. "valgrind --error-exitcode=99 ..."
@@ -104,9 +105,14 @@ class Daemon:
             "%s"
             "  timeout: %s\n"
             "%s"
+            "%s"
             "  key_prefix: \"%s\"\n" % (self.redis_where(), timeout,
                                         "" if self.batch is None else
-                                        "  batch: %d\n" % self.batch, prefix))
+                                        "  batch: %d\n" % self.batch,
+                                        # Every Redis has the module: the
+                                        # daemon must use it (test_with_module).
+                                        "  module: on\n" if harness.module_args() else "",
+                                        prefix))
         text = (
             "listen: 127.0.0.1:%d\n" % self.port + redis + "clock: %s\n" % clock
         ) + extra + policy
@@ -214,6 +220,16 @@ class ClusterDaemon(Daemon):
 
     def redis_where(self):
         return "  cluster: [%s]\n" % ", ".join('"%s"' % s for s in self.seeds)
+
+
+def metric(d, family, **labels):
+    """The value of family's series with labels in d's /metrics, or None
+    when there is no such series."""
+    fams = promtext.parse(d.admin("/metrics").body.decode())
+    try:
+        return promtext.value(fams, family, **labels)
+    except (KeyError, ValueError):
+        return None
 
 
 def hammer(d, policy, key="hot", clients=100, per_client=3):

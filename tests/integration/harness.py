@@ -363,6 +363,14 @@ class RedisClient:
         return reply
 
 
+def module_args():
+    """["--loadmodule", path] when $RL_TEST_LOADMODULE names the module
+    (ratelimitd.so): every redis-server the tests start then has it, and a
+    daemon (redis.module: auto) decides through it; [] otherwise."""
+    path = os.environ.get("RL_TEST_LOADMODULE")
+    return ["--loadmodule", os.path.abspath(path)] if path else []
+
+
 class RedisServer:
     """A private redis-server: start() it, then client() or socket_path.
 
@@ -393,7 +401,7 @@ class RedisServer:
             "--appendonly", "no",
             "--daemonize", "no",
             "--dir", self.dir,
-        ] + self.extra_args
+        ] + ([] if "--loadmodule" in self.extra_args else module_args()) + self.extra_args
         self.argv = argv
         return self._launch(timeout)
 

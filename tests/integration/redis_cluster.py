@@ -148,7 +148,7 @@ class RedisCluster:
         ]
         if self.password is not None:
             argv += ["--requirepass", self.password, "--masterauth", self.password]
-        return argv + self.extra_args
+        return argv + harness.module_args() + self.extra_args
 
     def log_path(self, port):
         return os.path.join(self.dir, str(port), "redis.log")

@@ -47,11 +47,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-import promtext  # noqa: E402
 import redis_cluster  # noqa: E402
 import rls_client  # noqa: E402
 import test_local_leases as leases  # noqa: E402
-from daemon import ALGORITHMS, Daemon, hammer  # noqa: E402
+from daemon import ALGORITHMS, Daemon, hammer, metric  # noqa: E402
 from daemon import ClusterDaemon as SeedsDaemon  # noqa: E402
 
 POLICY = """policies:
@@ -87,14 +86,6 @@ class ClusterDaemon(Daemon):
 
 def redis_key(policy, key, prefix="rl:"):
     return "%s{%s:%s}:t" % (prefix, policy, key)
-
-
-def metric(d, family, **labels):
-    fams = promtext.parse(d.admin("/metrics").body.decode())
-    try:
-        return promtext.value(fams, family, **labels)
-    except (KeyError, ValueError):
-        return None
 
 
 def key_on(c, policy, want_port, avoid_slots=(), prefix="k"):

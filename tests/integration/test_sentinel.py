@@ -107,6 +107,7 @@ class Redis:
         argv = [harness.find_program("REDIS_SERVER", "redis-server"),
                 "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--dir", self.dir]
+        argv += harness.module_args()
         if replicaof:
             argv += ["--replicaof", "127.0.0.1", str(replicaof)]
         self.proc = harness.spawn(argv, self.log)
@@ -475,4 +476,5 @@ def main():
     harness.eq(d.stop(), 0, "the daemon exits cleanly")
 
 
-harness.run(main)
+if __name__ == "__main__":
+    harness.run(main)

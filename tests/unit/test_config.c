@@ -101,8 +101,10 @@ static const struct error_case {
     {"relative auth_token_file", "auth_token_file: token\n" POLICY_P, "1:18",
      "auth_token_file: must be an absolute path"},
     {"unknown redis field", "redis:\n  tiemout: 1s\n" POLICY_P, "2:3",
-     "redis: unknown field \"tiemout\" (known: url, timeout, batch, key_prefix, tls, sentinel, "
-     "cluster)"},
+     "redis: unknown field \"tiemout\" (known: url, timeout, batch, module, key_prefix, tls, "
+     "sentinel, cluster)"},
+    {"bad redis.module", "redis:\n  module: yes\n" POLICY_P, "2:11",
+     "redis.module: invalid value \"yes\": must be one of auto, on, off"},
     {"unknown policy field", "policies:\n  p:\n    failuremode: open\n    tiers:\n" TIER_A, "3:5",
      "policies.p: unknown field \"failuremode\""},
     {"unknown tier field", POLICY_P "        limt: 5\n", "8:9",
@@ -959,6 +961,28 @@ static struct config *load_with_policy(const char *head, char *err, size_t errle
     return config_load_string("t.yaml", yaml, strlen(yaml), err, errlen);
 }
 
+/* redis.module: auto by default, each word to its mode. */
+static void test_redis_module(void)
+{
+    static const struct {
+        const char *head;
+        enum redis_module_mode want;
+    } cases[] = {
+        {"", REDIS_MODULE_AUTO},
+        {"redis:\n  module: auto\n", REDIS_MODULE_AUTO},
+        {"redis:\n  module: on\n", REDIS_MODULE_ON},
+        {"redis:\n  module: off\n", REDIS_MODULE_OFF},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[1024] = "";
+        struct config *c = load_with_policy(cases[i].head, err, sizeof err);
+        if (ok(c != NULL, "redis.module case %zu loads (%s)", i, err))
+            is_int(c->redis_module, cases[i].want, "redis.module case %zu: mode %s", i,
+                   config_redis_module_name(cases[i].want));
+        config_unref(c);
+    }
+}
+
 /* Writes "x" to dir/name; its path into out. */
 static int make_file(const char *dir, const char *name, char *out, size_t outlen)
 {
@@ -1446,6 +1470,7 @@ static const struct {
     {"redis.url", "redis://127.0.0.1:6379/0"},
     {"redis.timeout", "50000"},
     {"redis.batch", "32"},
+    {"redis.module", "0"},
     {"redis.key_prefix", "rl:"},
     {"redis.tls.verify", "1"},
     {"clock", "0"},
@@ -1473,6 +1498,7 @@ static const char *const want_restart[] = {
     "backend",
     "workers",
     "redis.url",
+    "redis.module",
     "redis.tls",
     "redis.tls.ca_file",
     "redis.tls.cert_file",
@@ -1762,6 +1788,7 @@ int main(void)
     test_token_file();
     test_redis_tls();
     test_redis_modes();
+    test_redis_module();
     test_redis_parsed();
     test_table_defaults();
     test_reload_rule();

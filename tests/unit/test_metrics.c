@@ -177,6 +177,10 @@ static const char *const expected_scenario[] = {
     "# HELP ratelimitd_redis_node_up 1 when every worker's connection to the node is up with the "
     "code loaded.",
     "# TYPE ratelimitd_redis_node_up gauge",
+    "# HELP ratelimitd_redis_decision_path 1 for the path that decides on the node (module: "
+    "ratelimitd.check, functions: the Redis Functions) when every worker's connection to it takes "
+    "that path.",
+    "# TYPE ratelimitd_redis_decision_path gauge",
     "# HELP ratelimitd_redis_node_calls_total Decision calls sent, by node.",
     "# TYPE ratelimitd_redis_node_calls_total counter",
     "# HELP ratelimitd_redis_node_errors_total Error replies (other than redirects), by node.",
@@ -362,8 +366,8 @@ static void test_empty(void)
     /* build_info + checks + reports + in_flight + http + rls requests + rls
      * descriptors + redis_up + 2 histograms + 4 local lease families + 6 counters +
      * 3 grpc counters + reloads + timestamp + policies */
-    is_int(count_substr(text, "# TYPE "), 37, "empty: 37 families");
-    is_int(count_substr(text, "# HELP "), 37, "empty: 37 HELP lines");
+    is_int(count_substr(text, "# TYPE "), 38, "empty: 38 families");
+    is_int(count_substr(text, "# HELP "), 38, "empty: 38 HELP lines");
     ok(strstr(text, "# TYPE ratelimitd_checks_total counter\n# HELP ratelimitd_http") == NULL &&
            strstr(text, "# TYPE ratelimitd_checks_total counter\n"
                         "# HELP ratelimitd_reports_total") != NULL &&
@@ -646,6 +650,15 @@ static void test_nodes(void)
     metrics_node_up(a, "[::1]:7001", 0);
     metrics_node_up(a, "[::1]:7001", 1); /* the last word counts */
     metrics_node_up(b, "[::1]:7001", 1);
+    /* Paths: 7000's shards differ, 7001's both say module (the last
+     * word), 7002 only the Functions, 7003 is not ready. */
+    metrics_node_path(a, "127.0.0.1:7000", 1);
+    metrics_node_path(b, "127.0.0.1:7000", 0);
+    metrics_node_path(a, "[::1]:7001", 0);
+    metrics_node_path(a, "[::1]:7001", 1);
+    metrics_node_path(b, "[::1]:7001", 1);
+    metrics_node_path(a, "127.0.0.1:7002", 0);
+    metrics_node_path(a, "127.0.0.1:7003", -1);
     struct metrics *sum = metrics_new();
     metrics_add(sum, a);
     metrics_add(sum, b);
@@ -660,6 +673,25 @@ static void test_nodes(void)
            "nodes: down when one shard's connection is down");
     is_int(sample(text, "ratelimitd_redis_node_up{node=\"[::1]:7001\"}"), 1,
            "nodes: up when every shard's is up");
+    static const struct {
+        const char *series;
+        int want;
+        const char *what;
+    } paths[] = {
+        {"{node=\"127.0.0.1:7000\",path=\"module\"}", 0, "shards differ: not module"},
+        {"{node=\"127.0.0.1:7000\",path=\"functions\"}", 0, "shards differ: not functions"},
+        {"{node=\"[::1]:7001\",path=\"module\"}", 1, "every shard's last word: module"},
+        {"{node=\"[::1]:7001\",path=\"functions\"}", 0, "module: not functions"},
+        {"{node=\"127.0.0.1:7002\",path=\"functions\"}", 1, "functions"},
+        {"{node=\"127.0.0.1:7002\",path=\"module\"}", 0, "functions: not module"},
+        {"{node=\"127.0.0.1:7003\",path=\"module\"}", 0, "not ready: not module"},
+        {"{node=\"127.0.0.1:7003\",path=\"functions\"}", 0, "not ready: not functions"},
+    };
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        char series[128];
+        snprintf(series, sizeof series, "ratelimitd_redis_decision_path%s", paths[i].series);
+        is_int(sample(text, series), paths[i].want, "decision path: %s", paths[i].what);
+    }
     free(text);
     metrics_free(sum);
     metrics_free(a);

@@ -154,6 +154,34 @@ static void cluster_free(struct backend *iface)
     free(b);
 }
 
+/* The masters of the map (the nodes not parked) that are ready: all by the
+ * module, all by the Functions, or some of each. */
+static const char *cluster_decides_by(const struct backend *iface)
+{
+    const struct backend_cluster *b = (const struct backend_cluster *)iface;
+    int module = 0, functions = 0;
+    for (size_t i = 0; i < b->nnodes; i++) {
+        const struct cnode *cn = b->nodes[i];
+        if (cn->parked || !redis_node_ready(cn->node))
+            continue;
+        if (redis_node_by_module(cn->node))
+            module = 1;
+        else
+            functions = 1;
+    }
+    return module && functions ? "module,functions" : module ? "module" : "functions";
+}
+
+/* The first master of the map unusable under redis.module: on. */
+static const char *cluster_unusable(const struct backend *iface)
+{
+    const struct backend_cluster *b = (const struct backend_cluster *)iface;
+    for (size_t i = 0; i < b->nnodes; i++)
+        if (!b->nodes[i]->parked && redis_node_unusable(b->nodes[i]->node))
+            return redis_node_unusable(b->nodes[i]->node);
+    return NULL;
+}
+
 /* redis.timeout bounds every call. */
 static int64_t cluster_call_timeout_us(const struct backend *b, const struct config *cfg)
 {
@@ -171,6 +199,8 @@ static const struct backend_ops cluster_ops = {
     .note_timeout = cluster_note_timeout,
     .start = cluster_start,
     .ready = cluster_ready,
+    .decides_by = cluster_decides_by,
+    .unusable = cluster_unusable,
     .target = cluster_target,
     .free = cluster_free,
     .local_leases = 1,
@@ -185,6 +215,7 @@ struct backend *backend_cluster_new(struct event_base *base, const struct config
     b->base = base;
     b->log = lg;
     b->metrics = m;
+    b->module = cfg->redis_module;
     b->refresh_ev = cluster_topology_timer_new(b);
     if (!b->refresh_ev) {
         snprintf(err, errlen, "cannot create a timer");

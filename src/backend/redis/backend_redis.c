@@ -379,6 +379,17 @@ static void redis_free(struct backend *iface)
     free(b);
 }
 
+static const char *redis_decides_by(const struct backend *iface)
+{
+    return redis_node_by_module(((const struct backend_redis *)iface)->node) ? "module"
+                                                                             : "functions";
+}
+
+static const char *redis_unusable(const struct backend *iface)
+{
+    return redis_node_unusable(((const struct backend_redis *)iface)->node);
+}
+
 /* redis.timeout bounds every call. */
 static int64_t redis_call_timeout_us(const struct backend *b, const struct config *cfg)
 {
@@ -396,6 +407,8 @@ static const struct backend_ops redis_ops = {
     .note_timeout = redis_note_timeout,
     .start = redis_start,
     .ready = redis_ready,
+    .decides_by = redis_decides_by,
+    .unusable = redis_unusable,
     .target = redis_target,
     .free = redis_free,
     .local_leases = 1,
@@ -425,6 +438,7 @@ struct backend *backend_redis_new(struct event_base *base, const struct config *
     set_target(b, b->master_host, b->master_port);
     struct redis_endpoint ep = redis_conn_endpoint(&b->url, b->master_host, b->master_port, b->tls);
     b->node = redis_node_new(base, lg, m, &ep, sentinel, on_node_state, b);
+    redis_node_set_module(b->node, cfg->redis_module);
     if (sentinel) {
         b->sentinel =
             redis_sentinel_new(base, lg, m, &cfg->redis_sentinel, b->tls, on_sentinel_master, b);

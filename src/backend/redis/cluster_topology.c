@@ -84,6 +84,7 @@ struct cnode *cluster_topology_node(struct backend_cluster *b, const char *host,
     cn->node = redis_node_new(b->base, b->log, b->metrics, &ep, 1, on_node_state, cn);
     redis_node_set_timeout(cn->node, b->timeout_us);
     redis_node_set_batch(cn->node, b->batch);
+    redis_node_set_module(cn->node, b->module);
     b->nodes = xrealloc(b->nodes, (b->nnodes + 1) * sizeof *b->nodes);
     b->nodes[b->nnodes++] = cn;
     if (b->started)

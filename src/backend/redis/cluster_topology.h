@@ -58,8 +58,9 @@ struct backend_cluster {
     struct cnode *refresh_node; /* the node of the refresh in flight */
     int64_t refresh_sent_us;    /* monotonic */
     struct event *refresh_ev;
-    int64_t timeout_us; /* the last config's redis.timeout, for note_timeout */
-    int64_t batch;      /* the last config's redis.batch, every node's */
+    int64_t timeout_us;            /* the last config's redis.timeout, for note_timeout */
+    int64_t batch;                 /* the last config's redis.batch, every node's */
+    enum redis_module_mode module; /* redis.module (restart only), every node's */
 
     struct ccall *calls;
     int started, freeing;

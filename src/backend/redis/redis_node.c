@@ -19,6 +19,21 @@
  * (the queued node_calls, linked by next) each get their own element of
  * the reply; an error reply to the whole call (NOSCRIPT retried first:
  * the call ran nothing) or the connection's loss reaches every member.
+ *
+ * The module (redis.module): the up callback also calls `ratelimitd.check
+ * 0`, pipelined between ROLE and the load: "ERR unknown command" (or NOPERM: the ACL
+ * does not allow it) says the node has no usable module, any other answer
+ * (the module's own error for an empty request) that it has. The same
+ * command is the probe so that it works under exactly the ACL that its use
+ * needs. Where it is usable, a call (or a batch of them) goes as
+ * `ratelimitd.check` with the FCALL's arguments, but for the calls the
+ * module refuses yet (script_call.functions_only), which keep the FCALL;
+ * a batch holds calls of one path. Under redis.module: on a node without
+ * it is never ready: the connection is dropped (and reconnects, asking
+ * again), and redis_node_unusable says why. A module unloaded while
+ * connected shows as "ERR unknown command" to a call: the node then takes
+ * the Functions (auto; the call is sent again, as after a NOSCRIPT) or
+ * drops the connection (on).
  */
 #include <event2/event.h>
 #include <event2/event_struct.h>
@@ -29,6 +44,7 @@
 #include <strings.h>
 
 #include "backend/redis/redis_node.h"
+#include "config/config.h"
 #include "core/metrics.h"
 #include "lib/buf.h"
 #include "lib/timer.h"
@@ -43,6 +59,8 @@
 /* Reloads of the code (and retries) one call may need: a flush can land
  * between a reload and the retry that follows it. */
 #define CODE_RELOAD_RETRIES 3
+/* The module's command (src/module/module.c). */
+#define MODULE_COMMAND "ratelimitd.check"
 
 struct redis_node {
     struct event_base *base;
@@ -60,6 +78,11 @@ struct redis_node {
     int use_eval;       /* the server has no Functions (Redis 6, KeyDB): EVALSHA */
     int load_in_flight; /* a load is queued: retries can follow it */
     int reported;       /* what on_state was last told */
+    int reported_path;  /* what the metrics were last told: -1 none, 0 Functions, 1 module */
+    enum redis_module_mode module_mode;
+    int module_known;   /* the probe answered on this connection */
+    int has_module;     /* ratelimitd.check is here, and may be called */
+    char unusable[200]; /* redis.module: on, and the last probe found no module; or "" */
     int freeing;
     int stalled_timeouts; /* deadlines passed since the last reply in time */
     int64_t timeout_us;   /* the calls' deadline; 0: every reply is in time */
@@ -101,16 +124,29 @@ struct node_call {
 /* Spares kept at most: the calls in flight at a busy moment. */
 #define MAX_SPARE_CALLS 256
 
-static int node_is_ready(const struct redis_node *n)
+/* The path is known: off, or the probe answered (under on, a node
+ * without the module is dropped at the answer: module_absent). */
+static int module_settled(const struct redis_node *n)
 {
-    return redis_conn_is_up(n->conn) && n->role_ok && n->loaded;
+    return n->module_mode == REDIS_MODULE_OFF || n->module_known;
 }
 
-/* Tells the owner and the metrics when readiness changed. */
+static int node_is_ready(const struct redis_node *n)
+{
+    return redis_conn_is_up(n->conn) && n->role_ok && n->loaded && module_settled(n);
+}
+
+/* Tells the owner and the metrics when readiness (or, for the metrics,
+ * the path that decides) changed. */
 static void update_state(struct redis_node *n)
 {
     int ready = node_is_ready(n);
-    if (ready == n->reported || n->freeing)
+    int path = ready ? n->has_module : -1;
+    if (n->freeing || (ready == n->reported && path == n->reported_path))
+        return;
+    n->reported_path = path;
+    metrics_node_path(n->metrics, redis_conn_target(n->conn), path);
+    if (ready == n->reported)
         return;
     n->reported = ready;
     metrics_node_up(n->metrics, redis_conn_target(n->conn), ready);
@@ -130,9 +166,10 @@ static void log_node(const struct redis_node *n, enum log_level lvl, const char 
 
 static void loaded(struct redis_node *n, const char *how)
 {
+    /* The module's probe was sent before the load: its answer is known. */
     if (!n->loaded)
         log_event(n->log, LOG_LVL_INFO, "redis code loaded", "target", redis_conn_target(n->conn),
-                  "as", how, "sha1", n->sha, NULL);
+                  "as", how, "sha1", n->sha, "decides_by", n->has_module ? "module" : how, NULL);
     n->loaded = 1;
     n->stalled_timeouts = 0;
     event_del(&n->ready_timer);
@@ -209,6 +246,65 @@ static void on_role_reply(void *arg, redisReply *r)
     redis_conn_drop(n->conn, "not a master");
 }
 
+/* ---- the module ---- */
+
+/* The probe found no usable module (why: absent, or the ACL's refusal). */
+static void module_absent(struct redis_node *n, const char *why)
+{
+    n->module_known = 1;
+    n->has_module = 0;
+    if (n->module_mode == REDIS_MODULE_ON) {
+        snprintf(n->unusable, sizeof n->unusable, "%s: %s (redis.module: on)",
+                 redis_conn_target(n->conn), why);
+        log_node(n, LOG_LVL_WARN, "redis node unusable under redis.module: on", "reason", why);
+        redis_conn_drop(n->conn, "no usable ratelimitd.check (redis.module: on)");
+        return;
+    }
+    log_node(n, LOG_LVL_INFO, "redis node decides by the Functions", "reason", why);
+    update_state(n);
+}
+
+static void on_module_reply(void *arg, redisReply *r)
+{
+    struct redis_node *n = arg;
+    if (!r)
+        return;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ERR ratelimitd", 14) != 0) {
+        if (strncasecmp(r->str, "ERR unknown command", 19) == 0) {
+            module_absent(n, "no ratelimitd.check: ratelimitd.so is not loaded");
+            return;
+        }
+        if (strncmp(r->str, "NOPERM", 6) == 0) {
+            module_absent(n, "the ACL does not allow ratelimitd.check");
+            return;
+        }
+        /* LOADING, BUSY...: the ready timer drops the connection, and the
+         * next one asks again. */
+        metrics_node_count(n->metrics, redis_conn_target(n->conn), METRICS_NODE_ERRORS);
+        log_node(n, LOG_LVL_ERROR, "redis module probe failed", "error", r->str);
+        return;
+    }
+    n->module_known = 1;
+    n->has_module = 1;
+    n->unusable[0] = '\0';
+    update_state(n);
+}
+
+/* Asks whether ratelimitd.check is here (see the top of the file). */
+static int send_module_probe(struct redis_node *n)
+{
+    const char *argv[] = {MODULE_COMMAND, "0"};
+    size_t lens[] = {strlen(MODULE_COMMAND), 1};
+    return redis_conn_command(n->conn, on_module_reply, n, 2, argv, lens);
+}
+
+/* A call's reply says the module went (MODULE UNLOAD while connected):
+ * the call was sent to it, and nothing ran. */
+static int module_gone(const char *err)
+{
+    return strncasecmp(err, "ERR unknown command", 19) == 0 && strstr(err, MODULE_COMMAND) != NULL;
+}
+
 /* ---- connection events ---- */
 
 static void on_up(void *arg, struct redis_conn *c)
@@ -220,6 +316,8 @@ static void on_up(void *arg, struct redis_conn *c)
     n->load_in_flight = 0;
     n->stalled_timeouts = 0;
     n->role_ok = !n->require_master;
+    n->module_known = 0;
+    n->has_module = 0;
     timer_arm_us(&n->ready_timer, READY_TIMEOUT_US);
     /* ROLE not queued (out of memory, or the connection gone, when the
      * drop does nothing): a connection that cannot say it is a master's
@@ -227,6 +325,11 @@ static void on_up(void *arg, struct redis_conn *c)
     if (n->require_master &&
         redis_conn_command(c, on_role_reply, n, 1, (const char *[]){"ROLE"}, (size_t[]){4}) < 0) {
         redis_conn_drop(c, "cannot queue ROLE");
+        return;
+    }
+    /* Before the load, so that its answer is known when the load's is. */
+    if (n->module_mode != REDIS_MODULE_OFF && send_module_probe(n) < 0) {
+        redis_conn_drop(c, "cannot queue the module probe");
         return;
     }
     send_load(n);
@@ -272,50 +375,60 @@ static void resp_bulk(struct buf *out, const char *s, size_t len)
     out->len += n;
 }
 
-/* The call as RESP, into out (emptied first): FCALL (or EVALSHA on a server
- * without Functions), the function's name (or the SHA1), the number of
- * keys, then the call's arguments. Written here rather than by hiredis's
- * formatter, which builds each argument's header with sdscatfmt and a new
- * string per call, a share of the daemon's time per check that
+/* The head of a call (or a batch) as RESP, into out (emptied first): the
+ * count of its arguments (nargs follow the head), then ratelimitd.check
+ * (by_module), or FCALL and the function's name (EVALSHA and the SHA1 on
+ * a server without Functions). Calls are written here rather than by
+ * hiredis's formatter, which builds each argument's header with sdscatfmt
+ * and a new string per call, a share of the daemon's time per check that
  * bench/instructions.py measures. */
+static void resp_format_head(const struct redis_node *n, int by_module, size_t nargs,
+                             struct buf *out)
+{
+    const char *cmd = by_module ? MODULE_COMMAND : n->use_eval ? "EVALSHA" : "FCALL";
+    const char *name = n->use_eval ? n->sha : scripts_function_name();
+    out->len = 0;
+    buf_append_char(out, '*');
+    buf_append_int(out, (long long)((by_module ? 1 : 2) + nargs));
+    buf_append(out, "\r\n", 2);
+    resp_bulk(out, cmd, strlen(cmd));
+    if (!by_module)
+        resp_bulk(out, name, strlen(name));
+}
+
+/* Whether call goes to the module on n. */
+static int by_module(const struct redis_node *n, const struct script_call *call)
+{
+    return n->has_module && !call->functions_only;
+}
+
+/* The call as RESP, into out (emptied first): the head, the number of
+ * keys, then the call's arguments. */
 static void resp_format_call(const struct redis_node *n, const struct script_call *call,
                              struct buf *out)
 {
     char nkeys[UTIL_INT_CHARS];
-    const char *cmd = n->use_eval ? "EVALSHA" : "FCALL";
-    const char *name = n->use_eval ? n->sha : scripts_function_name();
-    out->len = 0;
-    buf_append_char(out, '*');
-    buf_append_int(out, (long long)(3 + call->nargs));
-    buf_append(out, "\r\n", 2);
-    resp_bulk(out, cmd, strlen(cmd));
-    resp_bulk(out, name, strlen(name));
+    resp_format_head(n, by_module(n, call), 1 + call->nargs, out);
     resp_bulk(out, nkeys, util_format_int(nkeys, (long long)call->nkeys));
     for (size_t i = 0; i < call->nargs; i++)
         resp_bulk(out, call->args[i], call->lens[i]);
 }
 
-/* A batch as RESP, into out (emptied first): FCALL (or EVALSHA), the name,
- * every member's KEYS, then ARGV: SCRIPTS_BATCH, the count, each member's
- * number of keys and of arguments, then every member's arguments
+/* A batch as RESP, into out (emptied first): the head, the number of
+ * keys, every member's KEYS, then ARGV: SCRIPTS_BATCH, the count, each
+ * member's number of keys and of arguments, then every member's arguments
  * (scripts.h). */
 static void resp_format_batch(const struct redis_node *n, const struct node_call *b,
                               struct buf *out)
 {
     char num[UTIL_INT_CHARS];
-    const char *cmd = n->use_eval ? "EVALSHA" : "FCALL";
-    const char *name = n->use_eval ? n->sha : scripts_function_name();
     size_t nargs = 0, nkeys = 0;
     for (const struct node_call *m = b->members; m; m = m->next) {
         nargs += m->call->nargs;
         nkeys += m->call->nkeys;
     }
-    out->len = 0;
-    buf_append_char(out, '*');
-    buf_append_int(out, (long long)(3 + 2 + 2 * b->nmembers + nargs));
-    buf_append(out, "\r\n", 2);
-    resp_bulk(out, cmd, strlen(cmd));
-    resp_bulk(out, name, strlen(name));
+    /* Every member has one path (on_flush's chunks). */
+    resp_format_head(n, by_module(n, b->members->call), 1 + 2 + 2 * b->nmembers + nargs, out);
     resp_bulk(out, num, util_format_int(num, (long long)nkeys));
     for (const struct node_call *m = b->members; m; m = m->next)
         for (size_t i = 0; i < m->call->nkeys; i++)
@@ -441,6 +554,19 @@ static void on_call_reply(void *arg, redisReply *r)
             n->stalled_timeouts = 0;
         metrics_redis_latency(n->metrics, now - nc->sent_us);
     }
+    if (r && r->type == REDIS_REPLY_ERROR && module_gone(r->str)) {
+        /* The first of the calls in flight to see it says so. */
+        if (n->has_module)
+            module_absent(n, "ratelimitd.check went (MODULE UNLOAD)");
+        /* Under auto, the same call again, through the Functions (under
+         * on, module_absent dropped the connection). */
+        if (n->module_mode == REDIS_MODULE_AUTO) {
+            if (send_call(nc) == 0)
+                return;
+            deliver(n, nc, NULL);
+            return;
+        }
+    }
     if (r && r->type == REDIS_REPLY_ERROR) {
         /* After SCRIPT FLUSH or a restart of Redis, reload and retry: the
          * caller never sees NOSCRIPT. */
@@ -554,7 +680,8 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
      * stays as it is until this loop ends. */
     for (i = 0; i < k;) {
         size_t c = 1;
-        while (i + c < k && c < (size_t)n->batch_max && order[i + c]->group == order[i]->group)
+        while (i + c < k && c < (size_t)n->batch_max && order[i + c]->group == order[i]->group &&
+               by_module(n, order[i + c]->call) == by_module(n, order[i]->call))
             c++;
         send_chunk(n, order + i, c);
         i += c;
@@ -584,6 +711,21 @@ int redis_node_call_batched(struct redis_node *n, const struct script_call *call
 void redis_node_set_batch(struct redis_node *n, int64_t batch)
 {
     n->batch_max = batch;
+}
+
+void redis_node_set_module(struct redis_node *n, enum redis_module_mode mode)
+{
+    n->module_mode = mode;
+}
+
+const char *redis_node_unusable(const struct redis_node *n)
+{
+    return n->unusable[0] ? n->unusable : NULL;
+}
+
+int redis_node_by_module(const struct redis_node *n)
+{
+    return node_is_ready(n) && n->has_module;
 }
 
 int redis_node_command(struct redis_node *n, redis_reply_fn fn, void *arg, int argc,
@@ -617,6 +759,7 @@ struct redis_node *redis_node_new(struct event_base *base, const struct logger *
                              .on_state = fn,
                              .on_state_arg = arg};
     n->batch_max = 1;
+    n->reported_path = -1;
     scripts_sha1(n->sha);
     evtimer_assign(&n->ready_timer, base, on_ready_timeout, n);
     event_assign(&n->flush_ev, base, -1, 0, on_flush, n);

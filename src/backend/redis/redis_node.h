@@ -15,9 +15,12 @@
  * a row with no reply in time in between, the connection is taken as hung
  * and dropped (its calls complete with NULL).
  *
+ * With redis.module auto or on, the calls go to the module's
+ * ratelimitd.check on a node that has it (see redis_node.c).
+ *
  * Per-node metrics (ratelimitd_redis_node_*{node="host:port"}): calls,
- * errors, reconnects, up; the owner counts redirects and failovers on the
- * node's name.
+ * errors, reconnects, up; ratelimitd_redis_decision_path; the owner counts redirects and failovers
+ * on the node's name.
  */
 #ifndef RATELIMITD_REDIS_NODE_H
 #define RATELIMITD_REDIS_NODE_H
@@ -79,6 +82,18 @@ int redis_node_call_batched(struct redis_node *n, const struct script_call *call
 
 /* redis.batch: at most this many calls per FCALL (1: every call alone). */
 void redis_node_set_batch(struct redis_node *n, int64_t batch);
+
+/* redis.module (before redis_node_start: it applies from the next connect
+ * on). */
+void redis_node_set_module(struct redis_node *n, enum redis_module_mode mode);
+
+/* Why the node cannot be used under redis.module: on ("host:port: no
+ * ratelimitd.check..."), from the last connection's probe; NULL if that is
+ * not the reason. */
+const char *redis_node_unusable(const struct redis_node *n);
+
+/* Ready, and its calls go to the module (those it takes). */
+int redis_node_by_module(const struct redis_node *n);
 
 /* Any other command on the node's connection (DEL and PUBLISH of a reset,
  * CLUSTER SLOTS). -1: not connected. */

@@ -28,7 +28,9 @@
 #include "front/http/lease_json.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
+#include "lib/buf.h"
 #include "lib/client_ip.h"
+#include "lib/json_out.h"
 
 static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -227,14 +229,27 @@ static void start_healthz(struct slot *s, const struct http_request *req)
 static void start_readyz(struct slot *s, const struct http_request *req)
 {
     (void)req;
-    const char *reason = s->c->h->host->unready_reason(s->c->h->host->arg);
-    char body[96];
+    const struct front_host *h = s->c->h->host;
+    const char *reason = h->unready_reason(h->arg);
+    const char *detail = h->ready_detail(h->arg, reason == NULL);
+    struct buf b = {0};
+    struct json_out j = json_out_start(&b);
+    json_out_begin(&j, '{');
+    json_out_key(&j, "status");
+    json_out_cstr(&j, reason ? "unready" : "ready");
     if (reason) {
-        snprintf(body, sizeof body, "{\"status\":\"unready\",\"reason\":\"%s\"}", reason);
-        http_answer_body(s, 503, NULL, body);
-    } else {
-        http_answer_body(s, 200, NULL, "{\"status\":\"ready\"}");
+        json_out_key(&j, "reason");
+        json_out_cstr(&j, reason);
     }
+    /* A draining daemon's detail would be the backend's, beside the point. */
+    if (detail && (!reason || strcmp(reason, "redis_unavailable") == 0)) {
+        json_out_key(&j, reason ? "detail" : "decides_by");
+        json_out_cstr(&j, detail);
+    }
+    json_out_end(&j, '}');
+    buf_append_char(&b, '\0');
+    http_answer_body(s, reason ? 503 : 200, NULL, b.data);
+    buf_free(&b);
 }
 
 static void start_metrics(struct slot *s, const struct http_request *req)

@@ -249,9 +249,13 @@ def flush_under_load(redis, flush, what):
     total, alone, checks = batch_histogram(d)
     fams = promtext.parse(d.admin("/metrics").body.decode())
     reloads = promtext.value(fams, "ratelimitd_redis_noscript_reloads_total")
-    harness.ok(alone < total and reloads > 0,
-               "%s: batches formed (%d calls for %d requests) and met the flushes (%d reloads)"
-               % (what, total, checks, reloads))
+    # Through the module (test_with_module) no call runs the Functions, so
+    # a flush is never met: no reload.
+    by_module = bool(harness.module_args())
+    harness.ok(alone < total and (reloads == 0 if by_module else reloads > 0),
+               "%s: batches formed (%d calls for %d requests) and %s (%d reloads)"
+               % (what, total, checks, "never needed the Functions" if by_module
+                  else "met the flushes", reloads))
     counted = 0
     for i in range(CLIENTS):
         v = c.command("GET", "rl:{api:k%d}:t" % i)

@@ -6,9 +6,9 @@ private redis-servers with and without ratelimitd.so ($RATELIMITD_MODULE):
 (a) auto on a Redis with the module: decisions go through
     ratelimitd.check (INFO commandstats: its calls grow, FCALL's do not)
     and answer what a Functions-only run (off, a Redis without the module)
-    answers; a sliding_window_log policy (which the module does not take
-    yet) and a tier past the module's 2^53 still go by FCALL on that
-    node, and both paths at once batch apart; /metrics
+    answers; a sliding_window_log policy and a fixed_window tier past
+    2^53 µs (10 M an hour) go to the module too, and batch together with
+    the others; /metrics
     ratelimitd_redis_decision_path{path="module"} 1, /readyz decides_by
     module; off on the same Redis never calls ratelimitd.check (not even
     the probe) and says functions; on against a Redis without it: never
@@ -156,17 +156,17 @@ def test_auto_off_on(module):
     loaded = [ln for ln in d.logs().splitlines() if "redis code loaded" in ln]
     ok(loaded and "target=%s" % node in loaded[0] and "decides_by=module" in loaded[0],
        "(a) the node's code-loaded line says decides_by=module")
-    log0 = cmdstat(c, "fcall")
+    log0 = cmdstat(c, "ratelimitd.check")
     r = [d.check("log", "l").status for _ in range(4)]
     eq(r, [200, 200, 200, 429], "(a) sliding_window_log on a module node: decided")
-    eq(cmdstat(c, "fcall") - log0 >= 1, True, "(a) by FCALL (the module does not take it yet)")
-    huge0 = cmdstat(c, "fcall")
+    eq(cmdstat(c, "ratelimitd.check") - log0 >= 1, True, "(a) by the module")
+    huge0 = cmdstat(c, "ratelimitd.check")
     r = d.check("huge", "h")
     eq((r.status, r.json.get("remaining")), (200, 9999999),
-       "(a) a fixed_window of 10 M an hour (past the module's 2^53) on a module node: decided")
-    eq(cmdstat(c, "fcall") - huge0, 1, "(a) by FCALL")
-    # Both paths at once: the batches of one loop turn must not mix them
-    # (a sliding_window_log request in a module batch would be refused).
+       "(a) a fixed_window of 10 M an hour (past 2^53 µs) on a module node: decided")
+    eq(cmdstat(c, "ratelimitd.check") - huge0, 1, "(a) by the module")
+    eq(cmdstat(c, "fcall"), fcall0, "(a) and never by FCALL")
+    # A bucket and a log at once: batches of both, one command.
     counts = {}
     runs = [threading.Thread(target=lambda p=p: counts.__setitem__(p, hammer(d, p, key="h")))
             for p in ("tbbig", "logbig")]
@@ -175,7 +175,7 @@ def test_auto_off_on(module):
     for t in runs:
         t.join()
     eq((counts["tbbig"], counts["logbig"]), ({200: 300, 429: 0, "other": 0},) * 2,
-       "(a) module and Functions calls at once: every check allowed")
+       "(a) a bucket and a log at once: every check allowed")
     batched = metric(d, "ratelimitd_redis_batch_size_count") - metric(
         d, "ratelimitd_redis_batch_size_bucket", le="1")
     ok(batched > 0, "(a) some of them batched (%d calls of several)" % batched)

@@ -5,7 +5,7 @@ ratelimitd.so ($RATELIMITD_MODULE) loaded into every redis-server they
 start ($RL_TEST_LOADMODULE, harness.module_args) and `redis.module: on` in
 every daemon's file (daemon.py): the daemon is then ready only where it
 decides through the module, so each test passing here shows batching,
-leases (which go to the Functions), reports, the deny cache, Redis
+leases, reports, the deny cache, Redis
 faults and Cluster behaving on the module's path as on the Functions'.
 
 One point per test: its exit status 0 and no failed point.

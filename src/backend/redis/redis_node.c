@@ -26,9 +26,8 @@
  * (the module's own error for an empty request) that it has. The same
  * command is the probe so that it works under exactly the ACL that its use
  * needs. Where it is usable, a call (or a batch of them) goes as
- * `ratelimitd.check` with the FCALL's arguments, but for the calls the
- * module refuses yet (script_call.functions_only), which keep the FCALL;
- * a batch holds calls of one path. Under redis.module: on a node without
+ * `ratelimitd.check` with the FCALL's arguments (the module takes every
+ * call the Functions take). Under redis.module: on a node without
  * it is never ready: the connection is dropped (and reconnects, asking
  * again), and redis_node_unusable says why. A module unloaded while
  * connected shows as "ERR unknown command" to a call: the node then takes
@@ -396,19 +395,13 @@ static void resp_format_head(const struct redis_node *n, int by_module, size_t n
         resp_bulk(out, name, strlen(name));
 }
 
-/* Whether call goes to the module on n. */
-static int by_module(const struct redis_node *n, const struct script_call *call)
-{
-    return n->has_module && !call->functions_only;
-}
-
 /* The call as RESP, into out (emptied first): the head, the number of
  * keys, then the call's arguments. */
 static void resp_format_call(const struct redis_node *n, const struct script_call *call,
                              struct buf *out)
 {
     char nkeys[UTIL_INT_CHARS];
-    resp_format_head(n, by_module(n, call), 1 + call->nargs, out);
+    resp_format_head(n, n->has_module, 1 + call->nargs, out);
     resp_bulk(out, nkeys, util_format_int(nkeys, (long long)call->nkeys));
     for (size_t i = 0; i < call->nargs; i++)
         resp_bulk(out, call->args[i], call->lens[i]);
@@ -427,8 +420,7 @@ static void resp_format_batch(const struct redis_node *n, const struct node_call
         nargs += m->call->nargs;
         nkeys += m->call->nkeys;
     }
-    /* Every member has one path (on_flush's chunks). */
-    resp_format_head(n, by_module(n, b->members->call), 1 + 2 + 2 * b->nmembers + nargs, out);
+    resp_format_head(n, n->has_module, 1 + 2 + 2 * b->nmembers + nargs, out);
     resp_bulk(out, num, util_format_int(num, (long long)nkeys));
     for (const struct node_call *m = b->members; m; m = m->next)
         for (size_t i = 0; i < m->call->nkeys; i++)
@@ -680,8 +672,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
      * stays as it is until this loop ends. */
     for (i = 0; i < k;) {
         size_t c = 1;
-        while (i + c < k && c < (size_t)n->batch_max && order[i + c]->group == order[i]->group &&
-               by_module(n, order[i + c]->call) == by_module(n, order[i]->call))
+        while (i + c < k && c < (size_t)n->batch_max && order[i + c]->group == order[i]->group)
             c++;
         send_chunk(n, order + i, c);
         i += c;

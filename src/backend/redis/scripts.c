@@ -190,37 +190,6 @@ static void push_mode(struct script_call *out, size_t *used, const struct check_
         push(out, used, SCRIPTS_RUN, 1);
 }
 
-/* Beyond this, a tier's limit or capacity times its window is refused by
- * the module (module_args.c: its arithmetic is exact up to 2^53). */
-#define MODULE_EXACT_MAX (1LL << 53)
-
-/* The requests ratelimitd.check refuses today ("not implemented in the
- * module yet", src/module/module_args.c), which go to the Functions even on
- * a node that has the module: lease blocks and lease nonces (concurrency),
- * sliding_window_log and concurrency tiers, and a non-calendar tier whose
- * limit or capacity times its window passes 2^53 (a fixed_window of 10 M
- * an hour). The one place to shrink as the module learns them; lease
- * releases and renewals are the other (scripts_rebuild_lease_call). */
-static int module_refuses(const struct check_request *req)
-{
-    if (req->block_op != LEASE_BLOCK_NONE || req->lease_nonce[0] != '\0')
-        return 1;
-    for (size_t i = 0; i < req->nchecks; i++) {
-        const struct policy *p = req->checks[i].policy;
-        for (size_t j = 0; j < p->ntiers; j++) {
-            const struct tier *t = &p->tiers[j];
-            if (t->algorithm == ALG_SLIDING_WINDOW_LOG || t->algorithm == ALG_CONCURRENCY)
-                return 1;
-            int64_t factor =
-                t->limit > policy_tier_capacity(t) ? t->limit : policy_tier_capacity(t);
-            if (t->calendar.unit == CALENDAR_NONE &&
-                factor > MODULE_EXACT_MAX / policy_tier_span_us(t))
-                return 1;
-        }
-    }
-    return 0;
-}
-
 void scripts_rebuild_call(const struct config *cfg, const struct check_request *req, int64_t now_us,
                           struct script_call *out)
 {
@@ -231,7 +200,6 @@ void scripts_rebuild_call(const struct config *cfg, const struct check_request *
     call_alloc(out, nargs, bytes);
     out->ntiers = ntiers;
     out->nkeys = nkeys;
-    out->functions_only = module_refuses(req);
     size_t used = 0;
 
     char key[POLICY_KEY_BUF];
@@ -274,7 +242,6 @@ void scripts_rebuild_lease_call(const struct config *cfg, int renew, const struc
         bytes += POLICY_KEY_BUF + LEASE_MEMBER_MAX + NUM_BYTES;
     call_alloc(out, n + 2 + 2 * n, bytes);
     out->nkeys = n;
-    out->functions_only = 1; /* the module has no lease calls yet */
     size_t used = 0;
     char key[POLICY_KEY_BUF], member[LEASE_MEMBER_MAX];
     for (size_t i = 0; i < n; i++) {

@@ -78,7 +78,6 @@ struct script_call {
     size_t nargs; /* keys included */
     size_t ntiers;
     int block;          /* a local lease call: the reply ends with 2 more integers */
-    int functions_only; /* the module refuses it yet: FCALL even where it is loaded */
     const char **args;
     size_t *lens;
     char *mem;

@@ -33,6 +33,9 @@ static inline void buf_append(struct buf *b, const void *p, size_t n)
     b->len += n;
 }
 
+/* A string literal, its length known where it is called. */
+#define buf_append_lit(b, lit) buf_append((b), "" lit, sizeof(lit) - 1)
+
 void buf_append_str(struct buf *b, const char *s);
 
 /* Inline: the JSON writer appends most punctuation one byte at a time. */

@@ -24,6 +24,9 @@ Environment:
                      target uses token_bucket)
     KEYS=hot         one key for every check, limit 100: all but the first
                      100 are denied (the `hot` rows: the deny cache's path)
+    KEYSPACE=N       keys user:0 .. user:N-1 in turn instead of a new key each
+                     time: past the first N checks every key exists, as in
+                     bench/run.sh's spread rows once its warmup has run
     CONNS=64         the checks over 64 keep-alive connections at once, one
                      request in flight on each (as wrk -c64 sends them), so
                      that the daemon's batches form (redis.batch); default 1:
@@ -86,6 +89,7 @@ def ready(port):
 FRONT = os.environ.get("FRONT", "check")
 HOT = os.environ.get("KEYS", "spread") == "hot"
 ALGORITHM = os.environ.get("ALGORITHM", "fixed_window")
+KEYSPACE = int(os.environ.get("KEYSPACE", "0"))
 
 
 def limit():
@@ -97,7 +101,7 @@ def limit():
 
 
 def request(i):
-    key = "user:hot" if HOT else "user:%d" % i
+    key = "user:hot" if HOT else "user:%d" % (i % KEYSPACE if KEYSPACE else i)
     if FRONT == "auth":
         return b"GET /auth/api HTTP/1.1\r\nHost: bench\r\nX-Key: %s\r\n\r\n" % key.encode()
     body = json.dumps({"policy": "api", "key": key}).encode()

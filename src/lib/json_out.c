@@ -139,9 +139,9 @@ void json_out_bool(struct json_out *j, int v)
 {
     sep(j);
     if (v)
-        buf_append(j->b, "true", 4);
+        buf_append_lit(j->b, "true");
     else
-        buf_append(j->b, "false", 5);
+        buf_append_lit(j->b, "false");
     j->comma = 1;
 }
 

@@ -211,7 +211,7 @@ static const char digit_pairs[] = "00010203040506070809"
                                   "90919293949596979899";
 
 /* The number of decimal digits of u: log10 from the bit length (1233 /
- * 4096 is just over log10(2)), then one comparison, rather than a loop
+ * 4096 is just under log10(2)), then one comparison, rather than a loop
  * over the digits. */
 static size_t digits_of(unsigned long long u)
 {

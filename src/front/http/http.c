@@ -12,10 +12,11 @@
  * EV_WRITE is asked for only when the socket would block, and the read event
  * stays added, so a keep-alive request costs no epoll_ctl.
  *
- * The timer, re-armed after every event, stands for whichever deadline is
- * nearest: idle_timeout between requests (or while a written answer does
- * not drain), and while a request is being read both idle_timeout of
- * silence and request_timeout for the whole request (408, then close).
+ * The timer stands for whichever deadline is nearest: idle_timeout between
+ * requests (or while a written answer does not drain), and while a request
+ * is being read both idle_timeout of silence and request_timeout for the
+ * whole request (408, then close). It is re-armed only when it would fire
+ * too late (arm_timer); firing early, it looks again (on_timer).
  *
  * A connection that must close (an error that breaks framing, Connection:
  * close, 401, 503) reads no further request; once its answers are written
@@ -261,28 +262,49 @@ static int write_out(struct conn *c)
     return 0;
 }
 
-static void arm_timer(struct conn *c)
+/* The deadline the timer stands for now (monotonic µs), or 0: none, the
+ * core answering every check in time. */
+static int64_t timer_deadline(const struct conn *c)
 {
     const struct http *h = c->h;
-    int64_t deadline;
     if (c->fc.lingering)
-        deadline = c->fc.linger_until_us;
-    else if (c->req_start_us && !c->closing) {
-        deadline = c->fc.last_us + h->idle_us;
+        return c->fc.linger_until_us;
+    if (c->req_start_us && !c->closing) {
+        int64_t deadline = c->fc.last_us + h->idle_us;
         if (c->req_start_us + h->request_us < deadline)
             deadline = c->req_start_us + h->request_us;
-    } else if (c->count == 0 || c->fc.writing)
-        deadline = c->fc.last_us + h->idle_us;
-    else {
-        event_del(&c->fc.timer); /* the core answers every check in time */
-        return;
+        return deadline;
     }
+    if (c->count == 0 || c->fc.writing)
+        return c->fc.last_us + h->idle_us;
+    return 0;
+}
+
+/* Arms the timer only when it would fire too late. One armed for an
+ * earlier deadline is kept: on_timer then finds the deadline moved and arms
+ * it again. Deadlines move forward on every request of a keep-alive
+ * connection, so this saves re-arming (a libevent heap update: callgrind)
+ * once or twice per request; nginx's timers are lazy the same way. */
+static void arm_timer(struct conn *c)
+{
+    int64_t deadline = timer_deadline(c);
+    if (deadline == 0 || (c->timer_at && c->timer_at <= deadline))
+        return;
     timer_arm_us(&c->fc.timer, deadline - util_monotonic_us());
+    c->timer_at = deadline;
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
+    c->timer_at = 0;
+    int64_t deadline = timer_deadline(c);
+    if (deadline == 0)
+        return;
+    if (deadline > util_monotonic_us()) {
+        arm_timer(c);
+        return;
+    }
     if (c->fc.lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
         conn_free(c);
         return;

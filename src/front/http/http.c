@@ -15,8 +15,7 @@
  * The timer stands for whichever deadline is nearest: idle_timeout between
  * requests (or while a written answer does not drain), and while a request
  * is being read both idle_timeout of silence and request_timeout for the
- * whole request (408, then close). It is re-armed only when it would fire
- * too late (arm_timer); firing early, it looks again (on_timer).
+ * whole request (408, then close). It is armed lazily (front_conn_arm).
  *
  * A connection that must close (an error that breaks framing, Connection:
  * close, 401, 503) reads no further request; once its answers are written
@@ -56,7 +55,6 @@
 #include "front/http/http_routes.h"
 #include "front/http/response.h"
 #include "lib/client_ip.h"
-#include "lib/timer.h"
 
 #define HTTP_READ_CHUNK 16384  /* bytes read at once */
 #define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
@@ -280,31 +278,16 @@ static int64_t timer_deadline(const struct conn *c)
     return 0;
 }
 
-/* Arms the timer only when it would fire too late. One armed for an
- * earlier deadline is kept: on_timer then finds the deadline moved and arms
- * it again. Deadlines move forward on every request of a keep-alive
- * connection, so this saves re-arming (a libevent heap update: callgrind)
- * once or twice per request; nginx's timers are lazy the same way. */
 static void arm_timer(struct conn *c)
 {
-    int64_t deadline = timer_deadline(c);
-    if (deadline == 0 || (c->timer_at && c->timer_at <= deadline))
-        return;
-    timer_arm_us(&c->fc.timer, deadline - util_monotonic_us());
-    c->timer_at = deadline;
+    front_conn_arm(&c->fc, timer_deadline(c));
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
-    c->timer_at = 0;
-    int64_t deadline = timer_deadline(c);
-    if (deadline == 0)
+    if (!front_conn_timer_due(&c->fc, timer_deadline(c)))
         return;
-    if (deadline > util_monotonic_us()) {
-        arm_timer(c);
-        return;
-    }
     if (c->fc.lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
         conn_free(c);
         return;

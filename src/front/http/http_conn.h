@@ -52,7 +52,6 @@ struct conn {
     struct slot slots[HTTP_PIPELINE_MAX];
     unsigned head, count; /* the ring of slots in use */
     int64_t req_start_us; /* first byte of the request being read; 0: none */
-    int64_t timer_at;     /* the deadline fc.timer is armed for; 0: not armed */
     int counted;          /* holds a unit of max_connections (listener_admit) */
     int over_limit;       /* came past max_connections: its first request gets 503 */
     int closing;          /* no further request: close once the answers are written */

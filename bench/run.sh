@@ -3,8 +3,8 @@
 # bench/run.sh: one command that measures ratelimitd against its peers on
 # this machine, on 127.0.0.1 only, and writes bench/results/.
 #
-#   bench/run.sh                      full run (~9 min)
-#   bench/run.sh --quick              short runs, no sweep (~3 min)
+#   bench/run.sh                      full run (~10 min)
+#   bench/run.sh --quick              short runs, no sweep (~3.5 min)
 #   bench/run.sh --only rl1,nginx1    some targets only
 #   bench/run.sh --note "quiet box"   a line printed under the table
 #   bench/run.sh --rounds 3           each row the median of 3 measured runs
@@ -52,7 +52,7 @@
 # single runs can flip a verdict; medians of 3 hold better.
 # Other options: --duration S (8), --warmup S (2), --sweep-duration S (5),
 # --sweep-conns "8 16 ..." , --clock redis|local (redis), --no-install,
-# --out DIR (bench/results), --deadline S (540 per round; --quick 170: cases that
+# --out DIR (bench/results), --deadline S (600 per round; --quick 200: cases that
 # would end later are skipped; the cost hook gets what is left + 30 s).
 # The daemon rows' Redis loads MODULE_SO (default ./ratelimitd.so) where it
 # is built; BASE_BIN=/path/to/ratelimitd (main's, say) adds its Functions
@@ -100,9 +100,9 @@ while [ $# -gt 0 ]; do
 done
 case "$CLOCK" in redis|local) ;; *) echo "run.sh: --clock redis|local" >&2; exit 64 ;; esac
 case "$ROUNDS" in [1-9]|[1-9][0-9]) ;; *) echo "run.sh: --rounds takes 1 to 99" >&2; exit 64 ;; esac
-[ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 170 || echo 540)) * ROUNDS ))
+[ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 200 || echo 600)) * ROUNDS ))
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
-# --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
+# --quick without --only leaves out nginx2, rl2, sweep and cost (3.5 minutes)
 [ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,rlmod,mem,redis,pair,module,leases,grpc"
 
 T_START=$(date +%s)

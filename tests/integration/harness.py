@@ -89,12 +89,13 @@ _PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv")
 
 def module_preload_env(argv, env=None):
     """env (default: ours) for argv, with ASan's runtime preloaded when argv
-    loads the Redis module (--loadmodule) and the module is built with the
+    is a redis-server that loads the Redis module (--loadmodule) or may
+    (--enable-module-command: MODULE LOAD) and the module is built with the
     sanitizers (configure --enable-sanitizers sets
     $RATELIMITD_MODULE_PRELOAD): the instrumented module needs it first in
     the process. None when nothing is to be added to env."""
     preload = os.environ.get("RATELIMITD_MODULE_PRELOAD")
-    if not preload or "--loadmodule" not in argv:
+    if not preload or not ("--loadmodule" in argv or "--enable-module-command" in argv):
         return env
     env = dict(os.environ if env is None else env)
     env["LD_PRELOAD"] = preload
@@ -436,7 +437,7 @@ class RedisServer:
         (configure --enable-sanitizers): it then runs with ASan's runtime
         preloaded (spawn), and its log carries any report
         (sanitizer_reports)."""
-        return "--loadmodule" in self.argv and bool(os.environ.get("RATELIMITD_MODULE_PRELOAD"))
+        return module_preload_env(self.argv) is not None
 
     def sanitizer_reports(self):
         """The sanitizer lines in the log so far (ASan, UBSan, LeakSanitizer

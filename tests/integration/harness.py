@@ -157,11 +157,47 @@ def _ephemeral_low():
         return 32768
 
 
+# Ports handed out by free_port, one file each, shared by every test
+# process of the machine (make check -j runs several).
+_PORTS_DIR = os.path.join(tempfile.gettempdir(), "ratelimitd-test-ports")
+
+
+def _claim_port(port):
+    """Whether port is now this process's: no other live test process
+    holds it (a claim whose process is gone is taken over). A test that
+    checked a port free and then bound it a moment later could otherwise
+    lose it to another test that checked it in that moment."""
+    os.makedirs(_PORTS_DIR, exist_ok=True)
+    path = os.path.join(_PORTS_DIR, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    os.kill(int(f.read() or 0), 0)
+                return False  # a live process holds it
+            except (ProcessLookupError, ValueError):
+                try:
+                    os.unlink(path)  # its process is gone
+                except FileNotFoundError:
+                    pass
+                continue
+            except (OSError, PermissionError):
+                return False
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        at_exit(lambda: os.path.exists(path) and os.unlink(path))
+        return True
+    return False
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago, taken below the
-    kernel's ephemeral range: a port bind(0) hands out is in that range,
-    where any outgoing connection (to Redis, say) may take it before the
-    daemon binds it."""
+    """A TCP port on 127.0.0.1 that was free a moment ago and that no other
+    test process has been given (_claim_port), taken below the kernel's
+    ephemeral range: a port bind(0) hands out is in that range, where any
+    outgoing connection (to Redis, say) may take it before the daemon binds
+    it."""
     low = _ephemeral_low()
     rng = random.Random()
     for _ in range(200):
@@ -171,6 +207,7 @@ def free_port():
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if _claim_port(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -4,7 +4,8 @@
  * image as a file, so that they outlive the process: `state_file:` writes
  * one at every graceful stop and every `state_interval`, and reads it at
  * start; a hand-over to a new process (USR2) moves the same image over a
- * descriptor with store_file_dump/store_file_load.
+ * descriptor (store_file_write_fd/_read_fd; with the store's lock:
+ * backend_memory_store_dump/_load).
  *
  * Owns: the format, its validation, and the atomic write of a file.
  * Does not own: locking (the caller holds the store still while encoding
@@ -47,7 +48,7 @@ struct local_store;
 
 /* What a load did. */
 struct store_file_counts {
-    size_t loaded;  /* entries now in the store */
+    size_t loaded;  /* live entries read into the store */
     size_t expired; /* entries in the image dropped as expired */
 };
 
@@ -63,15 +64,12 @@ size_t store_file_encode(const struct local_store *s, int64_t now_us, struct buf
 int store_file_decode(struct local_store *s, const void *data, size_t len, int64_t now_us,
                       struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
 
-/* The image of s as of now_us written whole to fd (blocking; not closed):
- * the hand-over's sending half. 0, or -1 with a message. */
-int store_file_dump(const struct local_store *s, int fd, int64_t now_us, char *err,
-                    size_t errlen) RL_WUR;
-
-/* Reads fd to its end and decodes it into s (store_file_decode): the
- * hand-over's receiving half. 0, or -1 with a message and s unchanged. */
-int store_file_load(struct local_store *s, int fd, int64_t now_us, struct store_file_counts *c,
-                    char *err, size_t errlen) RL_WUR;
+/* len bytes written whole to fd (blocking; not closed), or fd read to its
+ * end into out (appended): how an image crosses a descriptor (the
+ * hand-over's halves, backend_memory_store_dump/_load). 0, or -1 with a
+ * message. */
+int store_file_write_fd(int fd, const void *data, size_t len, char *err, size_t errlen) RL_WUR;
+int store_file_read_fd(int fd, struct buf *out, char *err, size_t errlen) RL_WUR;
 
 /* Replaces the file at path with len bytes, atomically: a new file (mode
  * 0600) in the same directory, written, fsync'd, renamed over path, and
@@ -80,6 +78,10 @@ int store_file_load(struct local_store *s, int fd, int64_t now_us, struct store_
  * message and path untouched. */
 int store_file_write(const char *path, const void *data, size_t len, char *err,
                      size_t errlen) RL_WUR;
+
+/* Whether path's directory takes a new file, by making one as
+ * store_file_write would and removing it. 0, or -1 with a message. */
+int store_file_probe(const char *path, char *err, size_t errlen) RL_WUR;
 
 /* The whole file at path into out (appended). 0; 1 when there is no file
  * (ENOENT); -1 with a message. */

@@ -289,8 +289,8 @@ const struct field cfg_top_fields[] = {
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000, .def = CONFIG_DEFAULT_LOCAL_MAX_KEYS, .reload = RELOAD_RESTART},
     /* Read once at start, as the store it saves is made then. */
-    {"state_file", F_STRING, .offset = offsetof(struct config, state_file),
-     .check = check_absolute, .reload = RELOAD_RESTART},
+    {"state_file", F_STRING, .offset = offsetof(struct config, state_file), .check = check_absolute,
+     .reload = RELOAD_RESTART},
     {"state_interval", F_DURATION, .offset = offsetof(struct config, state_interval_us),
      .max = 86400LL * 1000000, .def = CONFIG_DEFAULT_STATE_INTERVAL_US, .reload = RELOAD_RESTART},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,

@@ -197,8 +197,9 @@ static void get_log(struct reader *r, struct entry *e)
         struct log_run x = {get_i64(r), get_i64(r), get_i64(r)};
         /* sliding_window_log.c's invariants: one run per distinct µs in
          * order, each of some units, and `before` running on. */
-        refuse(r, x.count <= 0 || x.before < 0 || (i > 0 && x.score <= prev_score) ||
-                      (i > 0 && x.before != next_before),
+        refuse(r,
+               x.count <= 0 || x.before < 0 || (i > 0 && x.score <= prev_score) ||
+                   (i > 0 && x.before != next_before),
                "a log out of order");
         prev_score = x.score, next_before = x.before + x.count;
         if (runs)

@@ -34,6 +34,11 @@
 /* Integrity, not secrecy: a fixed key ("ratelimitd-state" in ASCII). */
 static const struct siphash_key sum_key = {0x74696d696c657461ULL, 0x65746174732d64ULL};
 
+uint64_t store_file_sum(const void *data, size_t len)
+{
+    return siphash24(&sum_key, data, len);
+}
+
 /* ---- encoding ---------------------------------------------------------------- */
 
 static void put_u8(struct buf *b, unsigned v)
@@ -126,7 +131,7 @@ size_t store_file_encode(const struct local_store *s, int64_t now_us, struct buf
     }
     for (int i = 0; i < 8; i++)
         out->data[count_at + (size_t)i] = (char)((uint64_t)n >> (8 * i));
-    put_u64(out, siphash24(&sum_key, out->data + start, out->len - start));
+    put_u64(out, store_file_sum(out->data + start, out->len - start));
     return n;
 }
 
@@ -320,7 +325,7 @@ int store_file_decode(struct local_store *s, const void *data, size_t len, int64
         return -1;
     }
     struct reader sum = {(const unsigned char *)data + len - SUM_LEN, SUM_LEN, NULL};
-    if (get_le(&sum, 8) != siphash24(&sum_key, data, len - SUM_LEN)) {
+    if (get_le(&sum, 8) != store_file_sum(data, len - SUM_LEN)) {
         snprintf(err, errlen, "checksum mismatch (corrupted or cut short)");
         return -1;
     }

@@ -52,6 +52,10 @@ struct store_file_counts {
     size_t expired; /* entries in the image dropped as expired */
 };
 
+/* The checksum an image ends with, of its len bytes before it: for tests
+ * and tools that build an image by hand. */
+uint64_t store_file_sum(const void *data, size_t len);
+
 /* Appends the image of every live entry of s as of now_us to out; returns
  * how many entries it holds. No I/O and one pass over the store: what a
  * caller does while it holds the store still, before writing the bytes

@@ -18,11 +18,13 @@
 #include "backend/memory_state.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "lib/util.h"
 
@@ -32,9 +34,8 @@ struct memory_state {
     int64_t interval_us;
     const struct logger *log;
     pthread_t thread;
-    pthread_mutex_t mu; /* guards stop and stats */
-    pthread_cond_t wake;
-    int stop;
+    int stop_pipe[2];   /* a byte (or the close) ends the writer */
+    pthread_mutex_t mu; /* guards stats */
     struct memory_state_stats stats;
 };
 
@@ -68,29 +69,27 @@ static void save(struct memory_state *ms, const char *why)
     buf_free(&b);
 }
 
+/* Waits out each interval on a pipe that memory_state_stop writes to:
+ * poll's relative timeout measured against the monotonic clock, not a
+ * condition variable's absolute deadline (which libfaketime, the tests'
+ * frozen wall clock, turns into a busy loop). */
 static void *writer_main(void *arg)
 {
     struct memory_state *ms = arg;
-    pthread_mutex_lock(&ms->mu);
-    while (!ms->stop) {
-        /* The condition variable runs on CLOCK_MONOTONIC: a wall clock
-         * set back must not stop the writes. */
-        struct timespec at;
-        clock_gettime(CLOCK_MONOTONIC, &at);
-        int64_t ns = at.tv_nsec + (ms->interval_us % 1000000) * 1000;
-        at.tv_sec += (time_t)(ms->interval_us / 1000000 + ns / 1000000000);
-        at.tv_nsec = (long)(ns % 1000000000);
-        int rc = 0;
-        while (!ms->stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&ms->wake, &ms->mu, &at);
-        if (ms->stop)
-            break;
-        pthread_mutex_unlock(&ms->mu);
+    int64_t next = util_monotonic_us() + ms->interval_us;
+    for (;;) {
+        int64_t left = next - util_monotonic_us();
+        struct pollfd p = {.fd = ms->stop_pipe[0], .events = POLLIN};
+        int rc = left > 0 ? poll(&p, 1, (int)((left + 999) / 1000)) : 0;
+        if (rc > 0)
+            return NULL; /* told to stop */
+        if (rc < 0 && errno != EINTR)
+            return NULL; /* cannot wait: memory_state_stop's write still saves */
+        if (util_monotonic_us() < next)
+            continue;
         save(ms, "interval");
-        pthread_mutex_lock(&ms->mu);
+        next = util_monotonic_us() + ms->interval_us;
     }
-    pthread_mutex_unlock(&ms->mu);
-    return NULL;
 }
 
 /* The start-up read: never fatal, every outcome logged. */
@@ -130,16 +129,12 @@ int memory_state_start(struct backend_memory_store *store, const struct config *
     ms->store = store, ms->path = cfg->state_file, ms->log = log;
     ms->interval_us = cfg->state_interval_us;
     restore(ms);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ms->wake, &ca);
-    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&ms->mu, NULL);
-    int rc = pthread_create(&ms->thread, NULL, writer_main, ms);
+    int rc = pipe2(ms->stop_pipe, O_CLOEXEC) < 0 ? errno : 0;
+    if (rc == 0 && (rc = pthread_create(&ms->thread, NULL, writer_main, ms)) != 0)
+        close(ms->stop_pipe[0]), close(ms->stop_pipe[1]);
     if (rc != 0) {
         snprintf(err, errlen, "state_file: cannot start its writer: %s", strerror(rc));
-        pthread_cond_destroy(&ms->wake);
         pthread_mutex_destroy(&ms->mu);
         free(ms);
         return -1;
@@ -152,14 +147,13 @@ void memory_state_stop(struct memory_state *ms, int final)
 {
     if (!ms)
         return;
-    pthread_mutex_lock(&ms->mu);
-    ms->stop = 1;
-    pthread_cond_signal(&ms->wake);
-    pthread_mutex_unlock(&ms->mu);
+    /* Closing the write end wakes the poll as a byte would, and cannot
+     * fail for a full pipe. */
+    close(ms->stop_pipe[1]);
     pthread_join(ms->thread, NULL);
+    close(ms->stop_pipe[0]);
     if (final)
         save(ms, "stop");
-    pthread_cond_destroy(&ms->wake);
     pthread_mutex_destroy(&ms->mu);
     free(ms);
 }

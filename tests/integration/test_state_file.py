@@ -33,7 +33,10 @@ POLICIES = dict(
     calendar="algorithm: fixed_window, limit: %d, calendar: day" % LIMIT,
     conc="algorithm: concurrency, limit: %d, lease_timeout: 1h" % LIMIT)
 POLICY = "policies:\n" + "".join(
-    "  %s: {deny_cache: false, tiers: [{name: t, %s}]}\n" % (p, t) for p, t in POLICIES.items())
+    "  %s: {deny_cache: false, tiers: [{name: t, %s}]}\n" % (p, t) for p, t in POLICIES.items()) + (
+    # 16 tiers: one check is 16 entries, one request of 64 checks 1024.
+    "  wide: {deny_cache: false, tiers: [%s]}\n" % ", ".join(
+        "{name: t%d, algorithm: fixed_window, limit: 9, window: 1h}" % i for i in range(16)))
 # 20 s into a minute: a 60 s fixed window then has 40 s to run.
 T0 = utc("2025-03-01T10:00:20")
 
@@ -138,16 +141,37 @@ def fallback_store(tmp, clock):
     d.stop()
 
 
+def whole_reads(d, state, writes):
+    """Reads state in a loop while the daemon writes it `writes` more
+    times: (reads, reads that were not one whole image of the usual size)."""
+    size = os.path.getsize(state)
+    ok_writes = lambda: metric(d, "ratelimitd_state_file_writes_total", result="ok")
+    until, reads, bad = ok_writes() + writes, 0, 0
+    while reads % 20 or ok_writes() < until:
+        with open(state, "rb") as f:
+            data = f.read()
+        reads += 1
+        bad += len(data) != size or not data.startswith(b"RLDSTATE")
+    return reads, bad
+
+
 def periodic_and_kill9(tmp, clock):
     state = os.path.join(tmp, "periodic")
-    d = memory_daemon(clock, state, "state_interval: 50ms\n").start()
+    d = memory_daemon(clock, state, "state_interval: 50ms\nlocal_max_keys: 100000\n").start()
     d.check("fixed_window", "k", cost=6)
+    # About 5 MB of image (20 480 entries of 250-byte keys): a write then
+    # lasts long enough that a file rewritten in place is seen part-written.
+    for r in range(20):
+        d.check(checks=[{"policy": "wide", "key": "%03d-%03d-%s" % (r, i, "x" * 240)}
+                        for i in range(64)])
     harness.wait_until(lambda: (metric(d, "ratelimitd_state_file_writes_total", result="ok") or 0)
                        >= 2, what="two periodic writes")
     harness.ok(metric(d, "ratelimitd_state_file_last_write_bytes") > 40,
                "the last write's size is reported")
     harness.eq(metric(d, "ratelimitd_state_file_writes_total", result="error"), 0,
                "no failed write")
+    reads, bad = whole_reads(d, state, 10)
+    harness.eq(bad, 0, "%d reads during 10 writes: the file always a whole image" % reads)
     bad = 0
     for i in range(8):
         # A kill at a random point of the write cycle: the file is the

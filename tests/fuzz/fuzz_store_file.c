@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../unit/store_policies.h"
 #include "config/policy.h"
 #include "limiter/limiter_local.h"
 #include "limiter/store_file.h"
@@ -30,27 +31,6 @@
 #define T0 (1699999980LL * SEC)
 
 static struct policy pols[ALG__COUNT];
-
-/* The seeds' policies: p<a>, one tier "t" of algorithm a, as
- * tests/unit/test_store_file.c fills its store. */
-static void make_policies(void)
-{
-    for (int a = 0; a < ALG__COUNT; a++) {
-        struct policy *p = &pols[a];
-        snprintf(p->name, sizeof p->name, "p%d", a);
-        p->ntiers = 1;
-        struct tier *t = &p->tiers[0];
-        snprintf(t->name, sizeof t->name, "t");
-        t->algorithm = (enum algorithm)a;
-        t->limit = 50;
-        t->window_us = a == ALG_CONCURRENCY ? 0 : 60 * SEC;
-        t->lease_timeout_us = a == ALG_CONCURRENCY ? 3600 * SEC : 0;
-        t->precision_us = a == ALG_SLIDING_WINDOW_BUCKETS ? SEC : 0;
-        char err[RL_ERRLEN];
-        if (policy_tier_validate(t, err, sizeof err) < 0)
-            abort();
-    }
-}
 
 /* Every algorithm decides on the loaded store, so that a state no
  * algorithm could have written shows here, not in production. */
@@ -102,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int ready;
     if (!ready)
-        make_policies(), ready = 1;
+        store_policies(pols), ready = 1;
     one(data, size, T0);
     uint8_t *signed_copy = malloc(size + 8);
     if (!signed_copy)

@@ -133,15 +133,19 @@ policies:
     tiers: [{name: hour, algorithm: fixed_window, limit: 2, window: 1h}]
 YAML
 chmod 644 "$root/tmp/memory.yaml"
-chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \
-    ratelimitd --config /tmp/memory.yaml >"$root/tmp/daemon.log" 2>&1 &
-pid=$!
-i=0
-until curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" || [ "$i" -ge 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
-ok "$([ "$i" -lt 100 ]; echo $?)" "the daemon answers /healthz on 127.0.0.1:$port"
+start_daemon() { # as user ratelimitd, in the background ($pid); 0 once /healthz answers
+    chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \
+        ratelimitd --config /tmp/memory.yaml >>"$root/tmp/daemon.log" 2>&1 &
+    pid=$!
+    i=0
+    until curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" || [ "$i" -ge 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    [ "$i" -lt 100 ]
+}
+start_daemon
+ok $? "the daemon answers /healthz on 127.0.0.1:$port"
 [ "$(awk '/^Uid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" = "$uid" ]
 ok $? "it runs as user ratelimitd (uid $uid)"
 codes=""
@@ -160,14 +164,7 @@ ok $rc "exit status 0 on SIGTERM"
 perm=$(in_root stat -c '%U %a' /var/lib/ratelimitd/state 2>&1)
 [ "$perm" = "ratelimitd 600" ]
 ok $? "the state file written at the stop, the service user's, mode 0600 (got $perm)"
-chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \
-    ratelimitd --config /tmp/memory.yaml >>"$root/tmp/daemon.log" 2>&1 &
-pid=$!
-i=0
-until curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" || [ "$i" -ge 100 ]; do
-    sleep 0.1
-    i=$((i + 1))
-done
+start_daemon
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/check" \
     -d '{"policy":"api","key":"k"}')
 [ "$code" = 429 ]

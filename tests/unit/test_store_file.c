@@ -18,6 +18,7 @@
 #include "config/policy.h"
 #include "limiter/limiter_local.h"
 #include "limiter/store_file.h"
+#include "store_policies.h"
 #include "tap.h"
 
 #define SEC 1000000LL
@@ -25,27 +26,6 @@
 #define PREFIX "rl:"
 
 static struct policy pols[ALG__COUNT];
-
-static void make_policies(void)
-{
-    for (int a = 0; a < ALG__COUNT; a++) {
-        struct policy *p = &pols[a];
-        snprintf(p->name, sizeof p->name, "p%d", a);
-        p->ntiers = 1;
-        struct tier *t = &p->tiers[0];
-        snprintf(t->name, sizeof t->name, "t");
-        t->algorithm = (enum algorithm)a;
-        t->limit = 50;
-        t->window_us = a == ALG_CONCURRENCY ? 0 : 60 * SEC;
-        t->lease_timeout_us = a == ALG_CONCURRENCY ? 3600 * SEC : 0;
-        t->precision_us = a == ALG_SLIDING_WINDOW_BUCKETS ? SEC : 0;
-        char err[RL_ERRLEN];
-        if (policy_tier_validate(t, err, sizeof err) < 0) {
-            printf("Bail out! tier %d: %s\n", a, err);
-            exit(1);
-        }
-    }
-}
 
 /* One check of cost on policy a's key at now; the figures into *r. */
 static int decide(struct local_store *s, int a, const char *key, int64_t cost, int64_t now, int dry,
@@ -240,7 +220,7 @@ static void test_file(void)
 
 int main(void)
 {
-    make_policies();
+    store_policies(pols);
     test_round_trip();
     test_damage();
     test_forged();

@@ -55,9 +55,11 @@ void backend_memory_store_free(struct backend_memory_store *s)
 
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out)
 {
+    size_t start = out->len;
     pthread_mutex_lock(&s->lock);
-    size_t n = store_file_encode(s->store, util_realtime_us(), out);
+    size_t n = store_file_snapshot(s->store, util_realtime_us(), out);
     pthread_mutex_unlock(&s->lock);
+    store_file_seal(out, start); /* 7 MB of SipHash for 100 000 keys: not in the lock */
     return n;
 }
 

@@ -27,8 +27,9 @@ struct backend_memory_store *backend_memory_store_new(size_t max_keys, uint64_t 
 void backend_memory_store_free(struct backend_memory_store *s);
 
 /* The store's image as of the wall clock now (store_file.h), appended to
- * out, taken under the lock: the one pause a saver imposes on decisions;
- * the caller writes the bytes with the lock free. Returns the entries. */
+ * out: its entries copied under the lock (the one pause a saver imposes on
+ * decisions), its checksum computed and the bytes written (by the caller)
+ * with the lock free. Returns the entries. */
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out);
 
 /* Reads an image of len bytes into the store under the lock (entries

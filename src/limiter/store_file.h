@@ -57,10 +57,16 @@ struct store_file_counts {
 uint64_t store_file_sum(const void *data, size_t len);
 
 /* Appends the image of every live entry of s as of now_us to out; returns
- * how many entries it holds. No I/O and one pass over the store: what a
- * caller does while it holds the store still, before writing the bytes
- * with the store free again. */
+ * how many entries it holds. */
 size_t store_file_encode(const struct local_store *s, int64_t now_us, struct buf *out);
+
+/* store_file_encode in two halves, for a caller that holds the store
+ * still for the first only: the entries (one pass over the store, no
+ * I/O, no hashing), appended to out from `start` (out->len before the
+ * call), then the checksum over them (the store not read). Between the
+ * two, out holds no image yet. */
+size_t store_file_snapshot(const struct local_store *s, int64_t now_us, struct buf *out);
+void store_file_seal(struct buf *out, size_t start);
 
 /* Reads the image of len bytes into s (an entry under a key s already has
  * replaces it), dropping entries expired as of now_us; a full store evicts

@@ -53,12 +53,17 @@ void backend_memory_store_free(struct backend_memory_store *s)
     free(s);
 }
 
-size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out)
+size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out,
+                                     int64_t *locked_us)
 {
     size_t start = out->len;
     pthread_mutex_lock(&s->lock);
+    int64_t t0 = util_monotonic_us();
     size_t n = store_file_snapshot(s->store, util_realtime_us(), out);
+    int64_t held = util_monotonic_us() - t0;
     pthread_mutex_unlock(&s->lock);
+    if (locked_us)
+        *locked_us = held;
     store_file_seal(out, start); /* 7 MB of SipHash for 100 000 keys: not in the lock */
     return n;
 }
@@ -75,7 +80,7 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
 int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err, size_t errlen)
 {
     struct buf b = {0};
-    backend_memory_store_snapshot(s, &b);
+    backend_memory_store_snapshot(s, &b, NULL);
     int rc = store_file_write_fd(fd, b.data, b.len, err, errlen);
     buf_free(&b);
     return rc;

@@ -50,8 +50,8 @@ static void save(struct memory_state *ms, const char *why)
     int64_t t0 = util_monotonic_us();
     struct buf *b = &ms->image;
     b->len = 0;
-    size_t n = backend_memory_store_snapshot(ms->store, b);
-    int64_t paused = util_monotonic_us() - t0; /* what decisions waited, at most */
+    int64_t locked; /* what decisions waited, at most */
+    size_t n = backend_memory_store_snapshot(ms->store, b, &locked);
     char err[RL_ERRLEN];
     int rc = store_file_write(ms->path, b->data, b->len, err, sizeof err);
     int64_t took = util_monotonic_us() - t0;
@@ -67,10 +67,10 @@ static void save(struct memory_state *ms, const char *why)
     char keys[24], us[24], lock_us[24];
     snprintf(keys, sizeof keys, "%zu", n);
     snprintf(us, sizeof us, "%lld", (long long)took);
-    snprintf(lock_us, sizeof lock_us, "%lld", (long long)paused);
+    snprintf(lock_us, sizeof lock_us, "%lld", (long long)locked);
     if (rc == 0)
         log_event(ms->log, LOG_LVL_DEBUG, "state file written", "path", ms->path, "keys", keys,
-                  "us", us, "snapshot_us", lock_us, "at", why, NULL);
+                  "us", us, "locked_us", lock_us, "at", why, NULL);
     else
         log_event(ms->log, LOG_LVL_WARN, "state file not written", "error", err, "at", why, NULL);
 }

@@ -19,6 +19,7 @@ import os
 import signal
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -141,33 +142,47 @@ def fallback_store(tmp, clock):
     d.stop()
 
 
+def ok_writes(d):
+    return metric(d, "ratelimitd_state_file_writes_total", result="ok") or 0
+
+
+def more_writes(d, n):
+    """Waits for n more good writes than now (bounded)."""
+    until = ok_writes(d) + n
+    harness.wait_until(lambda: ok_writes(d) >= until, timeout=60, what="%d more writes" % n)
+
+
 def whole_reads(d, state, writes):
     """Reads state in a loop while the daemon writes it `writes` more
-    times: (reads, reads that were not one whole image of the usual size)."""
+    times (every 20 reads it asks how many; bounded by a minute): (reads,
+    reads that were not one whole image of the current size)."""
     size = os.path.getsize(state)
-    ok_writes = lambda: metric(d, "ratelimitd_state_file_writes_total", result="ok")
-    until, reads, bad = ok_writes() + writes, 0, 0
-    while reads % 20 or ok_writes() < until:
+    until, reads, bad = ok_writes(d) + writes, 0, 0
+    deadline = time.monotonic() + 60
+    while (reads % 20 or ok_writes(d) < until) and time.monotonic() < deadline:
         with open(state, "rb") as f:
             data = f.read()
         reads += 1
         bad += len(data) != size or not data.startswith(b"RLDSTATE")
+    harness.ok(ok_writes(d) >= until, "%d writes while reading" % writes)
     return reads, bad
 
 
 def periodic_and_kill9(tmp, clock):
     state = os.path.join(tmp, "periodic")
-    d = memory_daemon(clock, state, "state_interval: 50ms\nlocal_max_keys: 100000\n").start()
+    d = memory_daemon(clock, state, "state_interval: 50ms\nlocal_max_keys: 100000\n"
+                      "max_body: 65536\n").start()
     d.check("fixed_window", "k", cost=6)
     # About 5 MB of image (20 480 entries of 250-byte keys): a write then
     # lasts long enough that a file rewritten in place is seen part-written.
-    for r in range(20):
-        d.check(checks=[{"policy": "wide", "key": "%03d-%03d-%s" % (r, i, "x" * 240)}
-                        for i in range(64)])
-    harness.wait_until(lambda: (metric(d, "ratelimitd_state_file_writes_total", result="ok") or 0)
-                       >= 2, what="two periodic writes")
-    harness.ok(metric(d, "ratelimitd_state_file_last_write_bytes") > 40,
-               "the last write's size is reported")
+    wide = [d.check(checks=[{"policy": "wide", "key": "%03d-%03d-%s" % (r, i, "x" * 240)}
+                            for i in range(64)]).status for r in range(20)]
+    harness.eq(wide, [200] * 20, "20 requests of 64 checks of 16 tiers")
+    # Two writes begun after the last change: the file now holds it all.
+    more_writes(d, 2)
+    size = metric(d, "ratelimitd_state_file_last_write_bytes")
+    harness.ok(size == os.path.getsize(state) and size > 20480 * 250,
+               "the last write's size is reported: %s bytes" % size)
     harness.eq(metric(d, "ratelimitd_state_file_writes_total", result="error"), 0,
                "no failed write")
     reads, bad = whole_reads(d, state, 10)
@@ -176,9 +191,7 @@ def periodic_and_kill9(tmp, clock):
     for i in range(8):
         # A kill at a random point of the write cycle: the file is the
         # last whole image, never a part of one.
-        seen = metric(d, "ratelimitd_state_file_writes_total", result="ok")
-        harness.wait_until(lambda: metric(d, "ratelimitd_state_file_writes_total", result="ok")
-                           > seen, what="one more write")
+        more_writes(d, 1)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait()
         d.start()

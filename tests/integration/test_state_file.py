@@ -10,10 +10,11 @@ start, the lease still releasable and never counted twice; a 60 s window
 continued across a 30 s outage (7 of 10 used 20 s in: 3 left, ending at
 the same wall time); entries expired during the outage dropped; the
 failure_mode local store (Redis down) carried too; the file 0600; periodic
-writes (metrics) and kill -9 in a loop while they run: the file always
-whole; truncated, corrupted, foreign-version, empty, foreign and missing
-files: a warning and an empty start; a directory that takes no file: an
-error at start."""
+writes (metrics) of a 6 MB image, read in a loop meanwhile: always whole;
+kill -9 the moment a write's temporary appears, until 3 writes are cut:
+the old file read whole each time; truncated, corrupted, foreign-version,
+empty, foreign and missing files: a warning and an empty start; a
+directory that takes no file: an error at start."""
 import json
 import os
 import signal

@@ -161,6 +161,17 @@ redis.register_function('getset', f)
 }
 
 
+def stop_redis(redis, d):
+    """Stops a private redis-server (the Popen redis) and removes its temp
+    dir d with whatever it left there: the teardown of this script's and
+    module_cost.py's Redis."""
+    redis.terminate()
+    redis.wait(10)
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)
@@ -221,11 +232,7 @@ def main():
                        key=lambda r: r[0])
             print("%6d %12.2f %12.2f" % (size, best[0], best[1]))
     finally:
-        redis.terminate()
-        redis.wait(10)
-        for f in os.listdir(d):
-            os.unlink(os.path.join(d, f))
-        os.rmdir(d)
+        stop_redis(redis, d)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,15 @@ valgrind and redis-server.
 Environment:
 
     BACKEND=memory   the same checks decided by `backend: memory` (no Redis)
+    FRONT=auth       GET /auth/api with the key in X-Key (bench/run.sh's `mem`
+                     target's request) instead of POST /check
+    ALGORITHM=NAME   the policy's algorithm (default fixed_window; the `mem`
+                     target uses token_bucket)
+    KEYS=hot         one key for every check, limit 100: all but the first
+                     100 are denied (the `hot` rows: the deny cache's path)
+    KEYSPACE=N       keys user:0 .. user:N-1 in turn instead of a new key each
+                     time: past the first N checks every key exists, as in
+                     bench/run.sh's spread rows once its warmup has run
     CONNS=64         the checks over 64 keep-alive connections at once, one
                      request in flight on each (as wrk -c64 sends them), so
                      that the daemon's batches form (redis.batch); default 1:
@@ -77,8 +86,25 @@ def ready(port):
         return False
 
 
+FRONT = os.environ.get("FRONT", "check")
+HOT = os.environ.get("KEYS", "spread") == "hot"
+ALGORITHM = os.environ.get("ALGORITHM", "fixed_window")
+KEYSPACE = int(os.environ.get("KEYSPACE", "0"))
+
+
+def limit():
+    """Never reached on spread keys; the buckets refuse 10^9 per 60 s (not
+    exact in 2^53 microseconds), so they get 10^6."""
+    if HOT:
+        return 100
+    return 1000000000 if ALGORITHM == "fixed_window" else 1000000
+
+
 def request(i):
-    body = json.dumps({"policy": "api", "key": "user:%d" % i}).encode()
+    key = "user:hot" if HOT else "user:%d" % (i % KEYSPACE if KEYSPACE else i)
+    if FRONT == "auth":
+        return b"GET /auth/api HTTP/1.1\r\nHost: bench\r\nX-Key: %s\r\n\r\n" % key.encode()
+    body = json.dumps({"policy": "api", "key": key}).encode()
     return (b"POST /check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
 
@@ -93,7 +119,7 @@ async def one_conn(port, todo):
             status = int(head.split(b" ", 2)[1])
             m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
             body = await reader.readexactly(int(m.group(1)) if m else 0)
-            if status != 200:
+            if status != 200 and not (HOT and status == 429):
                 sys.exit("instructions.py: check %d answered %d %r" % (i, status, body))
     finally:
         writer.close()
@@ -149,9 +175,11 @@ def run(binary, checks):
                           else "redis: {url: \"unix:%s\", timeout: 5s%s}\n"
                           % (sock, ", batch: %s" % batch if batch else ""))
             f.write("listen: 127.0.0.1:%d\n%sbackend: %s\nlog_level: warn\n"
-                    "policies:\n  api:\n    tiers: [{name: t, algorithm: fixed_window, "
-                    "limit: 1000000000, window: 60s}]\n"
-                    % (port, redis_line, backend))
+                    "policies:\n  api:\n%s    tiers: [{name: t, algorithm: %s, "
+                    "limit: %d, window: 60s}]\n"
+                    % (port, redis_line, backend,
+                       "    key: \"${header:X-Key}\"\n" if FRONT == "auth" else "",
+                       ALGORITHM, limit()))
         out = os.path.join(d, "callgrind.out")
         daemon = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
                                    binary, "-c", cfg],

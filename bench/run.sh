@@ -3,8 +3,8 @@
 # bench/run.sh: one command that measures ratelimitd against its peers on
 # this machine, on 127.0.0.1 only, and writes bench/results/.
 #
-#   bench/run.sh                      full run (~9 min)
-#   bench/run.sh --quick              short runs, no sweep (~3 min)
+#   bench/run.sh                      full run (~10 min)
+#   bench/run.sh --quick              short runs, no sweep (~3.5 min)
 #   bench/run.sh --only rl1,nginx1    some targets only
 #   bench/run.sh --note "quiet box"   a line printed under the table
 #   bench/run.sh --rounds 3           each row the median of 3 measured runs
@@ -17,14 +17,19 @@
 #   mem     ratelimitd `backend: memory` GET /auth/<policy> against nginx
 #           `limit_req` on the same GET load (1 worker each, spread and hot)
 #   redis   spread fixed_window via Redis, 1 worker, at `redis.batch: 1` and
-#           at the default batch (n/a where the daemon refuses the field):
-#           Redis CPU and calls per check, the `ratelimitd_redis_batch_size`
-#           histogram; then the daemon's RSS over RSS_TOTAL checks (1 M)
+#           at the default batch (n/a where the daemon refuses the field),
+#           by the Functions (`redis.module: off`), by the module
+#           (`redis.module: on`; n/a where ratelimitd.so is not built) and,
+#           with BASE_BIN set, by that daemon's Functions: Redis CPU and
+#           calls per check, the `ratelimitd_redis_batch_size` histogram;
+#           then the daemon's RSS (Functions) over RSS_TOTAL checks (1 M)
 #   leases  3 daemons, one Redis, one hot allowed key: `lease: auto` against
 #           `backend: memory` (and no lease), Redis calls per check, the
 #           local lease metrics (n/a where the daemon refuses `lease:`)
 #   grpc    bench/grpc.sh (h2load on both fronts): gRPC ÷ /check
-#   rl1     ratelimitd, 1 worker (fixed_window and token_bucket)
+#   rl1     ratelimitd, 1 worker (fixed_window and token_bucket), by the
+#           Functions (`redis.module: off`)
+#   rlmod   rl1's fixed_window rows by the module (`redis.module: on`)
 #   rl2     ratelimitd, `workers: 2` (n/a while the daemon refuses the field)
 #   sweep   connection sweep of rl1 (and rl2) and nginx1 -> throughput.png
 #   pair    envoyproxy/ratelimit's decision, a pipelined INCRBY + EXPIRE, by
@@ -33,8 +38,9 @@
 #           Redis CPU per check ÷ it
 #   module  bench/module_cost.py: Redis's CPU per check decided by the
 #           module (ratelimitd.so) and by the Functions, at the default
-#           redis.batch and at 1, driven directly with the daemon's framing,
-#           and each ÷ the pair (run `pair` with it)
+#           redis.batch and at 1, driven directly with the daemon's framing
+#           (the decision alone, no daemon), and each ÷ the pair (run
+#           `pair` with it)
 #   cost    bench/redis_cost.sh (Redis's own µs per call of each algorithm),
 #           one run per variant, 100 000 calls (--quick 20 000)
 # At the end: the issue's targets, met or not, in summary.md (also printed),
@@ -46,11 +52,14 @@
 # single runs can flip a verdict; medians of 3 hold better.
 # Other options: --duration S (8), --warmup S (2), --sweep-duration S (5),
 # --sweep-conns "8 16 ..." , --clock redis|local (redis), --no-install,
-# --out DIR (bench/results), --deadline S (540 per round; --quick 170: cases that
+# --out DIR (bench/results), --deadline S (600 per round; --quick 200: cases that
 # would end later are skipped; the cost hook gets what is left + 30 s).
+# The daemon rows' Redis loads MODULE_SO (default ./ratelimitd.so) where it
+# is built; BASE_BIN=/path/to/ratelimitd (main's, say) adds its Functions
+# rows to `redis`, for "no slower than today".
 # RL_BIN=/path/to/ratelimitd overrides the binary; RSS_TOTAL=N the checks
 # of the RSS run (1000000; --quick 300000); PAIR_N=N the commands of each
-# pair run (100000). Order of the run: nginx1, nginx2, rlf, rl1, mem,
+# pair run (100000). Order of the run: nginx1, nginx2, rlf, rl1, rlmod, mem,
 # redis, pair, module, leases, grpc, rl2, cost.
 #
 # Everything started here is stopped on exit (also on Ctrl-C); every wait
@@ -61,7 +70,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 
 DUR=8 WARM=2 SWEEP_DUR=5 SWEEP_CONNS="8 16 32 64 128 256"
-ONLY="nginx1,nginx2,rlf,mem,redis,pair,module,leases,grpc,rl1,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
+ONLY="nginx1,nginx2,rlf,mem,redis,pair,module,leases,grpc,rl1,rlmod,rl2,sweep,cost" ONLY_SET=0 NOTE="" INSTALL=1 CLOCK=redis
 OUT="$HERE/results" DEADLINE="" ROUNDS=1 CONNS=64 KEYS=100000 QUICK=0 RSS_TOTAL=${RSS_TOTAL:-}
 CMDLINE="bench/run.sh"
 for a in "$@"; do
@@ -91,10 +100,10 @@ while [ $# -gt 0 ]; do
 done
 case "$CLOCK" in redis|local) ;; *) echo "run.sh: --clock redis|local" >&2; exit 64 ;; esac
 case "$ROUNDS" in [1-9]|[1-9][0-9]) ;; *) echo "run.sh: --rounds takes 1 to 99" >&2; exit 64 ;; esac
-[ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 170 || echo 540)) * ROUNDS ))
+[ -n "$DEADLINE" ] || DEADLINE=$(( ($([ "$QUICK" = 1 ] && echo 200 || echo 600)) * ROUNDS ))
 [ -n "$RSS_TOTAL" ] || { [ "$QUICK" = 1 ] && RSS_TOTAL=300000 || RSS_TOTAL=1000000; }
-# --quick without --only leaves out nginx2, rl2, sweep and cost (3 minutes)
-[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,mem,redis,pair,module,leases,grpc"
+# --quick without --only leaves out nginx2, rl2, sweep and cost (3.5 minutes)
+[ "$QUICK" = 1 ] && [ "$ONLY_SET" = 0 ] && ONLY="nginx1,rlf,rl1,rlmod,mem,redis,pair,module,leases,grpc"
 
 T_START=$(date +%s)
 log() { printf '[bench %3ds] %s\n' "$(( $(date +%s) - T_START ))" "$*" >&2; }
@@ -246,9 +255,10 @@ wait_ready() {   # wait_ready PID URL POLICY SECONDS
 }
 
 # -------------------------------------------------------------- redis ---
-# redis_start DIR: a fresh redis-server (no persistence) on a free loopback
-# port, its data and log in DIR, 3 tries (a port can be taken meanwhile);
-# sets RS_PORT and RS_PID (stopped on exit with the rest).
+# redis_start DIR [ARGS...]: a fresh redis-server (no persistence) on a
+# free loopback port, its data and log in DIR, ARGS added to its command
+# line, 3 tries (a port can be taken meanwhile); sets RS_PORT and RS_PID
+# (stopped on exit with the rest).
 RS_PORT="" RS_PID=""
 redis_start() {
     local try i
@@ -256,7 +266,7 @@ redis_start() {
     for try in 1 2 3; do
         RS_PORT=$(free_port)
         redis-server --bind 127.0.0.1 --port "$RS_PORT" --dir "$1" --save '' --appendonly no \
-            --daemonize no --loglevel warning >"$1/log" 2>&1 &
+            --daemonize no --loglevel warning "${@:2}" >"$1/log" 2>&1 &
         RS_PID=$!
         STARTED+=("$RS_PID")
         for i in $(seq 1 50); do
@@ -268,9 +278,21 @@ redis_start() {
     done
     return 1
 }
-redis_start "$TMP/redis" || { log "redis did not start"; cat "$TMP/redis/log" >&2; exit 1; }
+# The daemon rows' Redis loads the module (ratelimitd.so, MODULE_SO) where
+# it is built, so that the same Redis serves both paths: the Functions rows
+# with `redis.module: off`, the module's (rlmod, redis) with `on`. MOD_WHY
+# says why the module's rows are n/a.
+MOD_SO=${MODULE_SO:-$ROOT/ratelimitd.so} MOD_WHY=""
+if [ ! -f "$MOD_SO" ]; then
+    MOD_WHY="$MOD_SO is not built (make ratelimitd.so)"
+elif ! redis_start "$TMP/redis" --loadmodule "$MOD_SO"; then
+    MOD_WHY="redis-server did not load $MOD_SO: $(grep -v '^[[:space:]]*$' "$TMP/redis/log" | tail -n1 | cut -c1-200)"
+fi
+if [ -n "$MOD_WHY" ]; then
+    redis_start "$TMP/redis" || { log "redis did not start"; cat "$TMP/redis/log" >&2; exit 1; }
+fi
 RPORT=$RS_PORT RPID=$RS_PID
-log "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}') on 127.0.0.1:$RPORT"
+log "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}') on 127.0.0.1:$RPORT, $([ -z "$MOD_WHY" ] && echo "with the module $MOD_SO" || echo "without the module: $MOD_WHY")"
 
 # How busy the box is before any load: other work skews every figure.
 read -r b0 t0 < <(box_ticks); sleep 1; read -r b1 t1 < <(box_ticks)
@@ -338,6 +360,9 @@ start_rlf() {   # start_rlf WORKERS
     wait_ready "$TPID" "$URL" fw 20 || { start_failed "node peer" "$TMP/rlf.log"; return 1; }
 }
 
+# RL_MOD: the daemons' `redis.module` (off: the Functions; on: the module;
+# empty: no line, for a daemon that has no such field). Set below.
+RL_MOD=""
 rl_config() {   # rl_config FILE PORT WORKERS ("" = no workers line) [BATCH]
     {
         echo "listen: 127.0.0.1:$2"
@@ -345,6 +370,7 @@ rl_config() {   # rl_config FILE PORT WORKERS ("" = no workers line) [BATCH]
         echo "  url: redis://127.0.0.1:$RPORT/0"
         echo "  timeout: 1s"
         [ -n "${4:-}" ] && echo "  batch: $4"
+        [ -n "$RL_MOD" ] && echo "  module: $RL_MOD"
         echo "clock: $CLOCK"
         echo "log_level: warn"
         [ -n "$3" ] && echo "workers: $3"
@@ -417,13 +443,29 @@ accepts() {
     return 1
 }
 
-# Redis calls: the calls of the decision commands (FCALL, EVALSHA and their
-# read-only and EVAL forms) from INFO commandstats. (Its other counts, and
-# total_commands_processed, include the commands a script runs inside.)
+# The Functions rows say `redis.module: off`, where the daemon knows the
+# field; a daemon that does not has no module path, and its rows are the
+# Functions' anyway (on the same Redis, module loaded or not).
+RL_MOD=off
+if ! accepts rl_config ""; then
+    RL_MOD=""
+    [ -n "$MOD_WHY" ] || MOD_WHY="this ratelimitd refuses \`redis.module\`: $ACCEPT_ERR"
+fi
+# BASE_BIN: another daemon (main's, say) whose Functions rows the `redis`
+# target measures beside this one's, on the same Redis: "no slower than
+# today" in one run rather than against another day's figures.
+BASE_BIN=${BASE_BIN:-}
+
+# Redis calls: "ALL MODULE", the calls of the decision commands (FCALL,
+# EVALSHA and their read-only and EVAL forms, and the module's
+# ratelimitd.check), and of ratelimitd.check alone, from INFO commandstats.
+# (Its other counts, and total_commands_processed, include the commands a
+# script runs inside.)
 redis_calls() {
     redis-cli -p "$RPORT" info commandstats 2>/dev/null | tr -d '\r' | awk -F'[:=,]' '
-        $1 ~ /^cmdstat_(fcall|fcall_ro|evalsha|evalsha_ro|eval|eval_ro)$/ { s += $3 }
-        END { printf "%d\n", s }'
+        $1 ~ /^cmdstat_(fcall|fcall_ro|evalsha|evalsha_ro|eval|eval_ro|ratelimitd\.check)$/ { s += $3 }
+        $1 == "cmdstat_ratelimitd.check" { m += $3 }
+        END { printf "%d %d\n", s, m }'
 }
 
 # metrics_snap FILE: every row daemon's /metrics, one after the other.
@@ -505,7 +547,7 @@ field() { local kv; for kv in $1; do [ "${kv%%=*}" = "$2" ] && { printf '%s\n' "
 
 mkdir -p "$OUT"
 RAW="$OUT/runs.tsv"
-printf 'target\tworkers\talgorithm\tkeys\tconns\tround\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\tredis_calls_per_req\n' >"$RAW"
+printf 'target\tworkers\talgorithm\tkeys\tconns\tround\tsecs\trequests\trps\tp50_ms\tp90_ms\tp99_ms\tmax_ms\tnon2xx\tsockerr\ttarget_cpu_us_per_req\tredis_cpu_us_per_req\tbox_busy_pct\tprobe\tredis_calls_per_req\tmodule_calls_pct\n' >"$RAW"
 
 declare -A R    # R[row,field]
 ROWS=()
@@ -524,7 +566,7 @@ METRIC_HIST="" METRIC_SUM=""
 # (the lower middle of an even count).
 median_round() { printf '%s' "$1" | sort -k2,2g | awk '{ r[NR] = $1 } END { print r[int((NR + 1) / 2)] }'; }
 declare -A RR   # RR[round,field]: one round of the row being measured
-FIELDS="rps p50 p99 non2xx sockerr tcpu rcpu probe busy rcalls hist msum"
+FIELDS="rps p50 p99 non2xx sockerr tcpu rcpu probe busy rcalls rmod hist msum"
 measure() {
     local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 i f list pick
     ROWS+=("$key")
@@ -548,18 +590,20 @@ measure() {
 # measure_round ...ROWKEY's args... ROUND: one measured run into RR[ROUND,*]
 # and a line of runs.tsv.
 measure_round() {
-    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 i=$7 res r0 r1 b0 b1 t0 t1 n pr pkey c0 c1 pids
+    local key=$1 tname=$2 w=$3 algo=$4 pol=$5 mode=$6 i=$7 res r0 r1 b0 b1 t0 t1 n pr pkey c0 c1 m0 m1 pids
     [ "$mode" = hot ] && pkey=user:hot || pkey=user:1
-    metrics_snap "$TMP/metrics.0"; c0=$(redis_calls)
+    metrics_snap "$TMP/metrics.0"; read -r c0 m0 < <(redis_calls)
     mapfile -t pids < <(row_pids)
     t0=$(cpu_sum "${pids[@]}"); r0=$(cpu_ticks "$RPID"); b0=$(box_ticks)
     res=$(wrk_rows "$CONNS" "$DUR" "$mode" "$pol")
     t1=$(cpu_sum "${pids[@]}"); r1=$(cpu_ticks "$RPID"); b1=$(box_ticks)
-    c1=$(redis_calls); metrics_snap "$TMP/metrics.1"
+    read -r c1 m1 < <(redis_calls); metrics_snap "$TMP/metrics.1"
     pr=$(probe "$(row_urls | head -n1)" "$pkey" "$pol")
     if [ -z "$res" ]; then log "$key round $i: wrk gave no result"; return 1; fi
     n=$(field "$res" requests)
     RR[$i,rcalls]=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN { printf "%.4f\n", n ? (b - a) / n : 0 }')
+    # the share of those calls the module decided: which path the row took
+    RR[$i,rmod]=$(awk -v a="$c0" -v b="$c1" -v m=$((m1 - m0)) 'BEGIN { printf "%.0f\n", (b > a) ? 100 * m / (b - a) : 0 }')
     [ -n "$METRIC_HIST" ] && RR[$i,hist]=$(hist_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_HIST")
     [ -n "$METRIC_SUM" ] && RR[$i,msum]=$(sum_delta "$TMP/metrics.0" "$TMP/metrics.1" "$METRIC_SUM")
     read -r "RR[$i,tcpu]" "RR[$i,rcpu]" "RR[$i,busy]" < <(awk -v n="$n" -v hz="$CLK_TCK" -v dt=$((t1 - t0)) -v dr=$((r1 - r0)) \
@@ -569,12 +613,12 @@ measure_round() {
     RR[$i,rps]=$(field "$res" rps) RR[$i,p50]=$(field "$res" p50_ms) RR[$i,p99]=$(field "$res" p99_ms)
     RR[$i,non2xx]=$(awk -v a="$(field "$res" non2xx)" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * a / n : 0 }')
     RR[$i,sockerr]=$(field "$res" sockerr) RR[$i,probe]=$pr
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$tname" "$w" "$algo" "$mode" "$CONNS" "$i" "$(field "$res" secs)" "$n" "${RR[$i,rps]}" \
         "${RR[$i,p50]}" "$(field "$res" p90_ms)" "${RR[$i,p99]}" "$(field "$res" max_ms)" \
         "$(field "$res" non2xx)" "${RR[$i,sockerr]}" "${RR[$i,tcpu]}" "${RR[$i,rcpu]}" "${RR[$i,busy]}" "$pr" \
-        "${RR[$i,rcalls]}" >>"$RAW"
-    log "$key$([ "$ROUNDS" -gt 1 ] && echo " round $i"): ${RR[$i,rps]} req/s, p99 ${RR[$i,p99]} ms, target ${RR[$i,tcpu]} µs/req, redis ${RR[$i,rcpu]} µs/req, redis calls ${RR[$i,rcalls]}/req, non-2xx ${RR[$i,non2xx]}%, probe $pr, box ${RR[$i,busy]}%"
+        "${RR[$i,rcalls]}" "${RR[$i,rmod]}" >>"$RAW"
+    log "$key$([ "$ROUNDS" -gt 1 ] && echo " round $i"): ${RR[$i,rps]} req/s, p99 ${RR[$i,p99]} ms, target ${RR[$i,tcpu]} µs/req, redis ${RR[$i,rcpu]} µs/req, redis calls ${RR[$i,rcalls]}/req (module ${RR[$i,rmod]}%), non-2xx ${RR[$i,non2xx]}%, probe $pr, box ${RR[$i,busy]}%"
     [ -n "$METRIC_HIST" ] && log "$key: $METRIC_HIST: ${RR[$i,hist]}"
     [ -n "$METRIC_SUM" ] && log "$key: ${METRIC_SUM}*: ${RR[$i,msum]}"
     return 0
@@ -667,6 +711,20 @@ run_rl() {
 
 run_rl 1
 
+# rlmod: rl1's fixed_window rows with `redis.module: on`, on the same Redis
+# (rl1's are `off`): the module decides every check (the module share of
+# the row's Redis calls, in the log and runs.tsv, says so).
+if want rlmod; then
+    tn="ratelimitd redis.module: on"
+    if [ -z "$MOD_WHY" ] && RL_MOD=on spawn_rl rlmod rl_config ""; then
+        TPID=$S_PID URL=$S_URL
+        for m in spread hot; do measure "rlmod-fw-$m" "$tn" 1 fixed_window fw "$m"; done
+    else
+        for m in spread hot; do na_row "rlmod-fw-$m" "$tn" 1 fixed_window "$m" "${MOD_WHY:-$START_ERR}"; done
+    fi
+    stop_target
+fi
+
 # ------------------------------------------------ targets of issue 20 ---
 # mem: ratelimitd `backend: memory`, GET /auth/mem (key from X-Key, token
 # bucket 100 per 60 s), against nginx limit_req on the same GET load.
@@ -728,26 +786,43 @@ rss_run() {
     X[rss_sent]=$sent
 }
 
-if want redis; then
-    # `redis.batch: 1` (one request per Redis call) against the default
-    # batch: the same spread fixed_window load as rl1, 1 worker.
-    METRIC_HIST=ratelimitd_redis_batch_size
+# redis_rows PATH: the `redis` target's two rows of one path (functions:
+# this daemon, `redis.module: off`, rows redis-b*; module: `on`, rows
+# redis-m*; base: BASE_BIN's daemon, rows redis-base*).
+redis_rows() {
+    local path=$1 b bn tn pre name mod=$RL_MOD bin=$RL_BIN why=""
+    case $path in
+        functions) pre=redis-b name="ratelimitd Functions" ;;
+        module) pre=redis-m name="ratelimitd module" mod=on why=$MOD_WHY ;;
+        base) pre=redis-base name="base ratelimitd Functions" bin=$BASE_BIN mod=off
+            RL_BIN=$bin RL_MOD=off accepts rl_config "" || mod="" ;;
+    esac
     for b in default 1; do
-        if [ "$b" = default ]; then bn=""; tn="ratelimitd (default redis.batch)"; else bn=1; tn="ratelimitd redis.batch: 1"; fi
-        if [ "$b" = 1 ] && ! accepts rl_config "" 1; then
-            log "redis.batch: 1: n/a (redis.batch refused by this daemon): $ACCEPT_ERR"
-            na_row redis-b1 "$tn" 1 fixed_window spread "redis.batch refused by this daemon"
+        if [ "$b" = default ]; then bn=""; tn="$name (default redis.batch)"; else bn=1; tn="$name, redis.batch: 1"; fi
+        if [ -n "$why" ]; then na_row "$pre$b" "$tn" 1 fixed_window spread "$why"; continue; fi
+        if [ "$b" = 1 ] && ! RL_BIN=$bin RL_MOD=$mod accepts rl_config "" 1; then
+            log "$tn: n/a (redis.batch refused by this daemon): $ACCEPT_ERR"
+            na_row "$pre$b" "$tn" 1 fixed_window spread "redis.batch refused by this daemon"
             continue
         fi
-        if spawn_rl "redis-b$b" rl_config "" $bn; then
+        if RL_BIN=$bin RL_MOD=$mod spawn_rl "$pre$b" rl_config "" $bn; then
             TPID=$S_PID URL=$S_URL
-            measure "redis-b$b" "$tn" 1 fixed_window fw spread
-            [ "$b" = default ] && rss_run
+            measure "$pre$b" "$tn" 1 fixed_window fw spread
+            [ "$path$b" = functionsdefault ] && rss_run
         else
-            na_row "redis-b$b" "$tn" 1 fixed_window spread "$START_ERR"
+            na_row "$pre$b" "$tn" 1 fixed_window spread "$START_ERR"
         fi
         stop_target
     done
+}
+if want redis; then
+    # `redis.batch: 1` (one request per Redis call) against the default
+    # batch: the same spread fixed_window load as rl1, 1 worker; by the
+    # Functions, by the module, and by BASE_BIN's daemon where it is set.
+    METRIC_HIST=ratelimitd_redis_batch_size
+    redis_rows functions
+    redis_rows module
+    [ -n "$BASE_BIN" ] && redis_rows base
     METRIC_HIST=""
 fi
 
@@ -824,8 +899,9 @@ fi
 # module: what one check costs Redis decided by the module (ratelimitd.so,
 # `ratelimitd.check`) and by the Functions (FCALL), at the default
 # redis.batch and at 1: bench/module_cost.py drives Redis itself with the
-# daemon's exact framing (the daemon cannot use the module yet), on a
-# redis-server of its own with both loaded, every key made before a round
+# daemon's exact framing (the decision alone: the `redis` target's module
+# rows are the same through the daemon), on a redis-server of its own with
+# both loaded, every key made before a round
 # as the pair's are; the median of at least 3 rounds, each beside the pair.
 declare -A M    # M[functions|module,BATCH] µs of Redis CPU per check, M[why]
 M_BATCH=$(awk '$2 == "CONFIG_DEFAULT_REDIS_BATCH" { print $3 }' "$ROOT/src/config/config.h")
@@ -854,7 +930,9 @@ lease_config() {   # lease_config FILE PORT BACKEND (redis|memory) [LEASE]
         if [ "$3" = memory ]; then
             echo "backend: memory"
         else
-            printf 'redis:\n  url: redis://127.0.0.1:%s/0\n  timeout: 1s\nclock: %s\n' "$RPORT" "$CLOCK"
+            printf 'redis:\n  url: redis://127.0.0.1:%s/0\n  timeout: 1s\n' "$RPORT"
+            [ -n "$RL_MOD" ] && echo "  module: $RL_MOD"
+            echo "clock: $CLOCK"
         fi
         echo "log_level: warn"
         printf 'policies:\n  big:\n    failure_mode: closed\n'
@@ -963,6 +1041,12 @@ verdict() {   # verdict VALUE OP LIMIT
 # batch, else rl1's spread fixed_window row (the same load).
 RK=""
 if has redis-bdefault; then RK=redis-bdefault; elif has rl1-fw-spread; then RK=rl1-fw-spread; fi
+# The same for the module's path (redis.module: on): the `redis` target's
+# module row at the default batch, else rlmod's spread row; mk_na says why
+# neither was measured.
+MK=""
+if has redis-mdefault; then MK=redis-mdefault; elif has rlmod-fw-spread; then MK=rlmod-fw-spread; fi
+mk_na() { if [ -n "$(v redis-mdefault why)" ]; then na_why redis-mdefault; else na_why rlmod-fw-spread; fi; }
 na_why() { if [ -n "$(v "$1" why)" ]; then echo "n/a ($(v "$1" why))"; else echo "n/a"; fi; }
 fmt() { awk -v x="$1" 'BEGIN { printf "%.0f", x }'; }
 srow() {   # srow WHAT VALUE UNIT OP LIMIT [DETAIL]
@@ -986,13 +1070,35 @@ SUMMARY=$(
     x="n/a${P[why]:+ (${P[why]})}" d=""
     if has redis-b1 && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v redis-b1 rcpu)" "${P[sum]}"); d="$(v redis-b1 rcpu) vs ${P[sum]} µs"; fi
     srow "Redis CPU per check at redis.batch: 1 ÷ that pair (issue 30)" "$x" x '<=' 1.0 "$d"
+    # issue 30 through the daemon by the module's path (redis.module: on)
+    x=$(mk_na) d=""
+    if [ -n "$MK" ] && has rlf-spread; then x=$(ratio "$(v $MK rps)" "$(v rlf-spread rps)"); d="$(fmt "$(v $MK rps)") vs $(fmt "$(v rlf-spread rps)") checks/s"; fi
+    srow "the module (redis.module: on): spread fixed_window via Redis, 1 worker ÷ Node rate-limiter-flexible (issue 30)" "$x" x '>=' 2.0 "$d"
+    x=$(mk_na); [ -n "$MK" ] && x=$(v $MK p99)
+    srow "p99 of that row (issue 30)" "$x" " ms" '<=' 2
+    x=$(mk_na) d=""; [ -n "${P[why]:-}" ] && x="n/a (pair: ${P[why]})"
+    if [ -n "$MK" ] && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v $MK rcpu)" "${P[sum]}"); d="$(v $MK rcpu) vs ${P[sum]} µs"; fi
+    srow "the module: Redis CPU per check ÷ the pair (issue 30)" "$x" x '<=' 0.5 "$d"
+    x=$(na_why redis-m1) d=""; [ -n "${P[why]:-}" ] && x="n/a (pair: ${P[why]})"
+    if has redis-m1 && [ -n "${P[sum]:-}" ]; then x=$(ratio "$(v redis-m1 rcpu)" "${P[sum]}"); d="$(v redis-m1 rcpu) vs ${P[sum]} µs"; fi
+    srow "the module at redis.batch: 1: Redis CPU per check ÷ the pair (issue 30)" "$x" x '<=' 1.0 "$d"
+    # the Functions no slower than today: beside BASE_BIN's daemon, same Redis
+    for b in default 1; do
+        x="n/a (set BASE_BIN to main's ratelimitd)" d=""
+        [ -n "$BASE_BIN" ] && x=$(na_why "redis-base$b")
+        if has "redis-b$b" && has "redis-base$b"; then
+            x=$(ratio "$(v "redis-b$b" rcpu)" "$(v "redis-base$b" rcpu)")
+            d="$(v "redis-b$b" rcpu) vs $(v "redis-base$b" rcpu) µs; $(fmt "$(v "redis-b$b" rps)") vs $(fmt "$(v "redis-base$b" rps)") checks/s"
+        fi
+        srow "the Functions' Redis CPU per check ÷ the base daemon's (BASE_BIN), $([ $b = 1 ] && echo 'redis.batch: 1' || echo 'default batch') (issue 30)" "$x" x '<=' 1.0 "$d"
+    done
     for b in "$M_BATCH" 1; do
         x="n/a${M[why]:+ (${M[why]})}${P[why]:+ (pair: ${P[why]})}" d=""
         if [ -n "${M[module,$b]:-}" ] && [ -n "${P[sum]:-}" ]; then
             x=$(ratio "${M[module,$b]}" "${P[sum]}")
             d="${M[module,$b]} vs ${P[sum]} µs; the Functions ${M[functions,$b]:-?} µs = $(ratio "${M[functions,$b]:-0}" "${P[sum]}")×"
         fi
-        srow "the module's Redis CPU per check at redis.batch: $b ÷ that pair (issue 30, bench/module_cost.py)" "$x" x '<=' "$([ "$b" = 1 ] && echo 1.0 || echo 0.5)" "$d"
+        srow "the decision alone, no daemon: the module's Redis CPU per check at redis.batch: $b ÷ that pair (bench/module_cost.py)" "$x" x '<=' "$([ "$b" = 1 ] && echo 1.0 || echo 0.5)" "$d"
     done
     x=$(na_why leases-auto) d=""
     if has leases-auto; then x=$(awk -v c="$(v leases-auto rcalls)" 'BEGIN { printf "%.2f", 100 * c }'); d="$(v leases-auto rcalls) FCALL/EVALSHA per check"; fi
@@ -1042,6 +1148,7 @@ BARS="$OUT/bars.dat"
     bar "memory /auth hot | nginx limit_req" mem-hot lr-hot
     bar "Redis spread | Node RLF" "$RK" rlf-spread
     bar "Redis spread, batch 1 | Node RLF" redis-b1 rlf-spread
+    bar "Redis spread, module | Node RLF" "$MK" rlf-spread
     bar "hot denied | nginx 200" rl1-fw-hot nginx1-hot
     bar "3 daemons lease: auto | memory" leases-auto leases-memory
     bar "3 daemons no lease | memory" leases-none leases-memory
@@ -1106,9 +1213,9 @@ MD="$OUT/results.md"
     if has mem-spread; then
         echo "- mem: \`backend: memory\` GET /auth/mem (X-Key, token_bucket 100/60 s) and nginx limit_req (rate 100r/m, burst 100 nodelay), 1 worker each, the same GET load; the daemon's RSS ${X[mem_rss0]:-?} KiB at its start, ${X[mem_rss1]:-?} KiB after its rows."
     fi
-    for k in redis-bdefault redis-b1; do
+    for k in redis-bdefault redis-b1 redis-mdefault redis-m1 redis-basedefault redis-base1; do
         if has "$k"; then
-            echo "- $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms, daemon $(v "$k" tcpu) µs and Redis $(v "$k" rcpu) µs of CPU per check, $(v "$k" rcalls) Redis calls (FCALL/EVALSHA) per check; ratelimitd_redis_batch_size over the run: $(v "$k" hist)."
+            echo "- $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms, daemon $(v "$k" tcpu) µs and Redis $(v "$k" rcpu) µs of CPU per check, $(v "$k" rcalls) Redis calls (FCALL/EVALSHA/ratelimitd.check) per check, $(v "$k" rmod) % of them by the module; ratelimitd_redis_batch_size over the run: $(v "$k" hist)."
         elif [ -n "$(v "$k" target)" ]; then
             echo "- $(v "$k" target): $(na_why "$k")."
         fi
@@ -1120,14 +1227,14 @@ MD="$OUT/results.md"
         echo "- pair (envoyproxy/ratelimit's decision): n/a${P[why]:+ (${P[why]})}."
     fi
     if [ -n "${M[module,$M_BATCH]:-}" ]; then
-        echo "- module: Redis's own CPU (INFO cpu) per fixed_window check on 100 000 spread keys, each made first, driven by bench/module_cost.py with the daemon's exact framing (not through the daemon, which cannot use the module yet), the median of $(( ROUNDS > 3 ? ROUNDS : 3 )) rounds (every round in module.tsv): at redis.batch $M_BATCH (the default), the Functions ${M[functions,$M_BATCH]} µs and the module ${M[module,$M_BATCH]} µs; at 1, ${M[functions,1]:-?} µs and ${M[module,1]:-?} µs."
+        echo "- module: Redis's own CPU (INFO cpu) per fixed_window check on 100 000 spread keys, each made first, driven by bench/module_cost.py with the daemon's exact framing and no daemon in the way (the decision's cost alone; the \`redis\` target's module rows are the same through the daemon), the median of $(( ROUNDS > 3 ? ROUNDS : 3 )) rounds (every round in module.tsv): at redis.batch $M_BATCH (the default), the Functions ${M[functions,$M_BATCH]} µs and the module ${M[module,$M_BATCH]} µs; at 1, ${M[functions,1]:-?} µs and ${M[module,1]:-?} µs."
     elif want module; then
         echo "- module: n/a${M[why]:+ (${M[why]})}."
     fi
     [ -n "${X[leases_load]:-}" ] && echo "- leases: one hot allowed key (fixed_window 10^9 per 60 s), ${X[leases_load]}."
     for k in leases-memory leases-none leases-auto; do
         if has "$k"; then
-            echo "  - $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms (the worst of the 3 wrk), $(v "$k" rcalls) Redis calls (FCALL/EVALSHA) per check; local lease counters over the run: $(v "$k" msum)."
+            echo "  - $(v "$k" target): $(fmt "$(v "$k" rps)") checks/s, p99 $(v "$k" p99) ms (the worst of the 3 wrk), $(v "$k" rcalls) Redis calls (FCALL/EVALSHA/ratelimitd.check) per check; local lease counters over the run: $(v "$k" msum)."
         elif [ -n "$(v "$k" target)" ]; then
             echo "  - $(v "$k" target): $(na_why "$k")."
         fi

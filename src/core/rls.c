@@ -27,7 +27,6 @@
  * Does not own decoding (the fronts), matching (domains.c), the backend or
  * the failure modes (check.c) nor the header rules (rate_headers.c).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -413,6 +412,18 @@ static void statuses_ok(struct rls_call *c)
                     c->entries[i].kind == ENTRY_UNLIMITED ? RLS_REMAINING_UNLIMITED : 0};
 }
 
+/* "<policy>/<tier>" into out (cap bytes, cut short as snprintf would).
+ * Every answer of a `policy:` limit names its tier: snprintf's format
+ * parsing showed among the gRPC call's top costs (callgrind). */
+static void limit_name(char *out, size_t cap, const char *policy, const char *tier)
+{
+    size_t n = 0;
+    for (const char *parts[] = {policy, "/", tier}, **q = parts; q < parts + 3; q++)
+        for (const char *c = *q; *c && n + 1 < cap; c++)
+            out[n++] = *c;
+    out[n] = '\0';
+}
+
 /* Descriptor i's status from its check's tiers (results of that check
  * alone): the same binding rule as the whole request's. */
 static void status_decided(struct rls_call *c, size_t i, const struct verdict *v,
@@ -442,7 +453,7 @@ static void status_decided(struct rls_call *c, size_t i, const struct verdict *v
     if (l->unit == RLS_UNIT_UNKNOWN) {
         const struct tier *t = &p->tiers[b - results];
         rls_tier_unit(t, &s->unit, &s->requests_per_unit);
-        snprintf(c->entries[i].name, sizeof c->entries[i].name, "%s/%s", p->name, t->name);
+        limit_name(c->entries[i].name, sizeof c->entries[i].name, p->name, t->name);
         s->limit_name = c->entries[i].name;
     }
 }

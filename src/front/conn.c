@@ -12,6 +12,7 @@
 #include "core/core.h"
 #include "front/conn.h"
 #include "front/front.h"
+#include "lib/timer.h"
 
 void front_conn_init(struct front_conn *fc, const struct core *core,
                      const struct listener_socket *s, int fd, event_callback_fn on_read,
@@ -79,6 +80,26 @@ int front_conn_linger(struct front_conn *fc, int64_t linger_us)
     fc->lingering = 1;
     fc->linger_until_us = util_monotonic_us() + linger_us;
     return 0;
+}
+
+void front_conn_arm(struct front_conn *fc, int64_t deadline)
+{
+    if (deadline == 0 || (fc->timer_at && fc->timer_at <= deadline))
+        return;
+    timer_arm_us(&fc->timer, deadline - util_monotonic_us());
+    fc->timer_at = deadline;
+}
+
+int front_conn_timer_due(struct front_conn *fc, int64_t deadline)
+{
+    fc->timer_at = 0;
+    if (deadline == 0)
+        return 0;
+    if (deadline > util_monotonic_us()) {
+        front_conn_arm(fc, deadline);
+        return 0;
+    }
+    return 1;
 }
 
 void front_conn_want(struct front_conn *fc, int want_read, int want_write)

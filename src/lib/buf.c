@@ -20,14 +20,6 @@ char *buf_reserve(struct buf *b, size_t n)
     return b->data + b->len;
 }
 
-void buf_append(struct buf *b, const void *p, size_t n)
-{
-    if (n == 0)
-        return;
-    memcpy(buf_reserve(b, n), p, n);
-    b->len += n;
-}
-
 void buf_append_str(struct buf *b, const char *s)
 {
     buf_append(b, s, strlen(s));

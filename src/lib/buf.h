@@ -9,6 +9,7 @@
 #define RATELIMITD_BUF_H
 
 #include <stddef.h>
+#include <string.h>
 
 struct buf {
     char *data; /* owned; NULL while cap is 0 */
@@ -19,7 +20,21 @@ struct buf {
 /* Makes room for n more bytes and returns where they go (len unchanged). */
 char *buf_reserve(struct buf *b, size_t n);
 
-void buf_append(struct buf *b, const void *p, size_t n);
+/* Inline, like buf_append_char: most appends are a few bytes of a length
+ * known where they are called (JSON keys, header names), which the
+ * compiler then copies without calling memcpy (bench/instructions.py). */
+static inline void buf_append(struct buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (b->cap - b->len < n)
+        buf_reserve(b, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+/* A string literal, its length known where it is called. */
+#define buf_append_lit(b, lit) buf_append((b), "" lit, sizeof(lit) - 1)
 
 void buf_append_str(struct buf *b, const char *s);
 

@@ -38,12 +38,6 @@ void json_out_key(struct json_out *j, const char *key)
     j->comma = 0;
 }
 
-void json_out_raw_key(struct json_out *j, const char *quoted, size_t len)
-{
-    sep(j);
-    buf_append(j->b, quoted, len);
-}
-
 /* The length of the valid UTF-8 sequence at p (n > 0 bytes left), or 0. */
 static size_t utf8_seq(const unsigned char *p, size_t n)
 {
@@ -144,7 +138,10 @@ void json_out_int(struct json_out *j, int64_t v)
 void json_out_bool(struct json_out *j, int v)
 {
     sep(j);
-    buf_append_str(j->b, v ? "true" : "false");
+    if (v)
+        buf_append_lit(j->b, "true");
+    else
+        buf_append_lit(j->b, "false");
     j->comma = 1;
 }
 

@@ -43,8 +43,15 @@ void json_out_key(struct json_out *j, const char *key);
  * the instructions of a check's answer when escaped one by one. */
 #define json_out_lkey(j, lit) json_out_raw_key((j), "\"" lit "\":", sizeof(lit) + 2)
 
-/* Writes quoted (len bytes: "key": as it must appear) where a key goes. */
-void json_out_raw_key(struct json_out *j, const char *quoted, size_t len);
+/* Writes quoted (len bytes: "key": as it must appear) where a key goes.
+ * Inline so that a literal's length reaches buf_append as a constant. */
+static inline void json_out_raw_key(struct json_out *j, const char *quoted, size_t len)
+{
+    if (j->comma)
+        buf_append_char(j->b, ',');
+    j->comma = 0;
+    buf_append(j->b, quoted, len);
+}
 
 /* A string of len bytes (may contain NUL: written as \u0000), cleaned. */
 void json_out_str(struct json_out *j, const char *s, size_t len);

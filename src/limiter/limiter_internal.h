@@ -123,7 +123,7 @@ struct tier_state {
     const struct tier *t;
     const struct alg_ops *ops;
     int64_t cost, capacity;
-    struct entry *e; /* as loaded in pass 1 (NULL: absent); valid until pass 2 */
+    struct entry *e; /* as loaded in pass 1 (NULL: absent); valid until an entry is made */
     int allowed, exceeds;
     /* fixed_window, sliding_window_counter, sliding_window_buckets (cur:
      * the current bucket's start) */

@@ -131,14 +131,23 @@ int local_decide(struct local_store *s, const char *key_prefix, const struct che
     /* Pass 2: take the cost, only for a real run of an allowed request, on
      * the checks that allowed (a denied shadow check takes nothing). */
     if (sum.allowed && !req->dry_run) {
+        /* The entry pass 1 found is taken as it is, without encoding and
+         * hashing its key again (bench/instructions.py), until an entry is
+         * made here: making one may evict the least recently used, which
+         * could then be one that pass 1 found. */
+        int made = 0;
         k = 0;
         for (size_t i = 0; i < req->nchecks; i++) {
             const struct check_item *c = &req->checks[i];
             for (size_t j = 0; j < c->policy->ntiers; j++, k++) {
                 if (!decision_check_allowed(&sum, i) || c->cost == 0)
                     continue;
-                size_t len = tier_key(key_prefix, c, ts[k].t, key, sizeof key);
-                struct entry *e = local_store_get_or_create(s, key, len, now);
+                struct entry *e = made ? NULL : ts[k].e;
+                if (!e) {
+                    size_t len = tier_key(key_prefix, c, ts[k].t, key, sizeof key);
+                    e = local_store_get_or_create(s, key, len, now);
+                    made = 1;
+                }
                 local_store_become(e, ts[k].ops->kind);
                 ts[k].ops->commit(&ts[k], e, now);
             }

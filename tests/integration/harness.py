@@ -87,10 +87,31 @@ def make_tempdir(prefix="rl-test-"):
 _PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
 
 
+def module_preload_env(argv, env=None):
+    """env (default: ours) for argv, with ASan's runtime preloaded when argv
+    is a redis-server that loads the Redis module (--loadmodule) or may
+    (--enable-module-command: MODULE LOAD) and the module is built with the
+    sanitizers (configure --enable-sanitizers sets
+    $RATELIMITD_MODULE_PRELOAD): the instrumented module needs it first in
+    the process. None when nothing is to be added to env."""
+    preload = os.environ.get("RATELIMITD_MODULE_PRELOAD")
+    if not preload or not ("--loadmodule" in argv or "--enable-module-command" in argv):
+        return env
+    env = dict(os.environ if env is None else env)
+    env["LD_PRELOAD"] = preload
+    env["ASAN_OPTIONS"] = ":".join(x for x in (env.get("ASAN_OPTIONS"),
+                                               "verify_asan_link_order=0") if x)
+    return env
+
+
 def spawn(argv, log_path, **kwargs):
     """Starts argv with stdout and stderr appended to log_path; the process
     is terminated when the test exits (and gets SIGTERM if the test dies
-    outright). Returns the Popen."""
+    outright). A redis-server loading the instrumented module gets ASan's
+    runtime (module_preload_env). Returns the Popen."""
+    env = module_preload_env(argv, kwargs.pop("env", None))
+    if env is not None:
+        kwargs["env"] = env
     log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(
@@ -414,9 +435,9 @@ class RedisServer:
     def instrumented(self):
         """Whether this server loads a module built with the sanitizers
         (configure --enable-sanitizers): it then runs with ASan's runtime
-        preloaded, which the instrumented module needs first in the
-        process, and its log carries any report (sanitizer_reports)."""
-        return "--loadmodule" in self.argv and bool(os.environ.get("RATELIMITD_MODULE_PRELOAD"))
+        preloaded (spawn), and its log carries any report
+        (sanitizer_reports)."""
+        return module_preload_env(self.argv) is not None
 
     def sanitizer_reports(self):
         """The sanitizer lines in the log so far (ASan, UBSan, LeakSanitizer
@@ -426,12 +447,7 @@ class RedisServer:
                     if "Sanitizer" in line or "runtime error:" in line]
 
     def _launch(self, timeout):
-        env = None
-        if self.instrumented():
-            env = dict(os.environ, LD_PRELOAD=os.environ["RATELIMITD_MODULE_PRELOAD"],
-                       ASAN_OPTIONS=":".join(x for x in (os.environ.get("ASAN_OPTIONS"),
-                                                         "verify_asan_link_order=0") if x))
-        self.proc = spawn(self.argv, self.log_path, env=env)
+        self.proc = spawn(self.argv, self.log_path)
 
         def answers():
             if self.proc.poll() is not None:

@@ -4,8 +4,9 @@ client (python3-grpcio, messages from proto/ through rls_client.py) and
 raw HTTP/2 frames: the health service, gRPC errors that leave the
 connection usable, 200 concurrent streams on one connection, HTTP/2 floods
 (rapid reset as in CVE-2023-44487, PING, SETTINGS) cut off with memory
-bounded, unix sockets, the bearer token, idle connections, and a drain that
-still answers a call in flight.
+bounded, unix sockets, the bearer token, idle connections (idle_timeout
+counted from the last call), and a drain that still answers a call in
+flight.
 
 The points that need a `domains:` section (a call that reaches Redis) skip
 with a message when this build does not know the section yet."""
@@ -60,9 +61,10 @@ def raw_conn(port):
     return s
 
 
-def read_frames(s, seconds):
-    """Frames the server sends until it closes or `seconds` pass: a list of
-    (type, flags, stream, payload), and whether it closed."""
+def read_frames(s, seconds, until=None):
+    """Frames the server sends until it closes or `seconds` pass (or a frame
+    satisfies `until`): a list of (type, flags, stream, payload), and
+    whether it closed."""
     buf, out = b"", []
     deadline = time.monotonic() + seconds
     closed = False
@@ -86,6 +88,8 @@ def read_frames(s, seconds):
             out.append((buf[3], buf[4], struct.unpack(">I", buf[5:9])[0] & 0x7fffffff,
                         buf[9:9 + n]))
             buf = buf[9 + n:]
+            if until and until(out[-1]):
+                return out, closed
     return out, closed
 
 
@@ -329,6 +333,39 @@ def test_idle(redis):
     harness.eq(d.stop(), 0, "the daemon exits 0")
 
 
+def test_idle_from_last_call(redis):
+    # As test_http1's: idle_timeout counts from the last call, not the
+    # first. The timer armed after call 1 fires before call 3 comes (4 s >
+    # 3 s) and must find the deadline moved by call 2 (3 comes 2 s after it).
+    d = start(redis, extra="idle_timeout: 3s\n")
+    s = raw_conn(d.grpc_port)
+    authority = b"\x01\x09localhost"  # literal :authority (static index 1)
+    content_type = b"\x0f\x10\x10application/grpc"  # literal, static index 31
+    answered = []
+    for i, sid in enumerate((1, 3, 5)):
+        if i:
+            time.sleep(2)
+        try:
+            s.sendall(frame(HEADERS, END_HEADERS, sid,
+                            request_headers(PATH_HEALTH) + authority + content_type) +
+                      frame(DATA, END_STREAM, sid, b"\0\0\0\0\0"))
+        except OSError:
+            answered.append("closed")
+            break
+        frames, closed = read_frames(
+            s, 5, until=lambda f, sid=sid: f[0] == HEADERS and f[1] & END_STREAM and f[2] == sid)
+        ends = [f for f in frames if f[0] == HEADERS and f[1] & END_STREAM and f[2] == sid]
+        answered.append("answered" if ends else "closed" if closed else "no answer")
+    harness.eq(answered, ["answered"] * 3,
+               "idle_timeout 3s: calls 2 s apart on one connection, 4 s after the first")
+    t0 = time.monotonic()
+    _, closed = read_frames(s, 9)
+    took = time.monotonic() - t0
+    s.close()
+    harness.ok(closed and took > 2.5, "then closed idle_timeout after the last (after %.1f s)" % took)
+    harness.eq(d.stop(), 0, "the daemon exits 0")
+
+
 def test_workers(redis):
     d = start(redis, extra="workers: 2\n")
     answered = 0
@@ -458,6 +495,7 @@ def main():
     test_floods(redis)
     test_garbage(redis)
     test_idle(redis)
+    test_idle_from_last_call(redis)
     test_workers(redis)
     test_unix(redis)
     test_token(redis)

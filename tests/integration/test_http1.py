@@ -4,8 +4,9 @@ answered in order, keep-alive, HEAD, chunked bodies, Expect: 100-continue,
 HTTP/1.0, the framing errors (400 smuggling, 413, 431, 505) as JSON and
 counted in /metrics, a refused body still being sent read to the end of the
 stream (lingering, no reset), a client trickling one byte at a time answered 408
-within request_timeout, and limits changed by a reload applying to a
-connection already open."""
+within request_timeout, idle_timeout counted from a connection's last
+request, and limits changed by a reload applying to a connection already
+open."""
 import json
 import os
 import signal
@@ -270,6 +271,34 @@ def test_slow_client(redis):
     harness.eq(d.stop(), 0, "exits 0")
 
 
+def test_idle_from_last_request(redis):
+    # idle_timeout counts from a connection's last request, not from the
+    # first: the timer armed after request 1 fires before request 3 comes
+    # (4 s > 3 s), and must then find the deadline moved by request 2 (3
+    # comes 2 s after it, 1 s inside idle_timeout). Only lateness of this
+    # client or of the box widens the first margin; the second is 1 s.
+    d = Daemon("unix:" + redis.socket_path, POLICY, extra="idle_timeout: 3s\n").start()
+    c = Conn(d.port)
+    statuses = []
+    for i in range(3):
+        if i:
+            time.sleep(2)
+        try:
+            c.send(post(check_body("open", "idle%d" % i)))
+            statuses.append(c.response()[0])
+        except (EOFError, OSError):
+            statuses.append("closed")
+            break
+    harness.eq(statuses, [200, 200, 200],
+               "idle_timeout 3s: requests 2 s apart on one connection, 4 s after the first")
+    t0 = time.monotonic()
+    closed = c.closed(timeout=9)
+    took = time.monotonic() - t0
+    harness.ok(closed and took > 2.5, "then closed idle_timeout after the last (after %.1f s)" % took)
+    c.close()
+    harness.eq(d.stop(), 0, "exits 0")
+
+
 def test_reload_applies_to_open_connection(redis):
     d = Daemon("unix:" + redis.socket_path, POLICY, extra="max_body: 1024\n").start()
     c = Conn(d.port)
@@ -346,6 +375,7 @@ def main():
     test_errors_counted(d)
     harness.eq(d.stop(), 0, "SIGTERM exits 0")
     test_slow_client(redis)
+    test_idle_from_last_request(redis)
     test_reload_applies_to_open_connection(redis)
     test_drain_keeps_answers(redis)
     test_two_workers(redis)

@@ -330,7 +330,11 @@ def test_sentinel_failover(module):
     eq(answers(d, [("tb", "f")] * 2), [(200, True, 4, (4,)), (200, True, 3, (3,))],
        "(c) sentinel: decided by the master's module")
 
-    def fail_over(to, path):
+    def fail_over(frm, to, path):
+        # Sentinel promotes a replica without waiting for it to have the
+        # master's last writes: wait for them, so the counts carry over.
+        harness.wait_until(lambda: frm.cmd("WAIT", "1", "1000") >= 1, 30,
+                           what="the replica to have the master's writes (WAIT)")
         harness.wait_until(lambda: sentinels[0].cmd("SENTINEL", "FAILOVER",
                                                     test_sentinel.MASTER) == "OK",
                            30, interval=0.2, what="SENTINEL FAILOVER to be accepted")
@@ -338,7 +342,7 @@ def test_sentinel_failover(module):
         harness.wait_until(lambda: path_of(d, node) == path, 20,
                            what="the daemon on %s by %s" % (node, path))
 
-    fail_over(b, "functions")
+    fail_over(a, b, "functions")
     eq(answers(d, [("tb", "f")] * 2), [(200, True, 2, (2,)), (200, True, 1, (1,))],
        "(c) failed over to the replica without the module: the Functions, the same count")
     eq(cmdstat(b.client(), "ratelimitd.check"), 0, "(c) the new master is never sent the module")
@@ -346,7 +350,7 @@ def test_sentinel_failover(module):
                        interval=0.2, what="the old master to follow the new one")
     # A sentinel fails a master over again only after twice its
     # failover-timeout (3 s): SENTINEL FAILOVER is refused until then.
-    fail_over(a, "module")
+    fail_over(b, a, "module")
     eq(answers(d, [("tb", "f")] * 2), [(200, True, 0, (0,)), (429, False, 0, (0,))],
        "(c) and back to the master with the module: the module, the same count")
     d.stop()

@@ -43,7 +43,6 @@
 #include "front/listener.h"
 #include "front/tls.h"
 #include "lib/buf.h"
-#include "lib/timer.h"
 
 #define GRPC_READ_CHUNK 16384
 /* nghttp2's RST_STREAM token bucket (CVE-2023-44487): a burst, then so
@@ -156,14 +155,18 @@ static int conn_deciding(const struct gconn *c)
     return 0;
 }
 
+/* The deadline the timer stands for now (monotonic µs), or 0: none, the
+ * core answering every call in time. */
+static int64_t timer_deadline(const struct gconn *c)
+{
+    if (!c->fc.lingering && !c->fc.writing && conn_deciding(c))
+        return 0;
+    return c->fc.lingering ? c->fc.linger_until_us : c->fc.last_us + c->g->idle_us;
+}
+
 static void arm_timer(struct gconn *c)
 {
-    if (!c->fc.lingering && !c->fc.writing && conn_deciding(c)) {
-        event_del(&c->fc.timer);
-        return;
-    }
-    int64_t deadline = c->fc.lingering ? c->fc.linger_until_us : c->fc.last_us + c->g->idle_us;
-    timer_arm_us(&c->fc.timer, deadline - util_monotonic_us());
+    front_conn_arm(&c->fc, timer_deadline(c));
 }
 
 /* Writes what is due, then decides what the connection waits for. */
@@ -254,6 +257,8 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     /* Lingered enough; or idle (or not reading what it is sent) for
      * idle_timeout: a GOAWAY if it can still be written, then close. */
     struct gconn *c = arg;
+    if (!front_conn_timer_due(&c->fc, timer_deadline(c)))
+        return;
     if (c->fc.lingering || c->closing) {
         conn_free(c);
         return;

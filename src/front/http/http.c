@@ -12,10 +12,10 @@
  * EV_WRITE is asked for only when the socket would block, and the read event
  * stays added, so a keep-alive request costs no epoll_ctl.
  *
- * The timer, re-armed after every event, stands for whichever deadline is
- * nearest: idle_timeout between requests (or while a written answer does
- * not drain), and while a request is being read both idle_timeout of
- * silence and request_timeout for the whole request (408, then close).
+ * The timer stands for whichever deadline is nearest: idle_timeout between
+ * requests (or while a written answer does not drain), and while a request
+ * is being read both idle_timeout of silence and request_timeout for the
+ * whole request (408, then close). It is armed lazily (front_conn_arm).
  *
  * A connection that must close (an error that breaks framing, Connection:
  * close, 401, 503) reads no further request; once its answers are written
@@ -55,7 +55,6 @@
 #include "front/http/http_routes.h"
 #include "front/http/response.h"
 #include "lib/client_ip.h"
-#include "lib/timer.h"
 
 #define HTTP_READ_CHUNK 16384  /* bytes read at once */
 #define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
@@ -261,28 +260,34 @@ static int write_out(struct conn *c)
     return 0;
 }
 
-static void arm_timer(struct conn *c)
+/* The deadline the timer stands for now (monotonic µs), or 0: none, the
+ * core answering every check in time. */
+static int64_t timer_deadline(const struct conn *c)
 {
     const struct http *h = c->h;
-    int64_t deadline;
     if (c->fc.lingering)
-        deadline = c->fc.linger_until_us;
-    else if (c->req_start_us && !c->closing) {
-        deadline = c->fc.last_us + h->idle_us;
+        return c->fc.linger_until_us;
+    if (c->req_start_us && !c->closing) {
+        int64_t deadline = c->fc.last_us + h->idle_us;
         if (c->req_start_us + h->request_us < deadline)
             deadline = c->req_start_us + h->request_us;
-    } else if (c->count == 0 || c->fc.writing)
-        deadline = c->fc.last_us + h->idle_us;
-    else {
-        event_del(&c->fc.timer); /* the core answers every check in time */
-        return;
+        return deadline;
     }
-    timer_arm_us(&c->fc.timer, deadline - util_monotonic_us());
+    if (c->count == 0 || c->fc.writing)
+        return c->fc.last_us + h->idle_us;
+    return 0;
+}
+
+static void arm_timer(struct conn *c)
+{
+    front_conn_arm(&c->fc, timer_deadline(c));
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
+    if (!front_conn_timer_due(&c->fc, timer_deadline(c)))
+        return;
     if (c->fc.lingering || !c->req_start_us || c->closing || c->count == HTTP_PIPELINE_MAX) {
         conn_free(c);
         return;

@@ -35,9 +35,11 @@ struct memory_state {
     const struct logger *log;
     pthread_t thread;
     int stop_pipe[2]; /* a byte (or the close) ends the writer */
-    /* The image's room, kept from write to write (by the one thread that
-     * writes at a time): the snapshot, under the store's lock, then
-     * neither grows it nor faults its pages in, which tripled its pause. */
+    /* The image's room, kept from write to write (one write at a time:
+     * the thread's, then the last one after it is joined), so that the
+     * snapshot, under the store's lock, neither grows it nor faults its
+     * pages in: a first snapshot is several times slower (locked_us in
+     * the debug line). Costs one image's size for the process's life. */
     struct buf image;
     pthread_mutex_t mu; /* guards stats */
     struct memory_state_stats stats;
@@ -89,8 +91,13 @@ static void *writer_main(void *arg)
         int rc = left > 0 ? poll(&p, 1, (int)((left + 999) / 1000)) : 0;
         if (rc > 0)
             return NULL; /* told to stop */
-        if (rc < 0 && errno != EINTR)
-            return NULL; /* cannot wait: memory_state_stop's write still saves */
+        if (rc < 0 && errno != EINTR) {
+            /* Cannot wait (ENOMEM): no busy loop of writes; the stop's
+             * write still comes, and the operator hears of the gap. */
+            log_event(ms->log, LOG_LVL_WARN, "state file: periodic writes stopped", "error",
+                      strerror(errno), NULL);
+            return NULL;
+        }
         if (util_monotonic_us() < next)
             continue;
         save(ms, "interval");

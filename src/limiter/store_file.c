@@ -239,7 +239,11 @@ static void get_log(struct reader *r, struct entry *e)
     struct log_run *runs = e ? xcalloc(n + 1, sizeof *runs) : NULL;
     int64_t prev_score = 0, next_before = 0;
     for (size_t i = 0; i < n && !r->bad; i++) {
-        struct log_run x = {get_i64(r), get_i64(r), get_i64(r)};
+        /* One read per statement: an initializer list's are unsequenced. */
+        struct log_run x;
+        x.score = get_i64(r);
+        x.count = get_i64(r);
+        x.before = get_i64(r);
         /* sliding_window_log.c's invariants: one run per distinct µs in
          * order, each of some units, and `before` running on. */
         refuse(r,
@@ -260,7 +264,9 @@ static void get_buckets(struct reader *r, struct entry *e)
     struct swb_bucket *b = e ? xcalloc(n + 1, sizeof *b) : NULL;
     int64_t prev = 0;
     for (size_t i = 0; i < n && !r->bad; i++) {
-        struct swb_bucket x = {get_i64(r), get_i64(r)};
+        struct swb_bucket x;
+        x.start = get_i64(r);
+        x.count = get_i64(r);
         refuse(r, x.count < 0 || (i > 0 && x.start <= prev), "buckets out of order");
         prev = x.start;
         if (b)
@@ -275,7 +281,9 @@ static void get_leases(struct reader *r, struct entry *e)
     size_t n = get_count(r, 16 + LEASE_NONCE_LEN);
     struct lease *l = e ? xcalloc(n + 1, sizeof *l) : NULL;
     for (size_t i = 0; i < n && !r->bad; i++) {
-        struct lease x = {.expires = get_i64(r), .units = get_i64(r)};
+        struct lease x = {0};
+        x.expires = get_i64(r);
+        x.units = get_i64(r);
         const unsigned char *nonce = get_bytes(r, LEASE_NONCE_LEN);
         refuse(r, x.units < 0, "a lease of negative units");
         for (size_t j = 0; nonce && j < LEASE_NONCE_LEN; j++)

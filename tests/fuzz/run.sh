@@ -67,6 +67,7 @@ for target in ${FUZZ_TARGETS:-request config http rls_json redis_reply tzif modu
     redis_reply) max_len=4096 ;;
     tzif) max_len=8192 ;;
     module_args) max_len=4096 ;;
+    store_file) max_len=8192 ;;
     *)
         echo "$0: unknown target $target" >&2
         exit 64

@@ -78,10 +78,14 @@ static const struct error_case {
      "clock, max_body, log_level, access_log, "
      "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
-     "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
+     "local_max_keys, state_file, state_interval, deny_cache_max_keys, headers, auth_token_file, "
+     "trusted_proxies, "
      "deny_status, policies, domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, "
      "envoy_quota_mode, envoy_calendar_units, tls, admin_tls, grpc_tls)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
+    {"state_file relative", "state_file: var/state\n" POLICY_P, "1:13",
+     "state_file: must be an absolute path"},
+    {"state_interval 0", "state_interval: 0s\n" POLICY_P, "1:17", "state_interval: invalid value"},
     {"deny_cache_max_keys -1", "deny_cache_max_keys: -1\n" POLICY_P, "1:22",
      "deny_cache_max_keys: invalid value \"-1\""},
     {"deny_cache_max_keys too large", "deny_cache_max_keys: 100000001\n" POLICY_P, "1:22",
@@ -687,10 +691,11 @@ static void test_errors(void)
     "listen, listen_mode, listen_group, backend, workers, redis, clock, max_body, log_level, "     \
     "access_log, admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, "            \
     "max_inflight, overload, max_connections, idle_timeout, request_timeout, local_max_keys, "     \
-    "deny_cache_max_keys, headers, auth_token_file, trusted_proxies, deny_status, policies, "      \
+    "state_file, state_interval, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, " \
+    "deny_status, policies, "                                                                      \
     "domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, envoy_quota_mode, "            \
     "envoy_calendar_units, tls, admin_tls, grpc_tls"
-#define TOP_NKNOWN 36
+#define TOP_NKNOWN 38
 #define FIELDS_PAGE "ratelimitd.yaml(5) or docs/configuration.md)"
 
 /* How many names a ", "-separated prefix of TOP_KNOWN holds; 0 if names
@@ -786,6 +791,8 @@ static const char full_yaml[] =
     "max_connections: 100\n"
     "idle_timeout: 5s\n"
     "local_max_keys: 500\n"
+    "state_file: /var/lib/rl/state\n"
+    "state_interval: 2500ms\n"
     "deny_cache_max_keys: 0\n"
     "policies:\n"
     "  zeta:\n"
@@ -842,6 +849,8 @@ static void test_full(void)
     is_int(c->max_connections, 100, "max_connections");
     is_int(c->idle_timeout_us, 5000000, "idle_timeout");
     is_int(c->local_max_keys, 500, "local_max_keys");
+    is_str(c->state_file, "/var/lib/rl/state", "state_file");
+    is_int(c->state_interval_us, 2500000, "state_interval");
     is_int(c->deny_cache_max_keys, 0, "deny_cache_max_keys 0 (no cache)");
 
     is_int(c->npolicies, 3, "three policies");
@@ -1485,6 +1494,7 @@ static const struct {
     {"idle_timeout", "30000000"},
     {"request_timeout", "10000000"},
     {"local_max_keys", "100000"},
+    {"state_interval", "10000000"},
     {"deny_cache_max_keys", "100000"},
     {"headers", "0"},
     {"deny_status", "429"},
@@ -1514,6 +1524,8 @@ static const char *const want_restart[] = {
     "grpc_listen",
     "watch",
     "local_max_keys",
+    "state_file",
+    "state_interval",
 };
 
 struct table_walk {

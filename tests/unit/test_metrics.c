@@ -757,10 +757,38 @@ static void test_no_redis(void)
     metrics_free(m);
 }
 
+/* state_file's families: only with it set, with its counts as given. */
+static void test_state_file(void)
+{
+    struct metrics *m = metrics_new();
+    struct metrics_gauges g = {.no_redis = 1};
+    char *text = metrics_render(m, &g);
+    ok(strstr(text, "state_file") == NULL, "no state_file: no ratelimitd_state_file_* series");
+    free(text);
+    g = (struct metrics_gauges){.no_redis = 1,
+                                .state_file = 1,
+                                .state_writes_ok = 12,
+                                .state_writes_failed = 2,
+                                .state_last_write_us = 17250,
+                                .state_last_write_bytes = 7162664};
+    text = metrics_render(m, &g);
+    ok(strstr(text, "# TYPE ratelimitd_state_file_writes_total counter\n"
+                    "ratelimitd_state_file_writes_total{result=\"ok\"} 12\n"
+                    "ratelimitd_state_file_writes_total{result=\"error\"} 2\n") != NULL,
+       "state_file: writes by result");
+    ok(strstr(text, "\nratelimitd_state_file_last_write_duration_seconds 0.01725\n") != NULL,
+       "state_file: the last write's duration in seconds");
+    is_int(sample(text, "ratelimitd_state_file_last_write_bytes"), 7162664,
+           "state_file: the last write's size");
+    free(text);
+    metrics_free(m);
+}
+
 int main(void)
 {
     test_statuses();
     test_no_redis();
+    test_state_file();
     test_nodes();
     test_scenario();
     test_empty();

@@ -218,6 +218,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     struct core *core = &w->core;
     w->host = (struct front_host){.core = core,
                                   .connections = &srv->connections,
+                                  .sockets = srv->sockets,
                                   .draining = &w->draining,
                                   .unready_reason = unready_reason,
                                   .ready_detail = ready_detail,

@@ -23,6 +23,7 @@
 struct config;
 struct event;
 struct front_ops;
+struct listen_fds;
 
 /* What a front is lent by the loop it runs on (the worker fills one and
  * keeps it as long as its fronts live): the core it hands requests to and
@@ -30,6 +31,9 @@ struct front_ops;
 struct front_host {
     struct core *core;
     size_t *connections; /* process-wide, behind max_connections */
+    /* Process-wide: the sockets passed at start, and those bound, for a
+     * hand-over (listen_fds.h); NULL: none. */
+    struct listen_fds *sockets;
     const int *draining; /* nonzero: no new request is taken */
     /* Why the daemon takes no checks right now ("shutting_down",
      * "redis_unavailable"), or NULL when ready. */

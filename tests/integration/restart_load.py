@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: Apache-2.0
+"""restart_load.py: the load the restart tests hold a daemon under while
+it restarts or hands over (test_socket_activation, test_handover): client
+threads sending POST /check, each on a fresh connection per request or on
+one kept-alive connection, counting outcomes, never latencies:
+
+- ok: an answer with status 200;
+- refused: connect() refused (nobody held the socket);
+- failed: anything else (a reset, an empty reply, a non-200 status, a
+  timeout), each kept with its reason;
+- reconnected: a kept-alive connection the daemon closed while it was idle
+  (the drain of an old process), the request sent again on a fresh
+  connection as HTTP clients do when a reused connection closes before any
+  byte of an answer (RFC 9112 9.3.1). Counted, and a failure if the fresh
+  connection fails too.
+
+Nothing here knows how the daemon restarts."""
+import http.client
+import json
+import threading
+
+BODY = json.dumps({"policy": "p", "key": "k"}).encode()
+HEADERS = {"Content-Type": "application/json"}
+
+
+class Load:
+    def __init__(self, port, fresh=4, kept=0, timeout=10):
+        self.port, self.timeout = port, timeout
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self.ok = self.refused = self.reconnected = 0
+        self.failures = []
+        self.threads = [threading.Thread(target=self._run, args=(False,), daemon=True)
+                        for _ in range(fresh)]
+        self.threads += [threading.Thread(target=self._run, args=(True,), daemon=True)
+                         for _ in range(kept)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self):
+        """Stops the clients; returns (ok, refused, failed, reconnected)."""
+        self.stopping.set()
+        for t in self.threads:
+            t.join(self.timeout * 3)
+        return self.ok, self.refused, len(self.failures), self.reconnected
+
+    def _count(self, what, reason=None):
+        with self.lock:
+            if what == "failed":
+                self.failures.append(reason)
+            else:
+                setattr(self, what, getattr(self, what) + 1)
+
+    def _one(self, conn):
+        conn.request("POST", "/check", body=BODY, headers=HEADERS)
+        r = conn.getresponse()
+        r.read()
+        return r.status
+
+    def _fresh(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        try:
+            return self._one(conn)
+        finally:
+            conn.close()
+
+    def _outcome(self, call):
+        try:
+            status = call()
+        except ConnectionRefusedError:
+            self._count("refused")
+            return
+        except (OSError, http.client.HTTPException) as e:
+            self._count("failed", "%s: %s" % (type(e).__name__, e))
+            return
+        if status == 200:
+            self._count("ok")
+        else:
+            self._count("failed", "status %d" % status)
+
+    def _run(self, keep):
+        conn = None
+        while not self.stopping.is_set():
+            if not keep:
+                self._outcome(self._fresh)
+                continue
+            if conn is None:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                  timeout=self.timeout)
+            try:
+                status = self._one(conn)
+            except (http.client.RemoteDisconnected, ConnectionResetError,
+                    BrokenPipeError):
+                # Closed before any answer byte: sent again, fresh.
+                conn.close()
+                conn = None
+                self._count("reconnected")
+                self._outcome(self._fresh)
+                continue
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                conn = None
+                self._count("failed", "%s: %s" % (type(e).__name__, e))
+                continue
+            if status == 200:
+                self._count("ok")
+            else:
+                self._count("failed", "status %d" % status)
+        if conn is not None:
+            conn.close()

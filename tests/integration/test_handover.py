@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_handover.py: the USR2 hand-over (src/handover.c), as nginx's
+binary upgrade. The daemon runs from a copy of the binary in a temporary
+directory, with 2 workers (2 SO_REUSEPORT sockets on listen, both passed)
+and admin_listen:
+
+- under load (4 clients on fresh connections, 4 on kept-alive ones), USR2:
+  the new process serves, the old exits 0, and the clients see 0 refused,
+  0 failed (a kept-alive connection the old one closes while idle is sent
+  again on a fresh one, as HTTP clients do: counted apart); then the new
+  one hands over in turn;
+- a new binary that cannot be started leaves the old one serving, the
+  reason in the log: a policy file made invalid before USR2 (exit status
+  1), a binary that crashes before ready (killed by a signal), a binary
+  path that is not executable (Permission denied);
+- a second USR2 while a hand-over is under way is refused, with a log
+  line; the binary at the path is the one started (the file was replaced,
+  as an upgrade does, while the old process ran).
+
+Counters of backend: memory are not carried yet: this test uses them only
+for decisions. Needs no Redis."""
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from daemon import BINARY, WRAPPER  # noqa: E402
+from restart_load import Load  # noqa: E402
+
+PR_SET_CHILD_SUBREAPER = 36
+CONFIG = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\nbackend: memory\n"
+          "policies:\n  p: {tiers: [{name: t, algorithm: fixed_window, limit: 1000000000, "
+          "window: 1h}]}\n")
+
+
+class Setup:
+    def __init__(self):
+        self.dir = harness.make_tempdir("rl-handover-")
+        self.port, self.admin = harness.free_port(), harness.free_port()
+        self.binary = os.path.join(self.dir, "ratelimitd")
+        shutil.copy(BINARY, self.binary)
+        self.config = os.path.join(self.dir, "ratelimitd.yaml")
+        self.write_config(CONFIG % (self.port, self.admin))
+        self.log = os.path.join(self.dir, "log")
+        self.proc = harness.spawn(WRAPPER + [self.binary, "--config", self.config], self.log)
+        self.pid = self.proc.pid
+        self.fds = []  # open descriptors of each new process
+        harness.wait_until(lambda: self.count("ratelimitd started") == 1, timeout=60,
+                           what="the daemon")
+
+    def write_config(self, text):
+        with open(self.config + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(self.config + ".tmp", self.config)
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def count(self, what):
+        return self.text().count(what)
+
+    def replace_binary(self, script):
+        """An upgrade's replacement: a new file renamed over the path."""
+        tmp = self.binary + ".new"
+        with open(tmp, "w") as f:
+            f.write("#!/bin/sh\n" + script)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, self.binary)
+
+    def serving(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.admin), timeout=5) as c:
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                return c.recv(64).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+
+def wait_exit(pid, timeout=60):
+    """The status of pid, a child of the test (its parent, or this test as
+    subreaper once the parent is gone); None if it does not end in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    return None
+
+
+def handover(s, what):
+    """USR2 to s.pid under load; the new pid, the load's counts."""
+    ready = s.count("the new process is ready")
+    load = Load(s.port, fresh=4, kept=4).start()
+    harness.wait_until(lambda: load.ok >= 200, timeout=60, what="answers before")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: s.count("the new process is ready") > ready, timeout=60,
+                       what="the new process ready")
+    new = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
+    code = s.proc.wait(60) if s.proc and s.proc.pid == s.pid else wait_exit(s.pid)
+    s.proc = None
+    before = load.ok
+    harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="answers after")
+    ok, refused, failed, again = load.stop()
+    harness.eq(code, 0, "%s: the old process (%d) exits 0" % (what, s.pid))
+    harness.eq((refused, failed), (0, 0),
+               "%s: %d answers, 0 refused, 0 failed (%d sent again after an idle keep-alive "
+               "close) %s" % (what, ok, again, load.failures[:3]))
+    harness.ok(s.serving(), "%s: the new process (%d) serves" % (what, new))
+    s.pid = new
+    s.fds.append(len(os.listdir("/proc/%d/fd" % new)))
+    harness.at_exit(lambda: kill_quietly(new))
+
+
+def kill_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def failed_start(s, what, reason):
+    before = s.count("hand-over failed")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: s.count("hand-over failed") > before, timeout=60,
+                       what="the failure")
+    line = [l for l in s.text().splitlines() if "hand-over failed" in l][-1]
+    harness.ok(reason in line, "%s: logged (%s)" % (what, line.split("msg=", 1)[1]))
+    harness.ok(s.serving() and wait_exit(s.pid, 0) is None, "%s: the old process serves on" % what)
+
+
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    harness.ok(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
+               "the test reaps the processes the hand-overs start")
+    s = Setup()
+    handover(s, "first hand-over")
+    handover(s, "second hand-over")
+    harness.eq(s.fds[1], s.fds[0], "the second new process has as many descriptors open as "
+               "the first: nothing leaks from one to the next")
+
+    s.write_config("listen: [not a string\n")
+    failed_start(s, "invalid policy file", "exited with status 1 before it was ready")
+    s.write_config(CONFIG % (s.port, s.admin))
+
+    real = os.path.join(s.dir, "ratelimitd.real")
+    shutil.copy(BINARY, real)
+    s.replace_binary("kill -SEGV $$\n")
+    failed_start(s, "a crash before ready", "killed by signal 11 before it was ready")
+
+    os.chmod(s.binary, 0o644)
+    failed_start(s, "not executable", "cannot run the binary: Permission denied")
+
+    go = os.path.join(s.dir, "go")
+    s.replace_binary('i=0\nwhile [ ! -e "%s" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); '
+                     'done\nexec "%s" "$@"\n' % (go, real))
+    starting = s.count("handing over to a new process")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: s.count("handing over to a new process") > starting,
+                       timeout=30, what="the hand-over under way")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: "SIGUSR2 refused: a hand-over is under way" in s.text(),
+                       timeout=30, what="the refusal")
+    harness.ok(True, "a second USR2 during a hand-over: refused, logged")
+    ready = s.count("the new process is ready")
+    open(go, "w").close()
+    harness.wait_until(lambda: s.count("the new process is ready") > ready, timeout=60,
+                       what="the replaced binary ready")
+    harness.eq(wait_exit(s.pid), 0, "the old process exits 0 once the replacement is ready")
+    s.pid = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
+    harness.ok(s.serving() and os.readlink("/proc/%d/exe" % s.pid) == real,
+               "the binary now at the path serves (%s)" % real)
+    os.kill(s.pid, signal.SIGTERM)
+    harness.eq(wait_exit(s.pid), 0, "it exits 0 at SIGTERM")
+
+
+harness.run(main)

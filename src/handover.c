@@ -34,9 +34,9 @@ extern char **environ;
 struct handover {
     struct handover_env env;
     char path[2 * PATH_MAX + 2]; /* a directory, a slash, argv[0] */
-    int parent_fd; /* the old process's pipe, when it started this one; else -1 */
-    pid_t child;   /* the new process while it starts; 0: none */
-    int done;      /* handed over: this process is draining */
+    int parent_fd;               /* the old process's pipe, when it started this one; else -1 */
+    pid_t child;                 /* the new process while it starts; 0: none */
+    int done;                    /* handed over: this process is draining */
     struct event *pipe_ev, *timeout;
 };
 
@@ -137,6 +137,8 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
         snprintf(pid, sizeof pid, "%ld", (long)h->child);
         log_event(h->env.log, LOG_LVL_INFO, "hand-over: the new process is ready; draining",
                   "new_pid", pid, NULL);
+        /* systemd must know the new main PID before this one exits. */
+        notify_mainpid(h->env.notify, (long)h->child);
         stop_watching(h);
         h->child = 0;
         h->done = 1;
@@ -317,8 +319,6 @@ void handover_ready(struct handover *h)
 {
     if (h->parent_fd < 0)
         return;
-    /* systemd must know the new main PID before the old one exits. */
-    notify_mainpid(h->env.notify);
     char b = HANDOVER_READY;
     if (write(h->parent_fd, &b, 1) != 1)
         log_event(h->env.log, LOG_LVL_WARN, "hand-over: cannot tell the old process to go", "error",

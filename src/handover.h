@@ -5,8 +5,9 @@
  * same arguments, passing it every listening socket (listen_fds.h, as
  * LISTEN_FDS with LISTEN_PID set to the new process) and the write end of
  * a pipe. The new process takes the sockets, starts, and once ready (the
- * moment it would send READY=1) tells systemd it is the main PID and writes
- * one byte on the pipe: only then does the old stop accepting, drain and
+ * moment it would send READY=1) writes one byte on the pipe: only then does
+ * the old tell systemd the new one is the main PID (MAINPID=, sent by the
+ * main PID itself: NotifyAccess=main suffices), stop accepting, drain and
  * exit. The pipe closing without that byte (a bad policy file, a crash, a
  * binary that cannot run) leaves the old serving, with the reason in the
  * log; so does a new process not ready within HANDOVER_TIMEOUT_S (it is
@@ -53,8 +54,8 @@ void handover_free(struct handover *h); /* NULL is a no-op */
 /* SIGUSR2: starts a hand-over, or says in the log why not. */
 void handover_start(struct handover *h);
 
-/* This process is ready: if an old one started it, becomes systemd's main
- * PID and tells the old one to go. Once; later calls do nothing. */
+/* This process is ready: if an old one started it, tells it to go. Once;
+ * later calls do nothing. */
 void handover_ready(struct handover *h);
 
 /* True while a new process is starting. */

@@ -5,7 +5,6 @@
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #ifdef HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
@@ -15,7 +14,7 @@
 #include "notify.h"
 #include "server.h"
 
-/* How long a hand-over's new process waits for systemd to read MAINPID=. */
+/* How long a hand-over's old process waits for systemd to read MAINPID=. */
 #define NOTIFY_BARRIER_US 5000000
 
 struct notify {
@@ -98,10 +97,10 @@ void notify_stopping(struct notify *n)
     notify_send("STOPPING=1\nSTATUS=draining checks in flight");
 }
 
-void notify_mainpid(struct notify *n)
+void notify_mainpid(struct notify *n, long pid)
 {
     char msg[64];
-    snprintf(msg, sizeof msg, "MAINPID=%ld\nREADY=1", (long)getpid());
+    snprintf(msg, sizeof msg, "MAINPID=%ld", pid);
     notify_send(msg);
 #ifdef HAVE_SYSTEMD
     /* Failure (no manager, or one too old for barriers) leaves only the

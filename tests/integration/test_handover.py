@@ -13,6 +13,9 @@ and admin_listen:
   reason in the log: a policy file made invalid before USR2 (exit status
   1), a binary that crashes before ready (killed by a signal), a binary
   path that is not executable (Permission denied);
+- to systemd (a notification socket here), the old process, still the
+  main PID and still running, says MAINPID= the new one (NotifyAccess=main
+  is enough), and the new one READY=1;
 - a second USR2 while a hand-over is under way is refused, with a log
   line; the binary at the path is the one started (the file was replaced,
   as an upgrade does, while the old process ran).
@@ -25,7 +28,9 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +53,9 @@ class Setup:
         self.config = os.path.join(self.dir, "ratelimitd.yaml")
         self.write_config(CONFIG % (self.port, self.admin))
         self.log = os.path.join(self.dir, "log")
-        self.proc = harness.spawn(WRAPPER + [self.binary, "--config", self.config], self.log)
+        self.notify = Notify(os.path.join(self.dir, "notify"))
+        self.proc = harness.spawn(WRAPPER + [self.binary, "--config", self.config], self.log,
+                                  env=dict(os.environ, NOTIFY_SOCKET=self.notify.path))
         self.pid = self.proc.pid
         self.fds = []  # open descriptors of each new process
         harness.wait_until(lambda: self.count("ratelimitd started") == 1, timeout=60,
@@ -83,6 +90,60 @@ class Setup:
             return False
 
 
+class Notify:
+    """A systemd notification socket: keeps (sender pid, message, whether
+    the sender was still running then) and releases sd_notify_barrier's
+    waits by closing the descriptors they send."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.messages = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        creds = struct.calcsize("3i")
+        while True:
+            data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(creds) +
+                                                socket.CMSG_SPACE(16 * 4))
+            pid = None
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("3i", value[:creds])[0]
+                elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    for fd in struct.unpack("%di" % (len(value) // 4), value):
+                        os.close(fd)
+            self.messages.append((pid, data.decode(), running(pid)))
+
+    def said(self, pid, text):
+        return [m for m in self.messages if m[0] == pid and text in m[1]]
+
+
+def descriptors(pid):
+    """pid's open descriptors but its TCP connections (clients come and go;
+    listening sockets, pipes and the rest stay)."""
+    connections = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] != "0A":  # not LISTEN
+                    connections.add("socket:[%s]" % cols[9])
+    fds = "/proc/%d/fd" % pid
+    return sum(1 for fd in os.listdir(fds) if os.readlink(os.path.join(fds, fd)) not in connections)
+
+
+def running(pid):
+    """Alive and not yet a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, TypeError):
+        return False
+
+
 def wait_exit(pid, timeout=60):
     """The status of pid, a child of the test (its parent, or this test as
     subreaper once the parent is gone); None if it does not end in time."""
@@ -114,8 +175,13 @@ def handover(s, what):
                "%s: %d answers, 0 refused, 0 failed (%d sent again after an idle keep-alive "
                "close) %s" % (what, ok, again, load.failures[:3]))
     harness.ok(s.serving(), "%s: the new process (%d) serves" % (what, new))
+    main = s.notify.said(s.pid, "MAINPID=%d" % new)
+    harness.ok(len(main) == 1 and main[0][2],
+               "%s: the old (main) process told systemd MAINPID=%d while still running "
+               "(sd_notify_barrier held its exit)" % (what, new))
+    harness.ok(s.notify.said(new, "READY=1"), "%s: the new one sent READY=1" % what)
     s.pid = new
-    s.fds.append(len(os.listdir("/proc/%d/fd" % new)))
+    s.fds.append(descriptors(new))
     harness.at_exit(lambda: kill_quietly(new))
 
 

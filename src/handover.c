@@ -93,9 +93,9 @@ void handover_free(struct handover *h)
     free(h);
 }
 
-int handover_busy(const struct handover *h)
+int handover_expected(const struct handover *h)
 {
-    return h->child != 0;
+    return h->parent_fd >= 0;
 }
 
 /* A hand-over that did not happen: the new process's end, said in the log

@@ -58,7 +58,7 @@ void handover_start(struct handover *h);
  * later calls do nothing. */
 void handover_ready(struct handover *h);
 
-/* True while a new process is starting. */
-int handover_busy(const struct handover *h);
+/* True if an old process started this one and waits for it to be ready. */
+int handover_expected(const struct handover *h);
 
 #endif

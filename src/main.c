@@ -122,8 +122,12 @@ static void on_handover_signal(evutil_socket_t sig, short what, void *arg)
 static void tell_state(struct server *srv)
 {
     notify_state(srv->notify, srv);
-    if (server_ready(srv))
-        handover_ready(srv->handover);
+    if (!server_ready(srv) || !srv->accept_held)
+        return;
+    srv->accept_held = 0;
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_post_accept(&srv->workers[i]);
+    handover_ready(srv->handover);
 }
 
 /* What the options ask for besides the server's own fields. */
@@ -416,6 +420,9 @@ static int start_process(struct server *srv)
     const struct handover_env he = {srv->base, &srv->log,      srv->sockets, srv->notify,
                                     srv->argv, on_handed_over, srv};
     srv->handover = handover_new(&he);
+    /* Started by a hand-over: the old process serves until this one is
+     * ready; accepting before would answer checks unready. */
+    srv->accept_held = handover_expected(srv->handover);
     srv->backends = backend_registry_shared_new(srv->config, srv->hash_seed);
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
     if (pipe2(srv->state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
@@ -456,7 +463,7 @@ static int start(struct server *srv, struct main_events *ev)
     }
     reload_loaded(srv, srv->config, 0);
     for (size_t i = 0; i < srv->nworkers; i++) {
-        if (worker_start(&srv->workers[i], err, sizeof err) < 0) {
+        if (worker_start(&srv->workers[i], !srv->accept_held, err, sizeof err) < 0) {
             fprintf(stderr, "ratelimitd: %s\n", err);
             return -1;
         }

@@ -16,12 +16,15 @@ and admin_listen:
 - to systemd (a notification socket here), the old process, still the
   main PID and still running, says MAINPID= the new one (NotifyAccess=main
   is enough), and the new one READY=1;
+- with a Redis backend, a new process whose Redis is not answering yet
+  accepts nothing: the old answers every check until the new one is
+  ready (0 failed with failure_mode closed);
 - a second USR2 while a hand-over is under way is refused, with a log
   line; the binary at the path is the one started (the file was replaced,
   as an upgrade does, while the old process ran).
 
 Counters of backend: memory are not carried yet: this test uses them only
-for decisions. Needs no Redis."""
+for decisions. The Redis case needs redis-server."""
 import ctypes
 import os
 import re
@@ -39,19 +42,21 @@ from daemon import BINARY, WRAPPER  # noqa: E402
 from restart_load import Load  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
-CONFIG = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\nbackend: memory\n"
-          "policies:\n  p: {tiers: [{name: t, algorithm: fixed_window, limit: 1000000000, "
-          "window: 1h}]}\n")
+POLICY = ("policies:\n  p: {failure_mode: closed, tiers: [{name: t, algorithm: fixed_window, "
+          "limit: 1000000000, window: 1h}]}\n")
+CONFIG = "listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\nbackend: memory\n" + POLICY
+REDIS = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\n"
+         "redis: {url: \"unix:%s\", timeout: 1s}\n" + POLICY)
 
 
 class Setup:
-    def __init__(self):
+    def __init__(self, config=CONFIG, *args):
         self.dir = harness.make_tempdir("rl-handover-")
         self.port, self.admin = harness.free_port(), harness.free_port()
         self.binary = os.path.join(self.dir, "ratelimitd")
         shutil.copy(BINARY, self.binary)
         self.config = os.path.join(self.dir, "ratelimitd.yaml")
-        self.write_config(CONFIG % (self.port, self.admin))
+        self.write_config(config % ((self.port, self.admin) + args))
         self.log = os.path.join(self.dir, "log")
         self.notify = Notify(os.path.join(self.dir, "notify"))
         self.proc = harness.spawn(WRAPPER + [self.binary, "--config", self.config], self.log,
@@ -192,6 +197,44 @@ def kill_quietly(pid):
         pass
 
 
+def not_ready(what):
+    """With Redis: a new process whose Redis does not answer yet (a
+    second redis-server, stopped: connections wait, no answer comes) takes
+    no connection until it is ready; meanwhile the old one answers every
+    check. Then its Redis answers, and the hand-over completes. Without the
+    hold, the new process would answer the checks it accepted 503
+    (failure_mode closed)."""
+    first, second = harness.RedisServer().start(), harness.RedisServer().start()
+    s = Setup(REDIS, first.socket_path)
+    harness.wait_until(lambda: s.serving(), timeout=60, what="ready")
+    s.write_config(REDIS % (s.port, s.admin, second.socket_path))
+    second.proc.send_signal(signal.SIGSTOP)
+    load = Load(s.port, fresh=4, kept=4).start()
+    starting = s.count("handing over to a new process")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: s.count("handing over to a new process") > starting, timeout=30,
+                       what="the hand-over under way")
+    before = load.ok
+    harness.wait_until(lambda: load.ok >= before + 500, timeout=60, what="answers meanwhile")
+    harness.ok(s.count("the new process is ready") == 0,
+               "%s: the new process is not ready while its Redis is stopped" % what)
+    second.proc.send_signal(signal.SIGCONT)
+    harness.wait_until(lambda: s.count("the new process is ready") > 0, timeout=60,
+                       what="the new process ready")
+    harness.eq(s.proc.wait(60), 0, "%s: the old process exits 0" % what)
+    before = load.ok
+    harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="answers after")
+    ok, refused, failed, again = load.stop()
+    harness.eq((refused, failed), (0, 0),
+               "%s: %d answers, 0 refused, 0 failed (%d sent again) %s"
+               % (what, ok, again, load.failures[:3]))
+    new = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
+    harness.at_exit(lambda: kill_quietly(new))
+    harness.ok(s.serving(), "%s: the new process serves" % what)
+    os.kill(new, signal.SIGTERM)
+    harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
+
+
 def failed_start(s, what, reason):
     before = s.count("hand-over failed")
     os.kill(s.pid, signal.SIGUSR2)
@@ -245,6 +288,7 @@ def main():
                "the binary now at the path serves (%s)" % real)
     os.kill(s.pid, signal.SIGTERM)
     harness.eq(wait_exit(s.pid), 0, "it exits 0 at SIGTERM")
+    not_ready("redis backend")
 
 
 harness.run(main)

@@ -384,12 +384,12 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
         return NULL;
     }
     s->tls = TLS_GRPC_LISTEN;
-    if (listener_start(&g->l) < 0) {
-        snprintf(err, errlen, "cannot watch the grpc_listen socket");
-        grpc_free(&g->base);
-        return NULL;
-    }
     return &g->base;
+}
+
+static int grpc_start(struct front *f)
+{
+    return listener_start(&grpc_of(f)->l);
 }
 
 static void grpc_drain(struct front *f)
@@ -424,6 +424,7 @@ const struct front_ops grpc_front = {
     .name = "grpc",
     .enabled = grpc_enabled,
     .new = grpc_new,
+    .start = grpc_start,
     .apply_config = grpc_apply_config,
     .drain = grpc_drain,
     .idle = grpc_idle,

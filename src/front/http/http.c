@@ -453,12 +453,12 @@ static struct front *http_new(const struct front_host *host, const struct front 
     main_s->tls = TLS_LISTEN;
     if (admin_s)
         admin_s->tls = TLS_ADMIN_LISTEN;
-    if (listener_start(&h->l) < 0) {
-        snprintf(err, errlen, "cannot watch the listening sockets");
-        http_free(&h->base);
-        return NULL;
-    }
     return &h->base;
+}
+
+static int http_start(struct front *f)
+{
+    return listener_start(&http_of(f)->l);
 }
 
 static void http_drain(struct front *f)
@@ -487,6 +487,7 @@ const struct front_ops http_front = {
     .name = "http",
     .enabled = http_enabled,
     .new = http_new,
+    .start = http_start,
     .apply_config = http_apply_config,
     .drain = http_drain,
     .idle = http_idle,

@@ -311,28 +311,28 @@ void worker_post_config(struct worker *w, struct config *cfg)
     post(w);
 }
 
-void worker_post_drain(struct worker *w)
+/* Runs now(w) on w's loop: at once for a worker with no thread of its own
+ * (worker 0, on the main loop), else by raising *flag in its mailbox. */
+static void post_flag(struct worker *w, int *flag, void (*now)(struct worker *))
 {
     if (!w->has_thread) {
-        drain(w);
+        now(w);
         return;
     }
     pthread_mutex_lock(&w->mail_lock);
-    w->mail_drain = 1;
+    *flag = 1;
     pthread_mutex_unlock(&w->mail_lock);
     post(w);
 }
 
+void worker_post_drain(struct worker *w)
+{
+    post_flag(w, &w->mail_drain, drain);
+}
+
 void worker_post_accept(struct worker *w)
 {
-    if (!w->has_thread) {
-        start_held(w);
-        return;
-    }
-    pthread_mutex_lock(&w->mail_lock);
-    w->mail_accept = 1;
-    pthread_mutex_unlock(&w->mail_lock);
-    post(w);
+    post_flag(w, &w->mail_accept, start_held);
 }
 
 void worker_join(struct worker *w)

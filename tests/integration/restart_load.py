@@ -82,32 +82,26 @@ class Load:
             self._count("failed", "status %d" % status)
 
     def _run(self, keep):
-        conn = None
-        while not self.stopping.is_set():
-            if not keep:
-                self._outcome(self._fresh)
-                continue
-            if conn is None:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port,
-                                                  timeout=self.timeout)
+        conn = [None]  # the kept-alive connection, while open
+
+        def kept():
+            if conn[0] is None:
+                conn[0] = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                     timeout=self.timeout)
             try:
-                status = self._one(conn)
-            except (http.client.RemoteDisconnected, ConnectionResetError,
-                    BrokenPipeError):
+                return self._one(conn[0])
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 # Closed before any answer byte: sent again, fresh.
-                conn.close()
-                conn = None
+                conn[0].close()
+                conn[0] = None
                 self._count("reconnected")
-                self._outcome(self._fresh)
-                continue
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                conn = None
-                self._count("failed", "%s: %s" % (type(e).__name__, e))
-                continue
-            if status == 200:
-                self._count("ok")
-            else:
-                self._count("failed", "status %d" % status)
-        if conn is not None:
-            conn.close()
+                return self._fresh()
+            except BaseException:
+                conn[0].close()
+                conn[0] = None
+                raise
+
+        while not self.stopping.is_set():
+            self._outcome(kept if keep else self._fresh)
+        if conn[0] is not None:
+            conn[0].close()

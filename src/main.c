@@ -423,7 +423,12 @@ static int start_process(struct server *srv)
     /* Started by a hand-over: the old process serves until this one is
      * ready; accepting before would answer checks unready. */
     srv->accept_held = handover_expected(srv->handover);
-    srv->backends = backend_registry_shared_new(srv->config, srv->hash_seed);
+    srv->backends =
+        backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
+    if (!srv->backends) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
     if (pipe2(srv->state_pipe, O_NONBLOCK | O_CLOEXEC) < 0 ||
         !(srv->state_ev = event_new(srv->base, srv->state_pipe[0], EV_READ | EV_PERSIST,
@@ -531,6 +536,9 @@ static void stop(struct server *srv, struct main_events *ev)
             worker_post_drain(&srv->workers[i]);
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_join(&srv->workers[i]);
+    /* Drained: the last state_file write holds every check answered. */
+    if (srv->draining && srv->backends)
+        backend_registry_shared_stopped(srv->backends);
     for (size_t i = 0; i < srv->nworkers; i++) {
         struct event_base *base = srv->workers[i].core.base;
         worker_fini(&srv->workers[i]);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/memory_state.h"
 #include "backend/registry.h"
 #include "build_info.h"
 #include "core/deny_cache.h"
@@ -99,6 +100,11 @@ static char *metrics_text(void *arg)
         .config_loaded_us = srv->config_loaded_us,
         .policies = w->core.config->npolicies,
     };
+    struct memory_state_stats st;
+    if (backend_registry_state_stats(srv->backends, &st))
+        g.state_file = 1, g.state_writes_ok = st.writes_ok,
+        g.state_writes_failed = st.writes_failed, g.state_last_write_us = st.last_duration_us,
+        g.state_last_write_bytes = st.last_bytes;
     _Static_assert(METRICS_TLS_LISTENERS == TLS_NLISTENERS, "one TLS label per listener");
     for (size_t l = 0; l < TLS_NLISTENERS; l++) {
         const struct tls_server *t = w->core.config->listen_tls[l].server;

@@ -53,6 +53,43 @@ void backend_memory_store_free(struct backend_memory_store *s)
     free(s);
 }
 
+size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = store_file_encode(s->store, util_realtime_us(), out);
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+int backend_memory_store_restore(struct backend_memory_store *s, const void *data, size_t len,
+                                 struct store_file_counts *c, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->lock);
+    int rc = store_file_decode(s->store, data, len, util_realtime_us(), c, err, errlen);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err, size_t errlen)
+{
+    struct buf b = {0};
+    backend_memory_store_snapshot(s, &b);
+    int rc = store_file_write_fd(fd, b.data, b.len, err, errlen);
+    buf_free(&b);
+    return rc;
+}
+
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
+                              char *err, size_t errlen)
+{
+    struct buf b = {0};
+    int rc = store_file_read_fd(fd, &b, err, errlen);
+    if (rc == 0)
+        rc = backend_memory_store_restore(s, b.data, b.len, c, err, errlen);
+    buf_free(&b);
+    return rc;
+}
+
 static int memory_decide(struct backend *iface, const struct config *cfg,
                          const struct check_request *req, int64_t now_us, backend_done_fn done,
                          void *arg)

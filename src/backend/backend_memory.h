@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "core/backend.h"
+#include "lib/buf.h"
+#include "limiter/store_file.h"
 
 /* The process's in-memory store under its lock: one per process, shared by
  * every worker's memory backends (`backend: memory`, and the fallback of
@@ -23,6 +25,25 @@ struct backend_memory_store *backend_memory_store_new(size_t max_keys, uint64_t 
 /* Frees the store (every backend on it must be freed first). NULL is a
  * no-op. */
 void backend_memory_store_free(struct backend_memory_store *s);
+
+/* The store's image as of the wall clock now (store_file.h), appended to
+ * out, taken under the lock: the one pause a saver imposes on decisions;
+ * the caller writes the bytes with the lock free. Returns the entries. */
+size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out);
+
+/* Reads an image of len bytes into the store under the lock (entries
+ * expired by the wall clock now dropped). 0 and *c, or -1 with a message
+ * and the store unchanged. */
+int backend_memory_store_restore(struct backend_memory_store *s, const void *data, size_t len,
+                                 struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
+
+/* The hand-over's halves on a descriptor (blocking; fd not closed): the
+ * store's snapshot written whole to fd, or fd read to its end and
+ * restored. 0, or -1 with a message (a failed load changes nothing). */
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err,
+                              size_t errlen) RL_WUR;
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
+                              char *err, size_t errlen) RL_WUR;
 
 /* A backend deciding in store (which must outlive it). Never NULL. */
 struct backend *backend_memory_new(struct backend_memory_store *store);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backend/backend_memory.h"
+#include "backend/memory_state.h"
 #include "backend/redis/backend_cluster.h"
 #include "backend/redis/backend_redis.h"
 #include "backend/redis/scripts.h"
@@ -31,19 +32,41 @@ struct backend_row {
 
 struct backend_shared {
     struct backend_memory_store *store;
+    struct memory_state *state; /* NULL: no state_file */
 };
 
-struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed)
+struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed,
+                                                   const struct logger *log, char *err,
+                                                   size_t errlen)
 {
     struct backend_shared *s = xcalloc(1, sizeof *s);
     s->store = backend_memory_store_new((size_t)cfg->local_max_keys, hash_seed);
+    if (memory_state_start(s->store, cfg, log, &s->state, err, errlen) < 0) {
+        backend_registry_shared_free(s);
+        return NULL;
+    }
     return s;
+}
+
+void backend_registry_shared_stopped(struct backend_shared *s)
+{
+    memory_state_stop(s->state, 1);
+    s->state = NULL;
+}
+
+int backend_registry_state_stats(struct backend_shared *s, struct memory_state_stats *out)
+{
+    if (!s->state)
+        return 0;
+    memory_state_stats(s->state, out);
+    return 1;
 }
 
 void backend_registry_shared_free(struct backend_shared *s)
 {
     if (!s)
         return;
+    memory_state_stop(s->state, 0);
     backend_memory_store_free(s->store);
     free(s);
 }

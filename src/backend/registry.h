@@ -17,17 +17,30 @@
 
 struct event_base;
 struct metrics;
+struct memory_state_stats;
 
 /* What the backends of every worker share, made once per process: the
  * in-memory store of `backend: memory` and of failure_mode local's
  * fallback, so that limits stay exact however requests are spread. */
 struct backend_shared;
 
-/* From cfg's local_max_keys, its tables keyed with hash_seed (secret).
- * Never NULL. cfg is not kept. */
-struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed);
+/* From cfg's local_max_keys, its tables keyed with hash_seed (secret),
+ * and its state_file read and then written every state_interval
+ * (memory_state.h), logged to log. NULL with a message when the
+ * state_file's directory takes no file. cfg and log must outlive it. */
+struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed,
+                                                   const struct logger *log, char *err,
+                                                   size_t errlen) RL_WUR;
 
-/* Every backend made on s must be freed first. NULL is a no-op. */
+/* The graceful stop, once every worker has drained and ended: writes the
+ * state_file (if any) a last time, so that every check answered is in it. */
+void backend_registry_shared_stopped(struct backend_shared *s);
+
+/* The state_file's write counts into out: 1, or 0 when there is none. */
+int backend_registry_state_stats(struct backend_shared *s, struct memory_state_stats *out);
+
+/* Every backend made on s must be freed first; writes no state_file.
+ * NULL is a no-op. */
 void backend_registry_shared_free(struct backend_shared *s);
 
 /* What a backend is made from: a worker's loop, log and metrics shard, and

@@ -293,6 +293,7 @@ static void config_free(struct config *c)
         domain_free(&c->domains[i]);
     free(c->domains);
     free(c->envoy_config);
+    free(c->state_file);
     free(c);
 }
 

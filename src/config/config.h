@@ -117,6 +117,8 @@ struct config {
     int64_t idle_timeout_us;             /* a connection silent this long is closed */
     int64_t request_timeout_us;          /* head and body of one request arrive within it */
     int64_t local_max_keys;              /* keys held in memory for failure_mode local */
+    char *state_file;                    /* the memory store's file (store_file.h); NULL: none */
+    int64_t state_interval_us;           /* how often it is written while running */
     int64_t deny_cache_max_keys;         /* entries in each worker's deny cache; 0: no cache */
     enum header_mode headers;            /* for policies that do not set their own */
     char *auth_token_file;               /* NULL: /check needs no token */
@@ -168,6 +170,7 @@ struct config {
 #define CONFIG_DEFAULT_IDLE_TIMEOUT_US 30000000
 #define CONFIG_DEFAULT_REQUEST_TIMEOUT_US 10000000
 #define CONFIG_DEFAULT_LOCAL_MAX_KEYS 100000
+#define CONFIG_DEFAULT_STATE_INTERVAL_US 10000000
 #define CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS 100000
 #define CONFIG_DEFAULT_DENY_STATUS 429
 

@@ -288,6 +288,11 @@ const struct field cfg_top_fields[] = {
      .max = 3600LL * 1000000, .def = CONFIG_DEFAULT_REQUEST_TIMEOUT_US},
     {"local_max_keys", F_INT, .offset = offsetof(struct config, local_max_keys), .min = 1,
      .max = 100000000, .def = CONFIG_DEFAULT_LOCAL_MAX_KEYS, .reload = RELOAD_RESTART},
+    /* Read once at start, as the store it saves is made then. */
+    {"state_file", F_STRING, .offset = offsetof(struct config, state_file), .check = check_absolute,
+     .reload = RELOAD_RESTART},
+    {"state_interval", F_DURATION, .offset = offsetof(struct config, state_interval_us),
+     .max = 86400LL * 1000000, .def = CONFIG_DEFAULT_STATE_INTERVAL_US, .reload = RELOAD_RESTART},
     {"deny_cache_max_keys", F_INT, .offset = offsetof(struct config, deny_cache_max_keys), .min = 0,
      .max = 100000000, .def = CONFIG_DEFAULT_DENY_CACHE_MAX_KEYS},
     {"headers", F_CHOICE, .offset = offsetof(struct config, headers), .choices = cfg_header_names,

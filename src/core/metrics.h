@@ -36,6 +36,11 @@ struct metrics_gauges {
     int no_redis;             /* backend: memory: no ratelimitd_redis_* series at all */
     int64_t config_loaded_us; /* wall clock, µs since the epoch, of the last good load */
     size_t policies;          /* ratelimitd_policies: in the current config */
+    /* ratelimitd_state_file_*: rendered only with state_file set */
+    int state_file;
+    uint64_t state_writes_ok, state_writes_failed;
+    int64_t state_last_write_us;     /* the last good write's duration */
+    uint64_t state_last_write_bytes; /* and its size */
     /* By listener: its certificate's notAfter (seconds since the epoch), or
      * 0 when it serves plain text. */
     int64_t tls_not_after[METRICS_TLS_LISTENERS];

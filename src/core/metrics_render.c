@@ -391,6 +391,22 @@ static void put_tls(struct buf *b, const struct metrics *m, const struct metrics
             put(b, "%s{listener=\"%s\"} %" PRId64 "\n", name, listeners[l], g->tls_not_after[l]);
 }
 
+/* state_file's writes (memory_state.c), when it is set. */
+static void put_state_file(struct buf *b, const struct metrics_gauges *g)
+{
+    char text[SECONDS_BUF];
+    put_family(b, PREFIX "state_file_writes_total", "counter",
+               "Writes of the state_file by result (periodic and at stop).");
+    put(b, PREFIX "state_file_writes_total{result=\"ok\"} %" PRIu64 "\n", g->state_writes_ok);
+    put(b, PREFIX "state_file_writes_total{result=\"error\"} %" PRIu64 "\n",
+        g->state_writes_failed);
+    put_scalar(b, PREFIX "state_file_last_write_duration_seconds", "gauge",
+               "The last good write's duration, from the snapshot to the directory's fsync.",
+               seconds(g->state_last_write_us, text));
+    put_u64_scalar(b, PREFIX "state_file_last_write_bytes", "gauge",
+                   "The size of the last state_file written.", g->state_last_write_bytes);
+}
+
 char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
 {
     static const struct metrics_gauges zero;
@@ -439,5 +455,7 @@ char *metrics_render(const struct metrics *m, const struct metrics_gauges *g)
                seconds(g->config_loaded_us, text));
     put_u64_scalar(&b, PREFIX "policies", "gauge", "Policies in the current policy file.",
                    g->policies);
+    if (g->state_file)
+        put_state_file(&b, g);
     return b.p;
 }

@@ -10,7 +10,7 @@
 #
 # BUILD_DIR is where ./configure CC=clang --enable-fuzzing && make ran
 # (default: the source tree). FUZZ_TARGETS picks targets (default
-# "request config http rls_json redis_reply tzif module_args"); FUZZ_FLAGS
+# "request config http rls_json redis_reply tzif module_args store_file"); FUZZ_FLAGS
 # adds libFuzzer flags. A failing target's input and log are kept under $FUZZ_OUT (default: a temporary directory,
 # removed when everything passes) and their paths printed. stdin is
 # /dev/null: a fuzzed policy file may name /dev/stdin as auth_token_file.
@@ -58,7 +58,7 @@ final_stat()
 }
 
 failed=0
-for target in ${FUZZ_TARGETS:-request config http rls_json redis_reply tzif module_args}; do
+for target in ${FUZZ_TARGETS:-request config http rls_json redis_reply tzif module_args store_file}; do
     case $target in
     request) max_len=4096 ;;
     config) max_len=8192 ;;

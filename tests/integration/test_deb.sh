@@ -5,10 +5,12 @@
 # Debian's archive only), chrooted: `apt-get install ./ratelimitd_*.deb`,
 # which fetches its Depends from the archive; then the installed files, the
 # conffile, the system user, the unit and its socket enabled, `ratelimitd --version` and
-# `-t` of the installed policy file; the daemon run as user ratelimitd with
+# `-t` of the installed policy file, its state_file in /var/lib/ratelimitd
+# (the service user's, 0700); the daemon run as user ratelimitd with
 # `backend: memory` on a free loopback port, answering POST /check (allowed,
-# allowed, then denied) and exiting 0 on SIGTERM; `dpkg --purge` removing
-# the binary, the unit and /etc/ratelimitd, while the system user stays
+# allowed, then denied), exiting 0 on SIGTERM with its state file written
+# (0600), and denying at once when started again; `dpkg --purge` removing
+# the binary, the unit, /etc/ratelimitd and /var/lib/ratelimitd, while the system user stays
 # (Debian policy: files it owned may remain anywhere). Then the module's
 # package, ratelimitd-redis-module (beside DEB), on its own with
 # bookworm's redis-server: the .so and its RedisModule_OnLoad, loaded and
@@ -116,11 +118,18 @@ for args in "-t -c /etc/ratelimitd/ratelimitd.yaml" "-t"; do
     [ "$rc" -eq 0 ] || diag "$root/tmp/t.log"
 done
 
+grep -q '^state_file: /var/lib/ratelimitd/state$' "$root/etc/ratelimitd/ratelimitd.yaml"
+ok $? "the packaged policy file keeps the in-memory counters in /var/lib/ratelimitd/state"
+perm=$(in_root stat -c '%U:%G %a' /var/lib/ratelimitd 2>&1)
+[ "$perm" = "ratelimitd:ratelimitd 700" ]
+ok $? "/var/lib/ratelimitd made for the service user alone (got $perm)"
+
 # 4. The daemon as user ratelimitd, backend: memory, on a free port.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$root/tmp/memory.yaml" <<YAML
 listen: 127.0.0.1:$port
 backend: memory
+state_file: /var/lib/ratelimitd/state
 policies:
   api:
     tiers: [{name: hour, algorithm: fixed_window, limit: 2, window: 1h}]
@@ -150,6 +159,24 @@ rc=$?
 pid=""
 ok $rc "exit status 0 on SIGTERM"
 [ "$rc" -eq 0 ] || diag "$root/tmp/daemon.log"
+perm=$(in_root stat -c '%U %a' /var/lib/ratelimitd/state 2>&1)
+[ "$perm" = "ratelimitd 600" ]
+ok $? "the state file written at the stop, the service user's, mode 0600 (got $perm)"
+chroot "$root" setpriv --reuid=ratelimitd --regid=ratelimitd --init-groups \
+    ratelimitd --config /tmp/memory.yaml >>"$root/tmp/daemon.log" 2>&1 &
+pid=$!
+i=0
+until curl -sf -o /dev/null "http://127.0.0.1:$port/healthz" || [ "$i" -ge 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/check" \
+    -d '{"policy":"api","key":"k"}')
+[ "$code" = 429 ]
+ok $? "started again, the key's count is kept: denied (got $code)"
+kill -TERM "$pid"
+wait "$pid"
+pid=""
 
 # 5. Purge: everything but the system user goes.
 in_root dpkg --purge ratelimitd >"$root/tmp/purge.log" 2>&1
@@ -159,7 +186,7 @@ ok $rc "dpkg --purge ratelimitd"
 for f in /usr/sbin/ratelimitd /etc/ratelimitd /lib/systemd/system/ratelimitd.service \
     /lib/systemd/system/ratelimitd.socket /etc/systemd/system/sockets.target.wants/ratelimitd.socket \
     /etc/systemd/system/multi-user.target.wants/ratelimitd.service /usr/share/doc/ratelimitd \
-    /usr/lib/sysusers.d/ratelimitd.conf; do
+    /usr/lib/sysusers.d/ratelimitd.conf /var/lib/ratelimitd; do
     [ ! -e "$root$f" ] && [ ! -L "$root$f" ]
     ok $? "purged: $f"
 done

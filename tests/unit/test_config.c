@@ -78,7 +78,8 @@ static const struct error_case {
      "clock, max_body, log_level, access_log, "
      "admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, max_inflight, overload, "
      "max_connections, idle_timeout, request_timeout, "
-     "local_max_keys, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, "
+     "local_max_keys, state_file, state_interval, deny_cache_max_keys, headers, auth_token_file, "
+     "trusted_proxies, "
      "deny_status, policies, domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, "
      "envoy_quota_mode, envoy_calendar_units, tls, admin_tls, grpc_tls)"},
     {"local_max_keys 0", "local_max_keys: 0\n" POLICY_P, "1:17", "local_max_keys: invalid value"},
@@ -687,10 +688,11 @@ static void test_errors(void)
     "listen, listen_mode, listen_group, backend, workers, redis, clock, max_body, log_level, "     \
     "access_log, admin_listen, admin_on_listen, grpc_listen, grpc_max_streams, watch, "            \
     "max_inflight, overload, max_connections, idle_timeout, request_timeout, local_max_keys, "     \
-    "deny_cache_max_keys, headers, auth_token_file, trusted_proxies, deny_status, policies, "      \
+    "state_file, state_interval, deny_cache_max_keys, headers, auth_token_file, trusted_proxies, " \
+    "deny_status, policies, "                                                                      \
     "domains, envoy_config, envoy_merge_domains, envoy_shadow_mode, envoy_quota_mode, "            \
     "envoy_calendar_units, tls, admin_tls, grpc_tls"
-#define TOP_NKNOWN 36
+#define TOP_NKNOWN 38
 #define FIELDS_PAGE "ratelimitd.yaml(5) or docs/configuration.md)"
 
 /* How many names a ", "-separated prefix of TOP_KNOWN holds; 0 if names
@@ -1485,6 +1487,7 @@ static const struct {
     {"idle_timeout", "30000000"},
     {"request_timeout", "10000000"},
     {"local_max_keys", "100000"},
+    {"state_interval", "10000000"},
     {"deny_cache_max_keys", "100000"},
     {"headers", "0"},
     {"deny_status", "429"},
@@ -1514,6 +1517,8 @@ static const char *const want_restart[] = {
     "grpc_listen",
     "watch",
     "local_max_keys",
+    "state_file",
+    "state_interval",
 };
 
 struct table_walk {

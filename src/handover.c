@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,9 +23,12 @@
 
 extern char **environ;
 
-/* What the new process writes on the pipe: ready, or exec failed (then an
+/* What the new process writes on the socket: ready, or exec failed (then an
  * int, the errno). */
 #define HANDOVER_READY 'R'
+/* Ready, and wants the counters: the old one drains first, then writes its
+ * store's image on the socket and closes it. */
+#define HANDOVER_READY_SEND 'S'
 #define HANDOVER_EXEC_FAILED 'E'
 /* sd_listen_fds(3): the first passed descriptor. */
 #define FIRST_FD 3
@@ -34,10 +38,11 @@ extern char **environ;
 struct handover {
     struct handover_env env;
     char path[2 * PATH_MAX + 2]; /* a directory, a slash, argv[0] */
-    int parent_fd;               /* the old process's pipe, when it started this one; else -1 */
+    int parent_fd;               /* the old process's socket, when it started this one; else -1 */
     pid_t child;                 /* the new process while it starts; 0: none */
     int done;                    /* handed over: this process is draining */
-    struct event *pipe_ev, *timeout;
+    int store_fd; /* the socket the drained store goes to (handover_finish); else -1 */
+    struct event *sock_ev, *timeout;
 };
 
 /* The binary's path: argv[0] if it names a file (made absolute: the child
@@ -60,7 +65,7 @@ struct handover *handover_new(const struct handover_env *env)
 {
     struct handover *h = xcalloc(1, sizeof *h);
     h->env = *env;
-    h->parent_fd = -1;
+    h->parent_fd = h->store_fd = -1;
     record_path(h, env->argv[0]);
     const char *fd = getenv("RATELIMITD_HANDOVER_FD");
     char *end;
@@ -74,13 +79,13 @@ struct handover *handover_new(const struct handover_env *env)
 
 static void stop_watching(struct handover *h)
 {
-    if (h->pipe_ev) {
-        close(event_get_fd(h->pipe_ev));
-        event_free(h->pipe_ev);
+    if (h->sock_ev) {
+        close(event_get_fd(h->sock_ev));
+        event_free(h->sock_ev);
     }
     if (h->timeout)
         event_free(h->timeout);
-    h->pipe_ev = h->timeout = NULL;
+    h->sock_ev = h->timeout = NULL;
 }
 
 void handover_free(struct handover *h)
@@ -90,6 +95,8 @@ void handover_free(struct handover *h)
     stop_watching(h);
     if (h->parent_fd >= 0)
         close(h->parent_fd);
+    if (h->store_fd >= 0)
+        close(h->store_fd);
     free(h);
 }
 
@@ -110,12 +117,12 @@ static void failed(struct handover *h, const char *why)
     h->child = 0;
 }
 
-/* The pipe closed without the ready byte: how the new process ended. */
+/* The socket closed without the ready byte: how the new process ended. */
 static void ended(struct handover *h)
 {
     int st;
-    char why[96] = "closed the pipe before it was ready";
-    /* It closes the pipe by exiting: the wait is short. */
+    char why[96] = "closed the socket before it was ready";
+    /* It closes the socket by exiting: the wait is short. */
     if (waitpid(h->child, &st, 0) == h->child) {
         if (WIFEXITED(st))
             snprintf(why, sizeof why, "exited with status %d before it was ready", WEXITSTATUS(st));
@@ -125,20 +132,23 @@ static void ended(struct handover *h)
     failed(h, why);
 }
 
-static void on_pipe(evutil_socket_t fd, short what, void *arg)
+static void on_sock(evutil_socket_t fd, short what, void *arg)
 {
     struct handover *h = arg;
     char buf[1 + sizeof(int)];
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    if (n > 0 && buf[0] == HANDOVER_READY) {
+    if (n > 0 && (buf[0] == HANDOVER_READY || buf[0] == HANDOVER_READY_SEND)) {
         char pid[24];
         snprintf(pid, sizeof pid, "%ld", (long)h->child);
         log_event(h->env.log, LOG_LVL_INFO, "hand-over: the new process is ready; draining",
-                  "new_pid", pid, NULL);
+                  "new_pid", pid, "counters", buf[0] == HANDOVER_READY_SEND ? "sent" : "none",
+                  NULL);
         /* systemd must know the new main PID before this one exits. */
         notify_mainpid(h->env.notify, (long)h->child);
+        if (buf[0] == HANDOVER_READY_SEND) /* kept open past stop_watching */
+            h->store_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         stop_watching(h);
         h->child = 0;
         h->done = 1;
@@ -161,7 +171,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg)
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct handover *h = arg;
-    /* Stopped: the pipe's end then says how (ended). */
+    /* Stopped: the socket's end then says how (ended). */
     (void)kill(h->child, SIGTERM);
     log_event(h->env.log, LOG_LVL_ERROR,
               "hand-over: the new process is not ready in time; stopping it", NULL);
@@ -242,15 +252,15 @@ static void child_env_free(struct child_env *ce)
     free(ce->vars);
 }
 
-/* In the child: the sockets at 3.., the pipe after them, nothing else
+/* In the child: the sockets at 3.., the socket after them, nothing else
  * open beyond (a Redis connection must not outlive its owner in the new
  * process), then the binary. Only async-signal-safe calls. */
 static void run_child(const struct handover *h, const struct child_env *ce, const int *fds,
-                      size_t k, int pipe_w)
+                      size_t k, int sock_w)
 {
     int above = (int)(FIRST_FD + k + 1), copies[LISTEN_FDS_MAX + 1];
     for (size_t i = 0; i <= k; i++)
-        if ((copies[i] = fcntl(i < k ? fds[i] : pipe_w, F_DUPFD, above)) < 0)
+        if ((copies[i] = fcntl(i < k ? fds[i] : sock_w, F_DUPFD, above)) < 0)
             goto fail;
     for (size_t i = 0; i <= k; i++)
         if (dup2(copies[i], (int)(FIRST_FD + i)) < 0)
@@ -286,7 +296,7 @@ void handover_start(struct handover *h)
     int fds[LISTEN_FDS_MAX], p[2];
     for (size_t i = 0; i < k; i++)
         fds[i] = listen_fds_fd(s, i);
-    if (pipe2(p, O_CLOEXEC) < 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) < 0) {
         failed(h, strerror(errno));
         return;
     }
@@ -308,19 +318,56 @@ void handover_start(struct handover *h)
     snprintf(spid, sizeof spid, "%ld", (long)pid);
     log_event(h->env.log, LOG_LVL_INFO, "SIGUSR2: handing over to a new process", "new_pid", spid,
               "binary", h->path, NULL);
-    h->pipe_ev = event_new(h->env.base, p[0], EV_READ | EV_PERSIST, on_pipe, h);
+    h->sock_ev = event_new(h->env.base, p[0], EV_READ | EV_PERSIST, on_sock, h);
     h->timeout = evtimer_new(h->env.base, on_timeout, h);
-    if (!h->pipe_ev || !h->timeout || event_add(h->pipe_ev, NULL) < 0)
+    if (!h->sock_ev || !h->timeout || event_add(h->sock_ev, NULL) < 0)
         abort(); /* out of memory, as xcalloc would be */
     timer_arm_us(h->timeout, (int64_t)HANDOVER_TIMEOUT_S * 1000000);
 }
 
-void handover_ready(struct handover *h)
+void handover_finish(struct handover *h)
+{
+    if (!h || h->store_fd < 0)
+        return;
+    char err[RL_ERRLEN];
+    if (h->env.dump(h->env.arg, h->store_fd, err, sizeof err) < 0)
+        log_event(h->env.log, LOG_LVL_ERROR,
+                  "hand-over: the counters could not be sent; the new process starts without them",
+                  "error", err, NULL);
+    close(h->store_fd);
+    h->store_fd = -1;
+}
+
+/* Asks the old process for its counters and waits for them: it drains
+ * first (nobody accepts meanwhile; connections wait in the backlog), so the
+ * image holds every check it answered, and none is decided twice. */
+static void receive_store(struct handover *h)
+{
+    char b = HANDOVER_READY_SEND, err[RL_ERRLEN], n[24];
+    size_t loaded = 0;
+    if (write(h->parent_fd, &b, 1) != 1 || shutdown(h->parent_fd, SHUT_WR) < 0) {
+        log_event(h->env.log, LOG_LVL_WARN, "hand-over: cannot tell the old process to go", "error",
+                  strerror(errno), NULL);
+        return;
+    }
+    if (h->env.load(h->env.arg, h->parent_fd, &loaded, err, sizeof err) < 0) {
+        log_event(h->env.log, LOG_LVL_WARN,
+                  "hand-over: no counters from the old process; starting without them", "error",
+                  err, NULL);
+        return;
+    }
+    snprintf(n, sizeof n, "%zu", loaded);
+    log_event(h->env.log, LOG_LVL_INFO, "hand-over: counters received", "entries", n, NULL);
+}
+
+void handover_ready(struct handover *h, int want_store)
 {
     if (h->parent_fd < 0)
         return;
     char b = HANDOVER_READY;
-    if (write(h->parent_fd, &b, 1) != 1)
+    if (want_store)
+        receive_store(h);
+    else if (write(h->parent_fd, &b, 1) != 1)
         log_event(h->env.log, LOG_LVL_WARN, "hand-over: cannot tell the old process to go", "error",
                   strerror(errno), NULL);
     close(h->parent_fd);

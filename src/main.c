@@ -107,6 +107,17 @@ static void on_handed_over(void *arg)
     drain_all(arg);
 }
 
+/* The hand-over's counters (handover_env): the process's shared store. */
+static int dump_store(void *arg, int fd, char *err, size_t errlen)
+{
+    return backend_registry_shared_dump(((struct server *)arg)->backends, fd, err, errlen);
+}
+
+static int load_store(void *arg, int fd, size_t *loaded, char *err, size_t errlen)
+{
+    return backend_registry_shared_load(((struct server *)arg)->backends, fd, loaded, err, errlen);
+}
+
 static void on_handover_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct server *srv = arg;
@@ -124,10 +135,12 @@ static void tell_state(struct server *srv)
     notify_state(srv->notify, srv);
     if (!server_ready(srv) || !srv->accept_held)
         return;
+    /* With backend: memory the counters come first: the old process's
+     * last check is in them before this one takes any. */
+    handover_ready(srv->handover, srv->config->backend == BACKEND_KIND_MEMORY);
     srv->accept_held = 0;
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_post_accept(&srv->workers[i]);
-    handover_ready(srv->handover);
 }
 
 /* What the options ask for besides the server's own fields. */
@@ -417,8 +430,15 @@ static int start_process(struct server *srv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
-    const struct handover_env he = {srv->base, &srv->log,      srv->sockets, srv->notify,
-                                    srv->argv, on_handed_over, srv};
+    const struct handover_env he = {.base = srv->base,
+                                    .log = &srv->log,
+                                    .sockets = srv->sockets,
+                                    .notify = srv->notify,
+                                    .argv = srv->argv,
+                                    .on_done = on_handed_over,
+                                    .dump = dump_store,
+                                    .load = load_store,
+                                    .arg = srv};
     srv->handover = handover_new(&he);
     /* Started by a hand-over: the old process serves until this one is
      * ready; accepting before would answer checks unready. */
@@ -536,6 +556,8 @@ static void stop(struct server *srv, struct main_events *ev)
             worker_post_drain(&srv->workers[i]);
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_join(&srv->workers[i]);
+    /* Drained: a hand-over's new process gets every check answered. */
+    handover_finish(srv->handover);
     /* Drained: the last state_file write holds every check answered. */
     if (srv->draining && srv->backends)
         backend_registry_shared_stopped(srv->backends);

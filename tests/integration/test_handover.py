@@ -23,9 +23,13 @@ and admin_listen:
   line; the binary at the path is the one started (the file was replaced,
   as an upgrade does, while the old process ran).
 
-Counters of backend: memory are not carried yet: this test uses them only
-for decisions. The Redis case needs redis-server."""
+With backend: memory the counters move with the hand-over: key k's
+remaining after each is the limit less every check either process
+answered (none lost, none decided twice). The Redis case needs
+redis-server."""
 import ctypes
+import http.client
+import json
 import os
 import re
 import shutil
@@ -39,11 +43,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, WRAPPER  # noqa: E402
-from restart_load import Load  # noqa: E402
+from restart_load import BODY, HEADERS, Load  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
+LIMIT = 10 ** 9
+# A week's window: the counts below hold within one (a boundary crossed
+# meanwhile is detected, and said, rather than taken for a loss).
 POLICY = ("policies:\n  p: {failure_mode: closed, tiers: [{name: t, algorithm: fixed_window, "
-          "limit: 1000000000, window: 1h}]}\n")
+          "limit: %d, window: 7d}]}\n" % LIMIT)
 CONFIG = "listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\nbackend: memory\n" + POLICY
 REDIS = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\n"
          "redis: {url: \"unix:%s\", timeout: 1s}\n" + POLICY)
@@ -63,8 +70,23 @@ class Setup:
                                   env=dict(os.environ, NOTIFY_SOCKET=self.notify.path))
         self.pid = self.proc.pid
         self.fds = []  # open descriptors of each new process
+        self.spent = 0  # checks allowed on key k so far
+        self.window = None  # the window's end, as the first probe saw it
         harness.wait_until(lambda: self.count("ratelimitd started") == 1, timeout=60,
                            what="the daemon")
+
+    def probe(self):
+        """One check on key k: its remaining, and the window's end."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("POST", "/check", body=BODY, headers=HEADERS)
+            answer = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        self.spent += 1
+        end = round((time.time() * 1000 + answer["reset_ms"]) / 60000)  # minutes
+        self.window = self.window or end
+        return answer["remaining"], end
 
     def write_config(self, text):
         with open(self.config + ".tmp", "w") as f:
@@ -175,6 +197,14 @@ def handover(s, what):
     before = load.ok
     harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="answers after")
     ok, refused, failed, again = load.stop()
+    s.spent += ok
+    remaining, end = s.probe()
+    if end == s.window:
+        harness.eq(remaining, LIMIT - s.spent,
+                   "%s: backend memory's counters carried: key k's remaining is the limit less "
+                   "every check answered, by either process (%d)" % (what, s.spent))
+    else:
+        harness.skip(1, "a window boundary passed during the test")
     harness.eq(code, 0, "%s: the old process (%d) exits 0" % (what, s.pid))
     harness.eq((refused, failed), (0, 0),
                "%s: %d answers, 0 refused, 0 failed (%d sent again after an idle keep-alive "
@@ -250,6 +280,7 @@ def main():
     harness.ok(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
                "the test reaps the processes the hand-overs start")
     s = Setup()
+    s.probe()
     handover(s, "first hand-over")
     handover(s, "second hand-over")
     harness.eq(s.fds[1], s.fds[0], "the second new process has as many descriptors open as "

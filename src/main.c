@@ -403,6 +403,31 @@ static void on_watch_change(void *arg)
     reload_config(arg, "watch");
 }
 
+/* The hand-over (which must know first whether an old process started
+ * this one: then the sockets passed must be at the policy file's addresses)
+ * and the listening sockets passed at start. */
+static int start_handover(struct server *srv, char *err, size_t errlen)
+{
+    const struct config *c = srv->config;
+    const struct listen_field fields[] = {
+        {"listen", c->listen}, {"admin_listen", c->admin_listen}, {"grpc_listen", c->grpc_listen}};
+    srv->sockets = listen_fds_new();
+    const struct handover_env he = {.base = srv->base,
+                                    .log = &srv->log,
+                                    .sockets = srv->sockets,
+                                    .notify = srv->notify,
+                                    .argv = srv->argv,
+                                    .on_done = on_handed_over,
+                                    .dump = dump_store,
+                                    .load = load_store,
+                                    .arg = srv};
+    srv->handover = handover_new(&he);
+    /* Started by a hand-over: the old process serves until this one is
+     * ready; accepting before would answer checks unready. */
+    srv->accept_held = handover_expected(srv->handover);
+    return listen_fds_inherit(srv->sockets, fields, 3, srv->accept_held, err, errlen) < 0 ? -1 : 0;
+}
+
 /* The process-wide parts, before any worker: the hash seed, the main loop,
  * systemd's notifier, the failure_mode local store, the state pipe. */
 static int start_process(struct server *srv)
@@ -422,27 +447,10 @@ static int start_process(struct server *srv)
     }
     srv->notify = notify_new(srv->base);
     char err[RL_ERRLEN * 2];
-    const struct config *c = srv->config;
-    const struct listen_field fields[] = {
-        {"listen", c->listen}, {"admin_listen", c->admin_listen}, {"grpc_listen", c->grpc_listen}};
-    srv->sockets = listen_fds_new();
-    if (listen_fds_inherit(srv->sockets, fields, 3, err, sizeof err) < 0) {
+    if (start_handover(srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
-    const struct handover_env he = {.base = srv->base,
-                                    .log = &srv->log,
-                                    .sockets = srv->sockets,
-                                    .notify = srv->notify,
-                                    .argv = srv->argv,
-                                    .on_done = on_handed_over,
-                                    .dump = dump_store,
-                                    .load = load_store,
-                                    .arg = srv};
-    srv->handover = handover_new(&he);
-    /* Started by a hand-over: the old process serves until this one is
-     * ready; accepting before would answer checks unready. */
-    srv->accept_held = handover_expected(srv->handover);
     srv->backends =
         backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
     if (!srv->backends) {

@@ -131,8 +131,8 @@ static int all_passed(const struct listen_fds *s, const struct listen_field *fie
     return 0;
 }
 
-int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, size_t n, char *err,
-                       size_t errlen)
+int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, size_t n, int exact,
+                       char *err, size_t errlen)
 {
     char **names = NULL;
     int count = passed_fds(&names), rc = 0;
@@ -154,6 +154,13 @@ int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, 
                      "address; name it (FileDescriptorName=) listen, admin_listen or "
                      "grpc_listen",
                      fd, name ? name : "none");
+        if (f >= 0 && exact && !listen_is_at(fd, fields[f].addr)) {
+            snprintf(err, errlen,
+                     "%s %s: the socket passed for it is bound elsewhere; a changed address "
+                     "needs a restart, not a hand-over",
+                     fields[f].name, fields[f].addr);
+            f = -2;
+        }
         if (f < 0) {
             rc = -1;
             close(fd);

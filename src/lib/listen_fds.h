@@ -40,10 +40,13 @@ void listen_fds_free(struct listen_fds *s); /* NULL is a no-op; closes every cop
  * non-blocking and close-on-exec, and matched to one of fields[0..n). A
  * socket that is no listening stream socket, or matched to no field, or a
  * field set and not passed (when any socket was): -1 with a message naming
- * it. Returns the number of sockets taken (0: none passed).
+ * it. exact (a hand-over's sockets): one matched by name must be at the
+ * field's address too (systemd's socket unit, not the policy file, says
+ * where its sockets are; an old process's policy file may say otherwise
+ * than the new one's). Returns the number of sockets taken (0: none passed).
  */
-int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, size_t n, char *err,
-                       size_t errlen) RL_WUR;
+int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, size_t n, int exact,
+                       char *err, size_t errlen) RL_WUR;
 
 /*
  * A listening socket for field from those passed, or -1 if none was (the

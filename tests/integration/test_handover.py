@@ -11,7 +11,8 @@ and admin_listen:
   one hands over in turn;
 - a new binary that cannot be started leaves the old one serving, the
   reason in the log: a policy file made invalid before USR2 (exit status
-  1), a binary that crashes before ready (killed by a signal), a binary
+  1), a policy file whose listen changed (the passed socket is elsewhere:
+  a restart's business), a binary that crashes before ready (killed by a signal), a binary
   path that is not executable (Permission denied);
 - to systemd (a notification socket here), the old process, still the
   main PID and still running, says MAINPID= the new one (NotifyAccess=main
@@ -288,6 +289,10 @@ def main():
 
     s.write_config("listen: [not a string\n")
     failed_start(s, "invalid policy file", "exited with status 1 before it was ready")
+    s.write_config(CONFIG % (harness.free_port(), s.admin))
+    failed_start(s, "a changed listen", "exited with status 1 before it was ready")
+    harness.ok("listen 127.0.0.1:" in s.text() and "needs a restart, not a hand-over" in s.text(),
+               "a changed listen: the new process says a restart is needed")
     s.write_config(CONFIG % (s.port, s.admin))
 
     real = os.path.join(s.dir, "ratelimitd.real")

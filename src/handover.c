@@ -32,6 +32,8 @@ extern char **environ;
 #define HANDOVER_EXEC_FAILED 'E'
 /* sd_listen_fds(3): the first passed descriptor. */
 #define FIRST_FD 3
+/* How long a new process that closed its socket may take to be reaped. */
+#define HANDOVER_REAP_MS 2000
 /* Room for a pid's digits in a variable the child fills. */
 #define PID_DIGITS 20
 
@@ -117,13 +119,21 @@ static void failed(struct handover *h, const char *why)
     h->child = 0;
 }
 
-/* The socket closed without the ready byte: how the new process ended. */
+/* The socket closed without the ready byte: how the new process ended. It
+ * closes the socket by exiting, so its status comes within moments; one
+ * still running after HANDOVER_REAP_MS closed it some other way, and is
+ * killed: two processes must not serve on with nobody draining. */
 static void ended(struct handover *h)
 {
-    int st;
-    char why[96] = "closed the socket before it was ready";
-    /* It closes the socket by exiting: the wait is short. */
-    if (waitpid(h->child, &st, 0) == h->child) {
+    int st = 0;
+    char why[96] = "closed the socket before it was ready (killed)";
+    pid_t got = 0;
+    for (int i = 0; i < HANDOVER_REAP_MS && got == 0; i++)
+        if ((got = waitpid(h->child, &st, WNOHANG)) == 0)
+            (void)usleep(1000);
+    if (got == 0 && kill(h->child, SIGKILL) == 0)
+        (void)waitpid(h->child, NULL, 0); /* a SIGKILL ends it: why says so */
+    if (got == h->child) {
         if (WIFEXITED(st))
             snprintf(why, sizeof why, "exited with status %d before it was ready", WEXITSTATUS(st));
         else if (WIFSIGNALED(st))

@@ -12,7 +12,8 @@ and admin_listen:
 - a new binary that cannot be started leaves the old one serving, the
   reason in the log: a policy file made invalid before USR2 (exit status
   1), a policy file whose listen changed (the passed socket is elsewhere:
-  a restart's business), a binary that crashes before ready (killed by a signal), a binary
+  a restart's business), a new process that closes the socket and lives
+  on (killed, within seconds, not waited for), a binary that crashes before ready (killed by a signal), a binary
   path that is not executable (Permission denied);
 - to systemd (a notification socket here), the old process, still the
   main PID and still running, says MAINPID= the new one (NotifyAccess=main
@@ -299,6 +300,10 @@ def main():
     shutil.copy(BINARY, real)
     s.replace_binary("kill -SEGV $$\n")
     failed_start(s, "a crash before ready", "killed by signal 11 before it was ready")
+
+    s.replace_binary('eval "exec $RATELIMITD_HANDOVER_FD>&-"\nexec sleep 30\n')
+    failed_start(s, "a new process that closes its socket and lives on",
+                 "closed the socket before it was ready (killed)")
 
     os.chmod(s.binary, 0o644)
     failed_start(s, "not executable", "cannot run the binary: Permission denied")

@@ -4,8 +4,8 @@
 src/lib/listen_fds.c).
 
 - A restart loop under load: a supervisor here holds the socket, as
-  systemd does for ratelimitd.socket, and starts the daemon with it again
-  and again (SIGTERM, wait for the exit, start): 4 clients on fresh
+  systemd does for ratelimitd.socket, and starts the daemon (2 workers,
+  sharing the one socket) with it again and again (SIGTERM, wait for the exit, start): 4 clients on fresh
   connections see 0 refused, 0 failed; connections made between two
   daemons wait in the backlog.
 - Matching, with systemd-socket-activate: by FileDescriptorName= (the name
@@ -35,10 +35,10 @@ RESTARTS = 5
 ACTIVATE = harness.find_program("SYSTEMD_SOCKET_ACTIVATE", "systemd-socket-activate")
 
 
-def write_config(d, listen, limit=10 ** 9, admin=None):
+def write_config(d, listen, limit=10 ** 9, admin=None, workers=1):
     path = os.path.join(d, "ratelimitd.yaml")
     with open(path + ".tmp", "w") as f:
-        f.write("listen: %s\nbackend: memory\n" % listen)
+        f.write("listen: %s\nbackend: memory\nworkers: %d\n" % (listen, workers))
         if admin:
             f.write("admin_listen: %s\n" % admin)
         f.write(POLICY % limit)
@@ -91,7 +91,7 @@ def started(log, n):
 
 def restart_loop(d):
     port = harness.free_port()
-    config = write_config(d, "127.0.0.1:%d" % port)
+    config = write_config(d, "127.0.0.1:%d" % port, workers=2)
     log = os.path.join(d, "loop.log")
     sock = bound(port)
     proc = spawn_with([sock], ["listen"], config, log)

@@ -105,3 +105,34 @@ class Load:
             self._outcome(kept if keep else self._fresh)
         if conn[0] is not None:
             conn[0].close()
+
+
+class GrpcLoad(Load):
+    """The same counts for Envoy's ShouldRateLimit over gRPC, each client on
+    its own channel (one HTTP/2 connection, which a drain ends with a
+    GOAWAY; the channel then connects again): ok is an answer with code OK;
+    anything else (a status other than OK, UNAVAILABLE among them) failed.
+    rls_client must have been required."""
+
+    def __init__(self, port, domain, descriptors, clients=4, timeout=10):
+        import rls_client
+        self.rc = rls_client
+        self.target = "127.0.0.1:%d" % port
+        self.domain, self.descriptors = domain, descriptors
+        super().__init__(port, fresh=0, kept=0, timeout=timeout)
+        self.threads = [threading.Thread(target=self._grpc, daemon=True) for _ in range(clients)]
+
+    def _grpc(self):
+        ch = self.rc.channel(self.target)
+        while not self.stopping.is_set():
+            try:
+                r = self.rc.should_rate_limit(ch, self.domain, self.descriptors,
+                                              timeout=self.timeout)
+            except self.rc.grpc.RpcError as e:
+                self._count("failed", "%s: %s" % (e.code(), e.details()))
+                continue
+            if r.overall_code == self.rc.CODE_OK:
+                self._count("ok")
+            else:
+                self._count("failed", "overall_code %d" % r.overall_code)
+        ch.close()

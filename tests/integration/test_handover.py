@@ -21,6 +21,8 @@ and admin_listen:
 - with a Redis backend, a new process whose Redis is not answering yet
   accepts nothing: the old answers every check until the new one is
   ready (0 failed with failure_mode closed);
+- over gRPC (Envoy's ShouldRateLimit, 4 channels): 0 failed through a
+  hand-over;
 - a second USR2 while a hand-over is under way is refused, with a log
   line; the binary at the path is the one started (the file was replaced,
   as an upgrade does, while the old process ran).
@@ -45,7 +47,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, WRAPPER  # noqa: E402
-from restart_load import BODY, HEADERS, Load  # noqa: E402
+from restart_load import BODY, HEADERS, GrpcLoad, Load  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 LIMIT = 10 ** 9
@@ -54,6 +56,10 @@ LIMIT = 10 ** 9
 POLICY = ("policies:\n  p: {failure_mode: closed, tiers: [{name: t, algorithm: fixed_window, "
           "limit: %d, window: 7d}]}\n" % LIMIT)
 CONFIG = "listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\nbackend: memory\n" + POLICY
+GRPC = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\ngrpc_listen: 127.0.0.1:%d\n"
+        "workers: 2\nbackend: memory\n" + POLICY +
+        "domains:\n  - domain: edge\n    descriptors:\n      - key: k\n"
+        "        rate_limit: {unit: day, requests_per_unit: 1000000000}\n")
 REDIS = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\n"
          "redis: {url: \"unix:%s\", timeout: 1s}\n" + POLICY)
 
@@ -267,6 +273,35 @@ def not_ready(what):
     harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
 
 
+def grpc_handover(what):
+    """Envoy's clients over gRPC through a hand-over: streams that reach
+    the old process during its drain are answered, not refused."""
+    import rls_client
+    if rls_client._missing():
+        for _ in range(3):
+            harness.skip(rls_client._missing())
+        return
+    rls_client.require()
+    s = Setup(GRPC, harness.free_port())
+    port = int(re.search(r"grpc_listen: 127.0.0.1:(\d+)", open(s.config).read()).group(1))
+    load = GrpcLoad(port, "edge", [[("k", "v")]]).start()
+    harness.wait_until(lambda: load.ok >= 200, timeout=60, what="gRPC answers before")
+    ready = s.count("the new process is ready")
+    os.kill(s.pid, signal.SIGUSR2)
+    harness.wait_until(lambda: s.count("the new process is ready") > ready, timeout=60,
+                       what="the new process ready")
+    harness.eq(s.proc.wait(60), 0, "%s: the old process exits 0" % what)
+    before = load.ok
+    harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="gRPC answers after")
+    ok, refused, failed, _ = load.stop()
+    harness.eq((refused, failed), (0, 0), "%s: %d answers, 0 refused, 0 failed %s"
+               % (what, ok, load.failures[:3]))
+    new = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
+    harness.at_exit(lambda: kill_quietly(new))
+    os.kill(new, signal.SIGTERM)
+    harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
+
+
 def failed_start(s, what, reason):
     before = s.count("hand-over failed")
     os.kill(s.pid, signal.SIGUSR2)
@@ -330,6 +365,7 @@ def main():
     os.kill(s.pid, signal.SIGTERM)
     harness.eq(wait_exit(s.pid), 0, "it exits 0 at SIGTERM")
     not_ready("redis backend")
+    grpc_handover("gRPC")
 
 
 harness.run(main)

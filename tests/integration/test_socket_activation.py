@@ -209,7 +209,8 @@ def main():
     restart_loop(d)
     reload_keeps(d)
     if not ACTIVATE:
-        harness.skip(9, "systemd-socket-activate not installed (Debian package systemd)")
+        for _ in range(13):  # matching's and errors' points
+            harness.skip("systemd-socket-activate not installed (Debian package systemd)")
         return
     matching(d)
     errors(d)

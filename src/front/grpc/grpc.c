@@ -112,7 +112,7 @@ static void conn_free(struct gconn *c)
 static int conn_active(const struct gconn *c)
 {
     return !LIST_EMPTY(&c->streams) || c->out_off < c->out.len || front_io_pending(&c->fc.io) ||
-           nghttp2_session_want_write(c->s);
+           nghttp2_session_want_write(c->s) || c->notice;
 }
 
 /* Pulls what nghttp2 wants to send while the output holds less than
@@ -392,19 +392,42 @@ static int grpc_start(struct front *f)
     return listener_start(&grpc_of(f)->l);
 }
 
+/* The final GOAWAY: streams up to the last one seen are still answered;
+ * later ones are refused by nghttp2 (REFUSED_STREAM: a client may send
+ * them again elsewhere); the connection closes once all are. Fails only
+ * out of memory: the drain then ends when the streams are answered
+ * (grpc_idle), and the connection with the loop. */
+static void final_goaway(struct gconn *c)
+{
+    c->notice = 0;
+    (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
+                                nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
+                                NULL, 0);
+}
+
+void grpc_drain_acked(struct gconn *c)
+{
+    if (c->notice)
+        final_goaway(c);
+}
+
+/* HTTP/2's graceful shutdown (RFC 9113 6.8): a GOAWAY naming no stream
+ * first, and a PING; streams the client opened before it read them are
+ * answered, and the final GOAWAY goes once the PING's ACK shows they have
+ * all arrived (a client that never answers holds the connection until the
+ * drain's backstop). A single GOAWAY would race the client's next stream,
+ * which then fails. */
 static void grpc_drain(struct front *f)
 {
     struct grpc *g = grpc_of(f);
     listener_drain(&g->l);
     for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
         next = LIST_NEXT(c, link);
-        /* Streams up to the last one seen are still answered; later ones
-         * are refused by nghttp2; the connection closes once all are.
-         * Fails only out of memory: the drain then ends when the streams
-         * are answered (grpc_idle), and the connection with the loop. */
-        (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
-                                    nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
-                                    NULL, 0);
+        if (nghttp2_submit_shutdown_notice(c->s) == 0 &&
+            nghttp2_submit_ping(c->s, NGHTTP2_FLAG_NONE, NULL) == 0)
+            c->notice = 1;
+        else
+            final_goaway(c);
         if (!c->busy)
             settle(c);
     }

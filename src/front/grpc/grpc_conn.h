@@ -65,6 +65,7 @@ struct gconn {
     int closing;     /* read nothing more into nghttp2: end once written */
     int mute;        /* a flood: send nothing more either */
     int proto_error; /* ended for a protocol error or a flood (counted once) */
+    int notice;      /* a drain's shutdown notice is out: the final GOAWAY awaits the PING's ACK */
     LIST_HEAD(, stream) streams;
     LIST_ENTRY(gconn) link;
 };
@@ -86,6 +87,11 @@ struct grpc {
     struct grpc_pool pool;
     nghttp2_mem mem;
 };
+
+/* The peer acknowledged the PING sent with a drain's shutdown notice: every
+ * stream it opened before it read the notice has arrived; the final GOAWAY
+ * names the last of them. */
+void grpc_drain_acked(struct gconn *c);
 
 /* A stream of c was answered by the core outside c's own callbacks: c is
  * written at the end of this loop turn, with the other replies of the

@@ -7,7 +7,8 @@ src/lib/listen_fds.c).
   systemd does for ratelimitd.socket, and starts the daemon (2 workers,
   sharing the one socket) with it again and again (SIGTERM, wait for the exit, start): 4 clients on fresh
   connections see 0 refused, 0 failed; connections made between two
-  daemons wait in the backlog.
+  daemons wait in the backlog. With state_file, the key's remaining after
+  the loop is the limit less every check answered.
 - Matching, with systemd-socket-activate: by FileDescriptorName= (the name
   wins over the address the field says), by address (no names, the
   sockets passed in the other order than the fields); a passed socket
@@ -19,6 +20,8 @@ src/lib/listen_fds.c).
 
 Needs no Redis (backend: memory)."""
 import os
+import http.client
+import json
 import signal
 import socket
 import subprocess
@@ -28,17 +31,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, WRAPPER  # noqa: E402
-from restart_load import Load  # noqa: E402
+from restart_load import BODY, HEADERS, Load  # noqa: E402
 
-POLICY = "policies:\n  p: {tiers: [{name: t, algorithm: fixed_window, limit: %d, window: 1h}]}\n"
+# A week's window: the loop's count holds within one (a boundary crossed
+# meanwhile is detected, and said, rather than taken for a loss).
+POLICY = "policies:\n  p: {tiers: [{name: t, algorithm: fixed_window, limit: %d, window: 7d}]}\n"
+LIMIT = 10 ** 9
 RESTARTS = 5
 ACTIVATE = harness.find_program("SYSTEMD_SOCKET_ACTIVATE", "systemd-socket-activate")
 
 
-def write_config(d, listen, limit=10 ** 9, admin=None, workers=1):
+def write_config(d, listen, limit=LIMIT, admin=None, workers=1, extra=""):
     path = os.path.join(d, "ratelimitd.yaml")
     with open(path + ".tmp", "w") as f:
-        f.write("listen: %s\nbackend: memory\nworkers: %d\n" % (listen, workers))
+        f.write("listen: %s\nbackend: memory\nworkers: %d\n%s" % (listen, workers, extra))
         if admin:
             f.write("admin_listen: %s\n" % admin)
         f.write(POLICY % limit)
@@ -89,13 +95,27 @@ def started(log, n):
     return seen
 
 
+def probe(port):
+    """One check on the load's key: its remaining and its window's end (in
+    minutes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/check", body=BODY, headers=HEADERS)
+        answer = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    return answer["remaining"], round((time.time() * 1000 + answer["reset_ms"]) / 60000)
+
+
 def restart_loop(d):
     port = harness.free_port()
-    config = write_config(d, "127.0.0.1:%d" % port, workers=2)
+    state = os.path.join(d, "state")
+    config = write_config(d, "127.0.0.1:%d" % port, workers=2, extra="state_file: %s\n" % state)
     log = os.path.join(d, "loop.log")
     sock = bound(port)
     proc = spawn_with([sock], ["listen"], config, log)
     harness.wait_until(started(log, 1), timeout=60, what="the first daemon")
+    _, window = probe(port)
     load = Load(port, fresh=4).start()
     codes = []
     for i in range(RESTARTS):
@@ -112,6 +132,12 @@ def restart_loop(d):
     harness.eq(codes, [0] * RESTARTS, "each of %d daemons exits 0 at SIGTERM" % RESTARTS)
     harness.ok(ok > 0, "%d answers through %d restarts" % (ok, RESTARTS))
     harness.eq((refused, failed), (0, 0), "0 refused, 0 failed (%s)" % load.failures[:3])
+    remaining, end = probe(port)
+    if end == window:
+        harness.eq(remaining, LIMIT - ok - 2, "with state_file, the key's remaining after %d "
+                   "restarts is the limit less every check answered (%d)" % (RESTARTS, ok + 2))
+    else:
+        harness.skip("a window boundary passed during the loop")
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
     sock.close()

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +46,30 @@ void listen_fds_free(struct listen_fds *s)
     free(s);
 }
 
+#ifndef HAVE_SYSTEMD
+/* LISTEN_FDNAMES's n names into names[0..n), or every one "unknown" when
+ * it is not set (as libsystemd). -EINVAL if it holds another count. */
+static int split_names(const char *fdnames, int n, char **names)
+{
+    const char *p = fdnames;
+    for (int i = 0; i < n; i++) {
+        if (!fdnames) {
+            names[i] = xstrdup("unknown");
+            continue;
+        }
+        if (!p)
+            return -EINVAL;
+        const char *colon = strchr(p, ':');
+        names[i] = xstrndup(p, colon ? (size_t)(colon - p) : strlen(p));
+        p = colon ? colon + 1 : NULL;
+    }
+    return fdnames && p ? -EINVAL : n;
+}
+#endif
+
 /* The passed descriptors' count and names (*names: NULL-terminated, the
- * caller frees each and the array; NULL when none were named), or 0 when
- * none are this process's. The variables are gone afterwards. */
+ * caller frees each and the array), 0 when none are this process's, or a
+ * negative errno. The variables are gone afterwards. */
 static int passed_fds(char ***names)
 {
 #ifdef HAVE_SYSTEMD
@@ -55,28 +77,32 @@ static int passed_fds(char ***names)
 #else
     /* The same reading as libsystemd's, for a build without it. */
     const char *pid = getenv("LISTEN_PID"), *count = getenv("LISTEN_FDS");
-    const char *fdnames = getenv("LISTEN_FDNAMES");
     char *end;
-    int n = 0;
+    long n = 0;
     *names = NULL;
-    if (pid && count && strtol(pid, &end, 10) == (long)getpid() && *end == '\0') {
-        long c = strtol(count, &end, 10);
-        n = *end == '\0' && c > 0 && c <= LISTEN_FDS_MAX ? (int)c : 0;
-    }
-    if (n > 0 && fdnames) {
-        *names = xcalloc((size_t)n + 1, sizeof **names);
-        const char *p = fdnames;
-        for (int i = 0; i < n && p; i++) {
-            const char *colon = strchr(p, ':');
-            size_t len = colon ? (size_t)(colon - p) : strlen(p);
-            (*names)[i] = xstrndup(p, len);
-            p = colon ? colon + 1 : NULL;
+    if (pid && count) {
+        long p = strtol(pid, &end, 10);
+        if (*end != '\0' || p <= 0)
+            n = -EINVAL;
+        else if (p == (long)getpid()) {
+            n = strtol(count, &end, 10);
+            n = *end != '\0' || n < 0 || n > INT_MAX - LISTEN_FDS_START ? -EINVAL : n;
         }
+    }
+    if (n > 0) {
+        *names = xcalloc((size_t)n + 1, sizeof **names);
+        n = split_names(getenv("LISTEN_FDNAMES"), (int)n, *names);
+    }
+    if (n < 0 && *names) {
+        for (int i = 0; (*names)[i]; i++)
+            free((*names)[i]);
+        free(*names);
+        *names = NULL;
     }
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
     unsetenv("LISTEN_FDNAMES");
-    return n;
+    return (int)n;
 #endif
 }
 

@@ -13,7 +13,8 @@ and admin_listen:
   reason in the log: a policy file made invalid before USR2 (exit status
   1), a policy file whose listen changed (the passed socket is elsewhere:
   a restart's business), a new process that closes the socket and lives
-  on (killed, within seconds, not waited for), a binary that crashes before ready (killed by a signal), a binary
+  on (killed, within seconds, not waited for), one never ready (stopped
+  after HANDOVER_TIMEOUT_S, 60 s), a binary that crashes before ready (killed by a signal), a binary
   path that is not executable (Permission denied);
 - to systemd (a notification socket here), the old process, still the
   main PID and still running, says MAINPID= the new one (NotifyAccess=main
@@ -50,6 +51,7 @@ from daemon import BINARY, WRAPPER  # noqa: E402
 from restart_load import BODY, HEADERS, GrpcLoad, Load  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
+HANDOVER_TIMEOUT_S = 60  # handover.h
 LIMIT = 10 ** 9
 # A week's window: the counts below hold within one (a boundary crossed
 # meanwhile is detected, and said, rather than taken for a loss).
@@ -302,10 +304,10 @@ def grpc_handover(what):
     harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
 
 
-def failed_start(s, what, reason):
+def failed_start(s, what, reason, timeout=60):
     before = s.count("hand-over failed")
     os.kill(s.pid, signal.SIGUSR2)
-    harness.wait_until(lambda: s.count("hand-over failed") > before, timeout=60,
+    harness.wait_until(lambda: s.count("hand-over failed") > before, timeout=timeout,
                        what="the failure")
     line = [l for l in s.text().splitlines() if "hand-over failed" in l][-1]
     harness.ok(reason in line, "%s: logged (%s)" % (what, line.split("msg=", 1)[1]))
@@ -342,6 +344,16 @@ def main():
 
     os.chmod(s.binary, 0o644)
     failed_start(s, "not executable", "cannot run the binary: Permission denied")
+
+    # Never ready, its socket open: stopped at HANDOVER_TIMEOUT_S (60 s).
+    s.replace_binary("exec sleep 600\n")
+    start = time.monotonic()
+    failed_start(s, "a new process never ready", "killed by signal 15 before it was ready",
+                 timeout=HANDOVER_TIMEOUT_S + 60)
+    took = time.monotonic() - start
+    harness.ok(HANDOVER_TIMEOUT_S - 1 <= took and "not ready in time; stopping it" in s.text(),
+               "a new process never ready: stopped after %.0f s (HANDOVER_TIMEOUT_S), said so"
+               % took)
 
     go = os.path.join(s.dir, "go")
     s.replace_binary('i=0\nwhile [ ! -e "%s" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); '

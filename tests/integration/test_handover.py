@@ -18,7 +18,8 @@ and admin_listen:
   path that is not executable (Permission denied);
 - to systemd (a notification socket here), the old process, still the
   main PID and still running, says MAINPID= the new one (NotifyAccess=main
-  is enough), and the new one READY=1;
+  is enough), and the new one READY=1 and WATCHDOG=1 (WATCHDOG_PID
+  rewritten for it);
 - with a Redis backend, a new process whose Redis is not answering yet
   accepts nothing: the old answers every check until the new one is
   ready (0 failed with failure_mode closed);
@@ -76,8 +77,12 @@ class Setup:
         self.write_config(config % ((self.port, self.admin) + args))
         self.log = os.path.join(self.dir, "log")
         self.notify = Notify(os.path.join(self.dir, "notify"))
-        self.proc = harness.spawn(WRAPPER + [self.binary, "--config", self.config], self.log,
-                                  env=dict(os.environ, NOTIFY_SOCKET=self.notify.path))
+        # As systemd starts it with WatchdogSec=: WATCHDOG_PID its own pid.
+        watchdog = 'WATCHDOG_PID=$$; export WATCHDOG_PID; exec "$@"'
+        self.proc = harness.spawn(["sh", "-c", watchdog, "sh"] + WRAPPER +
+                                  [self.binary, "--config", self.config], self.log,
+                                  env=dict(os.environ, NOTIFY_SOCKET=self.notify.path,
+                                           WATCHDOG_USEC="1000000"))
         self.pid = self.proc.pid
         self.fds = []  # open descriptors of each new process
         self.spent = 0  # checks allowed on key k so far
@@ -225,6 +230,9 @@ def handover(s, what):
                "%s: the old (main) process told systemd MAINPID=%d while still running "
                "(sd_notify_barrier held its exit)" % (what, new))
     harness.ok(s.notify.said(new, "READY=1"), "%s: the new one sent READY=1" % what)
+    harness.wait_until(lambda: s.notify.said(new, "WATCHDOG=1"), timeout=30,
+                       what="the new process's watchdog")
+    harness.ok(True, "%s: the new one keeps the watchdog (WATCHDOG_PID its own)" % what)
     s.pid = new
     s.fds.append(descriptors(new))
     harness.at_exit(lambda: kill_quietly(new))

@@ -79,17 +79,19 @@ void listener_init(struct listener *l, const struct front_host *host,
 }
 
 /* A listening socket for field's addr. One passed at start (socket
- * activation, a hand-over) comes first (*passed: set). Else every worker
+ * activation, a hand-over) comes first (*borrowed: its unix socket file is
+ * systemd's, never to be removed here; a hand-over's is ours). Else every worker
  * binds its own TCP socket (SO_REUSEPORT when there are several: the kernel
  * spreads connections among them); a unix socket is one file, so workers
  * after the first share the first one's socket (shared: its descriptor, or
  * -1). A socket bound here is recorded for a hand-over. */
 static int open_fd(struct listen_fds *set, const struct config *cfg, const char *field,
-                   const char *addr, int shared, int *passed, char *err, size_t errlen)
+                   const char *addr, int shared, int *borrowed, char *err, size_t errlen)
 {
-    int fd = set ? listen_fds_take(set, field, err, errlen) : -1;
-    *passed = fd != -1;
-    if (*passed)
+    int own_file = 0;
+    int fd = set ? listen_fds_take(set, field, &own_file, err, errlen) : -1;
+    *borrowed = fd != -1 && !own_file;
+    if (fd != -1)
         return fd < 0 ? -1 : fd;
     if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
         fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
@@ -116,18 +118,18 @@ struct listener_socket *listener_open(struct listener *l, const struct config *c
         abort(); /* a front opening more sockets than it said: a bug */
     int shared = first && l->nsocks < first->nsocks ? first->socks[l->nsocks].fd : -1;
     char msg[RL_ERRLEN * 2];
-    int passed;
-    int fd = open_fd(l->host->sockets, cfg, field, addr, shared, &passed, msg, sizeof msg);
+    int borrowed;
+    int fd = open_fd(l->host->sockets, cfg, field, addr, shared, &borrowed, msg, sizeof msg);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", field, msg);
         return NULL;
     }
     struct listener_socket *s = &l->socks[l->nsocks++];
-    /* The first worker's socket file goes with it; the others share it. A
-     * passed socket's file is its giver's. */
+    /* The first worker's socket file goes with it; the others share it.
+     * systemd's stays. */
     *s = (struct listener_socket){.l = l,
                                   .fd = fd,
-                                  .path = first || passed ? NULL : xstrdup(addr),
+                                  .path = first || borrowed ? NULL : xstrdup(addr),
                                   .roles = roles,
                                   .counted = counted};
     if (event_assign(&s->ev, l->host->core->base, fd, EV_READ | EV_PERSIST, on_accept, s) < 0)

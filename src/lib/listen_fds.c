@@ -25,6 +25,7 @@ struct listen_fd {
     const char *field; /* a static name from the caller's fields, or the caller's */
     int passed;        /* given at start, not bound here */
     size_t taken;      /* copies listen_fds_take gave */
+    int own_file;      /* passed by a hand-over: a unix socket's file is ours now */
 };
 
 struct listen_fds {
@@ -192,7 +193,8 @@ int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, 
             close(fd);
             continue;
         }
-        s->fds[s->n++] = (struct listen_fd){.fd = fd, .field = fields[f].name, .passed = 1};
+        s->fds[s->n++] =
+            (struct listen_fd){.fd = fd, .field = fields[f].name, .passed = 1, .own_file = exact};
     }
     for (int i = 0; names && names[i]; i++)
         free(names[i]);
@@ -202,7 +204,8 @@ int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, 
     return rc < 0 ? -1 : count;
 }
 
-int listen_fds_take(struct listen_fds *s, const char *field, char *err, size_t errlen)
+int listen_fds_take(struct listen_fds *s, const char *field, int *own_file, char *err,
+                    size_t errlen)
 {
     /* The field's least taken socket: one a worker, then they share. */
     struct listen_fd *best = NULL;
@@ -219,6 +222,7 @@ int listen_fds_take(struct listen_fds *s, const char *field, char *err, size_t e
         return -2;
     }
     best->taken++;
+    *own_file = best->own_file;
     return fd;
 }
 

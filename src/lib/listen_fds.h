@@ -53,9 +53,12 @@ int listen_fds_inherit(struct listen_fds *s, const struct listen_field *fields, 
  * caller binds its own). Each call takes the next of the field's sockets
  * (one a worker, when an old process passed one per worker), then starts
  * over: workers beyond them share. Returns a copy the caller owns, or -2
- * with a message.
+ * with a message; *own_file: a unix socket's file is this process's to
+ * remove at the end (passed by a hand-over, whose old process leaves it),
+ * not systemd's.
  */
-int listen_fds_take(struct listen_fds *s, const char *field, char *err, size_t errlen) RL_WUR;
+int listen_fds_take(struct listen_fds *s, const char *field, int *own_file, char *err,
+                    size_t errlen) RL_WUR;
 
 /* Records a copy of fd, a socket this process bound for field, to pass on
  * in a hand-over. Returns -1 with a message if it cannot be copied. */

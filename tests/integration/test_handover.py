@@ -23,8 +23,8 @@ and admin_listen:
 - with a Redis backend, a new process whose Redis is not answering yet
   accepts nothing: the old answers every check until the new one is
   ready (0 failed with failure_mode closed);
-- over gRPC (Envoy's ShouldRateLimit, 4 channels): 0 failed through a
-  hand-over;
+- over gRPC (Envoy's ShouldRateLimit, 8 channels): 0 failed through 3
+  hand-overs;
 - a second USR2 while a hand-over is under way is refused, with a log
   line; the binary at the path is the one started (the file was replaced,
   as an upgrade does, while the old process ran).
@@ -63,6 +63,9 @@ GRPC = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\ngrpc_listen: 127.0.0.
         "workers: 2\nbackend: memory\n" + POLICY +
         "domains:\n  - domain: edge\n    descriptors:\n      - key: k\n"
         "        rate_limit: {unit: day, requests_per_unit: 1000000000}\n")
+# Setup's TCP port (the first %d) unused: listen is the unix socket.
+UNIX = ("# %d\nadmin_listen: 127.0.0.1:%d\nlisten: unix:%s\nworkers: 2\nbackend: memory\n"
+        + POLICY)
 REDIS = ("listen: 127.0.0.1:%d\nadmin_listen: 127.0.0.1:%d\nworkers: 2\n"
          "redis: {url: \"unix:%s\", timeout: 1s}\n" + POLICY)
 
@@ -283,9 +286,10 @@ def not_ready(what):
     harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
 
 
-def grpc_handover(what):
-    """Envoy's clients over gRPC through a hand-over: streams that reach
-    the old process during its drain are answered, not refused."""
+def grpc_handover(what, rounds=3):
+    """Envoy's clients over gRPC (8 channels) through hand-overs: calls
+    that reach the old process during its drain are answered, not refused
+    or cut off."""
     import rls_client
     if rls_client._missing():
         for _ in range(3):
@@ -294,22 +298,63 @@ def grpc_handover(what):
     rls_client.require()
     s = Setup(GRPC, harness.free_port())
     port = int(re.search(r"grpc_listen: 127.0.0.1:(\d+)", open(s.config).read()).group(1))
-    load = GrpcLoad(port, "edge", [[("k", "v")]]).start()
-    harness.wait_until(lambda: load.ok >= 200, timeout=60, what="gRPC answers before")
+    load = GrpcLoad(port, "edge", [[("k", "v")]], clients=8).start()
+    codes = []
+    for _ in range(rounds):
+        before = load.ok
+        harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="gRPC answers")
+        ready = s.count("the new process is ready")
+        os.kill(s.pid, signal.SIGUSR2)
+        harness.wait_until(lambda: s.count("the new process is ready") > ready, timeout=60,
+                           what="the new process ready")
+        codes.append(s.proc.wait(60) if s.proc else wait_exit(s.pid))
+        s.proc = None
+        s.pid = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
+        harness.at_exit(lambda pid=s.pid: kill_quietly(pid))
+    before = load.ok
+    harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="gRPC answers after")
+    ok, refused, failed, again = load.stop()
+    harness.eq(codes, [0] * rounds, "%s: each old process exits 0" % what)
+    harness.eq((refused, failed), (0, 0), "%s: %d answers through %d hand-overs, 0 refused, "
+               "0 failed (%d cancelled by the client at a GOAWAY, unsent, sent again) %s"
+               % (what, ok, rounds, again, load.failures[:3]))
+    os.kill(s.pid, signal.SIGTERM)
+    harness.eq(wait_exit(s.pid), 0, "%s: the last process exits 0 at SIGTERM" % what)
+
+
+def unix_answers(path):
+    """A check through the unix socket at path: its status, or the error."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(10)
+            c.connect(path)
+            c.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(BODY), BODY))
+            return c.recv(64).split(b" ")[1].decode()
+    except OSError as e:
+        return str(e)
+
+
+def unix_listen(what):
+    """listen on a unix socket: the file is the new process's after the
+    hand-over (the old one, exiting, leaves it), and answers there."""
+    d = harness.make_tempdir("rl-handover-unix-")
+    path = os.path.join(d, "ratelimitd.sock")
+    s = Setup(UNIX, path)
+    harness.eq(unix_answers(path), "200", "%s: a check through the socket file" % what)
     ready = s.count("the new process is ready")
     os.kill(s.pid, signal.SIGUSR2)
     harness.wait_until(lambda: s.count("the new process is ready") > ready, timeout=60,
                        what="the new process ready")
     harness.eq(s.proc.wait(60), 0, "%s: the old process exits 0" % what)
-    before = load.ok
-    harness.wait_until(lambda: load.ok >= before + 200, timeout=60, what="gRPC answers after")
-    ok, refused, failed, _ = load.stop()
-    harness.eq((refused, failed), (0, 0), "%s: %d answers, 0 refused, 0 failed %s"
-               % (what, ok, load.failures[:3]))
+    harness.eq(unix_answers(path), "200",
+               "%s: the socket file is still there, the new process answering on it" % what)
     new = int(re.findall(r'ready; draining" new_pid=(\d+)', s.text())[-1])
     harness.at_exit(lambda: kill_quietly(new))
     os.kill(new, signal.SIGTERM)
     harness.eq(wait_exit(new), 0, "%s: the new process exits 0 at SIGTERM" % what)
+    harness.ok(not os.path.exists(path), "%s: and removes the file" % what)
 
 
 def failed_start(s, what, reason, timeout=60):
@@ -386,6 +431,7 @@ def main():
     harness.eq(wait_exit(s.pid), 0, "it exits 0 at SIGTERM")
     not_ready("redis backend")
     grpc_handover("gRPC")
+    unix_listen("unix socket")
 
 
 harness.run(main)

@@ -108,7 +108,9 @@ static void test_none_and_not_ours(void)
     unsetenv("LISTEN_FDS");
     is_int(inherit(&s, &st, 0, err), 0, "nothing passed: 0 sockets");
     char e2[64];
-    is_int(listen_fds_take(s, "listen", e2, sizeof e2), -1, "and listen is bound by the caller");
+    int own;
+    is_int(listen_fds_take(s, "listen", &own, e2, sizeof e2), -1,
+           "and listen is bound by the caller");
     listen_fds_free(s);
 
     int port, fd = tcp_socket(1, &port);
@@ -132,6 +134,7 @@ static void test_matching(void)
     struct setting st;
     struct listen_fds *s;
     char err[256], e2[64];
+    int own;
     int p1, p2, fds[2];
     fds[0] = tcp_socket(1, &p1);
     fds[1] = tcp_socket(1, &p2);
@@ -139,8 +142,9 @@ static void test_matching(void)
     pass(fds, 1, "listen", 0);
     set_fields(&st, p2, 0);
     is_int(inherit(&s, &st, 0, err), 1, "one socket named listen: taken (%s)", err);
-    int fd = listen_fds_take(s, "listen", e2, sizeof e2);
+    int fd = listen_fds_take(s, "listen", &own, e2, sizeof e2);
     is_int(port_of(fd), p1, "by name: listen gets it, at its own port");
+    is_int(own, 0, "systemd's: its socket file is not this process's to remove");
     ok(fcntl(fd, F_GETFL) & O_NONBLOCK, "made non-blocking");
     ok(fcntl(3, F_GETFD) & FD_CLOEXEC, "and close-on-exec");
     close(fd);
@@ -153,10 +157,10 @@ static void test_matching(void)
     pass(fds, 2, NULL, 0);
     set_fields(&st, p2, p1);
     is_int(inherit(&s, &st, 0, err), 2, "two sockets without names: taken (%s)", err);
-    fd = listen_fds_take(s, "listen", e2, sizeof e2);
+    fd = listen_fds_take(s, "listen", &own, e2, sizeof e2);
     is_int(port_of(fd), p2, "by address: listen gets the one at its address");
     close(fd);
-    fd = listen_fds_take(s, "admin_listen", e2, sizeof e2);
+    fd = listen_fds_take(s, "admin_listen", &own, e2, sizeof e2);
     is_int(port_of(fd), p1, "and admin_listen the other");
     close(fd);
     listen_fds_free(s);
@@ -214,22 +218,29 @@ static void test_workers_and_handover(void)
     struct setting st;
     struct listen_fds *s;
     char err[256], e2[64];
+    int own;
     int p1, p2, fds[1];
     fds[0] = tcp_socket(1, &p1);
     pass(fds, 1, "listen", 0);
     set_fields(&st, p1, 0);
     is_int(inherit(&s, &st, 0, err), 1, "one socket for listen");
-    int a = listen_fds_take(s, "listen", e2, sizeof e2);
-    int b = listen_fds_take(s, "listen", e2, sizeof e2);
+    int a = listen_fds_take(s, "listen", &own, e2, sizeof e2);
+    int b = listen_fds_take(s, "listen", &own, e2, sizeof e2);
     ok(a >= 0 && b >= 0 && a != b && port_of(a) == p1 && port_of(b) == p1,
        "two workers share it, each with a copy of its own");
+    listen_fds_free(s);
+    fds[0] = fcntl(a, F_DUPFD, 3);
+    pass(fds, 1, "listen", 0);
+    is_int(inherit(&s, &st, 1, err), 1, "a hand-over's socket for listen (%s)", err);
+    close(listen_fds_take(s, "listen", &own, e2, sizeof e2));
+    is_int(own, 1, "a hand-over's: its socket file is this process's now");
     close(a);
     close(b);
     int bound = tcp_socket(1, &p2);
     is_int(listen_fds_add(s, "admin_listen", bound, e2, sizeof e2), 0, "a bound socket recorded");
     is_int(listen_fds_count(s), 2, "the set holds both, for a hand-over");
     is_str(listen_fds_field(s, 1), "admin_listen", "with its field");
-    is_int(listen_fds_take(s, "admin_listen", e2, sizeof e2), -1,
+    is_int(listen_fds_take(s, "admin_listen", &own, e2, sizeof e2), -1,
            "a bound one is not taken by the workers (they bound it)");
     ok(!listen_fds_is_handed_over(s), "not handed over yet");
     int copy = listen_fds_fd(s, 1);

@@ -66,8 +66,12 @@
  * makes the kernel reset the connection, and the peer would lose the
  * GOAWAY that says why. */
 #define GRPC_LINGER_US 1000000
+/* In a drain, how long after the shutdown notice the final GOAWAY waits at
+ * least (grpc_drain). */
+#define GRPC_DRAIN_NOTICE_US 1000000
 
 static void settle(struct gconn *c);
+static void on_notice_over(evutil_socket_t fd, short what, void *arg);
 
 /* ---- protocol errors ---- */
 
@@ -353,6 +357,7 @@ static void grpc_free(struct front *f)
     struct grpc *g = grpc_of(f);
     if (!g)
         return;
+    event_del(&g->notice_timer);
     while (!LIST_EMPTY(&g->conns))
         conn_free(LIST_FIRST(&g->conns));
     grpc_call_spare_free(g);
@@ -375,6 +380,8 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
     g->mem = grpc_pool_nghttp2(&g->pool);
     g->host = host;
     listener_init(&g->l, host, on_accept, g);
+    if (evtimer_assign(&g->notice_timer, host->core->base, on_notice_over, g) < 0)
+        abort(); /* only with bad arguments */
     grpc_apply_config(&g->base, cfg);
     const struct listener *first_l = first ? &((const struct grpc *)first)->l : NULL;
     struct listener_socket *s =
@@ -407,20 +414,37 @@ static void final_goaway(struct gconn *c)
 
 void grpc_drain_acked(struct gconn *c)
 {
-    if (c->notice)
+    c->acked = 1;
+    if (c->notice && c->g->notice_over)
         final_goaway(c);
 }
 
+static void on_notice_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct grpc *g = arg;
+    g->notice_over = 1;
+    for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (c->notice && c->acked) {
+            final_goaway(c);
+            settle(c);
+        }
+    }
+}
+
 /* HTTP/2's graceful shutdown (RFC 9113 6.8): a GOAWAY naming no stream
- * first, and a PING; streams the client opened before it read them are
- * answered, and the final GOAWAY goes once the PING's ACK shows they have
- * all arrived (a client that never answers holds the connection until the
- * drain's backstop). A single GOAWAY would race the client's next stream,
- * which then fails. */
+ * first, and a PING. Streams the client still opens are answered; the
+ * final GOAWAY goes once the client has acknowledged the PING (it has read
+ * the notice and opens no more streams here) and GRPC_DRAIN_NOTICE_US has
+ * passed: a client may have queued streams it writes after the ACK, and a
+ * single GOAWAY, or one at the ACK, refused them (UNAVAILABLE for a client
+ * that does not retry). A client that never acknowledges holds its
+ * connection until the drain's backstop. */
 static void grpc_drain(struct front *f)
 {
     struct grpc *g = grpc_of(f);
     listener_drain(&g->l);
+    timer_arm_us(&g->notice_timer, GRPC_DRAIN_NOTICE_US);
     for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
         next = LIST_NEXT(c, link);
         if (nghttp2_submit_shutdown_notice(c->s) == 0 &&

@@ -6,6 +6,9 @@
  * any error), bind the HTTP socket, start connecting to Redis, run the loop.
  * SIGTERM/SIGINT: stop accepting, answer the checks in flight, exit 0.
  * SIGHUP: reload the policy file; an invalid file keeps the old policies.
+ * SIGUSR2: hand the listening sockets over to the binary at the same path
+ * (handover.h). Sockets passed at start (systemd's socket activation, a
+ * hand-over) are used instead of binding (listen_fds.h).
  */
 #include <event2/event.h>
 #include <fcntl.h>
@@ -24,6 +27,8 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "core/backend.h"
+#include "handover.h"
+#include "lib/listen_fds.h"
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
@@ -71,8 +76,17 @@ static void usage(FILE *out)
             "  -V, --version         print the version, the commit and the compiled features\n"
             "\n"
             "Signals: SIGHUP reloads the policy file and the envoy directory; SIGTERM or\n"
-            "SIGINT drain and exit.\n"
+            "SIGINT drain and exit; SIGUSR2 starts the binary at the same path with the\n"
+            "same options, hands it the listening sockets, and drains once it is ready.\n"
             "Exit status: 0 clean exit, 1 invalid policy file or cannot listen, 64 bad usage.\n");
+}
+
+/* Every worker stops accepting, answers what it has and ends. */
+static void drain_all(struct server *srv)
+{
+    srv->draining = 1;
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_post_drain(&srv->workers[i]);
 }
 
 static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
@@ -83,9 +97,50 @@ static void on_shutdown_signal(evutil_socket_t sig, short what, void *arg)
     log_event(&srv->log, LOG_LVL_INFO, "shutting down", "signal", sig == SIGINT ? "INT" : "TERM",
               NULL);
     notify_stopping(srv->notify);
-    srv->draining = 1;
+    drain_all(srv);
+}
+
+/* The hand-over's new process is ready. No STOPPING=1: the unit goes on,
+ * its main PID now the new process's. */
+static void on_handed_over(void *arg)
+{
+    drain_all(arg);
+}
+
+/* The hand-over's counters (handover_env): the process's shared store. */
+static int dump_store(void *arg, int fd, char *err, size_t errlen)
+{
+    return backend_registry_shared_dump(((struct server *)arg)->backends, fd, err, errlen);
+}
+
+static int load_store(void *arg, int fd, size_t *loaded, char *err, size_t errlen)
+{
+    return backend_registry_shared_load(((struct server *)arg)->backends, fd, loaded, err, errlen);
+}
+
+static void on_handover_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct server *srv = arg;
+    if (srv->draining) {
+        log_event(&srv->log, LOG_LVL_WARN, "SIGUSR2 refused: draining", NULL);
+        return;
+    }
+    handover_start(srv->handover);
+}
+
+/* Readiness reached: systemd hears it, and an old process that started
+ * this one may go. */
+static void tell_state(struct server *srv)
+{
+    notify_state(srv->notify, srv);
+    if (!server_ready(srv) || !srv->accept_held)
+        return;
+    /* With backend: memory the counters come first: the old process's
+     * last check is in them before this one takes any. */
+    handover_ready(srv->handover, srv->config->backend == BACKEND_KIND_MEMORY);
+    srv->accept_held = 0;
     for (size_t i = 0; i < srv->nworkers; i++)
-        worker_post_drain(&srv->workers[i]);
+        worker_post_accept(&srv->workers[i]);
 }
 
 /* What the options ask for besides the server's own fields. */
@@ -172,7 +227,7 @@ static void on_backend_state(evutil_socket_t fd, short what, void *arg)
     char buf[64];
     while (read(fd, buf, sizeof buf) > 0)
         ;
-    notify_state(((struct server *)arg)->notify, arg);
+    tell_state(arg);
 }
 
 /* workers: auto is one per CPU. */
@@ -340,12 +395,37 @@ static int load(struct server *srv, const struct options *o)
 
 /* The main loop's own events: the signals. */
 struct main_events {
-    struct event *sigterm, *sigint, *sighup;
+    struct event *sigterm, *sigint, *sighup, *sigusr2;
 };
 
 static void on_watch_change(void *arg)
 {
     reload_config(arg, "watch");
+}
+
+/* The hand-over (which must know first whether an old process started
+ * this one: then the sockets passed must be at the policy file's addresses)
+ * and the listening sockets passed at start. */
+static int start_handover(struct server *srv, char *err, size_t errlen)
+{
+    const struct config *c = srv->config;
+    const struct listen_field fields[] = {
+        {"listen", c->listen}, {"admin_listen", c->admin_listen}, {"grpc_listen", c->grpc_listen}};
+    srv->sockets = listen_fds_new();
+    const struct handover_env he = {.base = srv->base,
+                                    .log = &srv->log,
+                                    .sockets = srv->sockets,
+                                    .notify = srv->notify,
+                                    .argv = srv->argv,
+                                    .on_done = on_handed_over,
+                                    .dump = dump_store,
+                                    .load = load_store,
+                                    .arg = srv};
+    srv->handover = handover_new(&he);
+    /* Started by a hand-over: the old process serves until this one is
+     * ready; accepting before would answer checks unready. */
+    srv->accept_held = handover_expected(srv->handover);
+    return listen_fds_inherit(srv->sockets, fields, 3, srv->accept_held, err, errlen) < 0 ? -1 : 0;
 }
 
 /* The process-wide parts, before any worker: the hash seed, the main loop,
@@ -367,6 +447,10 @@ static int start_process(struct server *srv)
     }
     srv->notify = notify_new(srv->base);
     char err[RL_ERRLEN * 2];
+    if (start_handover(srv, err, sizeof err) < 0) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
     srv->backends =
         backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
     if (!srv->backends) {
@@ -397,8 +481,10 @@ static int start(struct server *srv, struct main_events *ev)
     ev->sigterm = evsignal_new(srv->base, SIGTERM, on_shutdown_signal, srv);
     ev->sigint = evsignal_new(srv->base, SIGINT, on_shutdown_signal, srv);
     ev->sighup = evsignal_new(srv->base, SIGHUP, on_reload_signal, srv);
-    if (!ev->sigterm || !ev->sigint || !ev->sighup || evsignal_add(ev->sigterm, NULL) < 0 ||
-        evsignal_add(ev->sigint, NULL) < 0 || evsignal_add(ev->sighup, NULL) < 0) {
+    ev->sigusr2 = evsignal_new(srv->base, SIGUSR2, on_handover_signal, srv);
+    if (!ev->sigterm || !ev->sigint || !ev->sighup || !ev->sigusr2 ||
+        evsignal_add(ev->sigterm, NULL) < 0 || evsignal_add(ev->sigint, NULL) < 0 ||
+        evsignal_add(ev->sighup, NULL) < 0 || evsignal_add(ev->sigusr2, NULL) < 0) {
         fprintf(stderr, "ratelimitd: cannot install signal handlers\n");
         return -1;
     }
@@ -410,7 +496,7 @@ static int start(struct server *srv, struct main_events *ev)
     }
     reload_loaded(srv, srv->config, 0);
     for (size_t i = 0; i < srv->nworkers; i++) {
-        if (worker_start(&srv->workers[i], err, sizeof err) < 0) {
+        if (worker_start(&srv->workers[i], !srv->accept_held, err, sizeof err) < 0) {
             fprintf(stderr, "ratelimitd: %s\n", err);
             return -1;
         }
@@ -421,7 +507,7 @@ static int start(struct server *srv, struct main_events *ev)
 /* Says the daemon is up, and runs the main loop until the drain ends it. */
 static int run(struct server *srv)
 {
-    notify_state(srv->notify, srv); /* READY=1 now with backend: memory */
+    tell_state(srv); /* READY=1 now with backend: memory */
     const struct config *cfg = srv->config;
     char npol[24], nw[24];
     snprintf(npol, sizeof npol, "%zu", cfg->npolicies);
@@ -478,6 +564,8 @@ static void stop(struct server *srv, struct main_events *ev)
             worker_post_drain(&srv->workers[i]);
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_join(&srv->workers[i]);
+    /* Drained: a hand-over's new process gets every check answered. */
+    handover_finish(srv->handover);
     /* Drained: the last state_file write holds every check answered. */
     if (srv->draining && srv->backends)
         backend_registry_shared_stopped(srv->backends);
@@ -494,6 +582,8 @@ static void stop(struct server *srv, struct main_events *ev)
         if (srv->state_pipe[i] >= 0)
             close(srv->state_pipe[i]);
     backend_registry_shared_free(srv->backends);
+    handover_free(srv->handover);
+    listen_fds_free(srv->sockets);
     notify_free(srv->notify);
     if (ev->sigterm)
         event_free(ev->sigterm);
@@ -501,6 +591,8 @@ static void stop(struct server *srv, struct main_events *ev)
         event_free(ev->sigint);
     if (ev->sighup)
         event_free(ev->sighup);
+    if (ev->sigusr2)
+        event_free(ev->sigusr2);
     if (srv->base)
         event_base_free(srv->base);
 }
@@ -512,9 +604,10 @@ int main(int argc, char **argv)
                          .cli = {.envoy_merge_domains = -1},
                          .state_pipe = {-1, -1}};
     struct options o = {0, 0};
-    struct main_events ev = {NULL, NULL, NULL};
+    struct main_events ev = {NULL, NULL, NULL, NULL};
     int rc;
 
+    srv.argv = argv;
     log_detect_journal(&srv.log);
     if ((rc = parse_options(argc, argv, &srv, &o)) >= 0)
         return rc;

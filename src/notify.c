@@ -14,6 +14,9 @@
 #include "notify.h"
 #include "server.h"
 
+/* How long a hand-over's old process waits for systemd to read MAINPID=. */
+#define NOTIFY_BARRIER_US 5000000
+
 struct notify {
     struct event *watchdog;
     int ready_sent; /* READY=1 sent once Redis was first ready */
@@ -92,4 +95,16 @@ void notify_reloading(struct notify *n)
 void notify_stopping(struct notify *n)
 {
     notify_send("STOPPING=1\nSTATUS=draining checks in flight");
+}
+
+void notify_mainpid(struct notify *n, long pid)
+{
+    char msg[64];
+    snprintf(msg, sizeof msg, "MAINPID=%ld", pid);
+    notify_send(msg);
+#ifdef HAVE_SYSTEMD
+    /* Failure (no manager, or one too old for barriers) leaves only the
+     * ordering of two datagrams and an exit to chance: nothing else to do. */
+    (void)sd_notify_barrier(0, NOTIFY_BARRIER_US);
+#endif
 }

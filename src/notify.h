@@ -23,5 +23,10 @@ void notify_free(struct notify *n); /* NULL is a no-op */
 void notify_state(struct notify *n, const struct server *srv);
 void notify_reloading(struct notify *n);
 void notify_stopping(struct notify *n);
+/* A USR2 hand-over, from the old process (still the main PID, so the
+ * unit's NotifyAccess=main is enough): MAINPID= the new one, waiting (a
+ * bounded time) until systemd has read it, so that the old process's exit
+ * that follows does not end the unit. */
+void notify_mainpid(struct notify *n, long pid);
 
 #endif

@@ -17,6 +17,8 @@
 struct event_base;
 struct backend_shared;
 struct watch;
+struct handover;
+struct listen_fds;
 struct notify;
 struct worker;
 
@@ -25,6 +27,7 @@ struct server {
     struct logger log;
     int log_level_from_cli; /* --log-level given: the file's log_level is ignored */
     const char *config_path;
+    char **argv;           /* as main got them: what a hand-over starts again */
     struct config_cli cli; /* what the options say over the policy file */
     struct config *config; /* current snapshot; one reference held here */
     struct watch *watch;   /* NULL unless `watch: true` */
@@ -37,6 +40,11 @@ struct server {
     struct backend_shared *backends;
     int state_pipe[2];      /* a worker's backend readiness changed: a byte */
     struct event *state_ev; /* reads state_pipe[0] on the main loop */
+    /* Every listening socket, passed at start or bound, by field: what a
+     * USR2 hand-over passes on (handover.h). */
+    struct listen_fds *sockets;
+    struct handover *handover;
+    int accept_held; /* a hand-over's new process, not ready yet: not accepting */
     size_t nworkers;
     struct worker *workers; /* nworkers of them */
     int draining;           /* SIGTERM seen */

@@ -162,6 +162,27 @@ static void drain(struct worker *w)
     maybe_idle(w);
 }
 
+/* Every front starts accepting. -1 only if libevent cannot watch a socket
+ * (out of memory). */
+static int start_fronts(struct worker *w, char *err, size_t errlen)
+{
+    for (size_t i = 0; front_all[i]; i++)
+        if (w->fronts[i] && w->fronts[i]->ops->start(w->fronts[i]) < 0) {
+            snprintf(err, errlen, "cannot watch the %s front's listening sockets",
+                     front_all[i]->name);
+            return -1;
+        }
+    return 0;
+}
+
+/* Accepting held back at start begins, on the worker's loop. */
+static void start_held(struct worker *w)
+{
+    char err[RL_ERRLEN];
+    if (start_fronts(w, err, sizeof err) < 0)
+        abort(); /* out of memory in libevent, as in front_event_want */
+}
+
 /* The mailbox, on the worker's own loop. */
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
@@ -171,12 +192,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         ;
     pthread_mutex_lock(&w->mail_lock);
     struct config *cfg = w->mail_config;
-    int do_drain = w->mail_drain;
+    int do_drain = w->mail_drain, do_accept = w->mail_accept;
     w->mail_config = NULL;
-    w->mail_drain = 0;
+    w->mail_drain = w->mail_accept = 0;
     pthread_mutex_unlock(&w->mail_lock);
     if (cfg)
         set_config(w, cfg);
+    if (do_accept && !w->draining)
+        start_held(w);
     if (do_drain && !w->draining)
         drain(w);
 }
@@ -224,6 +247,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
     struct core *core = &w->core;
     w->host = (struct front_host){.core = core,
                                   .connections = &srv->connections,
+                                  .sockets = srv->sockets,
                                   .draining = &w->draining,
                                   .unready_reason = unready_reason,
                                   .ready_detail = ready_detail,
@@ -264,9 +288,11 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int worker_start(struct worker *w, char *err, size_t errlen)
+int worker_start(struct worker *w, int accept, char *err, size_t errlen)
 {
     w->core.backend->ops->start(w->core.backend);
+    if (accept && start_fronts(w, err, errlen) < 0)
+        return -1;
     if (w->id == 0)
         return 0;
     int rc = pthread_create(&w->thread, NULL, worker_main, w);
@@ -291,16 +317,28 @@ void worker_post_config(struct worker *w, struct config *cfg)
     post(w);
 }
 
-void worker_post_drain(struct worker *w)
+/* Runs now(w) on w's loop: at once for a worker with no thread of its own
+ * (worker 0, on the main loop), else by raising *flag in its mailbox. */
+static void post_flag(struct worker *w, int *flag, void (*now)(struct worker *))
 {
     if (!w->has_thread) {
-        drain(w);
+        now(w);
         return;
     }
     pthread_mutex_lock(&w->mail_lock);
-    w->mail_drain = 1;
+    *flag = 1;
     pthread_mutex_unlock(&w->mail_lock);
     post(w);
+}
+
+void worker_post_drain(struct worker *w)
+{
+    post_flag(w, &w->mail_drain, drain);
+}
+
+void worker_post_accept(struct worker *w)
+{
+    post_flag(w, &w->mail_accept, start_held);
 }
 
 void worker_join(struct worker *w)

@@ -56,6 +56,7 @@ struct worker {
     pthread_mutex_t mail_lock;
     struct config *mail_config; /* a reference, or NULL */
     int mail_drain;
+    int mail_accept; /* accepting held back at start begins */
 };
 
 /* Makes worker id on base from srv->config: its core (backend, not
@@ -66,10 +67,12 @@ struct worker {
 int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_base *base,
                 char *err, size_t errlen) RL_WUR;
 
-/* Starts the backend (connecting to Redis) and, for every worker but 0, a
- * thread running its loop. Returns -1 with a message if a thread cannot
- * be started. */
-int worker_start(struct worker *w, char *err, size_t errlen) RL_WUR;
+/* Starts the backend (connecting to Redis), accepting unless held back
+ * (accept 0: a USR2 hand-over's new process waits until it is ready;
+ * worker_post_accept) and, for every worker but 0, a thread running its
+ * loop. Returns -1 with a message if a thread cannot be started or the
+ * sockets cannot be watched. */
+int worker_start(struct worker *w, int accept, char *err, size_t errlen) RL_WUR;
 
 /* From the main thread. A reload: the worker takes its own reference to
  * cfg on its own loop; checks in flight keep the snapshot they started
@@ -79,6 +82,9 @@ void worker_post_config(struct worker *w, struct config *cfg);
 /* From the main thread. Stops taking new checks; the worker's loop exits
  * once every check in flight is answered and written. */
 void worker_post_drain(struct worker *w);
+
+/* From the main thread. Starts accepting, held back at worker_start. */
+void worker_post_accept(struct worker *w);
 
 /* Waits for the worker's thread to end (none: returns at once). */
 void worker_join(struct worker *w);

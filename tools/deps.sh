@@ -79,6 +79,7 @@ fakeroot
 lintian               # tools/package.sh: no error, no warning
 prometheus            # promtool: test_monitoring.py (the server never starts)
 faketime              # test_calendar.py: the daemon and redis-server at a chosen date
+systemd               # systemd-socket-activate: test_socket_activation.py; systemd-analyze: test_systemd.py
 LIST
 }
 

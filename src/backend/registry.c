@@ -54,6 +54,20 @@ void backend_registry_shared_stopped(struct backend_shared *s)
     s->state = NULL;
 }
 
+int backend_registry_shared_dump(struct backend_shared *s, int fd, char *err, size_t errlen)
+{
+    return backend_memory_store_dump(s->store, fd, err, errlen);
+}
+
+int backend_registry_shared_load(struct backend_shared *s, int fd, size_t *loaded, char *err,
+                                 size_t errlen)
+{
+    struct store_file_counts c = {0, 0};
+    int rc = backend_memory_store_load(s->store, fd, &c, err, errlen);
+    *loaded = c.loaded;
+    return rc;
+}
+
 int backend_registry_state_stats(struct backend_shared *s, struct memory_state_stats *out)
 {
     if (!s->state)

@@ -36,6 +36,15 @@ struct backend_shared *backend_registry_shared_new(const struct config *cfg, uin
  * state_file (if any) a last time, so that every check answered is in it. */
 void backend_registry_shared_stopped(struct backend_shared *s);
 
+/* A USR2 hand-over's halves (handover.h): the shared store's image written
+ * whole to fd (the old process, drained), or read from fd to its end into
+ * the store (the new one, before it accepts; *loaded: the live entries).
+ * Blocking; fd not closed. 0, or -1 with a message (a failed load changes
+ * nothing). */
+int backend_registry_shared_dump(struct backend_shared *s, int fd, char *err, size_t errlen) RL_WUR;
+int backend_registry_shared_load(struct backend_shared *s, int fd, size_t *loaded, char *err,
+                                 size_t errlen) RL_WUR;
+
 /* The state_file's write counts into out: 1, or 0 when there is none. */
 int backend_registry_state_stats(struct backend_shared *s, struct memory_state_stats *out);
 

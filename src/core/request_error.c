@@ -42,7 +42,6 @@ static const struct {
     [RC_BACKEND_UNAVAILABLE] = {"backend_unavailable", 503},
     [RC_OVERLOADED] = {"overloaded", 503},
     [RC_TOO_MANY_CONNECTIONS] = {"too_many_connections", 503},
-    [RC_SHUTTING_DOWN] = {"shutting_down", 503},
 };
 
 /* A code added to the enum without a row fails the build here (a row left

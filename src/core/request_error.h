@@ -52,7 +52,6 @@ enum request_code {
     RC_BACKEND_UNAVAILABLE,
     RC_OVERLOADED,
     RC_TOO_MANY_CONNECTIONS,
-    RC_SHUTTING_DOWN,
     RC_COUNT /* not a code: the table's size */
 };
 

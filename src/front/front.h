@@ -23,6 +23,7 @@
 struct config;
 struct event;
 struct front_ops;
+struct listen_fds;
 
 /* What a front is lent by the loop it runs on (the worker fills one and
  * keeps it as long as its fronts live): the core it hands requests to and
@@ -30,6 +31,9 @@ struct front_ops;
 struct front_host {
     struct core *core;
     size_t *connections; /* process-wide, behind max_connections */
+    /* Process-wide: the sockets passed at start, and those bound, for a
+     * hand-over (listen_fds.h); NULL: none. */
+    struct listen_fds *sockets;
     const int *draining; /* nonzero: no new request is taken */
     /* Why the daemon takes no checks right now ("shutting_down",
      * "redis_unavailable"), or NULL when ready. */
@@ -58,12 +62,16 @@ struct front_ops {
      * listening addresses need a restart, as reload.c says. */
     int (*enabled)(const struct config *cfg);
     /* Makes the front on host's loop from host->core->config: opens its
-     * listening sockets (listener.h) and starts accepting. first: the same
+     * listening sockets (listener.h), not yet accepting. first: the same
      * front of loop 0, whose unix sockets the other loops share; NULL on
      * loop 0. Returns the instance (the worker owns it: ops->free), or NULL
      * with a message, having released what it made. */
     struct front *(*new)(const struct front_host *host, const struct front *first, char *err,
                          size_t errlen);
+    /* Starts accepting on the sockets new opened (held back, in a USR2
+     * hand-over, until the process is ready). -1 if libevent cannot watch
+     * them. */
+    int (*start)(struct front *f);
     /* A reload, on the worker's loop: the front's limits and token apply,
      * to open connections too. */
     void (*apply_config)(struct front *f, const struct config *cfg);

@@ -15,6 +15,7 @@
 #include "front/front.h"
 #include "front/listener.h"
 #include "lib/listen.h"
+#include "lib/listen_fds.h"
 #include "lib/timer.h"
 
 /* Stops watching every socket (event_del fails only for an event never
@@ -77,21 +78,35 @@ void listener_init(struct listener *l, const struct front_host *host,
     listener_apply_config(l, host->core->config);
 }
 
-/* A listening socket for addr. Every worker binds its own TCP socket
- * (SO_REUSEPORT when there are several: the kernel spreads connections
- * among them); a unix socket is one file, so workers after the first share
- * the first one's socket (shared: its descriptor, or -1). */
-static int open_fd(const struct config *cfg, const char *addr, int shared, char *err, size_t errlen)
+/* A listening socket for field's addr. One passed at start (socket
+ * activation, a hand-over) comes first (*borrowed: its unix socket file is
+ * systemd's, never to be removed here; a hand-over's is ours). Else every worker
+ * binds its own TCP socket (SO_REUSEPORT when there are several: the kernel
+ * spreads connections among them); a unix socket is one file, so workers
+ * after the first share the first one's socket (shared: its descriptor, or
+ * -1). A socket bound here is recorded for a hand-over. */
+static int open_fd(struct listen_fds *set, const struct config *cfg, const char *field,
+                   const char *addr, int shared, int *borrowed, char *err, size_t errlen)
 {
+    int own_file = 0;
+    int fd = set ? listen_fds_take(set, field, &own_file, err, errlen) : -1;
+    *borrowed = fd != -1 && !own_file;
+    if (fd != -1)
+        return fd < 0 ? -1 : fd;
     if (shared >= 0 && strncmp(addr, "unix:", 5) == 0) {
-        int fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
+        fd = fcntl(shared, F_DUPFD_CLOEXEC, 0);
         if (fd < 0)
             snprintf(err, errlen, "%s: %s", addr, strerror(errno));
         return fd;
     }
     const struct listen_perm perm = {
         .mode = cfg->listen_mode, .gid = cfg->listen_gid, .group = cfg->listen_group};
-    return listen_open(addr, cfg->workers != 1, &perm, err, errlen);
+    fd = listen_open(addr, cfg->workers != 1, &perm, err, errlen);
+    if (fd >= 0 && set && listen_fds_add(set, field, fd, err, errlen) < 0) {
+        listen_close(fd, addr);
+        return -1;
+    }
+    return fd;
 }
 
 struct listener_socket *listener_open(struct listener *l, const struct config *cfg,
@@ -103,15 +118,20 @@ struct listener_socket *listener_open(struct listener *l, const struct config *c
         abort(); /* a front opening more sockets than it said: a bug */
     int shared = first && l->nsocks < first->nsocks ? first->socks[l->nsocks].fd : -1;
     char msg[RL_ERRLEN * 2];
-    int fd = open_fd(cfg, addr, shared, msg, sizeof msg);
+    int borrowed;
+    int fd = open_fd(l->host->sockets, cfg, field, addr, shared, &borrowed, msg, sizeof msg);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", field, msg);
         return NULL;
     }
     struct listener_socket *s = &l->socks[l->nsocks++];
-    /* The first worker's socket file goes with it; the others share it. */
-    *s = (struct listener_socket){
-        .l = l, .fd = fd, .path = first ? NULL : xstrdup(addr), .roles = roles, .counted = counted};
+    /* The first worker's socket file goes with it; the others share it.
+     * systemd's stays. */
+    *s = (struct listener_socket){.l = l,
+                                  .fd = fd,
+                                  .path = first || borrowed ? NULL : xstrdup(addr),
+                                  .roles = roles,
+                                  .counted = counted};
     if (event_assign(&s->ev, l->host->core->base, fd, EV_READ | EV_PERSIST, on_accept, s) < 0)
         abort(); /* only with bad arguments */
     return s;
@@ -171,8 +191,10 @@ void listener_fini(struct listener *l)
 {
     unwatch(l);
     event_del(&l->resume);
+    /* After a hand-over the socket files are the next process's. */
+    int keep = l->host->sockets && listen_fds_is_handed_over(l->host->sockets);
     for (size_t i = 0; i < l->nsocks; i++) {
-        listen_close(l->socks[i].fd, l->socks[i].path);
+        listen_close(l->socks[i].fd, keep ? NULL : l->socks[i].path);
         free(l->socks[i].path);
     }
     l->nsocks = 0;

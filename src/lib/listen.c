@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <netdb.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,7 +84,8 @@ static int open_unix(const char *path, const struct listen_perm *perm, char *err
     return fd;
 }
 
-static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
+/* The address a TCP setting resolves to, as open_tcp binds it; -1 if none. */
+static int resolve_tcp(const char *addr, struct addrinfo **ai, char *err, size_t errlen)
 {
     struct hostport hp;
     char port[8], msg[RL_ERRLEN];
@@ -95,12 +97,19 @@ static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *ai;
-    int rc = getaddrinfo(hp.host, port, &hints, &ai);
+    int rc = getaddrinfo(hp.host, port, &hints, ai);
     if (rc != 0) {
         snprintf(err, errlen, "cannot resolve %s: %s", addr, gai_strerror(rc));
         return -1;
     }
+    return 0;
+}
+
+static int open_tcp(const char *addr, int reuseport, char *err, size_t errlen)
+{
+    struct addrinfo *ai;
+    if (resolve_tcp(addr, &ai, err, errlen) < 0)
+        return -1;
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
@@ -121,6 +130,26 @@ int listen_open(const char *addr, int reuseport, const struct listen_perm *perm,
     if (strncmp(addr, "unix:", 5) == 0)
         return open_unix(addr + 5, perm, err, errlen);
     return open_tcp(addr, reuseport, err, errlen);
+}
+
+int listen_is_at(int fd, const char *addr)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+        return 0;
+    if (strncmp(addr, "unix:", 5) == 0) {
+        const struct sockaddr_un *un = (const struct sockaddr_un *)&ss;
+        return ss.ss_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path) &&
+               strncmp(un->sun_path, addr + 5, sizeof un->sun_path) == 0;
+    }
+    struct addrinfo *ai;
+    char err[RL_ERRLEN];
+    if (resolve_tcp(addr, &ai, err, sizeof err) < 0)
+        return 0;
+    int same = ai->ai_addrlen == len && memcmp(ai->ai_addr, &ss, len) == 0;
+    freeaddrinfo(ai);
+    return same;
 }
 
 void listen_close(int fd, const char *addr)

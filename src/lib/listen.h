@@ -34,6 +34,10 @@ struct listen_perm {
 int listen_open(const char *addr, int reuseport, const struct listen_perm *perm, char *err,
                 size_t errlen) RL_WUR;
 
+/* True if fd is a socket bound to addr (the same forms as listen_open: a
+ * TCP address as resolved by listen_open, or "unix:/path"). */
+int listen_is_at(int fd, const char *addr);
+
 /* Closes fd (-1: nothing). addr: a unix socket's file is unlinked (NULL: the
  * file is left, for a descriptor that shares it). */
 void listen_close(int fd, const char *addr);

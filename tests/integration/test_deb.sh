@@ -4,7 +4,7 @@
 # (TAP). Into a fresh bookworm root (tools/rootfs.sh: mmdebstrap minbase,
 # Debian's archive only), chrooted: `apt-get install ./ratelimitd_*.deb`,
 # which fetches its Depends from the archive; then the installed files, the
-# conffile, the system user, the unit enabled, `ratelimitd --version` and
+# conffile, the system user, the unit and its socket enabled, `ratelimitd --version` and
 # `-t` of the installed policy file, its state_file in /var/lib/ratelimitd
 # (the service user's, 0700); the daemon run as user ratelimitd with
 # `backend: memory` on a free loopback port, answering POST /check (allowed,
@@ -81,7 +81,7 @@ ok $? "dpkg says ratelimitd $version is installed"
 
 # 2. What the package put where.
 for f in /usr/sbin/ratelimitd /lib/systemd/system/ratelimitd.service \
-    /usr/share/man/man8/ratelimitd.8.gz /usr/share/man/man5/ratelimitd.yaml.5.gz \
+    /lib/systemd/system/ratelimitd.socket /usr/share/man/man8/ratelimitd.8.gz /usr/share/man/man5/ratelimitd.yaml.5.gz \
     /usr/share/doc/ratelimitd/examples/ratelimitd.yaml \
     /usr/share/doc/ratelimitd/examples/redis-cluster.yaml \
     /usr/share/doc/ratelimitd/copyright /usr/lib/sysusers.d/ratelimitd.conf; do
@@ -96,6 +96,8 @@ grep -q '^ExecStart=/usr/sbin/ratelimitd --config /etc/ratelimitd/ratelimitd.yam
 ok $? "the unit runs /usr/sbin/ratelimitd with /etc/ratelimitd/ratelimitd.yaml"
 [ -L "$root/etc/systemd/system/multi-user.target.wants/ratelimitd.service" ]
 ok $? "the unit is enabled (multi-user.target.wants)"
+[ -L "$root/etc/systemd/system/sockets.target.wants/ratelimitd.socket" ]
+ok $? "its socket is enabled (sockets.target.wants): a restart refuses no connection"
 user=$(in_root getent passwd ratelimitd)
 uid=$(echo "$user" | cut -d: -f3)
 [ -n "$uid" ] && [ "$uid" -lt 1000 ] && [ "$(echo "$user" | cut -d: -f7)" = /usr/sbin/nologin ] &&
@@ -179,6 +181,7 @@ rc=$?
 ok $rc "dpkg --purge ratelimitd"
 [ "$rc" -eq 0 ] || diag "$root/tmp/purge.log"
 for f in /usr/sbin/ratelimitd /etc/ratelimitd /lib/systemd/system/ratelimitd.service \
+    /lib/systemd/system/ratelimitd.socket /etc/systemd/system/sockets.target.wants/ratelimitd.socket \
     /etc/systemd/system/multi-user.target.wants/ratelimitd.service /usr/share/doc/ratelimitd \
     /usr/lib/sysusers.d/ratelimitd.conf /var/lib/ratelimitd; do
     [ ! -e "$root$f" ] && [ ! -L "$root$f" ]

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """test_systemd.py: the unit file passes `systemd-analyze verify` and its
-`systemd-analyze security` exposure stays below 2.0 ("OK"). Skipped where
+`systemd-analyze security` exposure stays below 2.0 ("OK"); with
+ratelimitd.socket beside it, which it requires (socket activation), and
+NotifyAccess=main (a USR2 hand-over's MAINPID= comes from the old, main,
+process). Skipped where
 systemd-analyze is not installed."""
 import os
 import re
@@ -29,6 +32,9 @@ def main():
     path = os.path.join(tmp, "ratelimitd.service")
     with open(path, "w") as f:
         f.write(unit)
+    # The socket it requires, beside it (systemd-analyze looks there).
+    socket_unit = os.path.join(tmp, "ratelimitd.socket")
+    shutil.copy(os.path.join(SRC, "systemd", "ratelimitd.socket"), socket_unit)
     # Documentation=man:... is checked with man(1): give it this build's
     # pages (make makes them from man/*.in, in the build tree).
     for section in ("5", "8"):
@@ -38,8 +44,8 @@ def main():
                     os.path.join(tmp, "man", "man" + page[-1], page))
     env = dict(os.environ, MANPATH=os.path.join(tmp, "man"))
 
-    verify = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True,
-                            env=env, timeout=60)
+    verify = subprocess.run(["systemd-analyze", "verify", path, socket_unit],
+                            capture_output=True, text=True, env=env, timeout=60)
     harness.eq((verify.returncode, verify.stdout + verify.stderr), (0, ""),
                "systemd-analyze verify: no complaint")
     sec = subprocess.run(["systemd-analyze", "security", "--offline=yes", path],
@@ -54,7 +60,8 @@ def main():
                       "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
                       "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
                       "CapabilityBoundingSet=\n", "SystemCallFilter=@system-service",
-                      "MemoryDenyWriteExecute=yes"):
+                      "MemoryDenyWriteExecute=yes", "Requires=ratelimitd.socket",
+                      "NotifyAccess=main"):
         harness.ok(directive in unit, "the unit sets %s" % directive.strip())
 
 

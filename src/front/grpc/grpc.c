@@ -65,8 +65,12 @@
  * makes the kernel reset the connection, and the peer would lose the
  * GOAWAY that says why. */
 #define GRPC_LINGER_US 1000000
+/* In a drain, how long after the shutdown notice the final GOAWAY waits at
+ * least (grpc_drain). */
+#define GRPC_DRAIN_NOTICE_US 1000000
 
 static void settle(struct gconn *c);
+static void on_notice_over(evutil_socket_t fd, short what, void *arg);
 
 /* ---- protocol errors ---- */
 
@@ -111,7 +115,7 @@ static void conn_free(struct gconn *c)
 static int conn_active(const struct gconn *c)
 {
     return !LIST_EMPTY(&c->streams) || c->out_off < c->out.len || front_io_pending(&c->fc.io) ||
-           nghttp2_session_want_write(c->s);
+           nghttp2_session_want_write(c->s) || c->notice;
 }
 
 /* Pulls what nghttp2 wants to send while the output holds less than
@@ -358,6 +362,7 @@ static void grpc_free(struct front *f)
     struct grpc *g = grpc_of(f);
     if (!g)
         return;
+    event_del(&g->notice_timer);
     while (!LIST_EMPTY(&g->conns))
         conn_free(LIST_FIRST(&g->conns));
     grpc_call_spare_free(g);
@@ -380,6 +385,8 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
     g->mem = grpc_pool_nghttp2(&g->pool);
     g->host = host;
     listener_init(&g->l, host, on_accept, g);
+    if (evtimer_assign(&g->notice_timer, host->core->base, on_notice_over, g) < 0)
+        abort(); /* only with bad arguments */
     grpc_apply_config(&g->base, cfg);
     const struct listener *first_l = first ? &((const struct grpc *)first)->l : NULL;
     struct listener_socket *s =
@@ -389,27 +396,67 @@ static struct front *grpc_new(const struct front_host *host, const struct front 
         return NULL;
     }
     s->tls = TLS_GRPC_LISTEN;
-    if (listener_start(&g->l) < 0) {
-        snprintf(err, errlen, "cannot watch the grpc_listen socket");
-        grpc_free(&g->base);
-        return NULL;
-    }
     return &g->base;
 }
 
+static int grpc_start(struct front *f)
+{
+    return listener_start(&grpc_of(f)->l);
+}
+
+/* The final GOAWAY: streams up to the last one seen are still answered;
+ * later ones are refused by nghttp2 (REFUSED_STREAM: a client may send
+ * them again elsewhere); the connection closes once all are. Fails only
+ * out of memory: the drain then ends when the streams are answered
+ * (grpc_idle), and the connection with the loop. */
+static void final_goaway(struct gconn *c)
+{
+    c->notice = 0;
+    (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
+                                nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
+                                NULL, 0);
+}
+
+void grpc_drain_acked(struct gconn *c)
+{
+    c->acked = 1;
+    if (c->notice && c->g->notice_over)
+        final_goaway(c);
+}
+
+static void on_notice_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct grpc *g = arg;
+    g->notice_over = 1;
+    for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
+        next = LIST_NEXT(c, link);
+        if (c->notice && c->acked) {
+            final_goaway(c);
+            settle(c);
+        }
+    }
+}
+
+/* HTTP/2's graceful shutdown (RFC 9113 6.8): a GOAWAY naming no stream
+ * first, and a PING. Streams the client still opens are answered; the
+ * final GOAWAY goes once the client has acknowledged the PING (it has read
+ * the notice and opens no more streams here) and GRPC_DRAIN_NOTICE_US has
+ * passed: a client may have queued streams it writes after the ACK, and a
+ * single GOAWAY, or one at the ACK, refused them (UNAVAILABLE for a client
+ * that does not retry). A client that never acknowledges holds its
+ * connection until the drain's backstop. */
 static void grpc_drain(struct front *f)
 {
     struct grpc *g = grpc_of(f);
     listener_drain(&g->l);
+    timer_arm_us(&g->notice_timer, GRPC_DRAIN_NOTICE_US);
     for (struct gconn *c = LIST_FIRST(&g->conns), *next; c; c = next) {
         next = LIST_NEXT(c, link);
-        /* Streams up to the last one seen are still answered; later ones
-         * are refused by nghttp2; the connection closes once all are.
-         * Fails only out of memory: the drain then ends when the streams
-         * are answered (grpc_idle), and the connection with the loop. */
-        (void)nghttp2_submit_goaway(c->s, NGHTTP2_FLAG_NONE,
-                                    nghttp2_session_get_last_proc_stream_id(c->s), NGHTTP2_NO_ERROR,
-                                    NULL, 0);
+        if (nghttp2_submit_shutdown_notice(c->s) == 0 &&
+            nghttp2_submit_ping(c->s, NGHTTP2_FLAG_NONE, NULL) == 0)
+            c->notice = 1;
+        else
+            final_goaway(c);
         if (!c->busy)
             settle(c);
     }
@@ -429,6 +476,7 @@ const struct front_ops grpc_front = {
     .name = "grpc",
     .enabled = grpc_enabled,
     .new = grpc_new,
+    .start = grpc_start,
     .apply_config = grpc_apply_config,
     .drain = grpc_drain,
     .idle = grpc_idle,

@@ -308,7 +308,6 @@ static void answer_health(struct stream *st, const uint8_t *msg, size_t len)
 static void dispatch(struct stream *st)
 {
     struct gconn *c = st->c;
-    struct grpc *g = c->g;
     const uint8_t *b = (const uint8_t *)st->body.data;
     size_t len = st->body.len;
     if (!st->post || !st->grpc_type) {
@@ -344,10 +343,6 @@ static void dispatch(struct stream *st)
     }
     if (st->method == METHOD_HEALTH) {
         answer_health(st, b + GRPC_PREFIX, mlen);
-        return;
-    }
-    if (*g->host->draining) {
-        answer_error(st, GRPC_UNAVAILABLE, "the daemon is shutting down");
         return;
     }
     if (!st->authorized) {
@@ -431,6 +426,8 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
 
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
+    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK))
+        grpc_drain_acked(user);
     if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;

@@ -65,6 +65,8 @@ struct gconn {
     int closing;     /* read nothing more into nghttp2: end once written */
     int mute;        /* a flood: send nothing more either */
     int proto_error; /* ended for a protocol error or a flood (counted once) */
+    int notice;      /* a drain's shutdown notice is out; the final GOAWAY is not */
+    int acked;       /* the PING sent with the notice is acknowledged */
     LIST_HEAD(, stream) streams;
     LIST_ENTRY(gconn) link;
 };
@@ -77,6 +79,9 @@ struct grpc {
     uint32_t max_streams;
     int64_t idle_us;
     LIST_HEAD(, gconn) conns;
+    /* A drain's shutdown notices were sent GRPC_DRAIN_NOTICE_US ago. */
+    struct event notice_timer;
+    int notice_over;
     /* Freed streams kept for the next ones (grpc_call.c). */
     LIST_HEAD(, stream) spare;
     size_t nspare;
@@ -86,6 +91,10 @@ struct grpc {
     struct grpc_pool pool;
     nghttp2_mem mem;
 };
+
+/* The peer acknowledged the PING sent with a drain's shutdown notice: it
+ * has read the notice (grpc.c's grpc_drain says what follows). */
+void grpc_drain_acked(struct gconn *c);
 
 /* A stream of c was answered by the core outside c's own callbacks: c is
  * written at the end of this loop turn, with the other replies of the

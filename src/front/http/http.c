@@ -58,6 +58,9 @@
 
 #define HTTP_READ_CHUNK 16384  /* bytes read at once */
 #define HTTP_LINGER_US 2000000 /* reading what a closed client still sends */
+/* In a drain, how long a connection that has carried no request yet may
+ * wait for its first one (drain_may_close). */
+#define HTTP_DRAIN_FIRST_US 1000000
 
 static void settle(struct conn *c);
 
@@ -100,8 +103,26 @@ static int conn_quiet(const struct conn *c)
            c->in.len == 0 && !http_parse_started(&c->parse);
 }
 
+/* A drain closes a quiet connection at once, except one that has carried
+ * no request yet, for HTTP_DRAIN_FIRST_US after it was accepted (it
+ * keeps the drain from ending, first_awaited): its client
+ * connected to send one, which may be on its way (a client whose request
+ * meets a close sees a failure, not a reason to retry; and in a hand-over
+ * it could not have known the socket was about to change process). */
+static int first_awaited(const struct conn *c)
+{
+    return !c->served && !c->fc.lingering &&
+           util_monotonic_us() < c->fc.last_us + HTTP_DRAIN_FIRST_US;
+}
+
+static int drain_may_close(const struct conn *c)
+{
+    return !c->fc.lingering && conn_quiet(c) && !first_awaited(c);
+}
+
 struct slot *http_slot_new(struct conn *c)
 {
+    c->served = 1;
     struct slot *s = &c->slots[(c->head + c->count) % HTTP_PIPELINE_MAX];
     c->count++;
     s->c = c;
@@ -267,6 +288,8 @@ static int64_t timer_deadline(const struct conn *c)
     const struct http *h = c->h;
     if (c->fc.lingering)
         return c->fc.linger_until_us;
+    if (h->l.draining && !c->served && !c->req_start_us)
+        return c->fc.last_us + HTTP_DRAIN_FIRST_US; /* drain_may_close */
     if (c->req_start_us && !c->closing) {
         int64_t deadline = c->fc.last_us + h->idle_us;
         if (c->req_start_us + h->request_us < deadline)
@@ -330,7 +353,7 @@ static void settle(struct conn *c)
         conn_free(c);
         return;
     }
-    if (h->l.draining && !c->fc.lingering && conn_quiet(c)) {
+    if (h->l.draining && drain_may_close(c)) {
         conn_free(c);
         return;
     }
@@ -435,12 +458,12 @@ static struct front *http_new(const struct front_host *host, const struct front 
     main_s->tls = TLS_LISTEN;
     if (admin_s)
         admin_s->tls = TLS_ADMIN_LISTEN;
-    if (listener_start(&h->l) < 0) {
-        snprintf(err, errlen, "cannot watch the listening sockets");
-        http_free(&h->base);
-        return NULL;
-    }
     return &h->base;
+}
+
+static int http_start(struct front *f)
+{
+    return listener_start(&http_of(f)->l);
 }
 
 static void http_drain(struct front *f)
@@ -449,8 +472,10 @@ static void http_drain(struct front *f)
     listener_drain(&h->l);
     for (struct conn *c = h->conns, *next; c; c = next) {
         next = c->next;
-        if (!c->fc.lingering && conn_quiet(c))
+        if (drain_may_close(c))
             conn_free(c);
+        else if (!c->busy)
+            arm_timer(c); /* a first request's wait is shorter now */
     }
 }
 
@@ -458,7 +483,7 @@ static int http_idle(const struct front *f)
 {
     const struct http *h = (const struct http *)f;
     for (const struct conn *c = h->conns; c; c = c->next)
-        if (c->count || c->out_off < c->out.len || front_io_pending(&c->fc.io))
+        if (c->count || c->out_off < c->out.len || front_io_pending(&c->fc.io) || first_awaited(c))
             return 0;
     return 1;
 }
@@ -467,6 +492,7 @@ const struct front_ops http_front = {
     .name = "http",
     .enabled = http_enabled,
     .new = http_new,
+    .start = http_start,
     .apply_config = http_apply_config,
     .drain = http_drain,
     .idle = http_idle,

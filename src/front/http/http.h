@@ -18,9 +18,10 @@
 /* The HTTP front's row of front_all (front.c). Its apply_config: max_body,
  * idle_timeout, request_timeout, max_connections and the token apply at
  * once, to open connections too. Its drain: stops accepting; closes idle
- * keep-alive connections; new requests get 503 shutting_down and
- * Connection: close; answers in flight are still written (the worker ends
- * the loop at the drain's backstop, worker.h). Its free: pending checks are
+ * keep-alive connections (one that has carried no request yet may wait a
+ * moment for its first); requests still arriving are answered, with
+ * Connection: close (the backend is there until the loop ends); answers in flight are still written
+ * (the worker ends the loop at the drain's backstop, worker.h). Its free: pending checks are
  * cancelled with check_cancel. */
 extern const struct front_ops http_front;
 

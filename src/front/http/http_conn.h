@@ -56,6 +56,7 @@ struct conn {
     int over_limit;       /* came past max_connections: its first request gets 503 */
     int closing;          /* no further request: close once the answers are written */
     int busy;             /* inside one of this connection's callbacks */
+    int served;           /* has carried a request */
     struct conn *prev, *next;
 };
 

@@ -403,8 +403,6 @@ void http_route(struct conn *c, const struct http_request *req)
                           NULL);
     else if (!http_route_allows(r, req->method))
         http_answer_error(s, RC_METHOD_NOT_ALLOWED, r->use, "Allow", r->allow);
-    else if (r->guarded && *c->h->host->draining)
-        http_answer_error(s, RC_SHUTTING_DOWN, "the daemon is shutting down", "Retry-After", "1");
     else if (r->guarded && !authorized(c))
         http_answer_error(s, RC_UNAUTHORIZED, "a valid Authorization: Bearer token is required",
                           "WWW-Authenticate", "Bearer");

@@ -43,6 +43,7 @@
 #include "front/listener.h"
 #include "front/tls.h"
 #include "lib/buf.h"
+#include "lib/timer.h"
 
 #define GRPC_READ_CHUNK 16384
 /* nghttp2's RST_STREAM token bucket (CVE-2023-44487): a burst, then so

@@ -33,6 +33,7 @@
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
+#include "status.h"
 #include "watch.h"
 #include "worker.h"
 
@@ -477,6 +478,10 @@ static int start_process(struct server *srv)
     }
     srv->notify = notify_new(srv->base);
     char err[RL_ERRLEN * 2];
+    if (!(srv->status = status_new(srv, err, sizeof err))) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
     if (start_handover(srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
@@ -620,6 +625,7 @@ static void stop(struct server *srv, struct main_events *ev)
     handover_free(srv->handover);
     listen_fds_free(srv->sockets);
     notify_free(srv->notify);
+    status_free(srv->status);
     if (ev->sigterm)
         event_free(ev->sigterm);
     if (ev->sigint)

@@ -20,6 +20,7 @@ struct watch;
 struct handover;
 struct listen_fds;
 struct notify;
+struct status;
 struct worker;
 
 struct server {
@@ -32,6 +33,7 @@ struct server {
     struct config *config; /* current snapshot; one reference held here */
     struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;
+    struct status *status;    /* the status page's history (status.h) */
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */
     /* What every worker's backends share (backend/registry.h): the

@@ -24,6 +24,7 @@
 #include "front/registry.h"
 #include "notify.h"
 #include "server.h"
+#include "status.h"
 #include "worker.h"
 
 /* Per-check warnings: at most one line a second per site and worker. */
@@ -113,6 +114,19 @@ static char *metrics_text(void *arg)
     char *text = metrics_render(sum, &g);
     metrics_free(sum);
     return text;
+}
+
+/* front_host: the status page's JSON, of this worker's snapshot. */
+static void status_text(void *arg, struct buf *out)
+{
+    const struct worker *w = arg;
+    status_json(w->srv, w->core.config, out);
+}
+
+static void rates_text(void *arg, int seconds, struct buf *out)
+{
+    const struct worker *w = arg;
+    status_rates_json(w->srv, w->core.config, seconds, out);
 }
 
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
@@ -252,6 +266,8 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .unready_reason = unready_reason,
                                   .ready_detail = ready_detail,
                                   .metrics_text = metrics_text,
+                                  .status_json = status_text,
+                                  .rates_json = rates_text,
                                   .maybe_idle = maybe_idle,
                                   .arg = w};
     pthread_mutex_init(&w->mail_lock, NULL);

@@ -78,6 +78,9 @@ dpkg-dev
 fakeroot
 lintian               # tools/package.sh: no error, no warning
 prometheus            # promtool: test_monitoring.py (the server never starts)
+chromium              # test_status_page.py: the status page in a real browser
+chromium-driver       # ... driven through WebDriver
+python3-selenium
 faketime              # test_calendar.py: the daemon and redis-server at a chosen date
 systemd               # systemd-socket-activate: test_socket_activation.py; systemd-analyze: test_systemd.py
 LIST

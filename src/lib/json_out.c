@@ -135,6 +135,20 @@ void json_out_int(struct json_out *j, int64_t v)
     j->comma = 1;
 }
 
+void json_out_thousandths(struct json_out *j, int64_t v)
+{
+    sep(j);
+    if (v < 0) {
+        buf_append_char(j->b, '-');
+        v = -v;
+    }
+    buf_append_int(j->b, (long long)(v / 1000));
+    char frac[5] = {'.', (char)('0' + v / 100 % 10), (char)('0' + v / 10 % 10),
+                    (char)('0' + v % 10), 0};
+    buf_append(j->b, frac, 4);
+    j->comma = 1;
+}
+
 void json_out_bool(struct json_out *j, int v)
 {
     sep(j);

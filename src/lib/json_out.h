@@ -61,6 +61,9 @@ void json_out_cstr(struct json_out *j, const char *s);
 
 void json_out_int(struct json_out *j, int64_t v);
 
+/* v / 1000 with three decimals (1234 -> 1.234): a latency in ms from µs. */
+void json_out_thousandths(struct json_out *j, int64_t v);
+
 void json_out_bool(struct json_out *j, int v);
 
 void json_out_null(struct json_out *j);

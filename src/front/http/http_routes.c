@@ -19,6 +19,8 @@
 #include "config/domains_dump.h"
 #include "core/check.h"
 #include "core/metrics.h"
+#include "core/rate_headers.h"
+#include "core/rates.h"
 #include "core/rls.h"
 #include "front/http/admin.h"
 #include "front/http/auth.h"
@@ -28,6 +30,7 @@
 #include "front/http/lease_json.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
+#include "front/http/ui_page.h"
 #include "lib/buf.h"
 #include "lib/client_ip.h"
 #include "lib/json_out.h"
@@ -311,6 +314,58 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
     buf_free(&b);
 }
 
+/* ---- the status page (docs/status-page.md) ---- */
+
+/* GET / and /ui/: the page, without a token (it asks for one, for its JSON
+ * calls), under a policy that runs its own inline blocks and nothing else. */
+static void start_page(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    rate_headers_add_ref(&hs, "Content-Security-Policy", ui_page_csp);
+    http_close_if_draining(s);
+    response_body_headers(&s->out, 200, "text/html; charset=utf-8", &hs, ui_page_html, ui_page_len,
+                          s->flags);
+    http_slot_ready(s, 200);
+}
+
+static void start_status(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    const struct front_host *h = s->c->h->host;
+    struct buf b = {0};
+    h->status_json(h->arg, &b);
+    buf_append_char(&b, '\0');
+    http_answer_body(s, 200, NULL, b.data);
+    buf_free(&b);
+}
+
+/* GET /v1/rates?seconds=N: 1 to RATES_SECONDS, 300 by default. */
+static void start_rates(struct slot *s, const struct http_request *req)
+{
+    const struct front_host *h = s->c->h->host;
+    size_t len = 0;
+    const char *v = query_param(req->url, "seconds", &len);
+    long seconds = RATES_SECONDS;
+    if (v) {
+        char num[8];
+        char *end;
+        snprintf(num, sizeof num, "%.*s", (int)(len < sizeof num ? len : sizeof num - 1), v);
+        seconds = strtol(num, &end, 10);
+        if (len == 0 || len >= sizeof num || *end || seconds < 1 || seconds > RATES_SECONDS) {
+            http_answer_error(s, RC_BAD_REQUEST, "seconds must be a whole number from 1 to 300",
+                              NULL, NULL);
+            return;
+        }
+    }
+    struct buf b = {0};
+    h->rates_json(h->arg, (int)seconds, &b);
+    buf_append_char(&b, '\0');
+    http_answer_body(s, 200, NULL, b.data);
+    buf_free(&b);
+}
+
 /* ---- the table ---- */
 
 #define M(m) HTTP_ROUTE_METHOD(HTTP_##m)
@@ -333,6 +388,12 @@ static const struct http_route routes[] = {
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},
     /* Where and as the keys API is: it shows every limit. */
     {"/rlconfig", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rlconfig},
+    /* The status page's JSON shows what the keys API shows; the page
+     * itself holds nothing and must load to ask for the token. */
+    {"/v1/status", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_status},
+    {"/v1/rates", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rates},
+    {"/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
+    {"/ui/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
 };
 
 unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen)

@@ -494,15 +494,22 @@ void response_error(struct buf *out, enum request_code code, const char *message
     error_answer(out, code, message, &hs, flags);
 }
 
-void response_body(struct buf *out, int status, const char *content_type, const char *body,
-                   size_t len, unsigned flags)
+void response_body_headers(struct buf *out, int status, const char *content_type,
+                           const struct rate_headers *hs, const char *body, size_t len,
+                           unsigned flags)
 {
     size_t start = out->len;
     buf_append(out, body, len);
     /* finish adds the one final newline: drop the body's own. */
     if (len && body[len - 1] == '\n')
         out->len--;
-    finish(out, start, status, content_type, NULL, flags);
+    finish(out, start, status, content_type, hs, flags);
+}
+
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags)
+{
+    response_body_headers(out, status, content_type, NULL, body, len, flags);
 }
 
 void response_continue(struct buf *out)

@@ -22,6 +22,8 @@
 #include "core/request_error.h"
 #include "lib/buf.h"
 
+struct rate_headers;
+
 /* How one response is written (flags, or-ed). */
 #define RESPONSE_HEAD 1u       /* the request was HEAD: headers only */
 #define RESPONSE_CLOSE 2u      /* Connection: close (the front then closes) */
@@ -88,6 +90,12 @@ void response_error(struct buf *out, enum request_code code, const char *message
  * metrics text with its content type; NULL: application/json). */
 void response_body(struct buf *out, int status, const char *content_type, const char *body,
                    size_t len, unsigned flags);
+
+/* The same with headers of the caller's (hs: NULL for none), such as the
+ * status page's Content-Security-Policy. */
+void response_body_headers(struct buf *out, int status, const char *content_type,
+                           const struct rate_headers *hs, const char *body, size_t len,
+                           unsigned flags);
 
 /* "HTTP/1.1 100 Continue" and its blank line. */
 void response_continue(struct buf *out);

@@ -17,7 +17,10 @@
 
 struct ring {
     char name[POLICY_NAME_MAX + 1];
-    uint64_t base_allowed, base_denied; /* the running totals at `last` */
+    /* The running totals at `last`. They start at 0, as the process's
+     * counters do (metrics.c never forgets a policy): what came before
+     * the first word counts in its second. */
+    uint64_t base_allowed, base_denied;
     uint32_t allowed[RATES_SECONDS], denied[RATES_SECONDS];
 };
 
@@ -92,7 +95,6 @@ void rates_record(struct rates *r, int64_t sec, const char *policy, uint64_t all
         g = &r->rings[r->n++];
         memset(g, 0, sizeof *g);
         strcpy(g->name, policy); /* fits: checked above */
-        g->base_allowed = allowed, g->base_denied = denied;
     }
     /* A clock stepped back writes into the last second rather than the past. */
     size_t slot = (size_t)(r->last % RATES_SECONDS);

@@ -29,10 +29,10 @@ struct rates *rates_new(void);
 /* NULL is a no-op. */
 void rates_free(struct rates *r);
 
-/* policy's running totals at wall-clock second sec (seconds since the
- * epoch). The first word on a policy sets its base and counts nothing;
- * seconds skipped since the last word are zeros, and the second sec holds
- * everything since. A total that went down (it never should) counts 0. */
+/* policy's running totals (since the process started) at wall-clock
+ * second sec (seconds since the epoch). Seconds skipped since the last
+ * word are zeros, and the second sec holds everything since. A total that
+ * went down (it never should) counts 0. */
 void rates_record(struct rates *r, int64_t sec, const char *policy, uint64_t allowed,
                   uint64_t denied);
 

@@ -27,6 +27,7 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "core/backend.h"
+#include "core/overrides.h"
 #include "handover.h"
 #include "lib/listen_fds.h"
 #include "lib/timer.h"
@@ -459,6 +460,16 @@ static int start_handover(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* Every second: an expired override stops applying at its expiry on its
+ * own (overrides_apply); this removes it, logged and counted, once. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *srv = arg;
+    (void)fd;
+    (void)what;
+    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log);
+}
+
 /* The process-wide parts, before any worker: the hash seed, the main loop,
  * systemd's notifier, the failure_mode local store, the state pipe. */
 static int start_process(struct server *srv)
@@ -490,6 +501,13 @@ static int start_process(struct server *srv)
         backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
     if (!srv->backends) {
         fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
+    srv->overrides = overrides_new(srv->hash_seed);
+    struct timeval second = {1, 0};
+    if (!(srv->sweep_ev = event_new(srv->base, -1, EV_PERSIST, on_sweep, srv)) ||
+        event_add(srv->sweep_ev, &second) < 0) {
+        fprintf(stderr, "ratelimitd: cannot create a timer\n");
         return -1;
     }
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
@@ -622,6 +640,9 @@ static void stop(struct server *srv, struct main_events *ev)
         if (srv->state_pipe[i] >= 0)
             close(srv->state_pipe[i]);
     backend_registry_shared_free(srv->backends);
+    if (srv->sweep_ev)
+        event_free(srv->sweep_ev);
+    overrides_free(srv->overrides);
     handover_free(srv->handover);
     listen_fds_free(srv->sockets);
     notify_free(srv->notify);

@@ -16,6 +16,8 @@
 
 struct event_base;
 struct backend_shared;
+struct event;
+struct overrides;
 struct watch;
 struct handover;
 struct listen_fds;
@@ -40,6 +42,10 @@ struct server {
      * in-memory store of failure_mode local and backend: memory, so that
      * limits stay exact however requests are spread. */
     struct backend_shared *backends;
+    /* Run-time overrides (core/overrides.h), read by every worker; the
+     * main loop removes the expired ones every second (sweep_ev). */
+    struct overrides *overrides;
+    struct event *sweep_ev;
     int state_pipe[2];      /* a worker's backend readiness changed: a byte */
     struct event *state_ev; /* reads state_pipe[0] on the main loop */
     /* Every listening socket, passed at start or bound, by field: what a

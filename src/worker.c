@@ -21,6 +21,8 @@
 #include "core/deny_cache.h"
 #include "core/local_lease_calls.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
+#include "core/overrides.h"
 #include "front/registry.h"
 #include "notify.h"
 #include "server.h"
@@ -44,6 +46,15 @@ static void on_backend_state(void *arg, int ready)
 static void on_reset_seen(void *arg, const char *policy, const char *key, size_t keylen)
 {
     core_forget_key(arg, policy, key, keylen);
+    /* The listener (re)subscribed: override changes may have been missed
+     * too. */
+    if (!policy)
+        override_change_reload(arg);
+}
+
+static void on_override_seen(void *arg, const char *json, size_t len)
+{
+    override_change_heard(arg, json, len);
 }
 
 /* A drain ends once no check is in flight and every front is idle. */
@@ -113,7 +124,17 @@ static char *metrics_text(void *arg)
     }
     char *text = metrics_render(sum, &g);
     metrics_free(sum);
-    return text;
+    const struct config *cfg = w->core.config;
+    const char **names = xcalloc(cfg->npolicies + 1, sizeof *names);
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        names[i] = cfg->policies[i].name;
+    struct buf b = {0};
+    buf_append_str(&b, text);
+    free(text);
+    overrides_metrics(srv->overrides, names, cfg->npolicies, util_realtime_us(), &b);
+    free(names);
+    buf_append_char(&b, '\0');
+    return b.data;
 }
 
 /* front_host: the status page's JSON, of this worker's snapshot. */
@@ -255,6 +276,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .error_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .backend_pending = &srv->backend_pending,
+                                  .overrides = srv->overrides,
                                   .idle = maybe_idle,
                                   .idle_arg = w},
                          .wake = {-1, -1}};
@@ -291,6 +313,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         core->leases = local_lease_new(w->srv->hash_seed ^ w->id ^ 0x6c65617365ULL);
     backend_on_state(core->backend, on_backend_state, w);
     backend_on_reset(core->backend, on_reset_seen, core);
+    backend_on_override(core->backend, on_override_seen, core);
     core->backend->ops->watch_resets(core->backend, cfg);
     w->backend_up = backend_ready(core->backend);
     return make_fronts(w, cfg, err, errlen);

@@ -22,6 +22,7 @@
 #include "core/lease_id.h"
 #include "core/local_lease_calls.h"
 #include "core/metrics.h"
+#include "core/overrides.h"
 #include "core/pending.h"
 
 struct check {
@@ -480,6 +481,11 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
     c->ctx = ctx;
     c->started_us = util_monotonic_us();
     core->inflight++;
+    if (core->overrides) {
+        int64_t now = util_realtime_us();
+        for (size_t i = 0; i < c->req.nchecks; i++)
+            overrides_apply(core->overrides, &c->req.checks[i], now);
+    }
     int nonce_failed = 0;
     for (size_t i = 0; !c->req.dry_run && i < c->req.nchecks; i++) {
         if (policy_has_concurrency(c->req.checks[i].policy)) {

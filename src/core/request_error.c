@@ -42,6 +42,10 @@ static const struct {
     [RC_BACKEND_UNAVAILABLE] = {"backend_unavailable", 503},
     [RC_OVERLOADED] = {"overloaded", 503},
     [RC_TOO_MANY_CONNECTIONS] = {"too_many_connections", 503},
+    [RC_INVALID_BODY] = {"invalid_body", 400},
+    [RC_UNKNOWN_TIER] = {"unknown_tier", 400},
+    [RC_INVALID_TTL] = {"invalid_ttl", 400},
+    [RC_OVERRIDE_NOT_FOUND] = {"override_not_found", 404},
 };
 
 /* A code added to the enum without a row fails the build here (a row left

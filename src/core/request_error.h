@@ -52,6 +52,10 @@ enum request_code {
     RC_BACKEND_UNAVAILABLE,
     RC_OVERLOADED,
     RC_TOO_MANY_CONNECTIONS,
+    RC_INVALID_BODY,
+    RC_UNKNOWN_TIER,
+    RC_INVALID_TTL,
+    RC_OVERRIDE_NOT_FOUND,
     RC_COUNT /* not a code: the table's size */
 };
 

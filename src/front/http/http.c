@@ -47,6 +47,7 @@
 #include "core/check.h"
 #include "core/lease.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
 #include "core/rls.h"
 #include "front/http/admin.h"
 #include "front/http/http.h"
@@ -74,6 +75,8 @@ static void conn_free(struct conn *c)
             check_cancel(c->slots[i].check);
         if (c->slots[i].reset)
             reset_cancel(c->slots[i].reset);
+        if (c->slots[i].ovr)
+            override_change_cancel(c->slots[i].ovr);
         if (c->slots[i].rls)
             rls_cancel(c->slots[i].rls);
         if (c->slots[i].lease)
@@ -128,6 +131,7 @@ struct slot *http_slot_new(struct conn *c)
     s->c = c;
     s->check = NULL;
     s->reset = NULL;
+    s->ovr = NULL;
     s->rls = NULL;
     s->lease = NULL;
     s->state = SLOT_WAITING;

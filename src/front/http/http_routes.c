@@ -19,10 +19,13 @@
 #include "config/domains_dump.h"
 #include "core/check.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
+#include "core/override_json.h"
 #include "core/rate_headers.h"
 #include "core/rates.h"
 #include "core/rls.h"
 #include "front/http/admin.h"
+#include "front/http/admin_overrides.h"
 #include "front/http/auth.h"
 #include "front/http/check_json.h"
 #include "front/http/http_conn.h"
@@ -34,6 +37,7 @@
 #include "lib/buf.h"
 #include "lib/client_ip.h"
 #include "lib/json_out.h"
+#include "lib/sha1.h"
 
 static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -176,6 +180,8 @@ static void start_renew(struct slot *s, const struct http_request *req)
     start_lease(s, req, 1);
 }
 
+static const char *query_param(const char *url, const char *name, size_t *len);
+
 /* ---- the admin API on keys (admin.h) ---- */
 
 static void on_inspect_reply(void *ctx, const struct verdict *v)
@@ -190,6 +196,16 @@ static void on_reset_reply(void *ctx, const struct reset_result *res)
     struct slot *s = ctx;
     s->reset = NULL;
     http_slot_answered(s, admin_render_reset(&s->out, res, s->flags));
+}
+
+/* The client's address, for the log line of a change. */
+static const char *peer_of(const struct conn *c, char peer[CLIENT_IP_TEXT])
+{
+    if (c->peer.family == AF_UNSPEC)
+        snprintf(peer, CLIENT_IP_TEXT, "unix");
+    else
+        client_ip_format(&c->peer, peer);
+    return peer;
 }
 
 /* GET or HEAD looks at a key (a dry run through the core), DELETE resets it. */
@@ -210,15 +226,109 @@ static void start_keys(struct slot *s, const struct http_request *req)
             s->check = ch;
         return;
     }
-    /* The client's address for the reset's log line. */
     char peer[CLIENT_IP_TEXT];
-    if (s->c->peer.family == AF_UNSPEC)
-        snprintf(peer, sizeof peer, "unix");
-    else
-        client_ip_format(&s->c->peer, peer);
-    struct reset *r = admin_reset_start(core, &t, peer, on_reset_reply, s);
+    struct reset *r = admin_reset_start(core, &t, peer_of(s->c, peer), on_reset_reply, s);
     if (s->state == SLOT_WAITING)
         s->reset = r;
+}
+
+/* ---- the admin API on run-time overrides (admin_overrides.h) ---- */
+
+static void on_override_reply(void *ctx, const struct override_change_result *res)
+{
+    struct slot *s = ctx;
+    s->ovr = NULL;
+    http_slot_answered(s, admin_overrides_render_change(&s->out, res, s->flags));
+}
+
+/* Who made a change, for its log line and its "by": the token's identity
+ * is the start of its SHA-1 (never the token), "none" without one. */
+static void token_identity(const struct conn *c, char out[24])
+{
+    char hex[41];
+    if (!c->h->l.token) {
+        snprintf(out, 24, "none");
+        return;
+    }
+    sha1_hex(c->h->l.token, c->h->l.token_len, hex);
+    snprintf(out, 24, "sha1:%.12s", hex);
+}
+
+/* GET /v1/overrides/<policy>: a page, from ?cursor= for ?limit=. */
+static void list_overrides(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    const char *name = req->path + strlen(ADMIN_OVERRIDES_PREFIX);
+    const struct policy *p = config_find_policy(core->config, name);
+    if (!p) {
+        http_answer_error(s, RC_UNKNOWN_POLICY_IN_PATH, "no such policy", NULL, NULL);
+        return;
+    }
+    size_t clen = 0, llen = 0;
+    const char *cur = query_param(req->url, "cursor", &clen);
+    const char *lim = query_param(req->url, "limit", &llen);
+    char after[POLICY_KEY_MAX], num[16], why[RL_ERRLEN];
+    long alen = cur ? admin_overrides_cursor(cur, clen, after) : 0;
+    int64_t max = ADMIN_OVERRIDES_PAGE_DEFAULT;
+    snprintf(num, sizeof num, "%.*s", (int)(llen < 15 ? llen : 15), lim ? lim : "");
+    if (alen < 0) {
+        http_answer_error(s, RC_INVALID_REQUEST, "cursor is not one this API gave", NULL, NULL);
+        return;
+    }
+    if (lim && (llen > 15 ||
+                util_parse_int64(num, 1, ADMIN_OVERRIDES_PAGE_MAX, &max, why, sizeof why) < 0)) {
+        http_answer_error(s, RC_INVALID_REQUEST, "limit must be an integer from 1 to 1000", NULL,
+                          NULL);
+        return;
+    }
+    struct override **v;
+    size_t n;
+    int more;
+    overrides_page(core->overrides, p->name, cur ? after : NULL, (size_t)alen, (size_t)max,
+                   util_realtime_us(), &v, &n, &more);
+    http_slot_answered(s, admin_overrides_render_page(&s->out, p->name, v, n, more, s->flags));
+    for (size_t i = 0; i < n; i++)
+        override_free(v[i]);
+    free(v);
+}
+
+/* PUT sets a key's override, GET (HEAD) reads it, DELETE removes it. */
+static void start_overrides(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    if (!strchr(req->path + strlen(ADMIN_OVERRIDES_PREFIX), '/') && req->method != HTTP_PUT &&
+        req->method != HTTP_DELETE) {
+        list_overrides(s, req);
+        return;
+    }
+    struct admin_target t;
+    struct request_error err;
+    if (admin_parse_path_in(core->config, ADMIN_OVERRIDES_PREFIX, req->path, &t, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        return;
+    }
+    int64_t now = util_realtime_us();
+    struct override *o = NULL;
+    if (req->method == HTTP_GET || req->method == HTTP_HEAD) {
+        o = overrides_get(core->overrides, t.base->name, t.key, t.keylen, now);
+        http_slot_answered(s, admin_overrides_render_one(&s->out, o, s->flags));
+        override_free(o);
+        free(t.key);
+        return;
+    }
+    if (req->method == HTTP_PUT && override_body_parse(t.base, t.policy, t.key, t.keylen, req->body,
+                                                       req->body_len, now, &o, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        free(t.key);
+        return;
+    }
+    char peer[CLIENT_IP_TEXT], token[24];
+    token_identity(s->c, token);
+    struct override_change *ch = override_change_start(
+        core, o, t.base->name, t.key, t.keylen, peer_of(s->c, peer), token, on_override_reply, s);
+    free(t.key);
+    if (s->state == SLOT_WAITING)
+        s->ovr = ch;
 }
 
 /* ---- health and metrics ---- */
@@ -383,6 +493,8 @@ static const struct http_route routes[] = {
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},
     {ADMIN_KEYS_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(DELETE), "use GET, HEAD or DELETE",
      "GET, HEAD, DELETE", 1, start_keys},
+    {ADMIN_OVERRIDES_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(PUT) | M(DELETE),
+     "use GET, HEAD, PUT or DELETE", "GET, HEAD, PUT, DELETE", 1, start_overrides},
     {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
     {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},

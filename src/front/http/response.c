@@ -110,7 +110,8 @@ static void ms_or_null(struct json_out *j, int64_t us)
 }
 
 void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
-                        const struct tier_result *next, enum response_tier_form form)
+                        const struct tier_result *next, enum response_tier_form form,
+                        const char *limit_source)
 {
     json_out_begin(j, '{');
     json_out_lkey(j, "name");
@@ -123,6 +124,10 @@ void response_tier_json(struct json_out *j, const struct tier *t, const struct t
     }
     json_out_lkey(j, "limit");
     json_out_int(j, now->limit);
+    if (limit_source) {
+        json_out_lkey(j, "limit_source");
+        json_out_cstr(j, limit_source);
+    }
     json_out_lkey(j, "remaining");
     json_out_int(j, now->remaining);
     json_out_lkey(j, "reset_ms");
@@ -174,7 +179,7 @@ static void checks_json(struct json_out *j, const struct check_request *req,
         json_out_lkey(j, "tiers");
         json_out_begin(j, '[');
         for (size_t t = 0; t < p->ntiers; t++, r++)
-            response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK);
+            response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK, NULL);
         json_out_end(j, ']');
         json_out_end(j, '}');
     }

@@ -61,9 +61,11 @@ enum response_tier_form {
  * every answer. now gives limit, remaining and reset_ms; next gives
  * allowed, retry_after_ms and delay_ms (leaky_bucket only). A check passes
  * its result as both; an inspection its state at cost 0 (now) and what a
- * request of cost 1 would get (next). */
+ * request of cost 1 would get (next). limit_source (NULL: left out) is
+ * where the limit in force came from (an inspection's). */
 void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
-                        const struct tier_result *next, enum response_tier_form form);
+                        const struct tier_result *next, enum response_tier_form form,
+                        const char *limit_source);
 
 /* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
  * protojson of RateLimitResponse (enum names as strings, zero fields left

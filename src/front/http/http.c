@@ -48,6 +48,7 @@
 #include "core/lease.h"
 #include "core/metrics.h"
 #include "core/rls.h"
+#include "core/top_keys.h"
 #include "front/http/admin.h"
 #include "front/http/http.h"
 #include "front/http/http_conn.h"
@@ -78,6 +79,7 @@ static void conn_free(struct conn *c)
             rls_cancel(c->slots[i].rls);
         if (c->slots[i].lease)
             lease_cancel(c->slots[i].lease);
+        top_query_cancel(c->slots[i].top);
         buf_free(&c->slots[i].out);
     }
     front_conn_fini(&c->fc);
@@ -130,6 +132,7 @@ struct slot *http_slot_new(struct conn *c)
     s->reset = NULL;
     s->rls = NULL;
     s->lease = NULL;
+    s->top = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;

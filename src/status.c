@@ -15,6 +15,7 @@
 
 #include "build_info.h"
 #include "core/metrics.h"
+#include "core/overrides.h"
 #include "core/rates.h"
 #include "lib/json_out.h"
 #include "lib/timer.h"
@@ -176,8 +177,9 @@ static void tier_json(struct json_out *j, const struct tier *t)
     json_out_end(j, '}');
 }
 
-static void policies_json(struct json_out *j, const struct config *cfg)
+static void policies_json(struct json_out *j, struct overrides *ov, const struct config *cfg)
 {
+    int64_t now = util_realtime_us();
     json_out_lkey(j, "policies");
     json_out_begin(j, '[');
     for (size_t i = 0; i < cfg->npolicies; i++) {
@@ -191,7 +193,7 @@ static void policies_json(struct json_out *j, const struct config *cfg)
             tier_json(j, &p->tiers[t]);
         json_out_end(j, ']');
         json_out_lkey(j, "overrides");
-        json_out_int(j, 0);
+        json_out_int(j, (int64_t)overrides_policy_count(ov, p->name, now));
         json_out_end(j, '}');
     }
     json_out_end(j, ']');
@@ -294,7 +296,7 @@ void status_json(struct server *srv, const struct config *cfg, struct buf *out)
     json_out_cstr(&j, util_format_rfc3339(st->started_us, at));
     json_out_lkey(&j, "uptime_s");
     json_out_int(&j, (util_monotonic_us() - st->started_mono_us) / 1000000);
-    policies_json(&j, cfg);
+    policies_json(&j, srv->overrides, cfg);
     backend_json(&j, st, cfg);
     pthread_mutex_lock(&st->lock);
     history_json(&j, st);

@@ -23,7 +23,9 @@
 #include "core/metrics.h"
 #include "core/override_change.h"
 #include "core/overrides.h"
+#include "core/top_keys.h"
 #include "front/registry.h"
+#include "lib/siphash.h"
 #include "notify.h"
 #include "server.h"
 #include "status.h"
@@ -168,6 +170,7 @@ static void set_config(struct worker *w, struct config *cfg)
     else
         reset_deny_cache(w, cfg);
     local_lease_reload(core, cfg);
+    top_keys_reload(core->top, cfg);
     config_unref(core->config);
     core->config = cfg; /* checks in flight keep their own reference */
     core->backend->ops->watch_resets(core->backend, cfg);
@@ -176,6 +179,21 @@ static void set_config(struct worker *w, struct config *cfg)
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->apply_config(w->fronts[i], cfg);
+}
+
+/* This loop's sketches of the heaviest keys, named for the fleet's view
+ * "<host>:<pid>:<tag>/<worker>": the tag, from the secret seed through a
+ * one-way hash, tells apart two daemons that once had the same pid. */
+static void make_top(struct worker *w)
+{
+    char host[64] = "", member[128];
+    if (gethostname(host, sizeof host) < 0 || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    struct siphash_key k = siphash_key_from_seed(w->srv->hash_seed);
+    snprintf(member, sizeof member, "%s:%ld:%08llx/%u", host, (long)getpid(),
+             (unsigned long long)(siphash24(&k, "daemon", 6) & 0xffffffffULL), w->id);
+    w->core.top = top_keys_new(&w->core, member, w->srv->hash_seed ^ w->id ^ 0x746f70ULL);
 }
 
 /* The fronts stop taking checks and the loop ends once idle, or at the
@@ -187,6 +205,7 @@ static void drain(struct worker *w)
     w->draining = 1;
     /* Unspent blocks go back while Redis is still there to take them. */
     local_lease_drain(&w->core);
+    top_keys_flush(w->core.top);
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->drain(w->fronts[i]);
@@ -311,6 +330,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         return -1;
     if (core->backend->ops->local_leases)
         core->leases = local_lease_new(w->srv->hash_seed ^ w->id ^ 0x6c65617365ULL);
+    make_top(w);
     backend_on_state(core->backend, on_backend_state, w);
     backend_on_reset(core->backend, on_reset_seen, core);
     backend_on_override(core->backend, on_override_seen, core);
@@ -391,7 +411,10 @@ void worker_fini(struct worker *w)
 {
     /* The backend first: checks still waiting (after the drain's backstop)
      * complete as unavailable and are answered while their requests are
-     * alive; the fronts then close the connections and their sockets. */
+     * alive; the fronts then close the connections and their sockets. The
+     * sketches' timer hands over to the backend: it goes first. */
+    top_keys_free(w->core.top);
+    w->core.top = NULL;
     backend_free(w->core.backend);
     w->core.backend = NULL;
     /* In the reverse order of making. Each is out of the array before it

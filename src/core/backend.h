@@ -112,6 +112,24 @@ struct backend_lease_reply {
 
 typedef void (*backend_lease_done_fn)(void *arg, const struct backend_lease_reply *reply);
 
+/* One member's sketches of one minute (core/top_keys.h), as handed over. */
+struct backend_top_blob {
+    const char *member;
+    size_t member_len;
+    const char *data;
+    size_t len;
+};
+
+/* What top_get found: every member's sketches of the minutes asked (OK). */
+struct backend_top_reply {
+    enum backend_status status;
+    const struct backend_top_blob *blobs;
+    size_t n;
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+};
+
+typedef void (*backend_top_done_fn)(void *arg, const struct backend_top_reply *reply);
+
 struct backend;
 
 struct backend_ops {
@@ -140,6 +158,17 @@ struct backend_ops {
     /* Reads every stored override (reply.values). Same rule; NULL as above. */
     int (*override_load)(struct backend *b, const struct config *cfg, backend_override_done_fn done,
                          void *arg);
+    /* The heaviest keys (core/top_keys.h). top_put keeps member's sketches
+     * (data, len bytes) of policy and minute (unix time / 60) for
+     * TOP_KEYS_TTL_S, replacing what member handed over for them before,
+     * where every daemon sharing the backend reads them: sent with no
+     * completion, -1 when it cannot be sent now (the next tick sends it
+     * again). top_get reads every member's sketches of minutes lo .. hi:
+     * the same completion rule as decide. */
+    int (*top_put)(struct backend *b, const struct config *cfg, const char *policy, int64_t minute,
+                   const char *member, const char *data, size_t len);
+    int (*top_get)(struct backend *b, const struct config *cfg, const char *policy, int64_t lo,
+                   int64_t hi, backend_top_done_fn done, void *arg);
     /* Listens for resets announced under cfg's key_prefix (again after a
      * reload that changes it), reporting them to on_reset. */
     void (*watch_resets)(struct backend *b, const struct config *cfg);

@@ -24,6 +24,7 @@
 #include "core/metrics.h"
 #include "core/overrides.h"
 #include "core/pending.h"
+#include "core/top_keys.h"
 
 struct check {
     struct pending p; /* first: the life of the call */
@@ -81,6 +82,9 @@ static void count_checks(struct check *c, const struct verdict *v)
                 : p->shadow                          ? METRICS_SHADOW_DENIED
                                                      : METRICS_DENIED;
         metrics_check(c->core->metrics, p->name, d);
+        if (decided)
+            top_keys_count(c->core->top, c->cfg, &c->req.checks[i],
+                           !decision_check_allowed(&v->sum, i));
     }
 }
 

@@ -30,6 +30,7 @@ struct deny_cache;
 struct local_lease_table;
 struct metrics;
 struct overrides;
+struct top_keys;
 
 /* The access log's status field for a verdict. It is in the HTTP front's
  * numbering whichever front asked (response_status), which the core must
@@ -59,6 +60,9 @@ struct core {
     core_status_fn status_of;    /* for the access log; required when it is on */
     core_idle_fn idle;           /* NULL: nobody waits for idleness */
     void *idle_arg;
+
+    /* This loop's sketches of the heaviest keys (top_keys.h); NULL: none. */
+    struct top_keys *top;
 
     /* Hot keys' leased blocks (local_lease.h); NULL: none. */
     struct local_lease_table *leases;

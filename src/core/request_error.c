@@ -27,6 +27,7 @@ static const struct {
     [RC_INVALID_LIMIT] = {"invalid_limit", 400},
     [RC_INVALID_PATH] = {"invalid_path", 400},
     [RC_INVALID_FORMAT] = {"invalid_format", 400},
+    [RC_INVALID_QUERY] = {"invalid_query", 400},
     [RC_INVALID_LEASES] = {"invalid_leases", 400},
     [RC_NO_RELEASE_PATH] = {"no_release_path", 400},
     [RC_MISSING_KEY] = {"missing_key", 400},

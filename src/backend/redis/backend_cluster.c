@@ -22,6 +22,7 @@
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_tls.h"
 #include "backend/redis/resets.h"
+#include "backend/redis/top_store.h"
 #include "config/config.h"
 
 /* ---- resets (resets.h) ---- */
@@ -58,6 +59,36 @@ static struct cnode *sub_pick(struct backend_cluster *b)
             return cn;
     }
     return b->nodes[start % b->nnodes];
+}
+
+/* ---- the heaviest keys (top_store.h), on the policy's slot's master ---- */
+
+static struct redis_node *top_node(struct backend_cluster *b, const struct config *cfg,
+                                   const char *policy)
+{
+    if (!b->have_map)
+        return NULL;
+    struct buf key = {0};
+    top_store_key(&key, cfg->key_prefix, policy, 0);
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(key.data, key.len)];
+    buf_free(&key);
+    return cn ? cn->node : NULL;
+}
+
+static int cluster_top_put(struct backend *iface, const struct config *cfg, const char *policy,
+                           int64_t minute, const char *member, const char *data, size_t len)
+{
+    struct redis_node *n = top_node((struct backend_cluster *)iface, cfg, policy);
+    return n ? top_store_put(n, cfg->key_prefix, policy, minute, member, data, len) : -1;
+}
+
+static int cluster_top_get(struct backend *iface, const struct config *cfg, const char *policy,
+                           int64_t lo, int64_t hi, backend_top_done_fn done, void *arg)
+{
+    struct redis_node *n = top_node((struct backend_cluster *)iface, cfg, policy);
+    return n ? top_store_get(n, cfg->key_prefix, policy, lo, hi,
+                             "connection to a redis cluster node lost", done, arg)
+             : -1;
 }
 
 static void on_sub_down(void *arg, struct resets_listener *l, const char *why)
@@ -195,6 +226,8 @@ static const struct backend_ops cluster_ops = {
     .lease = cluster_calls_lease,
     .reset = cluster_reset,
     .watch_resets = cluster_watch_resets,
+    .top_put = cluster_top_put,
+    .top_get = cluster_top_get,
     .call_timeout_us = cluster_call_timeout_us,
     .note_timeout = cluster_note_timeout,
     .start = cluster_start,

@@ -28,6 +28,7 @@
 #include "backend/redis/redis_tls.h"
 #include "backend/redis/resets.h"
 #include "backend/redis/scripts.h"
+#include "backend/redis/top_store.h"
 #include "config/config.h"
 #include "config/redis_url.h"
 #include "core/metrics.h"
@@ -319,6 +320,23 @@ static int redis_reset(struct backend *iface, const struct config *cfg, const st
     return rc;
 }
 
+/* ---- the heaviest keys (top_store.h) ---- */
+
+static int redis_top_put(struct backend *iface, const struct config *cfg, const char *policy,
+                         int64_t minute, const char *member, const char *data, size_t len)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    return top_store_put(b->node, cfg->key_prefix, policy, minute, member, data, len);
+}
+
+static int redis_top_get(struct backend *iface, const struct config *cfg, const char *policy,
+                         int64_t lo, int64_t hi, backend_top_done_fn done, void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    return top_store_get(b->node, cfg->key_prefix, policy, lo, hi, "connection to redis lost", done,
+                         arg);
+}
+
 static void sub_start(struct backend_redis *b)
 {
     if (!b->channel || b->sub || !b->started || (b->sentinel && !b->master_known))
@@ -403,6 +421,8 @@ static const struct backend_ops redis_ops = {
     .lease = redis_lease,
     .reset = redis_reset,
     .watch_resets = redis_watch_resets,
+    .top_put = redis_top_put,
+    .top_get = redis_top_get,
     .call_timeout_us = redis_call_timeout_us,
     .note_timeout = redis_note_timeout,
     .start = redis_start,

@@ -49,6 +49,7 @@
 #include "core/metrics.h"
 #include "core/override_change.h"
 #include "core/rls.h"
+#include "core/top_keys.h"
 #include "front/http/admin.h"
 #include "front/http/http.h"
 #include "front/http/http_conn.h"
@@ -81,6 +82,7 @@ static void conn_free(struct conn *c)
             rls_cancel(c->slots[i].rls);
         if (c->slots[i].lease)
             lease_cancel(c->slots[i].lease);
+        top_query_cancel(c->slots[i].top);
         buf_free(&c->slots[i].out);
     }
     front_conn_fini(&c->fc);
@@ -134,6 +136,7 @@ struct slot *http_slot_new(struct conn *c)
     s->ovr = NULL;
     s->rls = NULL;
     s->lease = NULL;
+    s->top = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;

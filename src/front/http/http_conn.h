@@ -36,6 +36,7 @@ struct slot {
     struct override_change *ovr; /* while an override change is under way */
     struct rls_call *rls;        /* while a POST /json is decided; NULL otherwise */
     struct lease_call *lease;    /* while a /release or /renew is under way */
+    struct top_query *top;       /* while GET /v1/top is under way */
     struct buf out;              /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */

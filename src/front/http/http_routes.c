@@ -26,6 +26,7 @@
 #include "core/rls.h"
 #include "front/http/admin.h"
 #include "front/http/admin_overrides.h"
+#include "front/http/admin_top.h"
 #include "front/http/auth.h"
 #include "front/http/check_json.h"
 #include "front/http/http_conn.h"
@@ -180,8 +181,6 @@ static void start_renew(struct slot *s, const struct http_request *req)
     start_lease(s, req, 1);
 }
 
-static const char *query_param(const char *url, const char *name, size_t *len);
-
 /* ---- the admin API on keys (admin.h) ---- */
 
 static void on_inspect_reply(void *ctx, const struct verdict *v)
@@ -265,8 +264,8 @@ static void list_overrides(struct slot *s, const struct http_request *req)
         return;
     }
     size_t clen = 0, llen = 0;
-    const char *cur = query_param(req->url, "cursor", &clen);
-    const char *lim = query_param(req->url, "limit", &llen);
+    const char *cur = http_query_param(req->url, "cursor", &clen);
+    const char *lim = http_query_param(req->url, "limit", &llen);
     char after[POLICY_KEY_MAX], num[16], why[RL_ERRLEN];
     long alen = cur ? admin_overrides_cursor(cur, clen, after) : 0;
     int64_t max = ADMIN_OVERRIDES_PAGE_DEFAULT;
@@ -331,6 +330,29 @@ static void start_overrides(struct slot *s, const struct http_request *req)
         s->ovr = ch;
 }
 
+/* ---- the heaviest keys (admin_top.h) ---- */
+
+static void on_top_reply(void *ctx, const struct top_result *r)
+{
+    struct slot *s = ctx;
+    s->top = NULL;
+    http_slot_answered(s, admin_render_top(&s->out, r, s->flags));
+}
+
+static void start_top(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    struct admin_top_query q;
+    struct request_error err;
+    if (admin_top_parse(core->config, req->path, req->url, &q, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        return;
+    }
+    struct top_query *t = top_query_start(core, q.policy, q.by, q.window, q.n, on_top_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->top = t;
+}
+
 /* ---- health and metrics ---- */
 
 static void start_healthz(struct slot *s, const struct http_request *req)
@@ -375,25 +397,6 @@ static void start_metrics(struct slot *s, const struct http_request *req)
 
 /* ---- the loaded configuration (envoyproxy/ratelimit's /rlconfig) ---- */
 
-/* The value of the query parameter `name` in url (up to '&' or '#'), with
- * its length in *len; NULL if absent. No percent-decoding: the values
- * asked for here are plain words. */
-static const char *query_param(const char *url, const char *name, size_t *len)
-{
-    const char *p = strchr(url, '?');
-    size_t nlen = strlen(name);
-    while (p && *p && *p != '#') {
-        p++;
-        size_t plen = strcspn(p, "&#");
-        if (plen > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
-            *len = plen - nlen - 1;
-            return p + nlen + 1;
-        }
-        p += plen;
-    }
-    return NULL;
-}
-
 /* GET /rlconfig: the Envoy domains as understood (domains_dump.h), as
  * text, or as JSON with ?format=json or an Accept naming application/json
  * (?format=text wins over Accept). */
@@ -401,7 +404,7 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
 {
     const struct config *cfg = s->c->h->host->core->config;
     size_t flen = 0;
-    const char *format = query_param(req->url, "format", &flen);
+    const char *format = http_query_param(req->url, "format", &flen);
     int json;
     if (format && flen == 4 && strncmp(format, "json", 4) == 0) {
         json = 1;
@@ -456,7 +459,7 @@ static void start_rates(struct slot *s, const struct http_request *req)
 {
     const struct front_host *h = s->c->h->host;
     size_t len = 0;
-    const char *v = query_param(req->url, "seconds", &len);
+    const char *v = http_query_param(req->url, "seconds", &len);
     long seconds = RATES_SECONDS;
     if (v) {
         char num[8];
@@ -495,6 +498,7 @@ static const struct http_route routes[] = {
      "GET, HEAD, DELETE", 1, start_keys},
     {ADMIN_OVERRIDES_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(PUT) | M(DELETE),
      "use GET, HEAD, PUT or DELETE", "GET, HEAD, PUT, DELETE", 1, start_overrides},
+    {ADMIN_TOP_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_top},
     {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
     {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},

@@ -443,6 +443,12 @@ static void start_page(struct slot *s, const struct http_request *req)
     http_slot_ready(s, 200);
 }
 
+static void start_icon(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    http_answer_body(s, 200, "image/svg+xml", ui_icon_svg);
+}
+
 static void start_status(struct slot *s, const struct http_request *req)
 {
     (void)req;
@@ -510,6 +516,7 @@ static const struct http_route routes[] = {
     {"/v1/rates", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rates},
     {"/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
     {"/ui/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
+    {"/favicon.svg", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_icon},
 };
 
 unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen)

@@ -1,14 +1,16 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# embed.sh OUT.c page.html page.css page.js: builds the status page into the
+# embed.sh OUT.c page.html page.css page.js icon.svg: builds the status page into the
 # daemon as C strings, so that it is served offline and exactly as built:
 #   ui_page_html  page.html with page.css in place of @STYLE@ and page.js in
 #                 place of @SCRIPT@ (each inside its <style>/<script>)
 #   ui_page_csp   the Content-Security-Policy it is served with: 'self' and
 #                 the SHA-256 of those two inline blocks, so the page runs
 #                 under its own strict policy and nothing else would
+#   ui_icon_svg   its icon (/favicon.svg), which a browser would otherwise
+#                 ask for as /favicon.ico and log a 404 for
 set -eu
-out=$1 html=$2 css=$3 js=$4
+out=$1 html=$2 css=$3 js=$4 icon=$5
 tmp=$out.tmp
 trap 'rm -f "$tmp"' EXIT
 
@@ -42,6 +44,9 @@ page() {
     page | cstring
     echo '    ;'
     echo 'const size_t ui_page_len = sizeof ui_page_html - 1;'
+    echo 'const char ui_icon_svg[] ='
+    cstring < "$icon"
+    echo '    ;'
     printf 'const char ui_page_csp[] = "default-src '"'self'"'; script-src '"'sha256-%s'"'; style-src '"'sha256-%s'"'";\n' \
         "$(hash "$js")" "$(hash "$css")"
 } > "$tmp"

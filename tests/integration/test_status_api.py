@@ -5,7 +5,7 @@ against docs/openapi.yaml by Daemon.request).
 
 - /v1/status: version, commit, uptime, the policies with their tiers
   (window null for concurrency, burst where set) and run-time override
-  counts; backend redis with one node, connected, its decision path and a
+  counts (one after a PUT /v1/overrides); backend redis with one node, connected, its decision path and a
   latency once calls were made.
 - /v1/rates: per policy, allowed and denied per second; under load on one
   policy (some denied) its figures move and the other policy's stay 0;
@@ -18,6 +18,7 @@ against docs/openapi.yaml by Daemon.request).
   the page (/, /ui/) is served without one, with its CSP and no-store.
 - backend: memory: kind memory, no nodes.
 """
+import json
 import os
 import signal
 import sys
@@ -102,6 +103,15 @@ def rates_move(d):
                (300, 300), "300 figures by default, allowed and denied")
 
 
+def override_count(d):
+    r = d.request("PUT", "/v1/overrides/api/vip", json.dumps(
+        {"tiers": {"minute": {"limit": 50}}, "ttl": "1h"}), port=d.admin_port)
+    harness.eq(r.status, 200, "a run-time override is set")
+    pol = {p["name"]: p for p in status(d)["policies"]}
+    harness.eq((pol["api"]["overrides"], pol["quiet"]["overrides"]), (1, 0),
+               "the policy's run-time overrides are counted, the other's not")
+
+
 def node_health(d, redis):
     def node():
         nodes = status(d)["backend"]["nodes"]
@@ -146,13 +156,8 @@ def reloads(d):
 
 
 def token_rules(redis):
-    tdir = harness.make_tempdir()
-    path = os.path.join(tdir, "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
     d = Daemon("unix:" + redis.socket_path, POLICY, admin=True,
-               extra="auth_token_file: %s\n" % path).start()
+               extra="auth_token_file: %s\n" % harness.token_file(TOKEN)).start()
     for p in ("/v1/status", "/v1/rates"):
         r = d.request("GET", p, port=d.admin_port)
         harness.eq((r.status, r.headers.get("www-authenticate")), (401, "Bearer"),
@@ -186,6 +191,7 @@ def main():
     d = Daemon("unix:" + redis.socket_path, POLICY, admin=True, timeout="2s").start()
     shapes(d)
     rates_move(d)
+    override_count(d)
     node_health(d, redis)
     reloads(d)
     harness.eq(d.stop(), 0, "the daemon exits cleanly")

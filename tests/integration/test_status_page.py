@@ -234,12 +234,8 @@ def page_under_load(chromium, chromedriver, redis, shot):
 
 def page_with_token(chromium, chromedriver, redis):
     from selenium.webdriver.common.by import By
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
     d = Daemon("unix:" + redis.socket_path, POLICY, admin=True,
-               extra="auth_token_file: %s\n" % path).start()
+               extra="auth_token_file: %s\n" % harness.token_file(TOKEN)).start()
     drv = make_driver(chromium, chromedriver)
     drv.get("http://127.0.0.1:%d/ui/" % d.admin_port)
     form = wait(drv, lambda x: (lambda f: f if f.is_displayed() else None)(

@@ -126,8 +126,9 @@ def expiry(fleet):
 
 
 def precedence(d):
-    put(d, "filekey", {"tiers": {"minute": {"limit": 8}}})
-    put(d, "tierkey", {"tiers": {"minute": {"limit": 7}}})
+    harness.eq([put(d, "filekey", {"tiers": {"minute": {"limit": 8}}}).status,
+                put(d, "tierkey", {"tiers": {"minute": {"limit": 7}}}).status], [200, 200],
+               "PUT of two overrides")
     r = d.check("api", "tierkey", headers=AUTH)
     harness.eq((r.json["limit"], r.headers.get("x-ratelimit-limit")), (7, "7"),
                "run-time override over the tier: the answer and X-RateLimit-Limit")
@@ -244,16 +245,17 @@ def catch_up(redis, fleet, url, extra):
 
 
 def rls_json(d):
-    put(d, "acme", {"tiers": {"minute": {"limit": 15}}})
+    # An Envoy descriptor's key is domain|k1=v1... (docs/envoy.md).
+    put(d, "edge|tenant=acme", {"tiers": {"minute": {"limit": 15}}})
     body = json.dumps({"domain": "edge", "descriptors": [{"entries": [
         {"key": "tenant", "value": "acme"}]}]})
-    r = d.request("POST", "/json", body)
+    r = d.request("POST", "/json", body, headers=AUTH)
     harness.eq(r.json["statuses"][0]["currentLimit"]["requestsPerUnit"], 15,
                "POST /json: the override's limit is the one in force")
 
 
 def memory_backend():
-    d = Daemon("unix:/nonexistent", POLICY, admin=True,
+    d = Daemon("unix:/nonexistent", POLICY,
                extra="backend: memory\nauth_token_file: %s\n" % token_file()).start()
     precedence(d)
     r = put(d, "tenant:m", {"tiers": {"minute": {"limit": 5}}, "expires_at":

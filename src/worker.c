@@ -39,6 +39,10 @@
 static void on_backend_state(void *arg, int ready)
 {
     struct worker *w = arg;
+    /* A backend that stores overrides could not be read before it was
+     * ready (its listener may subscribe first). */
+    if (ready)
+        override_change_reload(&w->core);
     __atomic_store_n(&w->backend_up, ready, __ATOMIC_RELEASE);
     /* A full pipe already holds a wake-up. */
     if (write(w->srv->state_pipe[1], "", 1) < 0) {

@@ -21,6 +21,7 @@
 #include "backend/redis/cluster_topology.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_tls.h"
+#include "backend/redis/overrides_store.h"
 #include "backend/redis/resets.h"
 #include "backend/redis/top_store.h"
 #include "config/config.h"
@@ -43,6 +44,42 @@ static int cluster_reset(struct backend *iface, const struct config *cfg, const 
         cn ? resets_send(cn->node, &c, "connection to a redis cluster node lost", done, arg) : -1;
     resets_cmds_free(&c);
     return rc;
+}
+
+/* ---- run-time overrides (overrides_store.h) ---- */
+
+/* The master of the overrides hash's slot, or NULL. */
+static struct redis_node *overrides_node(struct backend_cluster *b, const struct config *cfg)
+{
+    char hkey[POLICY_KEY_BUF];
+    int n = overrides_store_key(cfg->key_prefix, hkey, sizeof hkey);
+    if (!b->have_map || n < 0)
+        return NULL;
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(hkey, (size_t)n)];
+    return cn ? cn->node : NULL;
+}
+
+static int cluster_override_store(struct backend *iface, const struct config *cfg,
+                                  const char *policy, const char *key, size_t keylen,
+                                  const char *json, size_t len, int remove,
+                                  backend_override_done_fn done, void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    struct redis_node *n = overrides_node(b, cfg);
+    if (!n || !b->channel)
+        return -1;
+    return overrides_store_send(n, cfg->key_prefix, b->channel, policy, key, keylen, json, len,
+                                remove, "connection to a redis cluster node lost", done, arg);
+}
+
+static int cluster_override_load(struct backend *iface, const struct config *cfg,
+                                 backend_override_done_fn done, void *arg)
+{
+    struct redis_node *n = overrides_node((struct backend_cluster *)iface, cfg);
+    if (!n)
+        return -1;
+    return overrides_store_load(n, cfg->key_prefix, "connection to a redis cluster node lost",
+                                done, arg);
 }
 
 /* The node the listener should use: a master of the map, the one after
@@ -228,6 +265,8 @@ static const struct backend_ops cluster_ops = {
     .watch_resets = cluster_watch_resets,
     .top_put = cluster_top_put,
     .top_get = cluster_top_get,
+    .override_store = cluster_override_store,
+    .override_load = cluster_override_load,
     .call_timeout_us = cluster_call_timeout_us,
     .note_timeout = cluster_note_timeout,
     .start = cluster_start,

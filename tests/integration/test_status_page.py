@@ -77,10 +77,14 @@ def make_driver(chromium, chromedriver, width=1200, height=1400):
 
 
 def wait(driver, cond, what):
+    """cond(driver) until true, or WAIT_S. What it reads may be redrawn
+    under it (every refresh): a stale element is "not yet"."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
     t0 = time.monotonic()
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(cond)
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(cond)
     except Exception:
         harness.diag("timed out after %.1f s waiting for %s" % (time.monotonic() - t0, what))
         raise
@@ -141,6 +145,21 @@ def refreshed(driver):
     return driver.execute_script("return document.body.getAttribute('data-refreshed')")
 
 
+def click_in_row(driver, key, button):
+    """Clicks button (a CSS selector) in key's row of the top-denied table:
+    True once clicked. The table is redrawn every refresh, so a row found
+    may be gone by the click: the caller's wait asks again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    try:
+        row = top_row(driver, key)
+        if row is None:
+            return False
+        row.find_element("css selector", button).click()
+        return True
+    except StaleElementReferenceException:
+        return False
+
+
 def top_row(driver, key):
     from selenium.webdriver.common.by import By
     for tr in driver.find_elements(By.CSS_SELECTOR, '#top div[data-policy="api"] tr[data-key]'):
@@ -183,16 +202,15 @@ def page_under_load(chromium, chromedriver, redis, shot):
     # Reset: no more abuse first, or the key is spent again at once.
     load.abuse.clear()
     harness.eq(d.check("api", ABUSIVE).status, 429, "the abusive key is denied before reset")
-    reset = row.find_element(By.CSS_SELECTOR, "button.reset")
-    reset.click()
-    wait(drv, lambda x: reset.text == "reset done", "the reset to be done")
+    wait(drv, lambda x: click_in_row(x, ABUSIVE, "button.reset"), "a click on reset")
+    wait(drv, lambda x: x.find_element(By.ID, "top-result").text.endswith(": done"),
+         "the reset to be done")
     r = d.check("api", ABUSIVE)
     harness.eq(r.status, 200, "after pressing reset, /check allows the abusive key again")
 
     # Override: tier hour, limit 5000, for an hour.
     harness.eq(r.headers.get("x-ratelimit-limit"), "30", "X-RateLimit-Limit before: the tier's")
-    row = top_row(drv, ABUSIVE) or wait(drv, lambda x: top_row(x, ABUSIVE), "the row again")
-    row.find_element(By.CSS_SELECTOR, "button.override").click()
+    wait(drv, lambda x: click_in_row(x, ABUSIVE, "button.override"), "a click on override")
     limit = drv.find_element(By.ID, "ov-limit")
     limit.clear()
     limit.send_keys("5000")

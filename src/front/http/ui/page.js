@@ -144,12 +144,19 @@
     });
   }
 
-  function resetKey(policy, key, button) {
-    button.disabled = true;
+  /* The result stays outside the table, which the next refresh redraws. */
+  function actionResult(text, ok) {
+    $("top-result").textContent = text;
+    $("top-result").className = ok ? "ok" : "bad";
+  }
+
+  function resetKey(policy, key) {
+    var what = "reset of " + policy + " / " + key;
     api("DELETE", "/v1/keys/" + encodeURIComponent(policy) + "/" + encodeURIComponent(key))
       .then(function (r) {
-        button.textContent = r.status === 200 ? "reset done" : "failed: " + r.body.message;
-      }, function () { button.textContent = "failed"; });
+        actionResult(r.status === 200 ? what + ": done" : what + " failed: " + r.body.message,
+          r.status === 200);
+      }, function (e) { actionResult(what + " failed: " + e.message, false); });
   }
 
   function openOverride(policy, key) {
@@ -201,7 +208,7 @@
       reset.type = over.type = "button";
       reset.className = "reset";
       over.className = "override";
-      reset.addEventListener("click", function () { resetKey(t.policy, k.key, reset); });
+      reset.addEventListener("click", function () { resetKey(t.policy, k.key); });
       over.addEventListener("click", function () { openOverride(t.policy, k.key); });
       var actions = el("td");
       actions.appendChild(reset);

@@ -95,7 +95,7 @@ def rates_move(d):
         a, q = p["api"], p["quiet"]
         return (sum(a["allowed"]), sum(a["denied"]), sum(q["allowed"] + q["denied"]))
     got = harness.wait_until(lambda: counted() if counted()[:2] == (25, 7) else None,
-                             timeout=10, what="the rates to count the load")
+                             timeout=30, what="the rates to count the load")
     harness.eq(got, (25, 7, 0),
                "rates per policy: api allowed 25 and denied 7 over the window, quiet 0")
     r = rates(d).json
@@ -117,7 +117,7 @@ def node_health(d, redis):
         nodes = status(d)["backend"]["nodes"]
         return nodes[0] if len(nodes) == 1 else None
     n = harness.wait_until(lambda: node() if node() and node()["latency_ms"] is not None
-                           else None, timeout=10, what="a node with a latency")
+                           else None, timeout=30, what="a node with a latency")
     harness.ok(n["connected"] is True and n["role"] == "primary"
                and n["path"] in ("module", "functions") and n["latency_ms"] >= 0,
                "Redis up: the node is connected, with its path and a latency (%r)" % (n,))
@@ -126,11 +126,11 @@ def node_health(d, redis):
     redis.stop()
     d.check("api", "while-down")
     n = harness.wait_until(lambda: node() if node() and not node()["connected"] else None,
-                           timeout=10, what="the node to show disconnected")
+                           timeout=30, what="the node to show disconnected")
     harness.ok(n["connected"] is False and n["path"] is None,
                "Redis stopped: the node shows connected false, no path (%r)" % (n,))
     redis.restart()
-    harness.wait_until(lambda: node() and node()["connected"], timeout=15,
+    harness.wait_until(lambda: node() and node()["connected"], timeout=30,
                        what="the node to show connected again")
     harness.ok(True, "Redis restarted: the node shows connected again")
 
@@ -140,7 +140,7 @@ def reloads(d):
                    "window: 1s}]\n", timeout="2s")
     d.send_signal(signal.SIGHUP)
     s = harness.wait_until(lambda: (lambda s: s if s["reloads"] else None)(status(d)),
-                           what="the reload to show")
+                           timeout=30, what="the reload to show")
     harness.ok(s["reloads"][0]["ok"] is True and s["reloads"][0]["error"] is None
                and "third" in [p["name"] for p in s["policies"]],
                "a good reload shows ok, and its new policy")
@@ -148,7 +148,7 @@ def reloads(d):
         f.write("policies: [broken\n")
     d.send_signal(signal.SIGHUP)
     s = harness.wait_until(lambda: (lambda s: s if len(s["reloads"]) == 2 else None)(status(d)),
-                           what="the bad reload to show")
+                           timeout=30, what="the bad reload to show")
     bad = s["reloads"][0]
     harness.ok(bad["ok"] is False and bad["error"], "a bad reload shows first, with its error")
     harness.eq(s["last_config_error"], bad, "and is the last configuration error")

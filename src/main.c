@@ -489,7 +489,7 @@ static int start_process(struct server *srv)
     }
     srv->notify = notify_new(srv->base);
     char err[RL_ERRLEN * 2];
-    if (!(srv->status = status_new(srv, err, sizeof err))) {
+    if (!(srv->status = status_new(srv->base, worker_metrics_sum, srv, err, sizeof err))) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }

@@ -14,15 +14,14 @@
 #include <string.h>
 
 #include "build_info.h"
+#include "config/config.h"
 #include "core/metrics.h"
 #include "core/overrides.h"
 #include "core/rates.h"
 #include "lib/json_out.h"
 #include "lib/timer.h"
 #include "lib/util.h"
-#include "server.h"
 #include "status.h"
-#include "worker.h"
 
 #define STATUS_TICK_US 1000000
 
@@ -39,7 +38,8 @@ struct node_latency {
 };
 
 struct status {
-    struct server *srv;
+    status_sum_fn *sum;
+    void *sum_arg;
     struct event *tick;
     int64_t started_us, started_mono_us;
     struct rates *rates;
@@ -50,15 +50,6 @@ struct status {
     struct node_latency nodes[METRICS_MAX_NODES + 1];
     size_t nnodes;
 };
-
-/* Every worker's shard summed; the caller frees it. */
-static struct metrics *metrics_sum(const struct server *srv)
-{
-    struct metrics *sum = metrics_new();
-    for (size_t i = 0; i < srv->nworkers; i++)
-        metrics_add(sum, srv->workers[i].core.metrics);
-    return sum;
-}
 
 struct sample {
     struct status *st;
@@ -104,7 +95,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct status *st = arg;
-    struct metrics *sum = metrics_sum(st->srv);
+    struct metrics *sum = st->sum(st->sum_arg);
     struct sample s = {st, util_realtime_us() / 1000000};
     metrics_each_policy(sum, sample_policy, &s);
     pthread_mutex_lock(&st->lock);
@@ -113,15 +104,17 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     metrics_free(sum);
 }
 
-struct status *status_new(struct server *srv, char *err, size_t errlen)
+struct status *status_new(struct event_base *base, status_sum_fn *sum, void *arg, char *err,
+                          size_t errlen)
 {
     struct status *st = xcalloc(1, sizeof *st);
-    st->srv = srv;
+    st->sum = sum;
+    st->sum_arg = arg;
     st->started_us = util_realtime_us();
     st->started_mono_us = util_monotonic_us();
     st->rates = rates_new();
     pthread_mutex_init(&st->lock, NULL);
-    st->tick = event_new(srv->base, -1, EV_PERSIST, on_tick, st);
+    st->tick = event_new(base, -1, EV_PERSIST, on_tick, st);
     struct timeval tv = {STATUS_TICK_US / 1000000, STATUS_TICK_US % 1000000};
     if (!st->tick || event_add(st->tick, &tv) < 0) {
         snprintf(err, errlen, "cannot make the status page's timer");
@@ -240,7 +233,7 @@ static void backend_json(struct json_out *j, struct status *st, const struct con
     json_out_cstr(j, cfg->backend == BACKEND_KIND_MEMORY ? "memory" : "redis");
     json_out_lkey(j, "nodes");
     json_out_begin(j, '[');
-    struct metrics *sum = metrics_sum(st->srv);
+    struct metrics *sum = st->sum(st->sum_arg);
     struct nodes_out o = {st, j};
     pthread_mutex_lock(&st->lock);
     metrics_each_node(sum, node_json, &o);
@@ -282,9 +275,8 @@ static void history_json(struct json_out *j, const struct status *st)
         json_out_null(j);
 }
 
-void status_json(struct server *srv, const struct config *cfg, struct buf *out)
+void status_json(struct status *st, const struct config *cfg, struct overrides *ov, struct buf *out)
 {
-    struct status *st = srv->status;
     char at[UTIL_RFC3339_BUF];
     struct json_out j = json_out_start(out);
     json_out_begin(&j, '{');
@@ -296,7 +288,7 @@ void status_json(struct server *srv, const struct config *cfg, struct buf *out)
     json_out_cstr(&j, util_format_rfc3339(st->started_us, at));
     json_out_lkey(&j, "uptime_s");
     json_out_int(&j, (util_monotonic_us() - st->started_mono_us) / 1000000);
-    policies_json(&j, srv->overrides, cfg);
+    policies_json(&j, ov, cfg);
     backend_json(&j, st, cfg);
     pthread_mutex_lock(&st->lock);
     history_json(&j, st);
@@ -304,7 +296,7 @@ void status_json(struct server *srv, const struct config *cfg, struct buf *out)
     json_out_end(&j, '}');
 }
 
-void status_rates_json(struct server *srv, const struct config *cfg, int seconds, struct buf *out)
+void status_rates_json(struct status *st, const struct config *cfg, int seconds, struct buf *out)
 {
-    rates_json(srv->status->rates, cfg, seconds, out);
+    rates_json(st->rates, cfg, seconds, out);
 }

@@ -15,12 +15,19 @@
 #include "lib/buf.h"
 
 struct config;
-struct server;
+struct event_base;
+struct metrics;
+struct overrides;
 struct status;
 
-/* Starts sampling on srv->base once a second. NULL (with a message in err)
- * only if libevent cannot make the timer. */
-struct status *status_new(struct server *srv, char *err, size_t errlen);
+/* Every worker's metrics shard summed into a new set the caller frees
+ * (worker_metrics_sum): the status names no worker. */
+typedef struct metrics *status_sum_fn(void *arg);
+
+/* Starts sampling on base once a second, through sum(arg). NULL (with a
+ * message in err) only if libevent cannot make the timer. */
+struct status *status_new(struct event_base *base, status_sum_fn *sum, void *arg, char *err,
+                          size_t errlen);
 
 /* NULL is a no-op. */
 void status_free(struct status *st);
@@ -31,11 +38,13 @@ void status_free(struct status *st);
 void status_reload(struct status *st, int ok, const char *error);
 
 /* The JSON of GET /v1/status for the snapshot cfg (the asking worker's),
- * appended to out. Any thread. */
-void status_json(struct server *srv, const struct config *cfg, struct buf *out);
+ * counting each policy's run-time overrides in force in ov, appended to
+ * out. Any thread. */
+void status_json(struct status *st, const struct config *cfg, struct overrides *ov,
+                 struct buf *out);
 
 /* The JSON of GET /v1/rates for the last `seconds`, appended to out. Any
  * thread. */
-void status_rates_json(struct server *srv, const struct config *cfg, int seconds, struct buf *out);
+void status_rates_json(struct status *st, const struct config *cfg, int seconds, struct buf *out);
 
 #endif

@@ -97,17 +97,24 @@ static const char *ready_detail(void *arg, int ready)
     return b->ops->unusable ? b->ops->unusable(b) : NULL;
 }
 
+struct metrics *worker_metrics_sum(void *srv_arg)
+{
+    const struct server *srv = srv_arg;
+    struct metrics *sum = metrics_new();
+    for (size_t i = 0; i < srv->nworkers; i++)
+        metrics_add(sum, srv->workers[i].core.metrics);
+    return sum;
+}
+
 /* front_host: the whole process's metrics (every worker's shard summed). */
 static char *metrics_text(void *arg)
 {
     const struct worker *w = arg;
     const struct server *srv = w->srv;
-    struct metrics *sum = metrics_new();
+    struct metrics *sum = worker_metrics_sum(w->srv);
     size_t inflight = 0;
-    for (size_t i = 0; i < srv->nworkers; i++) {
-        metrics_add(sum, srv->workers[i].core.metrics);
+    for (size_t i = 0; i < srv->nworkers; i++)
         inflight += __atomic_load_n(&srv->workers[i].core.inflight, __ATOMIC_RELAXED);
-    }
     struct metrics_gauges g = {
         .version = PACKAGE_VERSION,
         .commit = RATELIMITD_COMMIT,
@@ -147,13 +154,13 @@ static char *metrics_text(void *arg)
 static void status_text(void *arg, struct buf *out)
 {
     const struct worker *w = arg;
-    status_json(w->srv, w->core.config, out);
+    status_json(w->srv->status, w->core.config, w->srv->overrides, out);
 }
 
 static void rates_text(void *arg, int seconds, struct buf *out)
 {
     const struct worker *w = arg;
-    status_rates_json(w->srv, w->core.config, seconds, out);
+    status_rates_json(w->srv->status, w->core.config, seconds, out);
 }
 
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may

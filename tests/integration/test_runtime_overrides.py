@@ -53,14 +53,6 @@ domains:
 """
 
 
-def token_file():
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
-    return path
-
-
 def path_of(key, policy="api"):
     return "/v1/overrides/%s/%s" % (policy, urllib.parse.quote(key, safe=""))
 
@@ -256,7 +248,7 @@ def rls_json(d):
 
 def memory_backend():
     d = Daemon("unix:/nonexistent", POLICY,
-               extra="backend: memory\nauth_token_file: %s\n" % token_file()).start()
+               extra="backend: memory\nauth_token_file: %s\n" % harness.token_file(TOKEN)).start()
     precedence(d)
     r = put(d, "tenant:m", {"tiers": {"minute": {"limit": 5}}, "expires_at":
                             "2999-01-01T00:00:00Z"})
@@ -269,7 +261,7 @@ def memory_backend():
 def main():
     redis = harness.RedisServer().start()
     url = "unix:" + redis.socket_path
-    extra = "auth_token_file: %s\n" % token_file()
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
     fleet = [Daemon(url, POLICY, timeout="2s", extra=extra).start() for _ in range(3)]
     with redis.client() as c:
         harness.wait_until(lambda: c.command("PUBSUB", "NUMSUB", "rl:reset")[1] == 3,

@@ -19,9 +19,9 @@
 #include "backend/redis/backend_cluster.h"
 #include "backend/redis/cluster_calls.h"
 #include "backend/redis/cluster_topology.h"
+#include "backend/redis/overrides_store.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_tls.h"
-#include "backend/redis/overrides_store.h"
 #include "backend/redis/resets.h"
 #include "config/config.h"
 
@@ -77,8 +77,8 @@ static int cluster_override_load(struct backend *iface, const struct config *cfg
     struct redis_node *n = overrides_node((struct backend_cluster *)iface, cfg);
     if (!n)
         return -1;
-    return overrides_store_load(n, cfg->key_prefix, "connection to a redis cluster node lost",
-                                done, arg);
+    return overrides_store_load(n, cfg->key_prefix, "connection to a redis cluster node lost", done,
+                                arg);
 }
 
 /* The node the listener should use: a master of the map, the one after

@@ -22,11 +22,11 @@
 #include <string.h>
 
 #include "backend/redis/backend_redis.h"
+#include "backend/redis/overrides_store.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_node.h"
 #include "backend/redis/redis_sentinel.h"
 #include "backend/redis/redis_tls.h"
-#include "backend/redis/overrides_store.h"
 #include "backend/redis/resets.h"
 #include "backend/redis/scripts.h"
 #include "config/config.h"
@@ -322,10 +322,9 @@ static int redis_reset(struct backend *iface, const struct config *cfg, const st
 
 /* ---- run-time overrides (overrides_store.h) ---- */
 
-static int redis_override_store(struct backend *iface, const struct config *cfg,
-                                const char *policy, const char *key, size_t keylen,
-                                const char *json, size_t len, int remove,
-                                backend_override_done_fn done, void *arg)
+static int redis_override_store(struct backend *iface, const struct config *cfg, const char *policy,
+                                const char *key, size_t keylen, const char *json, size_t len,
+                                int remove, backend_override_done_fn done, void *arg)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
     if (!redis_node_ready(b->node) || !b->channel)

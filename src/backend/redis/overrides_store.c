@@ -50,8 +50,8 @@ static void on_store_reply(void *arg, redisReply *rr)
     else if (rr->type != REDIS_REPLY_INTEGER)
         fail(p, BACKEND_ERROR, "unexpected reply to an override change");
     else
-        p->done(p->arg, &(struct backend_override_reply){.status = BACKEND_OK,
-                                                         .existed = rr->integer});
+        p->done(p->arg,
+                &(struct backend_override_reply){.status = BACKEND_OK, .existed = rr->integer});
     free(p);
 }
 

@@ -18,7 +18,8 @@ against real redis-server processes and daemons.
   405; the bearer-token rule.
 - Pagination: 2 500 overrides listed with a cursor, each exactly once.
 - The log lines and the metrics.
-- POST /json sees the overrides of the policy its descriptor names.
+- POST /json and gRPC see the overrides of the policy their descriptor
+  names.
 - backend: memory: the same API, in the daemon.
 """
 import json
@@ -29,6 +30,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import rls_client  # noqa: E402
 from daemon import Daemon, metric  # noqa: E402
 
 TOKEN = "ovr-admin-token-0123456789"
@@ -246,6 +248,22 @@ def rls_json(d):
                "POST /json: the override's limit is the one in force")
 
 
+def grpc(port):
+    """The gRPC front (Envoy's ShouldRateLimit) sees the override set by
+    rls_json: the same (policy, key) through the same core."""
+    why = rls_client._missing()
+    if why:
+        harness.skip("gRPC: %s" % why)
+        return
+    rls_client._load()
+    ch = rls_client.channel("127.0.0.1:%d" % port)
+    resp = rls_client.should_rate_limit(ch, "edge", [[("tenant", "acme")]],
+                                        metadata=[("authorization", "Bearer " + TOKEN)])
+    harness.eq(resp.statuses[0].current_limit.requests_per_unit, 15,
+               "gRPC: the override's limit is the one in force")
+    ch.close()
+
+
 def memory_backend():
     d = Daemon("unix:/nonexistent", POLICY,
                extra="backend: memory\nauth_token_file: %s\n" % harness.token_file(TOKEN)).start()
@@ -262,7 +280,9 @@ def main():
     redis = harness.RedisServer().start()
     url = "unix:" + redis.socket_path
     extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
-    fleet = [Daemon(url, POLICY, timeout="2s", extra=extra).start() for _ in range(3)]
+    grpc_port = harness.free_port()
+    fleet = [Daemon(url, POLICY, timeout="2s", extra=extra + (
+        "grpc_listen: 127.0.0.1:%d\n" % grpc_port if i == 0 else "")).start() for i in range(3)]
     with redis.client() as c:
         harness.wait_until(lambda: c.command("PUBSUB", "NUMSUB", "rl:reset")[1] == 3,
                            what="3 listeners subscribed")
@@ -272,6 +292,7 @@ def main():
     errors(fleet[0])
     log_and_metrics(fleet[0])
     rls_json(fleet[0])
+    grpc(grpc_port)
     catch_up(redis, fleet, url, extra)
     pagination(fleet[1])
     memory_backend()

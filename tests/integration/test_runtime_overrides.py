@@ -21,6 +21,7 @@ against real redis-server processes and daemons.
 - POST /json and gRPC see the overrides of the policy their descriptor
   names.
 - backend: memory: the same API, in the daemon.
+- Redis Cluster: a daemon pair, the hash on its slot's master.
 """
 import json
 import os
@@ -30,8 +31,9 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import redis_cluster  # noqa: E402
 import rls_client  # noqa: E402
-from daemon import Daemon, metric  # noqa: E402
+from daemon import ClusterDaemon, Daemon, metric  # noqa: E402
 
 TOKEN = "ovr-admin-token-0123456789"
 AUTH = {"Authorization": "Bearer " + TOKEN}
@@ -264,6 +266,34 @@ def grpc(port):
     ch.close()
 
 
+def cluster():
+    """A daemon pair on a Redis Cluster: the change stored on the master of
+    the hash's slot, and in force on the other daemon."""
+    why = redis_cluster.why_unsupported()
+    if why:
+        harness.skip("Cluster: %s" % why)
+        return
+    c = redis_cluster.RedisCluster(nmasters=3, replicas=0)
+    c.start()
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
+    a, b = [ClusterDaemon(c.seeds(), POLICY, timeout="2s", extra=extra).start()
+            for _ in range(2)]
+    harness.eq(put(a, "tenant:cl", {"tiers": {"minute": {"limit": 31}}}).status, 200,
+               "Cluster: PUT on A")
+    s = wait_limit(b, "tenant:cl", 31)
+    harness.diag("Cluster: propagation to B %.1f ms" % (s * 1e3))
+    port = c.node_for_key("rl:{overrides}")
+    with harness.RedisClient(host="127.0.0.1", port=port) as r:
+        stored = json.loads(r.command("HGET", "rl:{overrides}", "api:tenant:cl"))
+    harness.eq(stored["tiers"], {"minute": {"limit": 31}},
+               "Cluster: stored on the master of the hash's slot")
+    harness.eq(b.request("DELETE", path_of("tenant:cl"), headers=AUTH).status, 200,
+               "Cluster: DELETE on B")
+    wait_limit(a, "tenant:cl", 3)
+    for d in (a, b):
+        harness.eq(d.stop(), 0, "Cluster: the daemon exits cleanly")
+
+
 def memory_backend():
     d = Daemon("unix:/nonexistent", POLICY,
                extra="backend: memory\nauth_token_file: %s\n" % harness.token_file(TOKEN)).start()
@@ -296,6 +326,7 @@ def main():
     catch_up(redis, fleet, url, extra)
     pagination(fleet[1])
     memory_backend()
+    cluster()
     for d in fleet:
         harness.eq(d.stop(), 0, "the daemon exits cleanly")
     harness.done()

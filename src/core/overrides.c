@@ -338,7 +338,7 @@ void overrides_page(struct overrides *t, const char *policy, const char *after, 
     for (size_t i = 0; i < t->nbuckets; i++) {
         for (const struct entry *e = t->buckets[i]; e; e = e->next) {
             const struct override *o = e->o;
-            if (strcmp(o->policy, policy) != 0 || override_expired(o, now_us) ||
+            if ((policy && strcmp(o->policy, policy) != 0) || override_expired(o, now_us) ||
                 (after && key_cmp(o->key, o->keylen, after, afterlen) <= 0))
                 continue;
             if (m == cap)

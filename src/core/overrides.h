@@ -94,7 +94,7 @@ void overrides_replace_all(struct overrides *t, struct override **v, size_t n);
 struct override *overrides_get(struct overrides *t, const char *policy, const char *key,
                                size_t keylen, int64_t now_us);
 
-/* One page of policy's overrides in force, in the order of their keys
+/* One page of policy's (NULL: every policy's) overrides in force, in the order of their keys
  * (bytes), starting after the key `after` (afterlen bytes; NULL: from the
  * first): up to max copies in *out (an array to free with each entry), *n
  * of them; *more is 1 if others follow. */

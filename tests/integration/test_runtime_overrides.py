@@ -20,7 +20,8 @@ against real redis-server processes and daemons.
 - The log lines and the metrics.
 - POST /json and gRPC see the overrides of the policy their descriptor
   names.
-- backend: memory: the same API, in the daemon.
+- backend: memory: the same API, in the daemon, and in its state_file
+  across a restart.
 - Redis Cluster: a daemon pair, the hash on its slot's master.
 """
 import json
@@ -295,14 +296,21 @@ def cluster():
 
 
 def memory_backend():
+    state = os.path.join(harness.make_tempdir(), "state")
     d = Daemon("unix:/nonexistent", POLICY,
-               extra="backend: memory\nauth_token_file: %s\n" % harness.token_file(TOKEN)).start()
+               extra="backend: memory\nstate_file: %s\nauth_token_file: %s\n"
+               % (state, harness.token_file(TOKEN))).start()
     precedence(d)
     r = put(d, "tenant:m", {"tiers": {"minute": {"limit": 5}}, "expires_at":
                             "2999-01-01T00:00:00Z"})
     harness.eq((r.status, r.json["expires_at"]), (200, "2999-01-01T00:00:00.000000Z"),
                "memory: PUT with expires_at")
     harness.eq(get(d, "tenant:m").json["tiers"], {"minute": {"limit": 5}}, "memory: GET")
+    harness.eq(d.stop(), 0, "memory: the daemon stops, writing its state_file")
+    d.start()
+    harness.eq((get(d, "tenant:m").status, limit_of(d, "tierkey")), (200, (7, "runtime_override")),
+               "memory: the overrides survive a restart in the state_file")
+    harness.ok("state file read" in d.logs(), "memory: the state file was read")
     d.stop()
 
 

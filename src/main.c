@@ -28,6 +28,7 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "core/backend.h"
+#include "core/override_change.h"
 #include "core/override_json.h"
 #include "core/overrides.h"
 #include "handover.h"
@@ -461,6 +462,15 @@ static int start_handover(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* An expired override leaves the backend's store too: worker 0 runs on
+ * this loop, and sends the removal on its backend. */
+static void expired_override(void *arg, const struct override *o)
+{
+    struct server *srv = arg;
+    if (srv->workers && srv->nworkers > 0 && srv->workers[0].core.backend)
+        override_change_expired(&srv->workers[0].core, o);
+}
+
 /* Every second: an expired override stops applying at its expiry on its
  * own (overrides_apply); this removes it, logged and counted, once. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -468,7 +478,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     struct server *srv = arg;
     (void)fd;
     (void)what;
-    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log);
+    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log, expired_override, srv);
 }
 
 /* The state file's extra section (memory_state.h): the run-time overrides

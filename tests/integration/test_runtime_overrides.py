@@ -6,7 +6,8 @@ against real redis-server processes and daemons.
 - Three daemons on one Redis: a PUT on A is in force on B and C (the
   propagation time per daemon is measured and printed; the target is
   100 ms, the gate 5 s); a DELETE likewise.
-- Expiry: a ttl of 2 s is in force on all three, then not, with no message.
+- Expiry: a ttl of 2 s is in force on all three, then not, with no
+  message; a daemon then removes it from Redis.
 - Precedence: run-time override > the file's `overrides` > the tier, in
   /check's answer, its X-RateLimit-Limit header and GET /v1/keys'
   limit_source; a tier the override does not name keeps its limit.
@@ -109,7 +110,7 @@ def propagation(fleet):
     harness.eq(get(fleet[2], "tenant:prop").status, 404, "C: the override is gone")
 
 
-def expiry(fleet):
+def expiry(fleet, redis):
     r = put(fleet[0], "tenant:exp", {"tiers": {"minute": {"limit": 9}}, "ttl": "2s"})
     harness.eq(r.status, 200, "PUT with ttl 2s")
     until = time.time() + 2
@@ -120,6 +121,10 @@ def expiry(fleet):
         wait_limit(d, "tenant:exp", 3, timeout=7)
         harness.ok(time.time() >= until - 0.05, "daemon %d: not in force after its expiry" % i)
     harness.wait_until(lambda: "override expired" in fleet[1].logs(), what="the expiry logged")
+    with redis.client() as r:
+        harness.wait_until(lambda: r.command("HEXISTS", "rl:{overrides}", "api:tenant:exp") == 0,
+                           what="the expired override removed from Redis")
+    harness.ok(True, "the expired override is removed from Redis by a daemon")
 
 
 def precedence(d):
@@ -325,7 +330,7 @@ def main():
         harness.wait_until(lambda: c.command("PUBSUB", "NUMSUB", "rl:reset")[1] == 3,
                            what="3 listeners subscribed")
     propagation(fleet)
-    expiry(fleet)
+    expiry(fleet, redis)
     precedence(fleet[0])
     errors(fleet[0])
     log_and_metrics(fleet[0])

@@ -23,10 +23,13 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "backend/memory_state.h"
 #include "backend/registry.h"
 #include "build_info.h"
 #include "config/config.h"
 #include "core/backend.h"
+#include "core/override_change.h"
+#include "core/override_json.h"
 #include "core/overrides.h"
 #include "handover.h"
 #include "lib/listen_fds.h"
@@ -460,6 +463,15 @@ static int start_handover(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* An expired override leaves the backend's store too: worker 0 runs on
+ * this loop, and sends the removal on its backend. */
+static void expired_override(void *arg, const struct override *o)
+{
+    struct server *srv = arg;
+    if (srv->workers && srv->nworkers > 0 && srv->workers[0].core.backend)
+        override_change_expired(&srv->workers[0].core, o);
+}
+
 /* Every second: an expired override stops applying at its expiry on its
  * own (overrides_apply); this removes it, logged and counted, once. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -467,7 +479,19 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     struct server *srv = arg;
     (void)fd;
     (void)what;
-    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log);
+    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log, expired_override, srv);
+}
+
+/* The state file's extra section (memory_state.h): the run-time overrides
+ * of backend: memory, which live nowhere else. */
+static void save_overrides(void *arg, struct buf *out)
+{
+    override_json_save_all(arg, util_realtime_us(), out);
+}
+
+static void load_overrides(void *arg, const void *data, size_t len)
+{
+    (void)override_json_load_all(arg, data, len, util_realtime_us());
 }
 
 /* The process-wide parts, before any worker: the hash seed, the main loop,
@@ -497,13 +521,14 @@ static int start_process(struct server *srv)
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
-    srv->backends =
-        backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
+    srv->overrides = overrides_new(srv->hash_seed);
+    const struct memory_state_extra extra = {save_overrides, load_overrides, srv->overrides};
+    srv->backends = backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, &extra, err,
+                                                sizeof err);
     if (!srv->backends) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
-    srv->overrides = overrides_new(srv->hash_seed);
     struct timeval second = {1, 0};
     if (!(srv->sweep_ev = event_new(srv->base, -1, EV_PERSIST, on_sweep, srv)) ||
         event_add(srv->sweep_ev, &second) < 0) {

@@ -58,7 +58,7 @@ void backend_memory_store_free(struct backend_memory_store *s)
 }
 
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out,
-                                     int64_t *locked_us)
+                                     int64_t *locked_us, const struct buf *extra)
 {
     size_t start = out->len;
     pthread_mutex_lock(&s->lock);
@@ -68,7 +68,8 @@ size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf 
     pthread_mutex_unlock(&s->lock);
     if (locked_us)
         *locked_us = held;
-    store_file_seal(out, start); /* 7 MB of SipHash for 100 000 keys: not in the lock */
+    store_file_seal(out, start, extra ? extra->data : NULL,
+                    extra ? extra->len : 0); /* 7 MB of SipHash for 100 000 keys: not in the lock */
     return n;
 }
 
@@ -84,7 +85,7 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
 int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err, size_t errlen)
 {
     struct buf b = {0};
-    backend_memory_store_snapshot(s, &b, NULL);
+    backend_memory_store_snapshot(s, &b, NULL, NULL);
     int rc = store_file_write_fd(fd, b.data, b.len, err, errlen);
     buf_free(&b);
     return rc;

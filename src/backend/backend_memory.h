@@ -29,10 +29,11 @@ void backend_memory_store_free(struct backend_memory_store *s);
 /* The store's image as of the wall clock now (store_file.h), appended to
  * out: its entries copied under the lock (the one pause a saver imposes on
  * decisions), its checksum computed and the bytes written (by the caller)
- * with the lock free. Returns the entries; *locked_us (unless NULL) how
- * long the lock was held. */
+ * with the lock free, extra (NULL: none) as the image's extra section.
+ * Returns the entries; *locked_us (unless NULL) how long the lock was
+ * held. */
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out,
-                                     int64_t *locked_us);
+                                     int64_t *locked_us, const struct buf *extra);
 
 /* Reads an image of len bytes into the store under the lock (entries
  * expired by the wall clock now dropped). 0 and *c, or -1 with a message

@@ -36,12 +36,13 @@ struct backend_shared {
 };
 
 struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed,
-                                                   const struct logger *log, char *err,
-                                                   size_t errlen)
+                                                   const struct logger *log,
+                                                   const struct memory_state_extra *extra,
+                                                   char *err, size_t errlen)
 {
     struct backend_shared *s = xcalloc(1, sizeof *s);
     s->store = backend_memory_store_new((size_t)cfg->local_max_keys, hash_seed);
-    if (memory_state_start(s->store, cfg, log, &s->state, err, errlen) < 0) {
+    if (memory_state_start(s->store, cfg, log, extra, &s->state, err, errlen) < 0) {
         backend_registry_shared_free(s);
         return NULL;
     }
@@ -62,7 +63,7 @@ int backend_registry_shared_dump(struct backend_shared *s, int fd, char *err, si
 int backend_registry_shared_load(struct backend_shared *s, int fd, size_t *loaded, char *err,
                                  size_t errlen)
 {
-    struct store_file_counts c = {0, 0};
+    struct store_file_counts c = {0, 0, NULL, 0};
     int rc = backend_memory_store_load(s->store, fd, &c, err, errlen);
     *loaded = c.loaded;
     return rc;

@@ -36,6 +36,7 @@
 
 #include "core/decision.h"
 #include "core/lease_id.h"
+#include "lib/buf.h"
 #include "lib/util.h"
 
 enum backend_status {
@@ -149,12 +150,15 @@ struct backend_ops {
     /* Run-time overrides (core/overrides.h) stored with the state, shared
      * by every daemon of cfg's key_prefix: stores json (len bytes) as
      * (policy, key)'s override, or removes it (json then announces the
-     * removal), and announces json to every daemon's on_override, in one
-     * atomic step. Same completion rule as decide. NULL: the backend keeps
+     * removal; with expect, only if the stored value is expect: an expired
+     * override, removed by whichever daemon sees it first, never one that
+     * replaced it meanwhile), and announces json to every daemon's
+     * on_override, in one atomic step (existed: 1 if removed). Same
+     * completion rule as decide. NULL: the backend keeps
      * none (memory: the daemon's table is the store). */
     int (*override_store)(struct backend *b, const struct config *cfg, const char *policy,
                           const char *key, size_t keylen, const char *json, size_t len, int remove,
-                          backend_override_done_fn done, void *arg);
+                          const struct buf *expect, backend_override_done_fn done, void *arg);
     /* Reads every stored override (reply.values). Same rule; NULL as above. */
     int (*override_load)(struct backend *b, const struct config *cfg, backend_override_done_fn done,
                          void *arg);

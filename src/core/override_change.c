@@ -138,7 +138,7 @@ static void store(struct override_change *c)
     pending_call(&c->p);
     struct config *cfg = core->config;
     int rc = b->ops->override_store(b, cfg, c->policy, c->key, c->keylen, c->json.data, c->json.len,
-                                    c->o == NULL, on_stored, c);
+                                    c->o == NULL, NULL, on_stored, c);
     if (pending_called(&c->p, rc, core->base, backend_call_timeout_us(b, cfg)) < 0)
         backend_failed(c, "is unavailable");
 }
@@ -186,11 +186,41 @@ void override_change_heard(struct core *core, const char *json, size_t len)
      * time), but each worker's deny cache must forget the key. */
     core_forget_key(core, o->policy, o->key, o->keylen);
     if (deleted) {
-        (void)overrides_delete(core->overrides, o->policy, o->key, o->keylen, o->updated_us, NULL);
+        /* An expired one is left to this daemon's own sweep, which logs
+         * and counts it as expired (the removal heard is another's). */
+        struct override *cur =
+            overrides_get(core->overrides, o->policy, o->key, o->keylen, util_realtime_us());
+        if (cur)
+            (void)overrides_delete(core->overrides, o->policy, o->key, o->keylen, o->updated_us,
+                                   NULL);
+        override_free(cur);
         override_free(o);
     } else {
         (void)overrides_set(core->overrides, o, NULL);
     }
+}
+
+static void on_expired_removed(void *arg, const struct backend_override_reply *r)
+{
+    /* Nobody waits: a failure leaves the entry to the next remover. */
+    (void)arg;
+    (void)r;
+}
+
+void override_change_expired(struct core *core, const struct override *o)
+{
+    struct backend *b = core->backend;
+    if (!b->ops->override_store)
+        return;
+    struct buf stored = {0}, gone = {0};
+    struct json_out j = json_out_start(&stored);
+    override_json(&j, o, 0);
+    j = json_out_start(&gone);
+    override_json_deleted(&j, o->policy, o->key, o->keylen, o->updated_us);
+    (void)b->ops->override_store(b, core->config, o->policy, o->key, o->keylen, gone.data, gone.len,
+                                 1, &stored, on_expired_removed, NULL);
+    buf_free(&stored);
+    buf_free(&gone);
 }
 
 static void on_loaded(void *arg, const struct backend_override_reply *r)
@@ -207,6 +237,8 @@ static void on_loaded(void *arg, const struct backend_override_reply *r)
         int deleted;
         if (override_json_parse(r->values[i], r->lens[i], &v[n], &deleted) < 0)
             continue;
+        if (!deleted && override_expired(v[n], now))
+            override_change_expired(core, v[n]); /* expired while no daemon ran */
         if (deleted || override_expired(v[n], now))
             override_free(v[n]);
         else

@@ -54,6 +54,12 @@ void override_change_cancel(struct override_change *c);
 /* A change announced through core's backend (backend_override_seen_fn). */
 void override_change_heard(struct core *core, const char *json, size_t len);
 
+/* o has expired (overrides_sweep): removes it from the backend's store,
+ * if it is still stored as it was (a daemon that sees it first removes it;
+ * a failure leaves it to the next sweep or re-read). Nothing to do for a
+ * backend that stores none. */
+void override_change_expired(struct core *core, const struct override *o);
+
 /* Announcements may have been missed: re-reads every stored override into
  * the table (nothing to do for a backend that stores none). */
 void override_change_reload(struct core *core);

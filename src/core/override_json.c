@@ -4,6 +4,7 @@
  * with jansson and written with json_out. Owns the shapes and their checks.
  */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,4 +351,40 @@ int override_json_parse(const char *s, size_t len, struct override **out, int *d
     }
     *out = o;
     return 0;
+}
+
+/* ---- the state file's section ---- */
+
+void override_json_save_all(struct overrides *t, int64_t now_us, struct buf *out)
+{
+    struct override **v;
+    size_t n;
+    int more;
+    overrides_page(t, NULL, NULL, 0, SIZE_MAX, now_us, &v, &n, &more);
+    for (size_t i = 0; i < n; i++) {
+        struct json_out j = json_out_start(out);
+        override_json(&j, v[i], 0);
+        buf_append_char(out, '\n');
+        override_free(v[i]);
+    }
+    free(v);
+}
+
+size_t override_json_load_all(struct overrides *t, const char *data, size_t len, int64_t now_us)
+{
+    size_t set = 0;
+    for (const char *p = data, *end = data + len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        struct override *o;
+        int deleted;
+        if (override_json_parse(p, n, &o, &deleted) == 0) {
+            if (deleted || override_expired(o, now_us))
+                override_free(o);
+            else
+                set += (size_t)overrides_set(t, o, NULL);
+        }
+        p += n + 1;
+    }
+    return set;
 }

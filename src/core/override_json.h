@@ -53,6 +53,14 @@ int override_body_parse(const struct policy *p, const struct policy *variant, co
  * is not one (another program's message): ignored. */
 int override_json_parse(const char *s, size_t len, struct override **out, int *deleted) RL_WUR;
 
+/* Every override of t in force as of now_us, one JSON object a line,
+ * appended to out: what the state file of backend: memory keeps. */
+void override_json_save_all(struct overrides *t, int64_t now_us, struct buf *out);
+
+/* Reads what override_json_save_all wrote (len bytes) into t, dropping
+ * what has expired as of now_us or is not one; returns how many it set. */
+size_t override_json_load_all(struct overrides *t, const char *data, size_t len, int64_t now_us);
+
 /* The announcement of a removal of (policy, key) at updated_us. */
 void override_json_deleted(struct json_out *j, const char *policy, const char *key, size_t keylen,
                            int64_t updated_us);

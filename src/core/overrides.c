@@ -271,11 +271,13 @@ void overrides_count_change(struct overrides *t, const char *policy, const char 
     pthread_rwlock_unlock(&t->lock);
 }
 
-size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger *lg)
+size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger *lg,
+                       void (*expired)(void *arg, const struct override *o), void *arg)
 {
     if (overrides_count(t) == 0)
         return 0;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
+    struct override **gone = NULL;
     pthread_rwlock_wrlock(&t->lock);
     for (size_t i = 0; i < t->nbuckets; i++) {
         struct entry **at = &t->buckets[i];
@@ -288,11 +290,19 @@ size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger 
             count_locked(t, o->policy, "expired");
             log_event(lg, LOG_LVL_INFO, "override expired", "policy", o->policy, "key", o->key,
                       NULL);
-            override_free(o);
-            n++;
+            if (n == cap)
+                gone = xrealloc(gone, (cap = cap ? 2 * cap : 8) * sizeof *gone);
+            gone[n++] = o;
         }
     }
     pthread_rwlock_unlock(&t->lock);
+    /* Told outside the lock: expired() sends to the backend. */
+    for (size_t i = 0; i < n; i++) {
+        if (expired)
+            expired(arg, gone[i]);
+        override_free(gone[i]);
+    }
+    free(gone);
     return n;
 }
 
@@ -338,7 +348,7 @@ void overrides_page(struct overrides *t, const char *policy, const char *after, 
     for (size_t i = 0; i < t->nbuckets; i++) {
         for (const struct entry *e = t->buckets[i]; e; e = e->next) {
             const struct override *o = e->o;
-            if (strcmp(o->policy, policy) != 0 || override_expired(o, now_us) ||
+            if ((policy && strcmp(o->policy, policy) != 0) || override_expired(o, now_us) ||
                 (after && key_cmp(o->key, o->keylen, after, afterlen) <= 0))
                 continue;
             if (m == cap)

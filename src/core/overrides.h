@@ -94,7 +94,7 @@ void overrides_replace_all(struct overrides *t, struct override **v, size_t n);
 struct override *overrides_get(struct overrides *t, const char *policy, const char *key,
                                size_t keylen, int64_t now_us);
 
-/* One page of policy's overrides in force, in the order of their keys
+/* One page of policy's (NULL: every policy's) overrides in force, in the order of their keys
  * (bytes), starting after the key `after` (afterlen bytes; NULL: from the
  * first): up to max copies in *out (an array to free with each entry), *n
  * of them; *more is 1 if others follow. */
@@ -119,8 +119,10 @@ size_t overrides_policy_count(struct overrides *t, const char *policy, int64_t n
 int overrides_apply(struct overrides *t, struct check_item *item, int64_t now_us);
 
 /* Removes the entries expired as of now_us, logging each ("override
- * expired") and counting it. Returns how many. */
-size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger *lg);
+ * expired"), counting it and telling expired(arg, o) (NULL: nobody; o
+ * valid during the call), outside the lock. Returns how many. */
+size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger *lg,
+                       void (*expired)(void *arg, const struct override *o), void *arg);
 
 /* Counts a change made or heard of: op is "set", "deleted" or "expired". */
 void overrides_count_change(struct overrides *t, const char *policy, const char *op);

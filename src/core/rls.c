@@ -450,14 +450,9 @@ static void status_decided(struct rls_call *c, size_t i, const struct verdict *v
         .until_reset_s = rls_whole_seconds(b->reset_us),
     };
     *shadow_over = denied && p->shadow;
-    /* A run-time override (overrides.h) changed the policy's limits: the
-     * limit in force is the tier's, not the descriptor's as loaded. */
-    if (l->unit == RLS_UNIT_UNKNOWN || it->runtime_tiers) {
-        const struct tier *t = &p->tiers[b - results];
-        rls_tier_unit(t, &s->unit, &s->requests_per_unit);
-    }
     if (l->unit == RLS_UNIT_UNKNOWN) {
         const struct tier *t = &p->tiers[b - results];
+        rls_tier_unit(t, &s->unit, &s->requests_per_unit);
         limit_name(c->entries[i].name, sizeof c->entries[i].name, p->name, t->name);
         s->limit_name = c->entries[i].name;
     }

@@ -6,7 +6,8 @@ against real redis-server processes and daemons.
 - Three daemons on one Redis: a PUT on A is in force on B and C (the
   propagation time per daemon is measured and printed; the target is
   100 ms, the gate 5 s); a DELETE likewise.
-- Expiry: a ttl of 2 s is in force on all three, then not, with no message.
+- Expiry: a ttl of 2 s is in force on all three, then not, with no
+  message; a daemon then removes it from Redis.
 - Precedence: run-time override > the file's `overrides` > the tier, in
   /check's answer, its X-RateLimit-Limit header and GET /v1/keys'
   limit_source; a tier the override does not name keeps its limit.
@@ -18,8 +19,11 @@ against real redis-server processes and daemons.
   405; the bearer-token rule.
 - Pagination: 2 500 overrides listed with a cursor, each exactly once.
 - The log lines and the metrics.
-- POST /json sees the overrides of the policy its descriptor names.
-- backend: memory: the same API, in the daemon.
+- POST /json and gRPC see the overrides of the policy their descriptor
+  names.
+- backend: memory: the same API, in the daemon, and in its state_file
+  across a restart.
+- Redis Cluster: a daemon pair, the hash on its slot's master.
 """
 import json
 import os
@@ -29,7 +33,9 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from daemon import Daemon, metric  # noqa: E402
+import redis_cluster  # noqa: E402
+import rls_client  # noqa: E402
+from daemon import ClusterDaemon, Daemon, metric  # noqa: E402
 
 TOKEN = "ovr-admin-token-0123456789"
 AUTH = {"Authorization": "Bearer " + TOKEN}
@@ -51,14 +57,6 @@ domains:
       - key: tenant
         policy: api
 """
-
-
-def token_file():
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
-    return path
 
 
 def path_of(key, policy="api"):
@@ -112,7 +110,7 @@ def propagation(fleet):
     harness.eq(get(fleet[2], "tenant:prop").status, 404, "C: the override is gone")
 
 
-def expiry(fleet):
+def expiry(fleet, redis):
     r = put(fleet[0], "tenant:exp", {"tiers": {"minute": {"limit": 9}}, "ttl": "2s"})
     harness.eq(r.status, 200, "PUT with ttl 2s")
     until = time.time() + 2
@@ -123,6 +121,10 @@ def expiry(fleet):
         wait_limit(d, "tenant:exp", 3, timeout=7)
         harness.ok(time.time() >= until - 0.05, "daemon %d: not in force after its expiry" % i)
     harness.wait_until(lambda: "override expired" in fleet[1].logs(), what="the expiry logged")
+    with redis.client() as r:
+        harness.wait_until(lambda: r.command("HEXISTS", "rl:{overrides}", "api:tenant:exp") == 0,
+                           what="the expired override removed from Redis")
+    harness.ok(True, "the expired override is removed from Redis by a daemon")
 
 
 def precedence(d):
@@ -254,35 +256,90 @@ def rls_json(d):
                "POST /json: the override's limit is the one in force")
 
 
+def grpc(port):
+    """The gRPC front (Envoy's ShouldRateLimit) sees the override set by
+    rls_json: the same (policy, key) through the same core."""
+    why = rls_client._missing()
+    if why:
+        harness.skip("gRPC: %s" % why)
+        return
+    rls_client._load()
+    ch = rls_client.channel("127.0.0.1:%d" % port)
+    resp = rls_client.should_rate_limit(ch, "edge", [[("tenant", "acme")]],
+                                        metadata=[("authorization", "Bearer " + TOKEN)])
+    harness.eq(resp.statuses[0].current_limit.requests_per_unit, 15,
+               "gRPC: the override's limit is the one in force")
+    ch.close()
+
+
+def cluster():
+    """A daemon pair on a Redis Cluster: the change stored on the master of
+    the hash's slot, and in force on the other daemon."""
+    why = redis_cluster.why_unsupported()
+    if why:
+        harness.skip("Cluster: %s" % why)
+        return
+    c = redis_cluster.RedisCluster(nmasters=3, replicas=0)
+    c.start()
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
+    a, b = [ClusterDaemon(c.seeds(), POLICY, timeout="2s", extra=extra).start()
+            for _ in range(2)]
+    harness.eq(put(a, "tenant:cl", {"tiers": {"minute": {"limit": 31}}}).status, 200,
+               "Cluster: PUT on A")
+    s = wait_limit(b, "tenant:cl", 31)
+    harness.diag("Cluster: propagation to B %.1f ms" % (s * 1e3))
+    port = c.node_for_key("rl:{overrides}")
+    with harness.RedisClient(host="127.0.0.1", port=port) as r:
+        stored = json.loads(r.command("HGET", "rl:{overrides}", "api:tenant:cl"))
+    harness.eq(stored["tiers"], {"minute": {"limit": 31}},
+               "Cluster: stored on the master of the hash's slot")
+    harness.eq(b.request("DELETE", path_of("tenant:cl"), headers=AUTH).status, 200,
+               "Cluster: DELETE on B")
+    wait_limit(a, "tenant:cl", 3)
+    for d in (a, b):
+        harness.eq(d.stop(), 0, "Cluster: the daemon exits cleanly")
+
+
 def memory_backend():
+    state = os.path.join(harness.make_tempdir(), "state")
     d = Daemon("unix:/nonexistent", POLICY,
-               extra="backend: memory\nauth_token_file: %s\n" % token_file()).start()
+               extra="backend: memory\nstate_file: %s\nauth_token_file: %s\n"
+               % (state, harness.token_file(TOKEN))).start()
     precedence(d)
     r = put(d, "tenant:m", {"tiers": {"minute": {"limit": 5}}, "expires_at":
                             "2999-01-01T00:00:00Z"})
     harness.eq((r.status, r.json["expires_at"]), (200, "2999-01-01T00:00:00.000000Z"),
                "memory: PUT with expires_at")
     harness.eq(get(d, "tenant:m").json["tiers"], {"minute": {"limit": 5}}, "memory: GET")
+    harness.eq(d.stop(), 0, "memory: the daemon stops, writing its state_file")
+    d.start()
+    harness.eq((get(d, "tenant:m").status, limit_of(d, "tierkey")), (200, (7, "runtime_override")),
+               "memory: the overrides survive a restart in the state_file")
+    harness.ok("state file read" in d.logs(), "memory: the state file was read")
     d.stop()
 
 
 def main():
     redis = harness.RedisServer().start()
     url = "unix:" + redis.socket_path
-    extra = "auth_token_file: %s\n" % token_file()
-    fleet = [Daemon(url, POLICY, timeout="2s", extra=extra).start() for _ in range(3)]
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
+    grpc_port = harness.free_port()
+    fleet = [Daemon(url, POLICY, timeout="2s", extra=extra + (
+        "grpc_listen: 127.0.0.1:%d\n" % grpc_port if i == 0 else "")).start() for i in range(3)]
     with redis.client() as c:
         harness.wait_until(lambda: c.command("PUBSUB", "NUMSUB", "rl:reset")[1] == 3,
                            what="3 listeners subscribed")
     propagation(fleet)
-    expiry(fleet)
+    expiry(fleet, redis)
     precedence(fleet[0])
     errors(fleet[0])
     log_and_metrics(fleet[0])
     rls_json(fleet[0])
+    grpc(grpc_port)
     catch_up(redis, fleet, url, extra)
     pagination(fleet[1])
     memory_backend()
+    cluster()
     for d in fleet:
         harness.eq(d.stop(), 0, "the daemon exits cleanly")
     harness.done()

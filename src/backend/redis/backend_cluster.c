@@ -62,14 +62,16 @@ static struct redis_node *overrides_node(struct backend_cluster *b, const struct
 static int cluster_override_store(struct backend *iface, const struct config *cfg,
                                   const char *policy, const char *key, size_t keylen,
                                   const char *json, size_t len, int remove,
-                                  backend_override_done_fn done, void *arg)
+                                  const struct buf *expect, backend_override_done_fn done,
+                                  void *arg)
 {
     struct backend_cluster *b = (struct backend_cluster *)iface;
     struct redis_node *n = overrides_node(b, cfg);
     if (!n || !b->channel)
         return -1;
     return overrides_store_send(n, cfg->key_prefix, b->channel, policy, key, keylen, json, len,
-                                remove, "connection to a redis cluster node lost", done, arg);
+                                remove, expect, "connection to a redis cluster node lost", done,
+                                arg);
 }
 
 static int cluster_override_load(struct backend *iface, const struct config *cfg,

@@ -342,13 +342,14 @@ static int redis_top_get(struct backend *iface, const struct config *cfg, const 
 
 static int redis_override_store(struct backend *iface, const struct config *cfg, const char *policy,
                                 const char *key, size_t keylen, const char *json, size_t len,
-                                int remove, backend_override_done_fn done, void *arg)
+                                int remove, const struct buf *expect, backend_override_done_fn done,
+                                void *arg)
 {
     struct backend_redis *b = (struct backend_redis *)iface;
     if (!redis_node_ready(b->node) || !b->channel)
         return -1;
     return overrides_store_send(b->node, cfg->key_prefix, b->channel, policy, key, keylen, json,
-                                len, remove, "connection to redis lost", done, arg);
+                                len, remove, expect, "connection to redis lost", done, arg);
 }
 
 static int redis_override_load(struct backend *iface, const struct config *cfg,

@@ -21,6 +21,11 @@ static const char put_script[] = "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) 
 static const char del_script[] = "local n = redis.call('HDEL', KEYS[1], ARGV[1]) "
                                  "if n > 0 then redis.call('PUBLISH', ARGV[3], ARGV[2]) end "
                                  "return n";
+/* An expired override, removed only as it was stored: a PUT may have
+ * replaced it since the remover read it. */
+static const char expire_script[] =
+    "if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[4] then return 0 end "
+    "redis.call('HDEL', KEYS[1], ARGV[1]) redis.call('PUBLISH', ARGV[3], ARGV[2]) return 1";
 
 int overrides_store_key(const char *key_prefix, char *out, size_t len)
 {
@@ -86,8 +91,8 @@ static void on_load_reply(void *arg, redisReply *rr)
 
 int overrides_store_send(struct redis_node *n, const char *key_prefix, const char *channel,
                          const char *policy, const char *key, size_t keylen, const char *json,
-                         size_t len, int remove, const char *lost, backend_override_done_fn done,
-                         void *arg)
+                         size_t len, int remove, const struct buf *expect, const char *lost,
+                         backend_override_done_fn done, void *arg)
 {
     char hkey[POLICY_KEY_BUF];
     int hlen = overrides_store_key(key_prefix, hkey, sizeof hkey);
@@ -96,12 +101,21 @@ int overrides_store_send(struct redis_node *n, const char *key_prefix, const cha
     memcpy(field, policy, plen);
     field[plen] = ':';
     memcpy(field + plen + 1, key, keylen);
-    const char *script = remove ? del_script : put_script;
-    const char *argv[] = {"EVAL", script, "1", hkey, field, json, channel};
-    size_t lens[] = {4, strlen(script), 1, (size_t)hlen, plen + 1 + keylen, len, strlen(channel)};
+    const char *script = !remove ? put_script : expect ? expire_script : del_script;
+    const char *argv[] = {"EVAL", script, "1",     hkey,
+                          field,  json,   channel, expect ? expect->data : ""};
+    size_t lens[] = {4,
+                     strlen(script),
+                     1,
+                     (size_t)hlen,
+                     plen + 1 + keylen,
+                     len,
+                     strlen(channel),
+                     expect ? expect->len : 0};
     struct pending_store *p = xcalloc(1, sizeof *p);
     *p = (struct pending_store){done, arg, lost};
-    int rc = hlen < 0 ? -1 : redis_node_command(n, on_store_reply, p, 7, argv, lens);
+    int argc = expect ? 8 : 7;
+    int rc = hlen < 0 ? -1 : redis_node_command(n, on_store_reply, p, argc, argv, lens);
     free(field);
     if (rc < 0)
         free(p);

@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "core/backend.h"
+#include "lib/buf.h"
 
 struct redis_node;
 
@@ -31,14 +32,15 @@ struct redis_node;
 int overrides_store_key(const char *key_prefix, char *out, size_t len);
 
 /* Stores json as (policy, key)'s override, or removes it (remove 1; json
- * then announces the removal), and publishes json on channel, on n.
+ * then announces the removal; with expect, only if the stored value is
+ * expect), and publishes json on channel, on n.
  * Returns -1 when the command cannot be sent (done never called), else 0
  * and done is called exactly once; lost is the message for a connection
  * lost before the reply. */
 int overrides_store_send(struct redis_node *n, const char *key_prefix, const char *channel,
                          const char *policy, const char *key, size_t keylen, const char *json,
-                         size_t len, int remove, const char *lost, backend_override_done_fn done,
-                         void *arg) RL_WUR;
+                         size_t len, int remove, const struct buf *expect, const char *lost,
+                         backend_override_done_fn done, void *arg) RL_WUR;
 
 /* Reads every field of the hash (HGETALL) on n: done gets the values. Same
  * rule as overrides_store_send. */

@@ -205,6 +205,14 @@ def fleet(redis, extra):
     denied, used = truth_of(batches, answers)
     accuracy("strict", "denied", denied, daemons[1], 3)
     accuracy("open", "used", used, daemons[2], 3)
+    with redis.client() as c:
+        for policy in ("strict", "open"):
+            sizes = []
+            for key in c.command("KEYS", "rl:top:{%s}:*" % policy):
+                fields = c.command("HKEYS", key)
+                sizes += [c.command("HSTRLEN", key, f) for f in fields]
+            harness.diag("%s: %d sketches in Redis, %s bytes each (both measures, 256 counters)"
+                         % (policy, len(sizes), sorted(sizes)))
     return daemons
 
 

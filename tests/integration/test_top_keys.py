@@ -32,9 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import Daemon  # noqa: E402
-
-TOKEN = "top-keys-admin-token"
-AUTH = {"Authorization": "Bearer " + TOKEN}
+from test_admin import AUTH, token_file  # noqa: E402
 POLICY = (
     "policies:\n"
     "  strict: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]}\n"
@@ -43,14 +41,6 @@ KEYS = 100000
 BATCH = 50  # checks per request of policy open (REQUEST_MAX_CHECKS is 64)
 STRICT_CHECKS = 12000
 OPEN_BATCHES = 600
-
-
-def token_file():
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
-    return path
 
 
 def top(d, policy, query="", method="GET", headers=AUTH):

@@ -73,6 +73,7 @@ nghttp2-client        # h2load, for bench/grpc.sh
 podman                # test_image.sh builds the image (--isolation=chroot)
 mmdebstrap            # tools/rootfs.sh: the base image with no registry
 curl                  # test_deb.sh asks the packaged daemon
+jq                    # docs/recipes.md's "Find who is being limited" session
 debhelper             # tools/package.sh: the .deb (dh, dh-autoreconf)
 dpkg-dev
 fakeroot

@@ -82,9 +82,12 @@ static void count_checks(struct check *c, const struct verdict *v)
                 : p->shadow                          ? METRICS_SHADOW_DENIED
                                                      : METRICS_DENIED;
         metrics_check(c->core->metrics, p->name, d);
-        if (decided)
+        /* The heaviest keys: a denial, or a cost admitted (the whole
+         * request allowed: a check that passed in a denied one took
+         * nothing). A dry run is neither. */
+        if (decided && !c->req.dry_run)
             top_keys_count(c->core->top, c->cfg, &c->req.checks[i],
-                           !decision_check_allowed(&v->sum, i));
+                           !decision_check_allowed(&v->sum, i), v->sum.allowed);
     }
 }
 

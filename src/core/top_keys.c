@@ -166,9 +166,9 @@ static struct top_policy *policy_of(struct top_keys *t, const struct config *cfg
 }
 
 void top_keys_count(struct top_keys *t, const struct config *cfg, const struct check_item *it,
-                    int denied)
+                    int denied, int admitted)
 {
-    if (!t || (!denied && it->cost <= 0))
+    if (!t || (!denied && (!admitted || it->cost <= 0)))
         return;
     struct top_policy *tp = policy_of(t, cfg, it->policy);
     if (!tp)

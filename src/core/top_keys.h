@@ -54,9 +54,10 @@ struct top_keys *top_keys_new(struct core *core, const char *member, uint64_t se
 void top_keys_reload(struct top_keys *t, const struct config *cfg);
 
 /* Counts one decided check: 1 under denied when denied, else its cost
- * under used. cfg is the check's snapshot. NULL t is a no-op. */
+ * under used when admitted (its request was allowed, so the cost was
+ * taken). cfg is the check's snapshot. NULL t is a no-op. */
 void top_keys_count(struct top_keys *t, const struct config *cfg, const struct check_item *it,
-                    int denied);
+                    int denied, int admitted);
 
 /* Hands over every changed sketch now (a drain's last word). */
 void top_keys_flush(struct top_keys *t);

@@ -30,6 +30,10 @@ static void on_put_reply(void *arg, redisReply *r)
 int top_store_put(struct redis_node *n, const char *key_prefix, const char *policy, int64_t minute,
                   const char *member, const char *data, size_t len)
 {
+    /* Not on a connection still being set up (AUTH, the code loading):
+     * the next tick writes again. */
+    if (!redis_node_ready(n))
+        return -1;
     struct buf key = {0};
     top_store_key(&key, key_prefix, policy, minute);
     char ttl[24];

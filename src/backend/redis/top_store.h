@@ -28,7 +28,7 @@ struct redis_node;
 /* The key of (policy, minute) appended to out. */
 void top_store_key(struct buf *out, const char *key_prefix, const char *policy, int64_t minute);
 
-/* HSET and EXPIRE of member's sketches on n. -1: not connected. */
+/* HSET and EXPIRE of member's sketches on n. -1: n not ready. */
 int top_store_put(struct redis_node *n, const char *key_prefix, const char *policy, int64_t minute,
                   const char *member, const char *data, size_t len) RL_WUR;
 

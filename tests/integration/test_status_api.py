@@ -85,8 +85,10 @@ def rates_move(d):
     r = rates(d, 10)
     harness.eq((r.status, len(r.json["policies"]["api"]["allowed"])), (200, 10),
                "?seconds=10 gives 10 figures a policy")
-    harness.eq(rates(d, 0).status, 400, "?seconds=0 answers 400")
-    harness.eq(rates(d, 301).status, 400, "?seconds=301 answers 400")
+    for bad in (0, 301):
+        r = rates(d, bad)
+        harness.eq((r.status, r.json["error"]), (400, "invalid_query"),
+                   "?seconds=%d answers 400 invalid_query" % bad)
     load(d, 20, 7)
 
     # The sampler runs once a second: wait for the sums to show all of it.

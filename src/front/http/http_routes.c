@@ -473,7 +473,7 @@ static void start_rates(struct slot *s, const struct http_request *req)
         snprintf(num, sizeof num, "%.*s", (int)(len < sizeof num ? len : sizeof num - 1), v);
         seconds = strtol(num, &end, 10);
         if (len == 0 || len >= sizeof num || *end || seconds < 1 || seconds > RATES_SECONDS) {
-            http_answer_error(s, RC_BAD_REQUEST, "seconds must be a whole number from 1 to 300",
+            http_answer_error(s, RC_INVALID_QUERY, "seconds must be a whole number from 1 to 300",
                               NULL, NULL);
             return;
         }

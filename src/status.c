@@ -243,14 +243,18 @@ static void backend_json(struct json_out *j, struct status *st, const struct con
     json_out_end(j, '}');
 }
 
-static void reload_json(struct json_out *j, const struct reload_entry *e)
+/* A reload {"at","ok","error"}; the last configuration error is one
+ * without "ok" (with_ok 0): it is never ok. */
+static void reload_json(struct json_out *j, const struct reload_entry *e, int with_ok)
 {
     char at[UTIL_RFC3339_BUF];
     json_out_begin(j, '{');
     json_out_lkey(j, "at");
     json_out_cstr(j, util_format_rfc3339(e->at_us, at));
-    json_out_lkey(j, "ok");
-    json_out_bool(j, e->ok);
+    if (with_ok) {
+        json_out_lkey(j, "ok");
+        json_out_bool(j, e->ok);
+    }
     json_out_lkey(j, "error");
     if (e->ok)
         json_out_null(j);
@@ -266,11 +270,11 @@ static void history_json(struct json_out *j, const struct status *st)
     json_out_begin(j, '[');
     size_t n = st->nreloads < STATUS_RELOADS ? st->nreloads : STATUS_RELOADS;
     for (size_t k = 0; k < n; k++)
-        reload_json(j, &st->reloads[(st->nreloads - 1 - k) % STATUS_RELOADS]);
+        reload_json(j, &st->reloads[(st->nreloads - 1 - k) % STATUS_RELOADS], 1);
     json_out_end(j, ']');
     json_out_lkey(j, "last_config_error");
     if (st->last_error.at_us)
-        reload_json(j, &st->last_error);
+        reload_json(j, &st->last_error, 0);
     else
         json_out_null(j);
 }

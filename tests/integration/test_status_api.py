@@ -153,7 +153,8 @@ def reloads(d):
                            timeout=30, what="the bad reload to show")
     bad = s["reloads"][0]
     harness.ok(bad["ok"] is False and bad["error"], "a bad reload shows first, with its error")
-    harness.eq(s["last_config_error"], bad, "and is the last configuration error")
+    harness.eq(s["last_config_error"], {"at": bad["at"], "error": bad["error"]},
+               "and is the last configuration error")
     harness.eq(s["reloads"][1]["ok"], True, "the good one follows it")
 
 

@@ -15,7 +15,9 @@ is denied).
   /check answers for the key.
 - At 360x740 (a phone) the document is no wider than the window: wide
   tables scroll inside their box.
-- With auth_token_file the page asks for the token, then works with it.
+- With auth_token_file the page asks for the token; a wrong one is
+  dropped and asked again; with the right one it works, kept in the tab's
+  sessionStorage.
 - A screenshot goes to the test's temp dir, and to the path in
   $RATELIMITD_SCREENSHOT or after --screenshot (docs/status-page.png is
   made so).
@@ -260,6 +262,11 @@ def page_with_token(chromium, chromedriver, redis):
         x.find_element(By.ID, "login")), "the token form")
     harness.ok(form.is_displayed() and not drv.find_element(By.ID, "content").is_displayed(),
                "with a token file the page asks for the token")
+    drv.find_element(By.ID, "token").send_keys("not-" + TOKEN)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(drv, lambda x: x.find_element(By.ID, "login").is_displayed() and x.execute_script(
+        "return sessionStorage.getItem('ratelimitd-token') === null"), "a wrong token dropped")
+    harness.ok(True, "a wrong token: the page asks again and keeps nothing")
     drv.find_element(By.ID, "token").send_keys(TOKEN)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(drv, lambda x: refreshed(x), "a refresh with the token")

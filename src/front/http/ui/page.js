@@ -7,6 +7,7 @@
   var REFRESH_MS = 2000;
   var SVG = "http://www.w3.org/2000/svg";
   var timer = null;
+  var busy = false; /* a refresh in flight: a slow daemon gets no pile of them */
   var policies = [];
 
   function $(id) { return document.getElementById(id); }
@@ -40,6 +41,7 @@
       body: body === undefined ? undefined : JSON.stringify(body)
     }).then(function (r) {
       if (r.status === 401) {
+        sessionStorage.removeItem("ratelimitd-token"); /* none, or a wrong one */
         askToken();
         throw new Error("unauthorized");
       }
@@ -236,7 +238,9 @@
   }
 
   function refresh() {
-    return Promise.all([api("GET", "/v1/status"), api("GET", "/v1/rates?seconds=300")])
+    if (busy) return;
+    busy = true;
+    Promise.all([api("GET", "/v1/status"), api("GET", "/v1/rates?seconds=300")])
       .then(function (both) {
         showStatus(both[0].body);
         showRates(both[1].body);
@@ -249,7 +253,7 @@
         document.body.setAttribute("data-refreshed", String(Date.now()));
       }, function (e) {
         if (e.message !== "unauthorized") problem("cannot reach the daemon: " + e.message);
-      });
+      }).then(function () { busy = false; });
   }
 
   function stop() {

@@ -19,7 +19,6 @@
 #include "core/overrides.h"
 #include "core/rates.h"
 #include "lib/json_out.h"
-#include "lib/timer.h"
 #include "lib/util.h"
 #include "status.h"
 
@@ -31,8 +30,10 @@ struct reload_entry {
     char error[RL_ERRLEN * 2];
 };
 
+#define STATUS_NODE_NAME_MAX 300 /* as the metrics' node labels */
+
 struct node_latency {
-    char name[300];
+    char name[STATUS_NODE_NAME_MAX];
     uint64_t sum_us, count; /* the totals at the last sample */
     int64_t last_us;        /* the mean of the last second with calls; -1: none */
 };
@@ -56,7 +57,10 @@ struct sample {
     int64_t sec;
 };
 
-/* Shadow denials were let through: they count as allowed, as answered. */
+/* What was let through counts as allowed: shadow denials and failure_mode
+ * open's passes. A failure_mode local decision counts as allowed too: the
+ * metrics count it as local, allowed or not, and a Redis outage should not
+ * read as a drop to nothing. */
 static void sample_policy(void *arg, const char *policy, const uint64_t checks[METRICS_NDECISIONS])
 {
     const struct sample *s = arg;
@@ -70,7 +74,8 @@ static struct node_latency *node_of(struct status *st, const char *name)
     for (size_t i = 0; i < st->nnodes; i++)
         if (strcmp(st->nodes[i].name, name) == 0)
             return &st->nodes[i];
-    if (st->nnodes == sizeof st->nodes / sizeof st->nodes[0] || strlen(name) >= 300)
+    if (st->nnodes == sizeof st->nodes / sizeof st->nodes[0] ||
+        strlen(name) >= STATUS_NODE_NAME_MAX)
         return NULL;
     struct node_latency *n = &st->nodes[st->nnodes++];
     memset(n, 0, sizeof *n);

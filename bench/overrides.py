@@ -18,7 +18,8 @@ run waits until ratelimitd_overrides says they are all in force. Redis's
 CPU per check is read from INFO commandstats (the microseconds spent inside
 commands: EVALSHA/FCALL, whichever the daemon uses) and INFO cpu (the main
 thread's user + sys) before and after each round. Prints each round and the
-medians, and the ratio overridden / none.
+medians, and the ratio overridden / none; and the daemon's RSS before and
+after the overrides were loaded.
 
 Usage: bench/overrides.py [CHECKS [OVERRIDES [ROUNDS]]]
 """
@@ -116,6 +117,14 @@ def gauge(port):
     return int(m.group(1)) if m else -1
 
 
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
+
+
 def store_overrides(r, port, prefixes, per_prefix):
     commands = []
     for p in prefixes:
@@ -170,9 +179,13 @@ def main():
             time.sleep(0.05)
         r = Redis(sock)
         per = -(-total // rounds)
+        rss0 = rss_kib(daemon.pid)
         store_overrides(r, port, ["ov%d:" % k for k in range(rounds)], per)
+        rss1 = rss_kib(daemon.pid)
         print("overrides stored and in force: %d; %d checks per round, each on a new key"
               % (gauge(port), n))
+        print("daemon RSS: %d KiB before, %d KiB with them (%.0f bytes per override)"
+              % (rss0, rss1, (rss1 - rss0) * 1024.0 / max(1, gauge(port))))
         result = {"none": [], "overridden": []}
         for k in range(rounds):
             for side, prefix in (("none", "plain%d:" % k), ("overridden", "ov%d:" % k)):

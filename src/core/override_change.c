@@ -223,9 +223,18 @@ void override_change_expired(struct core *core, const struct override *o)
     buf_free(&gone);
 }
 
+/* A re-read in flight: when it was sent. */
+struct reload {
+    struct core *core;
+    int64_t sent_us; /* monotonic */
+};
+
 static void on_loaded(void *arg, const struct backend_override_reply *r)
 {
-    struct core *core = arg;
+    struct reload *rl = arg;
+    struct core *core = rl->core;
+    int64_t since = rl->sent_us;
+    free(rl);
     if (r->status != BACKEND_OK) {
         log_event(core->log, LOG_LVL_WARN, "override re-read failed", "error", r->errmsg, NULL);
         return;
@@ -244,7 +253,7 @@ static void on_loaded(void *arg, const struct backend_override_reply *r)
         else
             n++;
     }
-    overrides_replace_all(core->overrides, v, n);
+    overrides_replace_all(core->overrides, v, n, since);
 }
 
 void override_change_reload(struct core *core)
@@ -252,7 +261,11 @@ void override_change_reload(struct core *core)
     struct backend *b = core->backend;
     if (!core->overrides || !b->ops->override_load)
         return;
-    if (b->ops->override_load(b, core->config, on_loaded, core) < 0)
+    struct reload *rl = xmalloc(sizeof *rl);
+    *rl = (struct reload){core, util_monotonic_us()};
+    if (b->ops->override_load(b, core->config, on_loaded, rl) < 0) {
+        free(rl);
         log_event(core->log, LOG_LVL_WARN, "override re-read failed", "error",
                   "the backend is unavailable", NULL);
+    }
 }

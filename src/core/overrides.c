@@ -18,6 +18,18 @@ struct entry {
     struct entry *next;
     uint64_t hash;
     struct override *o;
+    int64_t applied_us; /* monotonic: when this table took it */
+    int seen;           /* overrides_replace_all's mark */
+};
+
+/* A removal this table applied: a re-read sent before it and answered
+ * after it must not bring the override back. The last TOMBS are kept. */
+#define TOMBS 256
+struct tomb {
+    char policy[POLICY_NAME_MAX + 1];
+    char *key; /* NULL: an empty slot */
+    size_t keylen;
+    int64_t at_us; /* monotonic */
 };
 
 /* Changes counted for one policy name (names of removed policies stay:
@@ -35,6 +47,8 @@ struct overrides {
     size_t nbuckets; /* a power of two */
     size_t count;    /* read without the lock: atomic */
     struct counts *counts;
+    struct tomb tombs[TOMBS];
+    size_t next_tomb;
 };
 
 void override_free(struct override *o)
@@ -98,6 +112,8 @@ void overrides_free(struct overrides *t)
         next = c->next;
         free(c);
     }
+    for (size_t i = 0; i < TOMBS; i++)
+        free(t->tombs[i].key);
     free(t->buckets);
     pthread_rwlock_destroy(&t->lock);
     free(t);
@@ -156,10 +172,12 @@ static void insert(struct overrides *t, struct override *o)
     if (*at) {
         override_free((*at)->o);
         (*at)->o = o;
+        (*at)->applied_us = util_monotonic_us();
+        (*at)->seen = 1;
         return;
     }
     struct entry *e = xmalloc(sizeof *e);
-    *e = (struct entry){.hash = h, .o = o};
+    *e = (struct entry){.hash = h, .o = o, .applied_us = util_monotonic_us(), .seen = 1};
     *at = e;
     __atomic_store_n(&t->count, t->count + 1, __ATOMIC_RELAXED);
     if (t->count > t->nbuckets)
@@ -218,6 +236,7 @@ int overrides_set(struct overrides *t, struct override *o, struct override **pre
     if (*at) {
         struct override *old = (*at)->o;
         (*at)->o = o;
+        (*at)->applied_us = util_monotonic_us();
         if (prev)
             *prev = old;
         else
@@ -243,6 +262,11 @@ int overrides_delete(struct overrides *t, const char *policy, const char *key, s
         return 0;
     }
     struct override *o = unlink_at(t, at);
+    struct tomb *tb = &t->tombs[t->next_tomb++ % TOMBS];
+    free(tb->key);
+    *tb =
+        (struct tomb){.key = xstrndup(key, keylen), .keylen = keylen, .at_us = util_monotonic_us()};
+    snprintf(tb->policy, sizeof tb->policy, "%s", policy);
     count_locked(t, policy, "deleted");
     pthread_rwlock_unlock(&t->lock);
     if (prev)
@@ -252,14 +276,46 @@ int overrides_delete(struct overrides *t, const char *policy, const char *key, s
     return 1;
 }
 
-void overrides_replace_all(struct overrides *t, struct override **v, size_t n)
+/* 1 if o's key was removed here at or after since_us. */
+static int removed_since(const struct overrides *t, const struct override *o, int64_t since_us)
+{
+    for (size_t i = 0; i < TOMBS; i++) {
+        const struct tomb *tb = &t->tombs[i];
+        if (tb->key && tb->at_us >= since_us && tb->keylen == o->keylen &&
+            memcmp(tb->key, o->key, o->keylen) == 0 && strcmp(tb->policy, o->policy) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+void overrides_replace_all(struct overrides *t, struct override **v, size_t n, int64_t since_us)
 {
     pthread_rwlock_wrlock(&t->lock);
     for (size_t i = 0; i < t->nbuckets; i++)
-        while (t->buckets[i])
-            override_free(unlink_at(t, &t->buckets[i]));
-    for (size_t i = 0; i < n; i++)
-        insert(t, v[i]);
+        for (struct entry *e = t->buckets[i]; e; e = e->next)
+            e->seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct entry **at = find(t, hash_of(t, v[i]->policy, v[i]->key, v[i]->keylen), v[i]->policy,
+                                 v[i]->key, v[i]->keylen);
+        if (*at)
+            (*at)->seen = 1;
+        /* Heard newer since the read was sent: a change, or a removal. */
+        if ((*at && (*at)->o->updated_us >= v[i]->updated_us) ||
+            (!*at && removed_since(t, v[i], since_us)))
+            override_free(v[i]);
+        else
+            insert(t, v[i]);
+    }
+    /* Not in the store: removed, unless set after the read was sent. */
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        struct entry **at = &t->buckets[i];
+        while (*at) {
+            if ((*at)->seen || (*at)->applied_us >= since_us)
+                at = &(*at)->next;
+            else
+                override_free(unlink_at(t, at));
+        }
+    }
     pthread_rwlock_unlock(&t->lock);
     free(v);
 }

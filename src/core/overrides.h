@@ -86,9 +86,12 @@ int overrides_set(struct overrides *t, struct override *o, struct override **pre
 int overrides_delete(struct overrides *t, const char *policy, const char *key, size_t keylen,
                      int64_t updated_us, struct override **prev);
 
-/* Replaces every entry with the n of v (taken, and the array freed): a
- * full re-read of the store. Not counted as changes. */
-void overrides_replace_all(struct overrides *t, struct override **v, size_t n);
+/* Makes the table the n of v (taken, and the array freed): a full re-read
+ * of the store, sent at since_us (monotonic). What the table applied since
+ * then stays (a change newer than the store's, a removal: the store was
+ * read before it); every other entry the store lacks is removed. Not
+ * counted as changes. */
+void overrides_replace_all(struct overrides *t, struct override **v, size_t n, int64_t since_us);
 
 /* A copy of (policy, key)'s override in force as of now_us, or NULL. */
 struct override *overrides_get(struct overrides *t, const char *policy, const char *key,

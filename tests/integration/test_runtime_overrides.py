@@ -14,6 +14,7 @@ against real redis-server processes and daemons.
 - Catching up: a daemon started after a change, and daemons whose
   subscriber connections were killed (CLIENT KILL TYPE pubsub) while a
   change was stored without an announcement, hold the change.
+- Redis down: a PUT answers 503 and applies nothing.
 - Every error: 404 unknown_policy, 404 override_not_found, 400
   unknown_tier, invalid_limit, invalid_ttl, invalid_body, invalid_path,
   405; the bearer-token rule.
@@ -300,6 +301,21 @@ def cluster():
         harness.eq(d.stop(), 0, "Cluster: the daemon exits cleanly")
 
 
+def redis_down(redis, d):
+    """Redis cannot store a change: 503 backend_unavailable, nothing
+    applied; once it is back, changes go through again."""
+    redis.stop()
+    r = put(d, "tenant:down", {"tiers": {"minute": {"limit": 5}}})
+    harness.eq((r.status, r.json.get("error"), r.headers.get("retry-after")),
+               (503, "backend_unavailable", "1"), "Redis down: PUT answers 503")
+    harness.eq(get(d, "tenant:down").status, 404, "Redis down: nothing applied")
+    redis.restart()
+    harness.wait_until(lambda: d.request("GET", "/readyz").status == 200, timeout=20,
+                       what="the daemon ready again")
+    harness.eq(put(d, "tenant:down", {"tiers": {"minute": {"limit": 5}}}).status, 200,
+               "Redis back: PUT answers 200")
+
+
 def memory_backend():
     state = os.path.join(harness.make_tempdir(), "state")
     d = Daemon("unix:/nonexistent", POLICY,
@@ -338,6 +354,7 @@ def main():
     grpc(grpc_port)
     catch_up(redis, fleet, url, extra)
     pagination(fleet[1])
+    redis_down(redis, fleet[0])
     memory_backend()
     cluster()
     for d in fleet:

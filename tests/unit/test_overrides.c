@@ -81,6 +81,37 @@ static void test_changes(void)
     overrides_free(t);
 }
 
+/* A re-read sent before changes and answered after them keeps them. */
+static void test_reread(void)
+{
+    struct overrides *t = overrides_new(5);
+    (void)overrides_set(t, ovr("a", 10, T0, 0), NULL);
+    (void)overrides_set(t, ovr("b", 10, T0, 0), NULL);
+    (void)overrides_set(t, ovr("gone", 10, T0, 0), NULL);
+    /* The read is sent a microsecond after those (the clock's unit). */
+    int64_t before = util_monotonic_us(), sent;
+    while ((sent = util_monotonic_us()) == before)
+        ;
+    (void)overrides_set(t, ovr("c", 10, T0 + 1, 0), NULL);  /* after the read was sent */
+    (void)overrides_set(t, ovr("a", 11, T0 + 2, 0), NULL);  /* newer than the store's */
+    (void)overrides_delete(t, "api", "b", 1, T0 + 3, NULL); /* removed after it was sent */
+    struct override **v = calloc(3, sizeof *v);
+    v[0] = ovr("a", 10, T0, 0);
+    v[1] = ovr("b", 10, T0, 0);
+    v[2] = ovr("new", 12, T0, 0);
+    overrides_replace_all(t, v, 3, sent);
+    ok(limit_of(t, "a", T0) == 11 && limit_of(t, "b", T0) == -1 && limit_of(t, "c", T0) == 10 &&
+           limit_of(t, "new", T0) == 12 && limit_of(t, "gone", T0) == -1 && overrides_count(t) == 3,
+       "a re-read: what was heard since it was sent stays (a newer set, a removal, a new key), "
+       "what the store lacks otherwise goes, what it has comes");
+    v = calloc(1, sizeof *v);
+    v[0] = ovr("b", 10, T0, 0);
+    overrides_replace_all(t, v, 1, util_monotonic_us());
+    ok(limit_of(t, "b", T0) == 10 && overrides_count(t) == 1,
+       "a re-read sent after the removal brings back what the store has");
+    overrides_free(t);
+}
+
 static void test_expiry(void)
 {
     struct overrides *t = overrides_new(2);
@@ -253,6 +284,7 @@ int main(void)
 {
     make_policy();
     test_changes();
+    test_reread();
     test_expiry();
     test_pages();
     test_apply();

@@ -134,7 +134,7 @@ def wait_total(d, policy, by, want):
         return r.status == 200 and r.json["total"] >= want
 
     try:
-        harness.wait_until(reached, timeout=15, interval=0.1,
+        harness.wait_until(reached, timeout=60, interval=0.1,
                            what="%s by=%s total %d" % (policy, by, want))
     except TimeoutError:
         pass  # the caller's test point says what was found instead

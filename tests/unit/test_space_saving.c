@@ -5,8 +5,7 @@
  * every counter within its error bound of the true weight, every key heavier
  * than total / cap reported, the counts summing to the total; the text read
  * back as written; the merge of sketches fed parts of one stream, bounded
- * the same way; long keys named apart. And the windows of the top keys
- * (core/top_keys.h) with chosen minutes.
+ * the same way; long keys named apart.
  */
 #include <math.h>
 #include <stdint.h>
@@ -14,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/top_keys.h"
 #include "lib/space_saving.h"
 #include "tap.h"
 
@@ -179,23 +177,6 @@ static void long_keys(void)
     }
 }
 
-/* The minutes a window covers: the current one and the whole ones before,
- * so that a key last counted 11 minutes ago is out of window=10m. */
-static void windows(void)
-{
-    int64_t now = 1700000000LL * 1000000 + 30 * 1000000; /* 30 s into a minute */
-    int64_t lo, hi;
-    top_keys_window(now, 1, &lo, &hi);
-    is_int(hi, now / 60000000, "1m: up to the current minute");
-    is_int(lo, hi - 1, "1m: and the one before");
-    top_keys_window(now, 10, &lo, &hi);
-    is_int(hi - lo, 10, "10m: the current minute and the ten before");
-    int64_t hot = now - 11 * 60000000LL - 31 * 1000000; /* 11.5 min ago: last minute out */
-    ok(hot / 60000000 < lo, "a minute 11.5 min ago is out of 10m");
-    int64_t warm = now - 10 * 60000000LL;
-    ok(warm / 60000000 >= lo, "a minute 10 min ago is in 10m");
-}
-
 int main(void)
 {
     one_stream(1.1, 1, 200000, 1);
@@ -206,7 +187,6 @@ int main(void)
     one_stream(0.8, 5, 200000, 4);
     one_stream(0.0, 1, 50000, 3);
     long_keys();
-    windows();
     printf("# a sketch of %d counters: %zu bytes\n", 256, space_saving_bytes(256));
     return tap_done();
 }

@@ -97,16 +97,6 @@ def make_tempdir(prefix="rl-test-"):
 _PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
 
 
-
-def token_file(token):
-    """A file holding token (auth_token_file), readable by its owner only;
-    returns its path."""
-    path = os.path.join(make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(token + "\n")
-    os.chmod(path, 0o600)
-    return path
-
 def module_preload_env(argv, env=None):
     """env (default: ours) for argv, with ASan's runtime preloaded when argv
     is a redis-server that loads the Redis module (--loadmodule) or may

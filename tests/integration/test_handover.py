@@ -388,7 +388,7 @@ def main():
                "a run-time override set before the hand-over")
     handover(s, "first hand-over")
     status, o = override(s, "GET")
-    harness.eq((status, o and o["tiers"], o and o["note"]), (200, {"t": {"limit": 7}}, "kept"),
+    harness.eq((status, o.get("tiers"), o.get("note")), (200, {"t": {"limit": 7}}, "kept"),
                "backend memory's run-time overrides carried by the hand-over")
     handover(s, "second hand-over")
     harness.eq(s.fds[1], s.fds[0], "the second new process has as many descriptors open as "

@@ -82,23 +82,22 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
     return rc;
 }
 
-int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err, size_t errlen)
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, const struct buf *extra,
+                              char *err, size_t errlen)
 {
     struct buf b = {0};
-    backend_memory_store_snapshot(s, &b, NULL, NULL);
+    backend_memory_store_snapshot(s, &b, NULL, extra);
     int rc = store_file_write_fd(fd, b.data, b.len, err, errlen);
     buf_free(&b);
     return rc;
 }
 
-int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
-                              char *err, size_t errlen)
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct buf *image,
+                              struct store_file_counts *c, char *err, size_t errlen)
 {
-    struct buf b = {0};
-    int rc = store_file_read_fd(fd, &b, err, errlen);
+    int rc = store_file_read_fd(fd, image, err, errlen);
     if (rc == 0)
-        rc = backend_memory_store_restore(s, b.data, b.len, c, err, errlen);
-    buf_free(&b);
+        rc = backend_memory_store_restore(s, image->data, image->len, c, err, errlen);
     return rc;
 }
 

@@ -42,12 +42,14 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
                                  struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
 
 /* The hand-over's halves on a descriptor (blocking; fd not closed): the
- * store's snapshot written whole to fd, or fd read to its end and
- * restored. 0, or -1 with a message (a failed load changes nothing). */
-int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err,
-                              size_t errlen) RL_WUR;
-int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
+ * store's snapshot, with extra (NULL: none) as its extra section, written
+ * whole to fd; or fd read to its end into image (the caller's, to free:
+ * c->extra points into it) and restored. 0, or -1 with a message (a
+ * failed load changes nothing). */
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, const struct buf *extra,
                               char *err, size_t errlen) RL_WUR;
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct buf *image,
+                              struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
 
 /* A backend deciding in store (which must outlive it). Never NULL. */
 struct backend *backend_memory_new(struct backend_memory_store *store);

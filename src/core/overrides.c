@@ -49,6 +49,10 @@ struct overrides {
     struct counts *counts;
     struct tomb tombs[TOMBS];
     size_t next_tomb;
+    /* No entry expires before this (0: none expires): a sweep walks the
+     * table under the write lock, which checks wait for, only then. Read
+     * without the lock: atomic. */
+    int64_t next_expiry;
 };
 
 void override_free(struct override *o)
@@ -165,8 +169,16 @@ static void grow(struct overrides *t)
     t->nbuckets = n;
 }
 
+/* o may expire before what next_expiry says (under the write lock). */
+static void note_expiry(struct overrides *t, const struct override *o)
+{
+    if (o->expires_us > 0 && (t->next_expiry == 0 || o->expires_us < t->next_expiry))
+        __atomic_store_n(&t->next_expiry, o->expires_us, __ATOMIC_RELAXED);
+}
+
 static void insert(struct overrides *t, struct override *o)
 {
+    note_expiry(t, o);
     uint64_t h = hash_of(t, o->policy, o->key, o->keylen);
     struct entry **at = find(t, h, o->policy, o->key, o->keylen);
     if (*at) {
@@ -236,6 +248,7 @@ int overrides_set(struct overrides *t, struct override *o, struct override **pre
     if (*at) {
         struct override *old = (*at)->o;
         (*at)->o = o;
+        note_expiry(t, o);
         (*at)->applied_us = util_monotonic_us();
         if (prev)
             *prev = old;
@@ -330,15 +343,18 @@ void overrides_count_change(struct overrides *t, const char *policy, const char 
 size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger *lg,
                        void (*expired)(void *arg, const struct override *o), void *arg)
 {
-    if (overrides_count(t) == 0)
+    int64_t next = __atomic_load_n(&t->next_expiry, __ATOMIC_RELAXED);
+    if (overrides_count(t) == 0 || next == 0 || now_us < next)
         return 0;
     size_t n = 0, cap = 0;
     struct override **gone = NULL;
     pthread_rwlock_wrlock(&t->lock);
+    __atomic_store_n(&t->next_expiry, 0, __ATOMIC_RELAXED);
     for (size_t i = 0; i < t->nbuckets; i++) {
         struct entry **at = &t->buckets[i];
         while (*at) {
             if (!override_expired((*at)->o, now_us)) {
+                note_expiry(t, (*at)->o);
                 at = &(*at)->next;
                 continue;
             }

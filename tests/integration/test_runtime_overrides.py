@@ -90,12 +90,15 @@ def wait_limit(d, key, want, timeout=5.0):
 
 def propagation(fleet):
     a, others = fleet[0], fleet[1:]
+    sent = time.monotonic()
     r = put(a, "tenant:prop", {"tiers": {"minute": {"limit": 40}}, "note": "plan upgrade #123"})
     harness.eq(r.status, 200, "PUT on A answers 200")
     harness.eq(r.json["previous"], None, "a first override has no previous")
     for name, d in zip("BC", others):
-        s = wait_limit(d, "tenant:prop", 40)
-        harness.diag("propagation of a PUT to daemon %s: %.1f ms (target 100 ms)" % (name, s * 1e3))
+        wait_limit(d, "tenant:prop", 40)
+        s = time.monotonic() - sent
+        harness.diag("propagation of a PUT to daemon %s: in force %.1f ms after the PUT was sent "
+                     "to A (target 100 ms)" % (name, s * 1e3))
         harness.ok(s < 5, "daemon %s applies A's PUT (within the 5 s gate)" % name)
     r = put(a, "tenant:prop", {"tiers": {"minute": {"limit": 41}}})
     harness.eq(r.json["previous"]["tiers"], {"minute": {"limit": 40}},

@@ -125,11 +125,17 @@ static void test_expiry(void)
        "a sweep before the expiry removes nothing");
     ok(overrides_sweep(t, T0 + 2 * SEC, NULL, NULL, NULL) == 1 && overrides_count(t) == 1,
        "a sweep at the expiry removes it");
+    (void)overrides_set(t, ovr("late", 10, T0, T0 + 5 * SEC), NULL);
+    (void)overrides_set(t, ovr("soon", 10, T0, T0 + 3 * SEC), NULL);
+    ok(overrides_sweep(t, T0 + 3 * SEC, NULL, NULL, NULL) == 1 &&
+           overrides_sweep(t, T0 + 4 * SEC, NULL, NULL, NULL) == 0 &&
+           overrides_sweep(t, T0 + 5 * SEC, NULL, NULL, NULL) == 1 && overrides_count(t) == 1,
+       "each sweep at each expiry, none between (the next expiry is kept)");
     struct buf b = {0};
     const char *names[] = {"api"};
     overrides_metrics(t, names, 1, T0, &b);
     buf_append_char(&b, '\0');
-    ok(strstr(b.data, "ratelimitd_override_changes_total{policy=\"api\",op=\"expired\"} 1\n") &&
+    ok(strstr(b.data, "ratelimitd_override_changes_total{policy=\"api\",op=\"expired\"} 3\n") &&
            strstr(b.data, "ratelimitd_overrides{policy=\"api\"} 1\n"),
        "the metrics count the expiry and the one in force");
     buf_free(&b);

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * space_saving.c: the Space-Saving sketch, its text and its merge
- * (space_saving.h). The counters live in one array; heap[] orders their
- * indexes by count (the root is the smallest, the one a new key takes
- * over), pos[] is each counter's place in heap[], and slot[] is an
+ * (space_saving.h). The counters live in one array; the stream-summary
+ * orders them: a list of buckets by ascending count, each holding the
+ * counters of that count in a list of its own, so that the smallest (the
+ * one a new key takes over) is the first bucket's head, and a count that
+ * grows by w moves to the next buckets: one step for a weight of 1 (most
+ * checks), at most one per distinct count for a larger weight. slot[] is an
  * open-addressed table (linear probing, at most half full, deletion by
- * backward shift) from a key's hash to its counter.
+ * backward shift) from a key's hash to its counter. Indexes are 16 bits
+ * (NONE: none), the structure a few cache lines per update.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +18,20 @@
 #include "lib/siphash.h"
 #include "lib/space_saving.h"
 
-#define NO_SLOT 0xffffu
+#define NONE 0xffffu
 
 struct counter {
     uint64_t count, err, hash;
     uint16_t len;
+    uint16_t bucket;     /* the bucket of its count */
+    uint16_t prev, next; /* in the bucket's list */
     char key[SPACE_SAVING_KEY_MAX];
+};
+
+struct bucket {
+    uint64_t count;
+    uint16_t head;       /* its counters' list */
+    uint16_t prev, next; /* the buckets, by ascending count */
 };
 
 struct space_saving {
@@ -27,7 +39,10 @@ struct space_saving {
     uint64_t total;
     struct siphash_key hkey;
     struct counter *c;
-    uint16_t *heap, *pos, *slot;
+    struct bucket *b; /* cap of them: never more counts than counters */
+    uint16_t first;   /* the smallest count's bucket */
+    uint16_t free_b;  /* unused buckets, linked by next */
+    uint16_t *slot;
 };
 
 static size_t slots_for(size_t cap)
@@ -40,7 +55,7 @@ static size_t slots_for(size_t cap)
 
 size_t space_saving_bytes(size_t cap)
 {
-    return sizeof(struct space_saving) + cap * (sizeof(struct counter) + 2 * sizeof(uint16_t)) +
+    return sizeof(struct space_saving) + cap * (sizeof(struct counter) + sizeof(struct bucket)) +
            slots_for(cap) * sizeof(uint16_t);
 }
 
@@ -51,8 +66,7 @@ struct space_saving *space_saving_new(size_t cap, uint64_t seed)
     s->mask = slots_for(cap) - 1;
     s->hkey = siphash_key_from_seed(seed);
     s->c = xcalloc(cap, sizeof *s->c);
-    s->heap = xcalloc(cap, sizeof *s->heap);
-    s->pos = xcalloc(cap, sizeof *s->pos);
+    s->b = xcalloc(cap, sizeof *s->b);
     s->slot = xmalloc((s->mask + 1) * sizeof *s->slot);
     space_saving_clear(s);
     return s;
@@ -63,8 +77,7 @@ void space_saving_free(struct space_saving *s)
     if (!s)
         return;
     free(s->c);
-    free(s->heap);
-    free(s->pos);
+    free(s->b);
     free(s->slot);
     free(s);
 }
@@ -74,6 +87,10 @@ void space_saving_clear(struct space_saving *s)
     s->n = 0;
     s->total = 0;
     memset(s->slot, 0xff, (s->mask + 1) * sizeof *s->slot);
+    s->first = NONE;
+    for (size_t i = 0; i < s->cap; i++)
+        s->b[i].next = i + 1 < s->cap ? (uint16_t)(i + 1) : NONE;
+    s->free_b = 0;
 }
 
 uint64_t space_saving_total(const struct space_saving *s)
@@ -83,7 +100,7 @@ uint64_t space_saving_total(const struct space_saving *s)
 
 uint64_t space_saving_min(const struct space_saving *s)
 {
-    return s->n < s->cap ? 0 : s->c[s->heap[0]].count;
+    return s->n < s->cap ? 0 : s->b[s->first].count;
 }
 
 size_t space_saving_name(const char *key, size_t len, char *out)
@@ -102,42 +119,66 @@ size_t space_saving_name(const char *key, size_t len, char *out)
     return SPACE_SAVING_KEY_MAX;
 }
 
-/* ---- the heap ---- */
+/* ---- the buckets ---- */
 
-static void heap_set(struct space_saving *s, size_t at, uint16_t ci)
+/* Takes counter ci out of its bucket, freeing the bucket if it empties.
+ * Returns the bucket after which ci's new count goes: its old bucket if it
+ * stays, else the one before it (NONE: the start). */
+static uint16_t unbucket(struct space_saving *s, uint16_t ci)
 {
-    s->heap[at] = ci;
-    s->pos[ci] = (uint16_t)at;
+    struct counter *c = &s->c[ci];
+    uint16_t bi = c->bucket;
+    struct bucket *b = &s->b[bi];
+    if (c->prev != NONE)
+        s->c[c->prev].next = c->next;
+    else
+        b->head = c->next;
+    if (c->next != NONE)
+        s->c[c->next].prev = c->prev;
+    if (b->head != NONE)
+        return bi;
+    uint16_t before = b->prev;
+    if (before != NONE)
+        s->b[before].next = b->next;
+    else
+        s->first = b->next;
+    if (b->next != NONE)
+        s->b[b->next].prev = before;
+    b->next = s->free_b;
+    s->free_b = bi;
+    return before;
 }
 
-static void sift_up(struct space_saving *s, size_t at)
+/* Puts counter ci, of its count, in the bucket of that count, walking up
+ * from the bucket after `after` (NONE: from the first), whose count is
+ * smaller. */
+static void bucket(struct space_saving *s, uint16_t ci, uint16_t after)
 {
-    uint16_t ci = s->heap[at];
-    while (at > 0) {
-        size_t up = (at - 1) / 2;
-        if (s->c[s->heap[up]].count <= s->c[ci].count)
-            break;
-        heap_set(s, at, s->heap[up]);
-        at = up;
+    uint64_t count = s->c[ci].count;
+    uint16_t bi = after == NONE ? s->first : s->b[after].next;
+    while (bi != NONE && s->b[bi].count < count) {
+        after = bi;
+        bi = s->b[bi].next;
     }
-    heap_set(s, at, ci);
-}
-
-static void sift_down(struct space_saving *s, size_t at)
-{
-    uint16_t ci = s->heap[at];
-    for (;;) {
-        size_t l = 2 * at + 1, best = l;
-        if (l >= s->n)
-            break;
-        if (l + 1 < s->n && s->c[s->heap[l + 1]].count < s->c[s->heap[l]].count)
-            best = l + 1;
-        if (s->c[ci].count <= s->c[s->heap[best]].count)
-            break;
-        heap_set(s, at, s->heap[best]);
-        at = best;
+    if (bi == NONE || s->b[bi].count != count) {
+        uint16_t nb = s->free_b; /* never NONE: a bucket per count at most */
+        s->free_b = s->b[nb].next;
+        s->b[nb] = (struct bucket){count, NONE, after, bi};
+        if (after != NONE)
+            s->b[after].next = nb;
+        else
+            s->first = nb;
+        if (bi != NONE)
+            s->b[bi].prev = nb;
+        bi = nb;
     }
-    heap_set(s, at, ci);
+    struct counter *c = &s->c[ci];
+    c->bucket = bi;
+    c->prev = NONE;
+    c->next = s->b[bi].head;
+    if (c->next != NONE)
+        s->c[c->next].prev = ci;
+    s->b[bi].head = ci;
 }
 
 /* ---- the table ---- */
@@ -146,7 +187,7 @@ static void sift_down(struct space_saving *s, size_t at)
 static size_t find(const struct space_saving *s, const char *name, size_t len, uint64_t h)
 {
     size_t i = (size_t)h & s->mask;
-    while (s->slot[i] != NO_SLOT) {
+    while (s->slot[i] != NONE) {
         const struct counter *c = &s->c[s->slot[i]];
         if (c->hash == h && c->len == len && memcmp(c->key, name, len) == 0)
             break;
@@ -161,10 +202,10 @@ static void unslot(struct space_saving *s, size_t i)
 {
     size_t j = i;
     for (;;) {
-        s->slot[i] = NO_SLOT;
+        s->slot[i] = NONE;
         for (;;) {
             j = (j + 1) & s->mask;
-            if (s->slot[j] == NO_SLOT)
+            if (s->slot[j] == NONE)
                 return;
             size_t home = (size_t)s->c[s->slot[j]].hash & s->mask;
             /* j's entry may move to i unless its home lies in (i, j]. */
@@ -183,24 +224,25 @@ void space_saving_add(struct space_saving *s, const char *key, size_t len, uint6
     uint64_t h = siphash24(&s->hkey, name, len);
     s->total += w;
     size_t i = find(s, name, len, h);
-    if (s->slot[i] != NO_SLOT) {
+    if (s->slot[i] != NONE) {
         uint16_t ci = s->slot[i];
+        uint16_t after = unbucket(s, ci);
         s->c[ci].count += w;
-        sift_down(s, s->pos[ci]);
+        bucket(s, ci, after);
         return;
     }
-    uint16_t ci;
+    uint16_t ci, after = NONE;
     uint64_t base = 0;
     if (s->n < s->cap) {
         ci = (uint16_t)s->n++;
-        heap_set(s, s->n - 1, ci);
     } else {
         /* The smallest counter is taken over: its count becomes the new
          * key's error, the most the new key may have had unseen. */
-        ci = s->heap[0];
+        ci = s->b[s->first].head;
         base = s->c[ci].count;
         unslot(s, find(s, s->c[ci].key, s->c[ci].len, s->c[ci].hash));
         i = find(s, name, len, h);
+        after = unbucket(s, ci);
     }
     struct counter *c = &s->c[ci];
     c->count = base + w;
@@ -209,8 +251,7 @@ void space_saving_add(struct space_saving *s, const char *key, size_t len, uint6
     c->len = (uint16_t)len;
     memcpy(c->key, name, len);
     s->slot[i] = ci;
-    sift_up(s, s->pos[ci]);
-    sift_down(s, s->pos[ci]);
+    bucket(s, ci, after);
 }
 
 size_t space_saving_entries(const struct space_saving *s, struct space_saving_entry *out)
@@ -222,17 +263,29 @@ size_t space_saving_entries(const struct space_saving *s, struct space_saving_en
 
 /* ---- text ---- */
 
+/* v in decimal then sep, appended: once a second for every counter of
+ * every sketch, where snprintf's machinery cost more than the rest. */
+static void put_u64(struct buf *out, uint64_t v, char sep)
+{
+    char d[24];
+    size_t n = sizeof d;
+    d[--n] = sep;
+    do
+        d[--n] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    buf_append(out, d + n, sizeof d - n);
+}
+
 void space_saving_write(const struct space_saving *s, struct buf *out)
 {
-    char line[80];
-    snprintf(line, sizeof line, "%llu %llu %zu\n", (unsigned long long)s->total,
-             (unsigned long long)space_saving_min(s), s->n);
-    buf_append_str(out, line);
+    put_u64(out, s->total, ' ');
+    put_u64(out, space_saving_min(s), ' ');
+    put_u64(out, s->n, '\n');
     for (size_t i = 0; i < s->n; i++) {
         const struct counter *c = &s->c[i];
-        snprintf(line, sizeof line, "%llu %llu %u ", (unsigned long long)c->count,
-                 (unsigned long long)c->err, (unsigned)c->len);
-        buf_append_str(out, line);
+        put_u64(out, c->count, ' ');
+        put_u64(out, c->err, ' ');
+        put_u64(out, c->len, ' ');
         buf_append(out, c->key, c->len);
         buf_append_char(out, '\n');
     }

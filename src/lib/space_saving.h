@@ -7,10 +7,13 @@
  * total / cap holds a counter. Also the sketch's text form, and the merge of
  * several sketches' texts (mergeable summaries: Agarwal et al., 2012).
  *
- * The counters sit in a binary min-heap by count, indexed by an
- * open-addressed table keyed with SipHash: an update is O(log cap) whatever
- * its weight, where the stream-summary's buckets are O(1) only for weights
- * of 1 (a weight w walks up to w buckets). Everything is allocated by
+ * The counters sit in the stream-summary (buckets of equal counts in
+ * ascending order), indexed by an open-addressed table keyed with SipHash:
+ * an update of weight 1 is O(1), and one of weight w walks past the
+ * distinct counts it overtakes (at most cap). A binary min-heap, O(log cap)
+ * for any weight, cost twice the instructions on the spread benchmark's
+ * keys (every one new: the replaced counter sinks the heap's whole depth
+ * through the ties at the minimum). Everything is allocated by
  * space_saving_new: an update never allocates.
  *
  * Keys longer than SPACE_SAVING_KEY_MAX bytes are named by their first

@@ -19,7 +19,8 @@ against real redis-server and daemons.
 - Redis Cluster (3 masters, 2 daemons): the sketches merged, exact, the
   minute's hash on the master of the policy's slot.
 - Errors: 404 unknown_policy, 400 invalid_query for by, window and n, 400
-  invalid_path, 405 with Allow, 401 without the bearer token. Every answer
+  invalid_path, 405 with Allow, 401 without the bearer token; 503
+  backend_unavailable with Retry-After: 1 once Redis is stopped. Every answer
   is held against docs/openapi.yaml (daemon.py).
 """
 import bisect
@@ -329,6 +330,10 @@ def main():
     redis = harness.RedisServer().start()
     daemons = fleet(redis, extra)
     windows(daemons[0], redis)
+    redis.stop()
+    r = top(daemons[0], "strict")
+    harness.eq((r.status, r.json and r.json["error"], r.headers.get("retry-after")),
+               (503, "backend_unavailable", "1"), "Redis stopped: 503 backend_unavailable")
     cluster(extra)
     for d in daemons:
         harness.eq(d.stop(), 0, "a fleet daemon exits cleanly")

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import redis_cluster  # noqa: E402
 from daemon import ClusterDaemon, Daemon  # noqa: E402
-from test_admin import AUTH, token_file  # noqa: E402
+from test_admin import AUTH, TOKEN  # noqa: E402
 POLICY = (
     "policies:\n"
     "  strict: {tiers: [{name: t, algorithm: fixed_window, limit: 1, window: 1h}]}\n"
@@ -325,7 +325,7 @@ def errors(d):
 
 
 def main():
-    extra = "auth_token_file: %s\n" % token_file()
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
     memory(extra)
     redis = harness.RedisServer().start()
     daemons = fleet(redis, extra)

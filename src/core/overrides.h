@@ -10,8 +10,9 @@
  *
  * The table is shared by every worker: one lock (a reader-writer lock:
  * checks read, changes write), and a check of a key without an override
- * costs one atomic load when the table is empty, else one hash lookup
- * under the read lock. A check of an overridden key gets its own copy of
+ * costs one atomic load when the table is empty, else a hash and a lock-free
+ * filter's bit (a lookup under the read lock only for the rare key whose
+ * bit another key set). A check of an overridden key gets its own copy of
  * the policy with the limits in force (check_item.owned), so a change or
  * a removal never frees what a check in flight points to.
  *

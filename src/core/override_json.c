@@ -242,6 +242,12 @@ int override_body_parse(const struct policy *p, const struct policy *variant, co
                         size_t keylen, const char *body, size_t len, int64_t now_us,
                         struct override **out, struct request_error *err)
 {
+    /* The override is stored, announced and saved as JSON, which cleans a
+     * byte that is not UTF-8 to '?': other daemons (and this one, after a
+     * re-read or a restart) would apply it to another key. */
+    if (!json_out_utf8_valid(key, keylen))
+        return request_fail(err, RC_INVALID_KEY,
+                            "a run-time override's key must be valid UTF-8 (it is stored as JSON)");
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {

@@ -328,6 +328,22 @@ static int body(const char *json, enum request_code *code)
     return rc;
 }
 
+/* A key that is not UTF-8 would be stored and announced as another key
+ * (JSON cleans the byte to '?'): refused. */
+static void test_body_key_utf8(void)
+{
+    struct override *o = NULL;
+    struct request_error err;
+    const char *json = "{\"tiers\":{\"minute\":{\"limit\":5}}}";
+    ok(override_body_parse(&pol, &pol, "a\xff", 2, json, strlen(json), T0, &o, &err) < 0 &&
+           err.code == RC_INVALID_KEY && !o,
+       "a key with a byte that is not UTF-8: 400 invalid_key");
+    ok(override_body_parse(&pol, &pol, "caf\xc3\xa9", 5, json, strlen(json), T0, &o, &err) == 0 &&
+           o && o->keylen == 5,
+       "a UTF-8 key is taken as is");
+    override_free(o);
+}
+
 static void test_body(void)
 {
     static const struct {
@@ -411,5 +427,6 @@ int main(void)
     test_apply_without_lock();
     test_filter_removals();
     test_body();
+    test_body_key_utf8();
     return tap_done();
 }

@@ -94,7 +94,8 @@ int overrides_delete(struct overrides *t, const char *policy, const char *key, s
  * counted as changes. */
 void overrides_replace_all(struct overrides *t, struct override **v, size_t n, int64_t since_us);
 
-/* A copy of (policy, key)'s override in force as of now_us, or NULL. */
+/* A copy of (policy, key)'s override in force as of now_us (INT64_MIN:
+ * expired or not), or NULL. */
 struct override *overrides_get(struct overrides *t, const char *policy, const char *key,
                                size_t keylen, int64_t now_us);
 

@@ -250,7 +250,7 @@ static void test_apply_without_lock(void)
     (void)overrides_set(t, ovr("held", 10, T0, 0), NULL);
     (void)overrides_set(t, ovr("soon", 10, T0, T0 + SEC), NULL);
     int p[2], saved = dup(2);
-    char junk[4096];
+    char junk[4096] = {0};
     if (pipe(p) < 0 || saved < 0) {
         ok(0, "a pipe for stderr");
         return;

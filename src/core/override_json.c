@@ -345,8 +345,12 @@ int override_json_parse(const char *s, size_t len, struct override **out, int *d
     int rc = stored_time(json_object_get(root, "updated_at"), &o->updated_us);
     if (rc == 0 && !*deleted) {
         rc = stored_tiers(json_object_get(root, "tiers"), o);
+        /* An expiry at or before the epoch would read as none (0: never):
+         * an override meant to end would never end. Corrupt: refused. */
         if (rc == 0)
             rc = stored_time(json_object_get(root, "expires_at"), &o->expires_us);
+        if (rc == 0 && json_is_string(json_object_get(root, "expires_at")) && o->expires_us <= 0)
+            rc = -1;
         o->note = stored_str(json_object_get(root, "note"));
         o->by = stored_str(json_object_get(root, "by"));
     }

@@ -401,6 +401,12 @@ static void test_body(void)
     override_free(o);
     buf_free(&a);
     buf_free(&b);
+    const char *before_epoch = "{\"policy\":\"api\",\"key\":\"k\",\"tiers\":{\"minute\":{\"limit\":"
+                               "1}},\"expires_at\":\"1900-01-01T00:00:00Z\",\"updated_at\":null}";
+    back = NULL;
+    ok(override_json_parse(before_epoch, strlen(before_epoch), &back, &deleted) < 0 && !back,
+       "a stored expiry before the epoch (which would read as never) is refused");
+    override_free(back);
     int64_t us;
     ok(override_time_parse("2026-12-04T18:00:00Z", &us) == 0 && us == 1796407200LL * SEC,
        "RFC 3339 in UTC");

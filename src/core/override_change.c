@@ -157,6 +157,19 @@ struct override_change *override_change_start(struct core *core, struct override
     c->keylen = keylen;
     c->at_us = o ? o->updated_us : util_realtime_us();
     c->previous = overrides_get(core->overrides, policy, key, keylen, c->at_us);
+    /* A change made after this daemon saw one is newer than it, whatever
+     * the clock of the daemon that made that one: a clock ahead of this
+     * one's must not make this change look older, to be dropped by every
+     * table (a removal answered 200 and left in force) while the store
+     * holds it. An expired entry not yet swept counts too (INT64_MIN: no
+     * expiry has passed), or it would refuse this change here. */
+    struct override *seen = overrides_get(core->overrides, policy, key, keylen, INT64_MIN);
+    if (seen && seen->updated_us >= c->at_us) {
+        c->at_us = seen->updated_us + 1;
+        if (o)
+            o->updated_us = c->at_us;
+    }
+    override_free(seen);
     c->reply = reply;
     c->ctx = ctx;
     snprintf(c->peer, sizeof c->peer, "%s", peer);

@@ -242,6 +242,12 @@ int override_body_parse(const struct policy *p, const struct policy *variant, co
                         size_t keylen, const char *body, size_t len, int64_t now_us,
                         struct override **out, struct request_error *err)
 {
+    /* The override is stored, announced and saved as JSON, which cleans a
+     * byte that is not UTF-8 to '?': other daemons (and this one, after a
+     * re-read or a restart) would apply it to another key. */
+    if (!json_out_utf8_valid(key, keylen))
+        return request_fail(err, RC_INVALID_KEY,
+                            "a run-time override's key must be valid UTF-8 (it is stored as JSON)");
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
@@ -339,8 +345,12 @@ int override_json_parse(const char *s, size_t len, struct override **out, int *d
     int rc = stored_time(json_object_get(root, "updated_at"), &o->updated_us);
     if (rc == 0 && !*deleted) {
         rc = stored_tiers(json_object_get(root, "tiers"), o);
+        /* An expiry at or before the epoch would read as none (0: never):
+         * an override meant to end would never end. Corrupt: refused. */
         if (rc == 0)
             rc = stored_time(json_object_get(root, "expires_at"), &o->expires_us);
+        if (rc == 0 && json_is_string(json_object_get(root, "expires_at")) && o->expires_us <= 0)
+            rc = -1;
         o->note = stored_str(json_object_get(root, "note"));
         o->by = stored_str(json_object_get(root, "by"));
     }

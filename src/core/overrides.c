@@ -40,6 +40,11 @@ struct counts {
     uint64_t set, deleted, expired;
 };
 
+/* 2^17 bits (16 KiB): under 1 % of keys without an override look up
+ * under the lock while the table holds up to about 1 300 entries. */
+#define FILTER_BITS_LOG2 17
+#define FILTER_WORDS ((1u << FILTER_BITS_LOG2) / 64)
+
 struct overrides {
     pthread_rwlock_t lock;
     struct siphash_key sk;
@@ -53,6 +58,14 @@ struct overrides {
      * table under the write lock, which checks wait for, only then. Read
      * without the lock: atomic. */
     int64_t next_expiry;
+    /* A filter of the hashes of the (policy, key) pairs held, read without
+     * the lock: a check of a key whose bit is clear (nearly every key
+     * without an override) takes no lock. A removal leaves its bit set
+     * until the next rebuild (a sweep, a re-read, or removals outnumbering
+     * the entries): a stale bit costs a lookup under the lock, never a
+     * wrong answer. Words read and written atomically. */
+    uint64_t filter[FILTER_WORDS];
+    size_t stale; /* removals since the filter was rebuilt */
 };
 
 void override_free(struct override *o)
@@ -169,6 +182,48 @@ static void grow(struct overrides *t)
     t->nbuckets = n;
 }
 
+/* The filter's bit of hash h: its top bits (the buckets use the bottom
+ * ones). */
+static size_t filter_bit(uint64_t h)
+{
+    return (size_t)(h >> (64 - FILTER_BITS_LOG2));
+}
+
+/* Under the write lock, before the entry is linked. */
+static void filter_add(struct overrides *t, uint64_t h)
+{
+    size_t b = filter_bit(h);
+    __atomic_fetch_or(&t->filter[b / 64], 1ULL << (b % 64), __ATOMIC_RELEASE);
+}
+
+/* Any thread, no lock: 0 if the table surely holds no entry of hash h. */
+static int filter_may_hold(const struct overrides *t, uint64_t h)
+{
+    size_t b = filter_bit(h);
+    return (__atomic_load_n(&t->filter[b / 64], __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
+}
+
+/* Under the write lock: the filter of the entries held, once removals
+ * made it stale enough (force: any removal; the caller walked the table
+ * anyway). Each word is stored whole and keeps the bit of every entry
+ * held, so that a check reading it meanwhile never misses one. */
+static void filter_rebuild(struct overrides *t, int force)
+{
+    if (t->stale == 0 || (!force && t->stale < t->count))
+        return;
+    uint64_t *w = xcalloc(FILTER_WORDS, sizeof *w);
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        for (const struct entry *e = t->buckets[i]; e; e = e->next) {
+            size_t b = filter_bit(e->hash);
+            w[b / 64] |= 1ULL << (b % 64);
+        }
+    }
+    for (size_t i = 0; i < FILTER_WORDS; i++)
+        __atomic_store_n(&t->filter[i], w[i], __ATOMIC_RELEASE);
+    free(w);
+    t->stale = 0;
+}
+
 /* o may expire before what next_expiry says (under the write lock). */
 static void note_expiry(struct overrides *t, const struct override *o)
 {
@@ -190,6 +245,7 @@ static void insert(struct overrides *t, struct override *o)
     }
     struct entry *e = xmalloc(sizeof *e);
     *e = (struct entry){.hash = h, .o = o, .applied_us = util_monotonic_us(), .seen = 1};
+    filter_add(t, h);
     *at = e;
     __atomic_store_n(&t->count, t->count + 1, __ATOMIC_RELAXED);
     if (t->count > t->nbuckets)
@@ -203,6 +259,7 @@ static struct override *unlink_at(struct overrides *t, struct entry **at)
     *at = e->next;
     free(e);
     __atomic_store_n(&t->count, t->count - 1, __ATOMIC_RELAXED);
+    t->stale++;
     return o;
 }
 
@@ -281,6 +338,7 @@ int overrides_delete(struct overrides *t, const char *policy, const char *key, s
         (struct tomb){.key = xstrndup(key, keylen), .keylen = keylen, .at_us = util_monotonic_us()};
     snprintf(tb->policy, sizeof tb->policy, "%s", policy);
     count_locked(t, policy, "deleted");
+    filter_rebuild(t, 0);
     pthread_rwlock_unlock(&t->lock);
     if (prev)
         *prev = o;
@@ -329,6 +387,7 @@ void overrides_replace_all(struct overrides *t, struct override **v, size_t n, i
                 override_free(unlink_at(t, at));
         }
     }
+    filter_rebuild(t, 1);
     pthread_rwlock_unlock(&t->lock);
     free(v);
 }
@@ -367,6 +426,7 @@ size_t overrides_sweep(struct overrides *t, int64_t now_us, const struct logger 
             gone[n++] = o;
         }
     }
+    filter_rebuild(t, 1);
     pthread_rwlock_unlock(&t->lock);
     /* Told outside the lock: expired() sends to the backend. */
     for (size_t i = 0; i < n; i++) {
@@ -479,11 +539,14 @@ int overrides_apply(struct overrides *t, struct check_item *item, int64_t now_us
     if (item->owned || overrides_count(t) == 0)
         return 0;
     const struct policy *p = item->policy;
+    /* The key (hash) of sk, which never changes, needs no lock. */
+    uint64_t h = hash_of(t, p->name, item->key, item->keylen);
+    if (!filter_may_hold(t, h))
+        return 0;
     struct policy *copy = NULL;
     unsigned mask = 0;
     pthread_rwlock_rdlock(&t->lock);
-    struct entry **at =
-        find(t, hash_of(t, p->name, item->key, item->keylen), p->name, item->key, item->keylen);
+    struct entry **at = find(t, h, p->name, item->key, item->keylen);
     if (*at && !override_expired((*at)->o, now_us)) {
         copy = xmalloc(sizeof *copy);
         *copy = *p;

@@ -10,8 +10,9 @@
  *
  * The table is shared by every worker: one lock (a reader-writer lock:
  * checks read, changes write), and a check of a key without an override
- * costs one atomic load when the table is empty, else one hash lookup
- * under the read lock. A check of an overridden key gets its own copy of
+ * costs one atomic load when the table is empty, else a hash and a lock-free
+ * filter's bit (a lookup under the read lock only for the rare key whose
+ * bit another key set). A check of an overridden key gets its own copy of
  * the policy with the limits in force (check_item.owned), so a change or
  * a removal never frees what a check in flight points to.
  *
@@ -93,7 +94,8 @@ int overrides_delete(struct overrides *t, const char *policy, const char *key, s
  * counted as changes. */
 void overrides_replace_all(struct overrides *t, struct override **v, size_t n, int64_t since_us);
 
-/* A copy of (policy, key)'s override in force as of now_us, or NULL. */
+/* A copy of (policy, key)'s override in force as of now_us (INT64_MIN:
+ * expired or not), or NULL. */
 struct override *overrides_get(struct overrides *t, const char *policy, const char *key,
                                size_t keylen, int64_t now_us);
 

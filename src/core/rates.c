@@ -106,8 +106,10 @@ void rates_record(struct rates *r, int64_t sec, const char *policy, uint64_t all
 static void series(struct json_out *j, const uint32_t *ring, int64_t last, int seconds)
 {
     json_out_begin(j, '[');
+    /* A clock near the epoch (no real-time clock yet): the seconds before
+     * the first are zeros, never an index before the ring. */
     for (int64_t s = last - seconds + 1; s <= last; s++)
-        json_out_int(j, last ? ring[s % RATES_SECONDS] : 0);
+        json_out_int(j, s > 0 ? ring[s % RATES_SECONDS] : 0);
     json_out_end(j, ']');
 }
 

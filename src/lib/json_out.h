@@ -53,6 +53,11 @@ static inline void json_out_raw_key(struct json_out *j, const char *quoted, size
     buf_append(j->b, quoted, len);
 }
 
+/* 1 if s (len bytes) is valid UTF-8 as json_out_str writes it unchanged
+ * (no byte cleaned to '?'), else 0: what must survive a JSON round trip
+ * byte for byte (a run-time override's key) is checked with it. */
+int json_out_utf8_valid(const char *s, size_t len);
+
 /* A string of len bytes (may contain NUL: written as \u0000), cleaned. */
 void json_out_str(struct json_out *j, const char *s, size_t len);
 

@@ -162,11 +162,19 @@ size_t store_file_snapshot(const struct local_store *s, int64_t now_us, struct b
 
 void store_file_seal(struct buf *out, size_t start, const void *extra, size_t extra_len)
 {
-    unsigned char *p = (unsigned char *)buf_reserve(out, 4);
-    put_le(&p, extra_len, 4);
-    out->len += 4;
-    if (extra_len)
+    unsigned char *p;
+    if (extra_len == 0) {
+        /* Nothing extra: the version 1 image, which the previous release
+         * reads too, so that rolling back (a restart, a hand-over) keeps
+         * the counters unless there are run-time overrides to carry. */
+        p = (unsigned char *)out->data + start + 8;
+        put_le(&p, 1, 4);
+    } else {
+        p = (unsigned char *)buf_reserve(out, 4);
+        put_le(&p, extra_len, 4);
+        out->len += 4;
         buf_append(out, extra, extra_len);
+    }
     uint64_t sum = store_file_sum(out->data + start, out->len - start);
     p = (unsigned char *)buf_reserve(out, SUM_LEN);
     put_le(&p, sum, 8);

@@ -29,12 +29,15 @@
  *       buckets u32 n, n x (i64 start, count)
  *       leases u32 n, n x (i64 expires, units, LEASE_NONCE_LEN bytes)
  *   u32 extra_len, extra_len bytes: the caller's section (the run-time
- *     overrides of backend: memory, memory_state.h), opaque here,
+ *     overrides of backend: memory, memory_state.h), opaque here, never
+ *     empty: an image with nothing extra is written as version 1,
  *   u64 SipHash-2-4, under a fixed key, of every byte before it.
  * A reader refuses another magic, another version, a bad checksum, a short
  * or long image and any entry the algorithms could not have written (a
  * zero scale, unsorted runs or buckets, a key too long): all or nothing.
- * Version 1 (no extra section) is still read.
+ * Version 1 (no extra section) is still read, and written when there is
+ * nothing extra: the previous release reads it, so a roll-back keeps the
+ * counters.
  */
 #ifndef RATELIMITD_STORE_FILE_H
 #define RATELIMITD_STORE_FILE_H

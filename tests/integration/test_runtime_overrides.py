@@ -14,6 +14,8 @@ against real redis-server processes and daemons.
 - Catching up: a daemon started after a change, and daemons whose
   subscriber connections were killed (CLIENT KILL TYPE pubsub) while a
   change was stored without an announcement, hold the change.
+- Clocks: a change made after one stamped in the future (another
+  daemon's clock ahead) replaces it on every daemon, a DELETE included.
 - Redis down: a PUT answers 503 and applies nothing.
 - Every error: 404 unknown_policy, 404 override_not_found, 400
   unknown_tier, invalid_limit, invalid_ttl, invalid_body, invalid_path,
@@ -86,6 +88,15 @@ def wait_limit(d, key, want, timeout=5.0):
     harness.wait_until(lambda: limit_of(d, key)[0] == want, timeout=timeout, interval=0.001,
                        what="limit %d for %s" % (want, key))
     return time.monotonic() - start
+
+
+def reaches(d, key, want, timeout=3.0):
+    """True if d shows want as key's minute limit within timeout."""
+    try:
+        wait_limit(d, key, want, timeout)
+        return True
+    except TimeoutError:
+        return False
 
 
 def propagation(fleet):
@@ -250,6 +261,31 @@ def catch_up(redis, fleet, url, extra):
         harness.diag("daemon %d caught up %.0f ms after its link was cut" % (i, s * 1e3))
 
 
+def skewed_clock(redis, fleet):
+    # Another daemon whose clock runs ahead stored and announced a change
+    # (its updated_at in the future of these daemons' clocks). A change
+    # made here after it was seen must replace it everywhere: a DELETE
+    # answered 200 must not leave it in force, nor a PUT be dropped.
+    stored = {"policy": "api", "key": "tenant:skew", "tiers": {"minute": {"limit": 23}},
+              "expires_at": None, "note": None, "updated_at": "2099-01-01T00:00:00.000000Z",
+              "by": "a daemon whose clock is ahead"}
+    with redis.client() as r:
+        r.command("HSET", "rl:{overrides}", "api:tenant:skew", json.dumps(stored))
+        r.command("PUBLISH", "rl:reset", json.dumps(stored))
+    for d in fleet:
+        wait_limit(d, "tenant:skew", 23)
+    harness.eq(put(fleet[1], "tenant:skew", {"tiers": {"minute": {"limit": 24}}}).status, 200,
+               "skew: a PUT after a change stamped in the future answers 200")
+    for i, d in enumerate(fleet):
+        harness.ok(reaches(d, "tenant:skew", 24), "skew: daemon %d holds the PUT made after it" % i)
+    r = fleet[1].request("DELETE", path_of("tenant:skew"), headers=AUTH)
+    harness.eq(r.status, 200, "skew: the DELETE answers 200")
+    harness.eq(get(fleet[1], "tenant:skew").status, 404,
+               "skew: the daemon that answered the DELETE holds no override")
+    for i, d in enumerate(fleet):
+        harness.ok(reaches(d, "tenant:skew", 3), "skew: daemon %d applies the removal" % i)
+
+
 def rls_json(d):
     # An Envoy descriptor's key is domain|k1=v1... (docs/envoy.md).
     put(d, "edge|tenant=acme", {"tiers": {"minute": {"limit": 15}}})
@@ -356,6 +392,7 @@ def main():
     rls_json(fleet[0])
     grpc(grpc_port)
     catch_up(redis, fleet, url, extra)
+    skewed_clock(redis, fleet)
     pagination(fleet[1])
     redis_down(redis, fleet[0])
     memory_backend()

@@ -173,8 +173,9 @@ def token_rules(redis):
         harness.ok(r.status == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
                    and r.headers.get("cache-control") == "no-store"
                    and csp.startswith("default-src 'self'; script-src 'sha256-")
+                   and csp.endswith("; frame-ancestors 'none'; base-uri 'none'")
                    and b"<script>" in r.body,
-                   "token file: %s serves the page without a token, with its CSP" % p)
+                   "token file: %s serves the page without a token, with its CSP (no framing)" % p)
     d.stop()
 
 

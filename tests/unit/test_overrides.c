@@ -8,9 +8,12 @@
  * algorithm refuses skipped), the PUT body's every refusal, the stored form
  * read back as written, RFC 3339 times, and 100 000 entries.
  */
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/decision.h"
 #include "core/override_json.h"
@@ -203,6 +206,117 @@ static void test_apply(void)
     overrides_free(t);
 }
 
+/* ---- a check of a key without an override takes no lock ---- */
+
+struct held {
+    struct overrides *t;
+    int done;   /* atomic */
+    int result; /* overrides_apply's */
+};
+
+static void *sweeper(void *arg)
+{
+    struct held *h = arg;
+    const struct logger lg = {LOG_LVL_DEBUG, 0};
+    /* Logs "override expired" under the write lock, to a full pipe. */
+    h->result = (int)overrides_sweep(h->t, T0 + 2 * SEC, &lg, NULL, NULL);
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *checker(void *arg)
+{
+    struct held *h = arg;
+    struct check_item item = {.policy = &pol, .key = "nobody", .keylen = 6};
+    h->result = overrides_apply(h->t, &item, T0 + 2 * SEC);
+    free(item.owned);
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int done_within(const struct held *h, int ms)
+{
+    for (int i = 0; i < ms && !__atomic_load_n(&h->done, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    return __atomic_load_n(&h->done, __ATOMIC_ACQUIRE);
+}
+
+/* The sweep holds the write lock while it logs; stderr is a full pipe, so
+ * it holds it until the test reads the pipe. A check of a key without an
+ * override must be decided meanwhile: the hot path takes no lock for it. */
+static void test_apply_without_lock(void)
+{
+    struct overrides *t = overrides_new(6);
+    (void)overrides_set(t, ovr("held", 10, T0, 0), NULL);
+    (void)overrides_set(t, ovr("soon", 10, T0, T0 + SEC), NULL);
+    int p[2], saved = dup(2);
+    char junk[4096] = {0};
+    if (pipe(p) < 0 || saved < 0) {
+        ok(0, "a pipe for stderr");
+        return;
+    }
+    (void)fcntl(p[1], F_SETFL, O_NONBLOCK);
+    while (write(p[1], junk, sizeof junk) > 0) {
+    }
+    (void)fcntl(p[1], F_SETFL, 0);
+    (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
+    dup2(p[1], 2);
+    struct held sw = {t, 0, 0}, ck = {t, 0, -1};
+    pthread_t a, b;
+    pthread_create(&a, NULL, sweeper, &sw);
+    usleep(200 * 1000); /* the sweeper is in its write, under the lock */
+    int blocked = !__atomic_load_n(&sw.done, __ATOMIC_ACQUIRE);
+    pthread_create(&b, NULL, checker, &ck);
+    int decided = done_within(&ck, 2000);
+    while (!__atomic_load_n(&sw.done, __ATOMIC_ACQUIRE) || !__atomic_load_n(&ck.done, 0)) {
+        if (read(p[0], junk, sizeof junk) <= 0)
+            usleep(1000);
+    }
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    dup2(saved, 2);
+    close(saved);
+    close(p[0]);
+    close(p[1]);
+    ok(blocked && sw.result == 1, "the sweep held the write lock while it logged");
+    ok(decided && ck.result == 0,
+       "meanwhile a check of a key without an override was decided (no lock taken)");
+    struct check_item held = {.policy = &pol, .key = "held", .keylen = 4};
+    ok(overrides_apply(t, &held, T0 + 2 * SEC) == 1 && held.policy->tiers[0].limit == 10,
+       "the filter rebuilt by the sweep keeps the entries left");
+    free(held.owned);
+    struct check_item soon = {.policy = &pol, .key = "soon", .keylen = 4};
+    ok(overrides_apply(t, &soon, T0 + 2 * SEC) == 0 && !soon.owned, "the swept one is gone");
+    overrides_free(t);
+}
+
+/* Removals clear the filter's bits (rebuilt once they outnumber the
+ * entries): a key removed, then set again, then removed, is never found
+ * after its removal; one kept always is. */
+static void test_filter_removals(void)
+{
+    struct overrides *t = overrides_new(7);
+    (void)overrides_set(t, ovr("keep", 9, T0, 0), NULL);
+    int right = 1;
+    for (int i = 0; i < 200; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", i);
+        (void)overrides_set(t, ovr(key, 5, T0 + i, 0), NULL);
+        struct check_item in = {.policy = &pol, .key = key, .keylen = strlen(key)};
+        right &= overrides_apply(t, &in, T0) == 1;
+        free(in.owned);
+        right &= overrides_delete(t, "api", key, strlen(key), INT64_MAX, NULL) == 1;
+        struct check_item out = {.policy = &pol, .key = key, .keylen = strlen(key)};
+        right &= overrides_apply(t, &out, T0) == 0;
+        struct check_item keep = {.policy = &pol, .key = "keep", .keylen = 4};
+        right &= overrides_apply(t, &keep, T0) == 1;
+        free(keep.owned);
+    }
+    ok(right,
+       "200 set-then-removed keys: each applies while set, never after; the kept one always");
+    overrides_free(t);
+}
+
 static int body(const char *json, enum request_code *code)
 {
     struct override *o = NULL;
@@ -212,6 +326,22 @@ static int body(const char *json, enum request_code *code)
         *code = err.code;
     override_free(o);
     return rc;
+}
+
+/* A key that is not UTF-8 would be stored and announced as another key
+ * (JSON cleans the byte to '?'): refused. */
+static void test_body_key_utf8(void)
+{
+    struct override *o = NULL;
+    struct request_error err;
+    const char *json = "{\"tiers\":{\"minute\":{\"limit\":5}}}";
+    ok(override_body_parse(&pol, &pol, "a\xff", 2, json, strlen(json), T0, &o, &err) < 0 &&
+           err.code == RC_INVALID_KEY && !o,
+       "a key with a byte that is not UTF-8: 400 invalid_key");
+    ok(override_body_parse(&pol, &pol, "caf\xc3\xa9", 5, json, strlen(json), T0, &o, &err) == 0 &&
+           o && o->keylen == 5,
+       "a UTF-8 key is taken as is");
+    override_free(o);
 }
 
 static void test_body(void)
@@ -271,6 +401,12 @@ static void test_body(void)
     override_free(o);
     buf_free(&a);
     buf_free(&b);
+    const char *before_epoch = "{\"policy\":\"api\",\"key\":\"k\",\"tiers\":{\"minute\":{\"limit\":"
+                               "1}},\"expires_at\":\"1900-01-01T00:00:00Z\",\"updated_at\":null}";
+    back = NULL;
+    ok(override_json_parse(before_epoch, strlen(before_epoch), &back, &deleted) < 0 && !back,
+       "a stored expiry before the epoch (which would read as never) is refused");
+    override_free(back);
     int64_t us;
     ok(override_time_parse("2026-12-04T18:00:00Z", &us) == 0 && us == 1796407200LL * SEC,
        "RFC 3339 in UTC");
@@ -294,6 +430,9 @@ int main(void)
     test_expiry();
     test_pages();
     test_apply();
+    test_apply_without_lock();
+    test_filter_removals();
     test_body();
+    test_body_key_utf8();
     return tap_done();
 }

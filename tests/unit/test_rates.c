@@ -104,6 +104,19 @@ static void test_ring(struct rates *r, const struct config *cfg)
     free(whole);
 }
 
+/* A clock near the epoch (a host with no real-time clock, before NTP): the
+ * seconds before the first are zeros, not whatever lies before the ring. */
+static void test_epoch(const struct config *cfg)
+{
+    struct rates *r = rates_new();
+    rates_record(r, 5, "api", 7, 2);
+    char *all = json(r, cfg, RATES_SECONDS);
+    is_int(sum_figures(all, "\"allowed\":["), 7, "clock at the epoch + 5 s: only what was counted");
+    is_int(sum_figures(all, "\"denied\":["), 2, "and its denials");
+    free(all);
+    rates_free(r);
+}
+
 int main(void)
 {
     char err[RL_ERRLEN];
@@ -115,6 +128,7 @@ int main(void)
     struct rates *r = rates_new();
     test_seconds(r, cfg);
     test_ring(r, cfg);
+    test_epoch(cfg);
     rates_free(r);
     rates_free(NULL);
     config_unref(cfg);

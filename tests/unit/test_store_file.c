@@ -243,6 +243,14 @@ static void test_extra(void)
     store_file_encode(t, T0, &b);
     ok(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err) == 0 && c.extra_len == 0,
        "no extra section: none reported: %s", err);
+    uint32_t version;
+    memcpy(&version, b.data + 8, 4);
+    is_int(version, 1, "nothing extra: written as version 1, which the previous release reads");
+    b.len = 0;
+    store_file_snapshot(t, T0, &b);
+    store_file_seal(&b, 0, "x", 1);
+    memcpy(&version, b.data + 8, 4);
+    is_int(version, STORE_FILE_VERSION, "an extra section: version %d", STORE_FILE_VERSION);
     b.len = 0;
     store_file_snapshot(t, T0, &b);
     store_file_seal(&b, 0, "abc", 3);

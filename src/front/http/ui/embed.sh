@@ -6,7 +6,9 @@
 #                 place of @SCRIPT@ (each inside its <style>/<script>)
 #   ui_page_csp   the Content-Security-Policy it is served with: 'self' and
 #                 the SHA-256 of those two inline blocks, so the page runs
-#                 under its own strict policy and nothing else would
+#                 under its own strict policy and nothing else would; no
+#                 other site may frame it (its buttons reset keys and set
+#                 overrides with the tab's token) nor set its base URL
 #   ui_icon_svg   its icon (/favicon.svg), which a browser would otherwise
 #                 ask for as /favicon.ico and log a 404 for
 set -eu
@@ -47,7 +49,7 @@ page() {
     echo 'const char ui_icon_svg[] ='
     cstring < "$icon"
     echo '    ;'
-    printf 'const char ui_page_csp[] = "default-src '"'self'"'; script-src '"'sha256-%s'"'; style-src '"'sha256-%s'"'";\n' \
+    printf 'const char ui_page_csp[] = "default-src '"'self'"'; script-src '"'sha256-%s'"'; style-src '"'sha256-%s'"'; frame-ancestors '"'none'"'; base-uri '"'none'"'";\n' \
         "$(hash "$js")" "$(hash "$css")"
 } > "$tmp"
 mv "$tmp" "$out"

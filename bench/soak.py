@@ -102,8 +102,18 @@ class SoakLoad(Load):
 
     def _count(self, what, reason=None):
         if what != "reconnected":  # a reconnection is counted by its outcome
-            self.records.append((self.mine.start - self.t0, time.time() - self.mine.start,
-                                 what, self.mine.key, self.mine.window))
+            with self.lock:
+                self.records.append((self.mine.start - self.t0, time.time() - self.mine.start,
+                                     what, self.mine.key, self.mine.window))
+
+    def taken(self, before):
+        """The records so far; those started before `before` (seconds from
+        t0) dropped from here on, so that an hour's records are not all
+        kept."""
+        with self.lock:
+            out = self.records
+            self.records = [r for r in out if r[0] >= before]
+        return out
 
     def _outcome(self, call):
         self.mine.start, self.mine.key, self.mine.window = time.time(), None, None
@@ -267,16 +277,18 @@ def percentile(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] * 1000
 
 
-def over_admissions(soak, records):
-    """(key, window) pairs' 200s past the limit, in all."""
+def over_admissions(soak, records, first, last):
+    """200s past the limit in the (key, window) pairs whose window ends in
+    [first, last) (wall-clock seconds): each window is counted in the
+    minute it ends in, from every answer it had."""
     counts = {}
     for _, _, outcome, key, window in records:
-        if outcome == 200:
+        if outcome == 200 and first <= window * WINDOW_S < last:
             counts[(key, window)] = counts.get((key, window), 0) + 1
     return sum(max(0, n - soak.limit(w)) for (_, w), n in counts.items())
 
 
-def minute_row(soak, m, fault, records, samples):
+def minute_row(soak, m, fault, records, samples, t0):
     a = [r for r in records if m * 60 <= r[0] < (m + 1) * 60]
     in_window = lambda r: fault != "-" and r[0] < m * 60 + soak.args.fault_window
     answered = sorted(r[1] for r in a if r[2] in (200, 429, 503))
@@ -287,7 +299,8 @@ def minute_row(soak, m, fault, records, samples):
     return [m, fault] + [x for s in samples for x in s] + [
         len(a), sum(1 for r in a if r[2] == 200), sum(1 for r in a if r[2] == 429), degraded,
         failed_in, failed_out, percentile(answered, 0.5), percentile(answered, 0.99),
-        percentile(steady, 0.99), over_admissions(soak, a)]
+        percentile(steady, 0.99),
+        over_admissions(soak, records, t0 + m * 60, t0 + (m + 1) * 60)]
 
 
 COLUMNS = ["minute", "fault", "rss_a_kib", "fds_a", "rss_b_kib", "fds_b", "requests",
@@ -320,6 +333,13 @@ def verdicts(rows, args):
     return out
 
 
+def until(t):
+    """Waits for wall-clock time t: the soak's schedule, not a
+    synchronisation."""
+    while time.time() < t:
+        time.sleep(min(0.05, max(0.0, t - time.time())))
+
+
 def run(args):
     soak = Soak(args)
     if not args.rate:
@@ -333,23 +353,29 @@ def run(args):
     rows = []
     with open(args.data, "w") as data:
         data.write("# " + "\t".join(COLUMNS) + "\n")
-        for m in range(args.minutes + 1):
+        samples = []
+
+        def row(m):
+            # Emitted a minute late: the minute's answers are all in by then
+            # (the clients' timeout is 10 s), and the next fault on time.
             fault = faults[(m - 1) % len(faults)] if m else "-"
-            while time.time() < t0 + m * 60:
-                time.sleep(0.05)  # the minute's start: a clock, not a synchronisation
-            if m:
-                soak.fault(fault)
-            while time.time() < t0 + (m + 1) * 60 - 1:
-                time.sleep(0.05)
-            samples = [d.sample() for d in soak.daemons]
-            while time.time() < t0 + (m + 1) * 60 + 11:
-                time.sleep(0.05)  # the minute's answers are in (timeout 10 s)
-            records = [r for load in loads for r in list(load.records)]
-            rows.append(minute_row(soak, m, fault, records, samples))
+            records = [r for load in loads for r in load.taken((m - 1) * 60)]
+            rows.append(minute_row(soak, m, fault, records, samples[m], t0))
             line = "\t".join(fmt(v) for v in rows[-1])
             print(line, flush=True)
             data.write(line + "\n")
             data.flush()
+
+        for m in range(args.minutes + 1):
+            until(t0 + m * 60)
+            if m:
+                soak.fault(faults[(m - 1) % len(faults)])
+            until(t0 + (m + 1) * 60 - 1)
+            samples.append([d.sample() for d in soak.daemons])
+            if m:
+                row(m - 1)
+        until(t0 + (args.minutes + 1) * 60 + 11)
+        row(args.minutes)
     for load in loads:
         load.stop()
     results = verdicts(rows, args)

@@ -2,7 +2,7 @@
 """soak.py: the soak of issue 31 (bench/soak.sh is its entry; bench/README.md
 says how to run it, docs/benchmarks.md "Reliability" what a run showed).
 
-Two daemons (2 workers each, one config file) share one redis-server; each
+Two daemons (2 workers each, one policy but for listen) share one redis-server; each
 daemon's listening socket is held here, as systemd holds
 ratelimitd.socket (tests/integration/supervisor.py), so that either can be
 restarted with no connection refused. Clients on kept-alive connections
@@ -72,7 +72,7 @@ WINDOW_S = 2
 LIMITS = (20, 25)  # the hot policy's limit, before and after each reload
 HOT_KEYS = 4
 SPREAD_KEYS = 10000
-CONFIG = ("workers: 2\nlisten: 127.0.0.1:1\nclock: redis\n"
+CONFIG = ("workers: 2\nlisten: 127.0.0.1:%d\nclock: redis\n"
           "redis: {url: \"unix:%s\", timeout: 1s}\n"
           "policies:\n  p: {failure_mode: closed, deny_cache: false, tiers: [{name: t, "
           "algorithm: fixed_window, limit: %d, window: %ds}]}\n")
@@ -137,9 +137,11 @@ class Daemon:
     """One daemon behind its held socket; pid is the process serving now
     (after a hand-over, the new one)."""
 
-    def __init__(self, d, name, config):
-        self.port, self.config = harness.free_port(), config
+    def __init__(self, d, name, soak):
+        self.port = harness.free_port()
+        self.config = os.path.join(d, name + ".yaml")
         self.log = os.path.join(d, name + ".log")
+        soak.write_config(self)
         self.sock = bound(self.port)
         self.pid = None
         self.start()
@@ -219,17 +221,17 @@ class Soak:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         self.redis = harness.RedisServer(extra_args=["--appendonly", "yes",
                                                      "--appendfsync", "always"]).start()
-        self.config = os.path.join(self.dir, "ratelimitd.yaml")
         self.limit_now = 0
-        self.write_config()
-        self.daemons = [Daemon(self.dir, n, self.config) for n in ("a", "b")]
+        self.daemons = [Daemon(self.dir, n, self) for n in ("a", "b")]
         harness.at_exit(self.stop_daemons)
         self.reloads = []  # (sent, every daemon reloaded): wall-clock seconds
 
-    def write_config(self):
-        with open(self.config + ".tmp", "w") as f:
-            f.write(CONFIG % (self.redis.socket_path, LIMITS[self.limit_now], WINDOW_S))
-        os.rename(self.config + ".tmp", self.config)
+    def write_config(self, d):
+        """d's policy file: the same but for its listen (a hand-over
+        matches the passed socket by address)."""
+        with open(d.config + ".tmp", "w") as f:
+            f.write(CONFIG % (d.port, self.redis.socket_path, LIMITS[self.limit_now], WINDOW_S))
+        os.rename(d.config + ".tmp", d.config)
 
     def stop_daemons(self):
         for d in self.daemons:
@@ -247,7 +249,8 @@ class Soak:
             os.kill(self.redis.proc.pid, signal.SIGCONT)
         elif name == "reload":
             self.limit_now ^= 1
-            self.write_config()
+            for d in self.daemons:
+                self.write_config(d)
             sent = time.time()
             done = [d.reload() for d in self.daemons]
             harness.wait_until(lambda: all(f() for f in done), timeout=30, what="the reloads")

@@ -29,11 +29,15 @@
 #include "core/backend.h"
 #include "handover.h"
 #include "lib/listen_fds.h"
+#include "lib/timer.h"
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
 #include "watch.h"
 #include "worker.h"
+
+/* How long sockets passed at start wait for readiness (on_hold_over). */
+#define ACCEPT_HOLD_US (5 * 1000000LL)
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
@@ -128,6 +132,13 @@ static void on_handover_signal(evutil_socket_t sig, short what, void *arg)
     handover_start(srv->handover);
 }
 
+static void release_accept(struct server *srv)
+{
+    srv->accept_held = 0;
+    for (size_t i = 0; i < srv->nworkers; i++)
+        worker_post_accept(&srv->workers[i]);
+}
+
 /* Readiness reached: systemd hears it, and an old process that started
  * this one may go. */
 static void tell_state(struct server *srv)
@@ -138,9 +149,22 @@ static void tell_state(struct server *srv)
     /* With backend: memory the counters come first: the old process's
      * last check is in them before this one takes any. */
     handover_ready(srv->handover, srv->config->backend == BACKEND_KIND_MEMORY);
-    srv->accept_held = 0;
-    for (size_t i = 0; i < srv->nworkers; i++)
-        worker_post_accept(&srv->workers[i]);
+    release_accept(srv);
+}
+
+/* Sockets systemd held while no process served: past ACCEPT_HOLD_US
+ * unready (a Redis that does not answer), their waiting connections get the
+ * policies' failure_mode answers rather than wait on. */
+static void on_hold_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *srv = arg;
+    if (!srv->accept_held)
+        return;
+    log_event(&srv->log, LOG_LVL_WARN,
+              "not ready after 5 s on the sockets passed at start: accepting now "
+              "(failure_mode answers until the backend is up)",
+              NULL);
+    release_accept(srv);
 }
 
 /* What the options ask for besides the server's own fields. */
@@ -396,6 +420,7 @@ static int load(struct server *srv, const struct options *o)
 /* The main loop's own events: the signals. */
 struct main_events {
     struct event *sigterm, *sigint, *sighup, *sigusr2;
+    struct event *hold; /* on_hold_over's, for sockets systemd passed */
 };
 
 static void on_watch_change(void *arg)
@@ -422,10 +447,15 @@ static int start_handover(struct server *srv, char *err, size_t errlen)
                                     .load = load_store,
                                     .arg = srv};
     srv->handover = handover_new(&he);
-    /* Started by a hand-over: the old process serves until this one is
-     * ready; accepting before would answer checks unready. */
-    srv->accept_held = handover_expected(srv->handover);
-    return listen_fds_inherit(srv->sockets, fields, 3, srv->accept_held, err, errlen) < 0 ? -1 : 0;
+    int handed = handover_expected(srv->handover);
+    if (listen_fds_inherit(srv->sockets, fields, 3, handed, err, errlen) < 0)
+        return -1;
+    /* Accepting before ready would answer checks unready (a Redis not yet
+     * connected: failure_mode's answers). Started by a hand-over, the old
+     * process serves meanwhile; on sockets systemd holds, connections wait
+     * in the backlog, as during the restart itself (up to ACCEPT_HOLD_US). */
+    srv->accept_held = handed || listen_fds_count(srv->sockets) > 0;
+    return 0;
 }
 
 /* The process-wide parts, before any worker: the hash seed, the main loop,
@@ -487,6 +517,11 @@ static int start(struct server *srv, struct main_events *ev)
         evsignal_add(ev->sighup, NULL) < 0 || evsignal_add(ev->sigusr2, NULL) < 0) {
         fprintf(stderr, "ratelimitd: cannot install signal handlers\n");
         return -1;
+    }
+    if (srv->accept_held && !handover_expected(srv->handover)) {
+        if (!(ev->hold = evtimer_new(srv->base, on_hold_over, srv)))
+            return -1;
+        timer_arm_us(ev->hold, ACCEPT_HOLD_US);
     }
     struct watch_target wt = {srv->base, srv->config_path, srv->config->envoy_config,
                               &srv->log, on_watch_change,  srv};
@@ -593,6 +628,8 @@ static void stop(struct server *srv, struct main_events *ev)
         event_free(ev->sighup);
     if (ev->sigusr2)
         event_free(ev->sigusr2);
+    if (ev->hold)
+        event_free(ev->hold);
     if (srv->base)
         event_base_free(srv->base);
 }
@@ -604,7 +641,7 @@ int main(int argc, char **argv)
                          .cli = {.envoy_merge_domains = -1},
                          .state_pipe = {-1, -1}};
     struct options o = {0, 0};
-    struct main_events ev = {NULL, NULL, NULL, NULL};
+    struct main_events ev = {NULL, NULL, NULL, NULL, NULL};
     int rc;
 
     srv.argv = argv;

@@ -44,7 +44,7 @@ struct server {
      * USR2 hand-over passes on (handover.h). */
     struct listen_fds *sockets;
     struct handover *handover;
-    int accept_held; /* a hand-over's new process, not ready yet: not accepting */
+    int accept_held; /* not ready yet on passed sockets (a hand-over, systemd): not accepting */
     size_t nworkers;
     struct worker *workers; /* nworkers of them */
     int draining;           /* SIGTERM seen */

@@ -18,13 +18,14 @@ src/lib/listen_fds.c).
 - SIGHUP keeps the passed socket: a changed limit applies, a changed
   listen is refused (a restart field) and the passed socket still serves.
 
-Needs no Redis (backend: memory)."""
+redis_unready needs redis-server; the rest, no Redis (backend: memory)."""
 import os
 import http.client
 import json
 import signal
 import socket
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -203,10 +204,64 @@ def errors(d):
     harness.eq(proc.wait(60), 0, "exits 0")
 
 
+def check_status(port, out, sent):
+    """POST /check on a new connection; out gets the status (or the
+    error), sent is set once the request is written."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as c:
+            c.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BODY), BODY))
+            sent.set()
+            out.append(int(c.recv(64).split(b" ")[1]))
+    except (OSError, IndexError, ValueError) as e:
+        sent.set()
+        out.append(repr(e))
+
+
+def redis_unready(d):
+    """A daemon started on a held socket while its Redis does not answer
+    (SIGSTOP): connections wait in the backlog until it is ready, so the
+    check that waited is decided (200), not answered by failure_mode
+    closed (503); with Redis stopped for good, past the hold (5 s) the
+    check gets failure_mode's 503."""
+    redis = harness.RedisServer().start()
+    port = harness.free_port()
+    config = os.path.join(d, "redis.yaml")
+    with open(config, "w") as f:
+        f.write("listen: 127.0.0.1:%d\nredis:\n  url: unix:%s\n  timeout: 200ms\n"
+                % (port, redis.socket_path)
+                + POLICY.replace("{tiers:", "{failure_mode: closed, tiers:") % LIMIT)
+    sock = bound(port)
+    for stopped_for_good in (False, True):
+        log = os.path.join(d, "unready%d.log" % stopped_for_good)
+        redis.proc.send_signal(signal.SIGSTOP)
+        proc = spawn_with([sock], ["listen"], config, log)
+        harness.wait_until(started(log, 1), timeout=60, what="the daemon to start")
+        out, sent = [], threading.Event()
+        t = threading.Thread(target=check_status, args=(port, out, sent))
+        t.start()
+        sent.wait(60)
+        if not stopped_for_good:
+            time.sleep(1)  # room for an unready answer, were one given
+            redis.proc.send_signal(signal.SIGCONT)
+        t.join(90)
+        if stopped_for_good:
+            harness.eq(out, [503], "Redis stopped for good: past the hold, failure_mode's 503")
+            redis.proc.send_signal(signal.SIGCONT)
+        else:
+            harness.eq(out, [200], "a check sent while Redis did not answer waited for "
+                       "readiness and was decided (200, not failure_mode's 503)")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    sock.close()
+    redis.stop()
+
+
 def main():
     d = harness.make_tempdir("rl-activation-")
     restart_loop(d)
     reload_keeps(d)
+    redis_unready(d)
     if not ACTIVATE:
         for _ in range(13):  # matching's and errors' points
             harness.skip("systemd-socket-activate not installed (Debian package systemd)")

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "backend/redis/call_resp.h"
 #include "backend/redis/redis_node.h"
 #include "config/config.h"
 #include "core/metrics.h"
@@ -358,53 +359,13 @@ static void on_ready_timeout(evutil_socket_t fd, short what, void *arg)
 
 /* ---- calls ---- */
 
-/* One bulk string, written straight into room reserved for it. */
-static void resp_bulk(struct buf *out, const char *s, size_t len)
+/* The command and name n's calls go by: ratelimitd.check where the module
+ * is, else FCALL and the function's name (EVALSHA and the SHA1 on a server
+ * without Functions). */
+static void command_of(const struct redis_node *n, const char **cmd, const char **name)
 {
-    char *p = buf_reserve(out, len + UTIL_INT_CHARS + 5);
-    size_t n = 0;
-    p[n++] = '$';
-    n += util_format_int(p + n, (long long)len);
-    p[n++] = '\r';
-    p[n++] = '\n';
-    memcpy(p + n, s, len);
-    n += len;
-    p[n++] = '\r';
-    p[n++] = '\n';
-    out->len += n;
-}
-
-/* The head of a call (or a batch) as RESP, into out (emptied first): the
- * count of its arguments (nargs follow the head), then ratelimitd.check
- * (by_module), or FCALL and the function's name (EVALSHA and the SHA1 on
- * a server without Functions). Calls are written here rather than by
- * hiredis's formatter, which builds each argument's header with sdscatfmt
- * and a new string per call, a share of the daemon's time per check that
- * bench/instructions.py measures. */
-static void resp_format_head(const struct redis_node *n, int by_module, size_t nargs,
-                             struct buf *out)
-{
-    const char *cmd = by_module ? MODULE_COMMAND : n->use_eval ? "EVALSHA" : "FCALL";
-    const char *name = n->use_eval ? n->sha : scripts_function_name();
-    out->len = 0;
-    buf_append_char(out, '*');
-    buf_append_int(out, (long long)((by_module ? 1 : 2) + nargs));
-    buf_append(out, "\r\n", 2);
-    resp_bulk(out, cmd, strlen(cmd));
-    if (!by_module)
-        resp_bulk(out, name, strlen(name));
-}
-
-/* The call as RESP, into out (emptied first): the head, the number of
- * keys, then the call's arguments. */
-static void resp_format_call(const struct redis_node *n, const struct script_call *call,
-                             struct buf *out)
-{
-    char nkeys[UTIL_INT_CHARS];
-    resp_format_head(n, n->has_module, 1 + call->nargs, out);
-    resp_bulk(out, nkeys, util_format_int(nkeys, (long long)call->nkeys));
-    for (size_t i = 0; i < call->nargs; i++)
-        resp_bulk(out, call->args[i], call->lens[i]);
+    *cmd = n->has_module ? MODULE_COMMAND : n->use_eval ? "EVALSHA" : "FCALL";
+    *name = n->has_module ? NULL : n->use_eval ? n->sha : scripts_function_name();
 }
 
 /* A batch as RESP, into out (emptied first): the head, the number of
@@ -420,20 +381,23 @@ static void resp_format_batch(const struct redis_node *n, const struct node_call
         nargs += m->call->nargs;
         nkeys += m->call->nkeys;
     }
-    resp_format_head(n, n->has_module, 1 + 2 + 2 * b->nmembers + nargs, out);
-    resp_bulk(out, num, util_format_int(num, (long long)nkeys));
+    const char *cmd, *name;
+    command_of(n, &cmd, &name);
+    call_resp_head(out, cmd, name, 1 + 2 + 2 * b->nmembers + nargs);
+    call_resp_bulk(out, num, util_format_int(num, (long long)nkeys));
     for (const struct node_call *m = b->members; m; m = m->next)
         for (size_t i = 0; i < m->call->nkeys; i++)
-            resp_bulk(out, m->call->args[i], m->call->lens[i]);
-    resp_bulk(out, SCRIPTS_BATCH, strlen(SCRIPTS_BATCH));
-    resp_bulk(out, num, util_format_int(num, (long long)b->nmembers));
+            call_resp_bulk(out, m->call->args[i], m->call->lens[i]);
+    call_resp_bulk(out, SCRIPTS_BATCH, strlen(SCRIPTS_BATCH));
+    call_resp_bulk(out, num, util_format_int(num, (long long)b->nmembers));
     for (const struct node_call *m = b->members; m; m = m->next) {
-        resp_bulk(out, num, util_format_int(num, (long long)m->call->nkeys));
-        resp_bulk(out, num, util_format_int(num, (long long)(m->call->nargs - m->call->nkeys)));
+        call_resp_bulk(out, num, util_format_int(num, (long long)m->call->nkeys));
+        call_resp_bulk(out, num,
+                       util_format_int(num, (long long)(m->call->nargs - m->call->nkeys)));
     }
     for (const struct node_call *m = b->members; m; m = m->next)
         for (size_t i = m->call->nkeys; i < m->call->nargs; i++)
-            resp_bulk(out, m->call->args[i], m->call->lens[i]);
+            call_resp_bulk(out, m->call->args[i], m->call->lens[i]);
 }
 
 static void ignore_reply(void *arg, redisReply *r)
@@ -473,8 +437,10 @@ static int send_call(struct node_call *nc)
     if (nc->asking && redis_conn_send(n->conn, asking, sizeof asking - 1, ignore_reply, NULL) < 0)
         return -1;
     nc->sent_us = util_monotonic_us();
+    const char *cmd, *name;
+    command_of(n, &cmd, &name);
     if (nc->call)
-        resp_format_call(n, nc->call, &n->cmd);
+        call_resp_call(&n->cmd, cmd, name, nc->call);
     else
         resp_format_batch(n, nc, &n->cmd);
     return redis_conn_send(n->conn, n->cmd.data, n->cmd.len, on_call_reply, nc);

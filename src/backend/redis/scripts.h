@@ -77,7 +77,7 @@ struct script_call {
     size_t nkeys;
     size_t nargs; /* keys included */
     size_t ntiers;
-    int block;          /* a local lease call: the reply ends with 2 more integers */
+    int block; /* a local lease call: the reply ends with 2 more integers */
     const char **args;
     size_t *lens;
     char *mem;

@@ -10,13 +10,16 @@ if (!exists("datafile")) { datafile = 'soak.tsv' }
 if (!exists("outfile")) { outfile = 'soak.png' }
 if (!exists("title_note")) { title_note = '' }
 
-set terminal pngcairo noenhanced size 1100,900 font ',10'
+# A long run's labels need the width: one per minute, upright.
+stats datafile using 1 nooutput
+long = STATS_records > 20
+set terminal pngcairo noenhanced size (long ? 1700 : 1100),(long ? 1000 : 900) font ',10'
 set output outfile
 set datafile separator '\t'
 set multiplot layout 3,1 title 'bench/soak.sh: 2 daemons, one Redis, a fault a minute'.(title_note eq '' ? '' : "\n".title_note)
 set grid
 set key outside right top
-set xtics rotate by 30 right
+if (long) { set xtics rotate by 90 right font ',8' } else { set xtics rotate by 30 right }
 set xrange [-0.5:*]
 set offsets 0,0.5,0,0
 set boxwidth 0.8

@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, WRAPPER  # noqa: E402
 from restart_load import BODY, HEADERS, GrpcLoad, Load  # noqa: E402
+from supervisor import descriptors  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 HANDOVER_TIMEOUT_S = 60  # handover.h
@@ -164,20 +165,6 @@ class Notify:
 
     def said(self, pid, text):
         return [m for m in self.messages if m[0] == pid and text in m[1]]
-
-
-def descriptors(pid):
-    """pid's open descriptors but its TCP connections (clients come and go;
-    listening sockets, pipes and the rest stay)."""
-    connections = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if cols[3] != "0A":  # not LISTEN
-                    connections.add("socket:[%s]" % cols[9])
-    fds = "/proc/%d/fd" % pid
-    return sum(1 for fd in os.listdir(fds) if os.readlink(os.path.join(fds, fd)) not in connections)
 
 
 def running(pid):

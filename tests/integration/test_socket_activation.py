@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from daemon import BINARY, WRAPPER  # noqa: E402
 from restart_load import BODY, HEADERS, Load  # noqa: E402
+from supervisor import bound, spawn_with  # noqa: E402
 
 # A week's window: the loop's count holds within one (a boundary crossed
 # meanwhile is detected, and said, rather than taken for a loss).
@@ -50,33 +51,6 @@ def write_config(d, listen, limit=LIMIT, admin=None, workers=1, extra=""):
         f.write(POLICY % limit)
     os.rename(path + ".tmp", path)
     return path
-
-
-def bound(port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", port))
-    s.listen(1024)
-    return s
-
-
-def spawn_with(socks, names, config, log, listen_pid="$$"):
-    """The daemon with socks at descriptors 3.. and LISTEN_PID set to its
-    own pid (by the shell that execs it, as systemd sets it in the child),
-    or to listen_pid."""
-    fds = [s.fileno() for s in socks]
-
-    def place():
-        # Above every source first, then into place: a source may be 3.
-        high = [os.dup2(fd, 100 + i) for i, fd in enumerate(fds)]
-        for i, fd in enumerate(high):
-            os.dup2(fd, 3 + i)
-
-    env = dict(os.environ, LISTEN_FDS=str(len(socks)), LISTEN_FDNAMES=":".join(names))
-    script = 'LISTEN_PID=%s; export LISTEN_PID; exec "$@"' % listen_pid
-    return harness.spawn(["sh", "-c", script, "sh"] + WRAPPER + [BINARY, "--config", config],
-                         log, env=env, preexec_fn=place,
-                         pass_fds=tuple(range(3, 3 + len(socks))))
 
 
 def serving(port):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The status page's code: every 2 s it reads /v1/status, /v1/rates and
  * /v1/top/<policy> and redraws; reset and override call the admin API.
  * Every figure and key goes in through textContent or an attribute, never

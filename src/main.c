@@ -23,16 +23,21 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "backend/memory_state.h"
 #include "backend/registry.h"
 #include "build_info.h"
 #include "config/config.h"
 #include "core/backend.h"
+#include "core/override_change.h"
+#include "core/override_json.h"
+#include "core/overrides.h"
 #include "handover.h"
 #include "lib/listen_fds.h"
 #include "lib/timer.h"
 #include "notify.h"
 #include "reload.h"
 #include "server.h"
+#include "status.h"
 #include "watch.h"
 #include "worker.h"
 
@@ -458,6 +463,37 @@ static int start_handover(struct server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* An expired override leaves the backend's store too: worker 0 runs on
+ * this loop, and sends the removal on its backend. */
+static void expired_override(void *arg, const struct override *o)
+{
+    struct server *srv = arg;
+    if (srv->workers && srv->nworkers > 0 && srv->workers[0].core.backend)
+        override_change_expired(&srv->workers[0].core, o);
+}
+
+/* Every second: an expired override stops applying at its expiry on its
+ * own (overrides_apply); this removes it, logged and counted, once. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct server *srv = arg;
+    (void)fd;
+    (void)what;
+    (void)overrides_sweep(srv->overrides, util_realtime_us(), &srv->log, expired_override, srv);
+}
+
+/* The state file's extra section (memory_state.h): the run-time overrides
+ * of backend: memory, which live nowhere else. */
+static void save_overrides(void *arg, struct buf *out)
+{
+    override_json_save_all(arg, util_realtime_us(), out);
+}
+
+static void load_overrides(void *arg, const void *data, size_t len)
+{
+    (void)override_json_load_all(arg, data, len, util_realtime_us());
+}
+
 /* The process-wide parts, before any worker: the hash seed, the main loop,
  * systemd's notifier, the failure_mode local store, the state pipe. */
 static int start_process(struct server *srv)
@@ -477,14 +513,26 @@ static int start_process(struct server *srv)
     }
     srv->notify = notify_new(srv->base);
     char err[RL_ERRLEN * 2];
+    if (!(srv->status = status_new(srv->base, worker_metrics_sum, srv, err, sizeof err))) {
+        fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
     if (start_handover(srv, err, sizeof err) < 0) {
         fprintf(stderr, "ratelimitd: %s\n", err);
         return -1;
     }
-    srv->backends =
-        backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, err, sizeof err);
+    srv->overrides = overrides_new(srv->hash_seed);
+    const struct memory_state_extra extra = {save_overrides, load_overrides, srv->overrides};
+    srv->backends = backend_registry_shared_new(srv->config, srv->hash_seed, &srv->log, &extra, err,
+                                                sizeof err);
     if (!srv->backends) {
         fprintf(stderr, "ratelimitd: %s\n", err);
+        return -1;
+    }
+    struct timeval second = {1, 0};
+    if (!(srv->sweep_ev = event_new(srv->base, -1, EV_PERSIST, on_sweep, srv)) ||
+        event_add(srv->sweep_ev, &second) < 0) {
+        fprintf(stderr, "ratelimitd: cannot create a timer\n");
         return -1;
     }
     /* READY=1 waits for the script to be loaded in Redis by every worker. */
@@ -617,9 +665,13 @@ static void stop(struct server *srv, struct main_events *ev)
         if (srv->state_pipe[i] >= 0)
             close(srv->state_pipe[i]);
     backend_registry_shared_free(srv->backends);
+    if (srv->sweep_ev)
+        event_free(srv->sweep_ev);
+    overrides_free(srv->overrides);
     handover_free(srv->handover);
     listen_fds_free(srv->sockets);
     notify_free(srv->notify);
+    status_free(srv->status);
     if (ev->sigterm)
         event_free(ev->sigterm);
     if (ev->sigint)

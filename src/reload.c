@@ -12,6 +12,7 @@
 #include "core/metrics.h"
 #include "notify.h"
 #include "reload.h"
+#include "status.h"
 #include "watch.h"
 #include "worker.h"
 
@@ -58,6 +59,7 @@ int reload_config(struct server *srv, const char *trigger)
                   trigger, "error", err, NULL);
         notify_state(srv->notify, srv);
         metrics_reload(srv->workers[0].core.metrics, 0);
+        status_reload(srv->status, 0, err);
         return -1;
     }
     char field[128];
@@ -69,6 +71,8 @@ int reload_config(struct server *srv, const char *trigger)
         config_unref(c);
         notify_state(srv->notify, srv);
         metrics_reload(srv->workers[0].core.metrics, 0);
+        snprintf(err, sizeof err, "this field changes only with a restart: %s", field);
+        status_reload(srv->status, 0, err);
         return -1;
     }
     struct config_changes ch;
@@ -77,6 +81,7 @@ int reload_config(struct server *srv, const char *trigger)
     srv->config = c; /* checks in flight keep their own reference */
     srv->config_loaded_us = util_realtime_us();
     metrics_reload(srv->workers[0].core.metrics, 1);
+    status_reload(srv->status, 1, NULL);
     for (size_t i = 0; i < srv->nworkers; i++)
         worker_post_config(&srv->workers[i], c);
     if (!srv->log_level_from_cli)

@@ -16,10 +16,13 @@
 
 struct event_base;
 struct backend_shared;
+struct event;
+struct overrides;
 struct watch;
 struct handover;
 struct listen_fds;
 struct notify;
+struct status;
 struct worker;
 
 struct server {
@@ -32,12 +35,17 @@ struct server {
     struct config *config; /* current snapshot; one reference held here */
     struct watch *watch;   /* NULL unless `watch: true` */
     struct notify *notify;
+    struct status *status;    /* the status page's history (status.h) */
     int64_t config_loaded_us; /* wall clock of the last good load, for /metrics */
     uint64_t hash_seed;       /* secret: keys the in-memory tables */
     /* What every worker's backends share (backend/registry.h): the
      * in-memory store of failure_mode local and backend: memory, so that
      * limits stay exact however requests are spread. */
     struct backend_shared *backends;
+    /* Run-time overrides (core/overrides.h), read by every worker; the
+     * main loop removes the expired ones every second (sweep_ev). */
+    struct overrides *overrides;
+    struct event *sweep_ev;
     int state_pipe[2];      /* a worker's backend readiness changed: a byte */
     struct event *state_ev; /* reads state_pipe[0] on the main loop */
     /* Every listening socket, passed at start or bound, by field: what a

@@ -21,9 +21,14 @@
 #include "core/deny_cache.h"
 #include "core/local_lease_calls.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
+#include "core/overrides.h"
+#include "core/top_keys.h"
 #include "front/registry.h"
+#include "lib/siphash.h"
 #include "notify.h"
 #include "server.h"
+#include "status.h"
 #include "worker.h"
 
 /* Per-check warnings: at most one line a second per site and worker. */
@@ -34,6 +39,10 @@
 static void on_backend_state(void *arg, int ready)
 {
     struct worker *w = arg;
+    /* A backend that stores overrides could not be read before it was
+     * ready (its listener may subscribe first). */
+    if (ready)
+        override_change_reload(&w->core);
     __atomic_store_n(&w->backend_up, ready, __ATOMIC_RELEASE);
     /* A full pipe already holds a wake-up. */
     if (write(w->srv->state_pipe[1], "", 1) < 0) {
@@ -43,6 +52,15 @@ static void on_backend_state(void *arg, int ready)
 static void on_reset_seen(void *arg, const char *policy, const char *key, size_t keylen)
 {
     core_forget_key(arg, policy, key, keylen);
+    /* The listener (re)subscribed: override changes may have been missed
+     * too. */
+    if (!policy)
+        override_change_reload(arg);
+}
+
+static void on_override_seen(void *arg, const char *json, size_t len)
+{
+    override_change_heard(arg, json, len);
 }
 
 /* A drain ends once no check is in flight and every front is idle. */
@@ -79,17 +97,24 @@ static const char *ready_detail(void *arg, int ready)
     return b->ops->unusable ? b->ops->unusable(b) : NULL;
 }
 
+struct metrics *worker_metrics_sum(void *srv_arg)
+{
+    const struct server *srv = srv_arg;
+    struct metrics *sum = metrics_new();
+    for (size_t i = 0; i < srv->nworkers; i++)
+        metrics_add(sum, srv->workers[i].core.metrics);
+    return sum;
+}
+
 /* front_host: the whole process's metrics (every worker's shard summed). */
 static char *metrics_text(void *arg)
 {
     const struct worker *w = arg;
     const struct server *srv = w->srv;
-    struct metrics *sum = metrics_new();
+    struct metrics *sum = worker_metrics_sum(w->srv);
     size_t inflight = 0;
-    for (size_t i = 0; i < srv->nworkers; i++) {
-        metrics_add(sum, srv->workers[i].core.metrics);
+    for (size_t i = 0; i < srv->nworkers; i++)
         inflight += __atomic_load_n(&srv->workers[i].core.inflight, __ATOMIC_RELAXED);
-    }
     struct metrics_gauges g = {
         .version = PACKAGE_VERSION,
         .commit = RATELIMITD_COMMIT,
@@ -112,7 +137,30 @@ static char *metrics_text(void *arg)
     }
     char *text = metrics_render(sum, &g);
     metrics_free(sum);
-    return text;
+    const struct config *cfg = w->core.config;
+    const char **names = xcalloc(cfg->npolicies + 1, sizeof *names);
+    for (size_t i = 0; i < cfg->npolicies; i++)
+        names[i] = cfg->policies[i].name;
+    struct buf b = {0};
+    buf_append_str(&b, text);
+    free(text);
+    overrides_metrics(srv->overrides, names, cfg->npolicies, util_realtime_us(), &b);
+    free(names);
+    buf_append_char(&b, '\0');
+    return b.data;
+}
+
+/* front_host: the status page's JSON, of this worker's snapshot. */
+static void status_text(void *arg, struct buf *out)
+{
+    const struct worker *w = arg;
+    status_json(w->srv->status, w->core.config, w->srv->overrides, out);
+}
+
+static void rates_text(void *arg, int seconds, struct buf *out)
+{
+    const struct worker *w = arg;
+    status_rates_json(w->srv->status, w->core.config, seconds, out);
 }
 
 /* The deny cache of the snapshot's size (none for 0), empty: a reload may
@@ -133,6 +181,7 @@ static void set_config(struct worker *w, struct config *cfg)
     else
         reset_deny_cache(w, cfg);
     local_lease_reload(core, cfg);
+    top_keys_reload(core->top, cfg);
     config_unref(core->config);
     core->config = cfg; /* checks in flight keep their own reference */
     core->backend->ops->watch_resets(core->backend, cfg);
@@ -141,6 +190,21 @@ static void set_config(struct worker *w, struct config *cfg)
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->apply_config(w->fronts[i], cfg);
+}
+
+/* This loop's sketches of the heaviest keys, named for the fleet's view
+ * "<host>:<pid>:<tag>/<worker>": the tag, from the secret seed through a
+ * one-way hash, tells apart two daemons that once had the same pid. */
+static void make_top(struct worker *w)
+{
+    char host[64] = "", member[128];
+    if (gethostname(host, sizeof host) < 0 || !host[0])
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    struct siphash_key k = siphash_key_from_seed(w->srv->hash_seed);
+    snprintf(member, sizeof member, "%s:%ld:%08llx/%u", host, (long)getpid(),
+             (unsigned long long)(siphash24(&k, "daemon", 6) & 0xffffffffULL), w->id);
+    w->core.top = top_keys_new(&w->core, member, w->srv->hash_seed ^ w->id ^ 0x746f70ULL);
 }
 
 /* The fronts stop taking checks and the loop ends once idle, or at the
@@ -152,6 +216,7 @@ static void drain(struct worker *w)
     w->draining = 1;
     /* Unspent blocks go back while Redis is still there to take them. */
     local_lease_drain(&w->core);
+    top_keys_flush(w->core.top);
     for (size_t i = 0; front_all[i]; i++)
         if (w->fronts[i])
             w->fronts[i]->ops->drain(w->fronts[i]);
@@ -241,6 +306,7 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .late_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .error_log = {.interval_us = WORKER_LOG_INTERVAL_US},
                                   .backend_pending = &srv->backend_pending,
+                                  .overrides = srv->overrides,
                                   .idle = maybe_idle,
                                   .idle_arg = w},
                          .wake = {-1, -1}};
@@ -252,6 +318,8 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
                                   .unready_reason = unready_reason,
                                   .ready_detail = ready_detail,
                                   .metrics_text = metrics_text,
+                                  .status_json = status_text,
+                                  .rates_json = rates_text,
                                   .maybe_idle = maybe_idle,
                                   .arg = w};
     pthread_mutex_init(&w->mail_lock, NULL);
@@ -273,8 +341,10 @@ int worker_init(struct worker *w, struct server *srv, unsigned id, struct event_
         return -1;
     if (core->backend->ops->local_leases)
         core->leases = local_lease_new(w->srv->hash_seed ^ w->id ^ 0x6c65617365ULL);
+    make_top(w);
     backend_on_state(core->backend, on_backend_state, w);
     backend_on_reset(core->backend, on_reset_seen, core);
+    backend_on_override(core->backend, on_override_seen, core);
     core->backend->ops->watch_resets(core->backend, cfg);
     w->backend_up = backend_ready(core->backend);
     return make_fronts(w, cfg, err, errlen);
@@ -352,7 +422,10 @@ void worker_fini(struct worker *w)
 {
     /* The backend first: checks still waiting (after the drain's backstop)
      * complete as unavailable and are answered while their requests are
-     * alive; the fronts then close the connections and their sockets. */
+     * alive; the fronts then close the connections and their sockets. The
+     * sketches' timer hands over to the backend: it goes first. */
+    top_keys_free(w->core.top);
+    w->core.top = NULL;
     backend_free(w->core.backend);
     w->core.backend = NULL;
     /* In the reverse order of making. Each is out of the array before it

@@ -59,6 +59,11 @@ struct worker {
     int mail_accept; /* accepting held back at start begins */
 };
 
+/* Every worker's metrics shard summed into a new set (the caller frees
+ * it), as /metrics and the status page read them. srv_arg: the struct
+ * server. Any thread. */
+struct metrics *worker_metrics_sum(void *srv_arg);
+
 /* Makes worker id on base from srv->config: its core (backend, not
  * started; the fallback on the server's in-memory store; deny cache;
  * metrics shard) and every front the config enables, in front_all's order.

@@ -73,11 +73,15 @@ nghttp2-client        # h2load, for bench/grpc.sh
 podman                # test_image.sh builds the image (--isolation=chroot)
 mmdebstrap            # tools/rootfs.sh: the base image with no registry
 curl                  # test_deb.sh asks the packaged daemon
+jq                    # docs/recipes.md's "Find who is being limited" session
 debhelper             # tools/package.sh: the .deb (dh, dh-autoreconf)
 dpkg-dev
 fakeroot
 lintian               # tools/package.sh: no error, no warning
 prometheus            # promtool: test_monitoring.py (the server never starts)
+chromium              # test_status_page.py: the status page in a real browser
+chromium-driver       # ... driven through WebDriver
+python3-selenium
 faketime              # test_calendar.py: the daemon and redis-server at a chosen date
 systemd               # systemd-socket-activate: test_socket_activation.py; systemd-analyze: test_systemd.py
 LIST

@@ -24,11 +24,13 @@
 #include <stdlib.h>
 
 #include "backend/backend_memory.h"
+#include "backend/memory_top.h"
 #include "limiter/limiter_local.h"
 
 struct backend_memory_store {
     struct local_store *store;
-    pthread_mutex_t lock; /* serialises whole decisions (every tier at once) */
+    pthread_mutex_t lock;   /* serialises whole decisions (every tier at once) */
+    struct memory_top *top; /* the heaviest keys' sketches, under their own lock */
 };
 
 struct backend_memory {
@@ -40,6 +42,7 @@ struct backend_memory_store *backend_memory_store_new(size_t max_keys, uint64_t 
 {
     struct backend_memory_store *s = xcalloc(1, sizeof *s);
     s->store = local_store_new(max_keys, hash_seed);
+    s->top = memory_top_new();
     pthread_mutex_init(&s->lock, NULL);
     return s;
 }
@@ -49,12 +52,13 @@ void backend_memory_store_free(struct backend_memory_store *s)
     if (!s)
         return;
     local_store_free(s->store);
+    memory_top_free(s->top);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
 
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out,
-                                     int64_t *locked_us)
+                                     int64_t *locked_us, const struct buf *extra)
 {
     size_t start = out->len;
     pthread_mutex_lock(&s->lock);
@@ -64,7 +68,8 @@ size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf 
     pthread_mutex_unlock(&s->lock);
     if (locked_us)
         *locked_us = held;
-    store_file_seal(out, start); /* 7 MB of SipHash for 100 000 keys: not in the lock */
+    store_file_seal(out, start, extra ? extra->data : NULL,
+                    extra ? extra->len : 0); /* 7 MB of SipHash for 100 000 keys: not in the lock */
     return n;
 }
 
@@ -77,23 +82,22 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
     return rc;
 }
 
-int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err, size_t errlen)
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, const struct buf *extra,
+                              char *err, size_t errlen)
 {
     struct buf b = {0};
-    backend_memory_store_snapshot(s, &b, NULL);
+    backend_memory_store_snapshot(s, &b, NULL, extra);
     int rc = store_file_write_fd(fd, b.data, b.len, err, errlen);
     buf_free(&b);
     return rc;
 }
 
-int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
-                              char *err, size_t errlen)
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct buf *image,
+                              struct store_file_counts *c, char *err, size_t errlen)
 {
-    struct buf b = {0};
-    int rc = store_file_read_fd(fd, &b, err, errlen);
+    int rc = store_file_read_fd(fd, image, err, errlen);
     if (rc == 0)
-        rc = backend_memory_store_restore(s, b.data, b.len, c, err, errlen);
-    buf_free(&b);
+        rc = backend_memory_store_restore(s, image->data, image->len, c, err, errlen);
     return rc;
 }
 
@@ -147,6 +151,21 @@ static int memory_reset(struct backend *iface, const struct config *cfg, const s
     return 0;
 }
 
+static int memory_top_put_op(struct backend *iface, const struct config *cfg, const char *policy,
+                             int64_t minute, const char *member, const char *data, size_t len)
+{
+    memory_top_put(((struct backend_memory *)iface)->shared->top, policy, minute, member, data,
+                   len);
+    return 0;
+}
+
+static int memory_top_get_op(struct backend *iface, const struct config *cfg, const char *policy,
+                             int64_t lo, int64_t hi, backend_top_done_fn done, void *arg)
+{
+    memory_top_get(((struct backend_memory *)iface)->shared->top, policy, lo, hi, done, arg);
+    return 0;
+}
+
 /* Nothing else shares this process's memory. */
 static void memory_watch_resets(struct backend *iface, const struct config *cfg)
 {
@@ -181,6 +200,8 @@ static const struct backend_ops memory_ops = {
     .lease = memory_lease,
     .reset = memory_reset,
     .watch_resets = memory_watch_resets,
+    .top_put = memory_top_put_op,
+    .top_get = memory_top_get_op,
     .note_timeout = memory_note_timeout,
     .start = memory_start,
     .ready = memory_ready,

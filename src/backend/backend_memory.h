@@ -29,10 +29,11 @@ void backend_memory_store_free(struct backend_memory_store *s);
 /* The store's image as of the wall clock now (store_file.h), appended to
  * out: its entries copied under the lock (the one pause a saver imposes on
  * decisions), its checksum computed and the bytes written (by the caller)
- * with the lock free. Returns the entries; *locked_us (unless NULL) how
- * long the lock was held. */
+ * with the lock free, extra (NULL: none) as the image's extra section.
+ * Returns the entries; *locked_us (unless NULL) how long the lock was
+ * held. */
 size_t backend_memory_store_snapshot(struct backend_memory_store *s, struct buf *out,
-                                     int64_t *locked_us);
+                                     int64_t *locked_us, const struct buf *extra);
 
 /* Reads an image of len bytes into the store under the lock (entries
  * expired by the wall clock now dropped). 0 and *c, or -1 with a message
@@ -41,12 +42,14 @@ int backend_memory_store_restore(struct backend_memory_store *s, const void *dat
                                  struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
 
 /* The hand-over's halves on a descriptor (blocking; fd not closed): the
- * store's snapshot written whole to fd, or fd read to its end and
- * restored. 0, or -1 with a message (a failed load changes nothing). */
-int backend_memory_store_dump(struct backend_memory_store *s, int fd, char *err,
-                              size_t errlen) RL_WUR;
-int backend_memory_store_load(struct backend_memory_store *s, int fd, struct store_file_counts *c,
+ * store's snapshot, with extra (NULL: none) as its extra section, written
+ * whole to fd; or fd read to its end into image (the caller's, to free:
+ * c->extra points into it) and restored. 0, or -1 with a message (a
+ * failed load changes nothing). */
+int backend_memory_store_dump(struct backend_memory_store *s, int fd, const struct buf *extra,
                               char *err, size_t errlen) RL_WUR;
+int backend_memory_store_load(struct backend_memory_store *s, int fd, struct buf *image,
+                              struct store_file_counts *c, char *err, size_t errlen) RL_WUR;
 
 /* A backend deciding in store (which must outlive it). Never NULL. */
 struct backend *backend_memory_new(struct backend_memory_store *store);

@@ -43,6 +43,7 @@ struct memory_state {
     struct buf image;
     pthread_mutex_t mu; /* guards stats */
     struct memory_state_stats stats;
+    struct memory_state_extra extra; /* save NULL: none */
 };
 
 /* Snapshot, write, count; says why on failure (every one: a write every
@@ -53,7 +54,11 @@ static void save(struct memory_state *ms, const char *why)
     struct buf *b = &ms->image;
     b->len = 0;
     int64_t locked; /* what decisions waited, at most */
-    size_t n = backend_memory_store_snapshot(ms->store, b, &locked);
+    struct buf extra = {0};
+    if (ms->extra.save)
+        ms->extra.save(ms->extra.arg, &extra);
+    size_t n = backend_memory_store_snapshot(ms->store, b, &locked, &extra);
+    buf_free(&extra);
     char err[RL_ERRLEN];
     int rc = store_file_write(ms->path, b->data, b->len, err, sizeof err);
     int64_t took = util_monotonic_us() - t0;
@@ -111,7 +116,7 @@ static void restore(struct memory_state *ms)
     struct buf b = {0};
     char err[RL_ERRLEN];
     int rc = store_file_read(ms->path, &b, err, sizeof err);
-    struct store_file_counts c = {0, 0};
+    struct store_file_counts c = {0, 0, NULL, 0};
     if (rc == 1) {
         log_event(ms->log, LOG_LVL_INFO, "no state file: starting empty", "path", ms->path, NULL);
     } else if (rc < 0 ||
@@ -124,13 +129,15 @@ static void restore(struct memory_state *ms)
         snprintf(expired, sizeof expired, "%zu", c.expired);
         log_event(ms->log, LOG_LVL_INFO, "state file read", "path", ms->path, "keys", loaded,
                   "expired", expired, NULL);
+        if (c.extra_len && ms->extra.load)
+            ms->extra.load(ms->extra.arg, c.extra, c.extra_len);
     }
     buf_free(&b);
 }
 
 int memory_state_start(struct backend_memory_store *store, const struct config *cfg,
-                       const struct logger *log, struct memory_state **out, char *err,
-                       size_t errlen)
+                       const struct logger *log, const struct memory_state_extra *extra,
+                       struct memory_state **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!cfg->state_file)
@@ -141,6 +148,8 @@ int memory_state_start(struct backend_memory_store *store, const struct config *
     struct memory_state *ms = xcalloc(1, sizeof *ms);
     ms->store = store, ms->path = cfg->state_file, ms->log = log;
     ms->interval_us = cfg->state_interval_us;
+    if (extra)
+        ms->extra = *extra;
     restore(ms);
     pthread_mutex_init(&ms->mu, NULL);
     int rc = pipe2(ms->stop_pipe, O_CLOEXEC) < 0 ? errno : 0;

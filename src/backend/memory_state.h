@@ -22,6 +22,16 @@ struct memory_state_stats {
     uint64_t last_bytes;      /* the last image written */
 };
 
+/* What the file carries besides the store's counters (the run-time
+ * overrides, core/overrides.h, which the backend does not know): save
+ * appends their bytes (any thread: the writer's), load reads them back at
+ * start. */
+struct memory_state_extra {
+    void (*save)(void *arg, struct buf *out);
+    void (*load)(void *arg, const void *data, size_t len);
+    void *arg;
+};
+
 /*
  * With cfg->state_file set: reads the file into store (none: an empty
  * start; a truncated, corrupted or foreign one: a warning and an empty
@@ -32,8 +42,8 @@ struct memory_state_stats {
  * log must outlive the state.
  */
 int memory_state_start(struct backend_memory_store *store, const struct config *cfg,
-                       const struct logger *log, struct memory_state **out, char *err,
-                       size_t errlen) RL_WUR;
+                       const struct logger *log, const struct memory_state_extra *extra,
+                       struct memory_state **out, char *err, size_t errlen) RL_WUR;
 
 /* Stops the thread; with final (a graceful stop, after the drain, so that
  * every check answered is in it) writes the file once more. Frees ms; NULL

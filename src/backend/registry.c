@@ -33,15 +33,20 @@ struct backend_row {
 struct backend_shared {
     struct backend_memory_store *store;
     struct memory_state *state; /* NULL: no state_file */
+    /* What the state file and a hand-over carry besides the counters. */
+    struct memory_state_extra extra; /* save NULL: nothing */
 };
 
 struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed,
-                                                   const struct logger *log, char *err,
-                                                   size_t errlen)
+                                                   const struct logger *log,
+                                                   const struct memory_state_extra *extra,
+                                                   char *err, size_t errlen)
 {
     struct backend_shared *s = xcalloc(1, sizeof *s);
     s->store = backend_memory_store_new((size_t)cfg->local_max_keys, hash_seed);
-    if (memory_state_start(s->store, cfg, log, &s->state, err, errlen) < 0) {
+    if (extra)
+        s->extra = *extra;
+    if (memory_state_start(s->store, cfg, log, extra, &s->state, err, errlen) < 0) {
         backend_registry_shared_free(s);
         return NULL;
     }
@@ -56,15 +61,24 @@ void backend_registry_shared_stopped(struct backend_shared *s)
 
 int backend_registry_shared_dump(struct backend_shared *s, int fd, char *err, size_t errlen)
 {
-    return backend_memory_store_dump(s->store, fd, err, errlen);
+    struct buf extra = {0};
+    if (s->extra.save)
+        s->extra.save(s->extra.arg, &extra);
+    int rc = backend_memory_store_dump(s->store, fd, &extra, err, errlen);
+    buf_free(&extra);
+    return rc;
 }
 
 int backend_registry_shared_load(struct backend_shared *s, int fd, size_t *loaded, char *err,
                                  size_t errlen)
 {
-    struct store_file_counts c = {0, 0};
-    int rc = backend_memory_store_load(s->store, fd, &c, err, errlen);
+    struct store_file_counts c = {0, 0, NULL, 0};
+    struct buf image = {0};
+    int rc = backend_memory_store_load(s->store, fd, &image, &c, err, errlen);
     *loaded = c.loaded;
+    if (rc == 0 && c.extra_len && s->extra.load)
+        s->extra.load(s->extra.arg, c.extra, c.extra_len);
+    buf_free(&image);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 
 struct event_base;
 struct metrics;
+struct memory_state_extra;
 struct memory_state_stats;
 
 /* What the backends of every worker share, made once per process: the
@@ -27,10 +28,13 @@ struct backend_shared;
 /* From cfg's local_max_keys, its tables keyed with hash_seed (secret),
  * and its state_file read and then written every state_interval
  * (memory_state.h), logged to log. NULL with a message when the
- * state_file's directory takes no file. cfg and log must outlive it. */
+ * state_file's directory takes no file. extra (may be NULL) is what the
+ * state_file carries besides the counters (memory_state.h), copied. cfg
+ * and log must outlive it. */
 struct backend_shared *backend_registry_shared_new(const struct config *cfg, uint64_t hash_seed,
-                                                   const struct logger *log, char *err,
-                                                   size_t errlen) RL_WUR;
+                                                   const struct logger *log,
+                                                   const struct memory_state_extra *extra,
+                                                   char *err, size_t errlen) RL_WUR;
 
 /* The graceful stop, once every worker has drained and ended: writes the
  * state_file (if any) a last time, so that every check answered is in it. */

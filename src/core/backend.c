@@ -18,6 +18,12 @@ void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg)
     b->on_reset_arg = arg;
 }
 
+void backend_on_override(struct backend *b, backend_override_seen_fn fn, void *arg)
+{
+    b->on_override = fn;
+    b->on_override_arg = arg;
+}
+
 void backend_state_changed(struct backend *b)
 {
     int ready = backend_ready(b);

@@ -36,6 +36,7 @@
 
 #include "core/decision.h"
 #include "core/lease_id.h"
+#include "lib/buf.h"
 #include "lib/util.h"
 
 enum backend_status {
@@ -84,6 +85,25 @@ typedef void (*backend_reset_done_fn)(void *arg, const struct backend_reset_repl
 typedef void (*backend_reset_seen_fn)(void *arg, const char *policy, const char *key,
                                       size_t keylen);
 
+/* What a run-time override's store did (override_store, override_load):
+ * existed (a removal: 1 if there was one to remove), or for a load the
+ * stored overrides as JSON (override_json.h), n of them. */
+struct backend_override_reply {
+    enum backend_status status;
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+    long long existed;
+    size_t n;
+    const char *const *values;
+    const size_t *lens;
+};
+
+typedef void (*backend_override_done_fn)(void *arg, const struct backend_override_reply *reply);
+
+/* A change of a run-time override was announced (by any daemon sharing
+ * the backend, this one's included): json, len bytes, is override_json.h's
+ * stored form. */
+typedef void (*backend_override_seen_fn)(void *arg, const char *json, size_t len);
+
 /* What a lease operation did: outcomes has one entry per lease (OK). */
 struct backend_lease_reply {
     enum backend_status status;
@@ -92,6 +112,24 @@ struct backend_lease_reply {
 };
 
 typedef void (*backend_lease_done_fn)(void *arg, const struct backend_lease_reply *reply);
+
+/* One member's sketches of one minute (core/top_keys.h), as handed over. */
+struct backend_top_blob {
+    const char *member;
+    size_t member_len;
+    const char *data;
+    size_t len;
+};
+
+/* What top_get found: every member's sketches of the minutes asked (OK). */
+struct backend_top_reply {
+    enum backend_status status;
+    const struct backend_top_blob *blobs;
+    size_t n;
+    const char *errmsg; /* ERROR, UNAVAILABLE */
+};
+
+typedef void (*backend_top_done_fn)(void *arg, const struct backend_top_reply *reply);
 
 struct backend;
 
@@ -109,6 +147,32 @@ struct backend_ops {
      * decide; refs must stay valid until done is called. */
     int (*lease)(struct backend *b, const struct config *cfg, int renew,
                  const struct lease_ref *refs, size_t n, backend_lease_done_fn done, void *arg);
+    /* Run-time overrides (core/overrides.h) stored with the state, shared
+     * by every daemon of cfg's key_prefix: stores json (len bytes) as
+     * (policy, key)'s override, or removes it (json then announces the
+     * removal; with expect, only if the stored value is expect: an expired
+     * override, removed by whichever daemon sees it first, never one that
+     * replaced it meanwhile), and announces json to every daemon's
+     * on_override, in one atomic step (existed: 1 if removed). Same
+     * completion rule as decide. NULL: the backend keeps
+     * none (memory: the daemon's table is the store). */
+    int (*override_store)(struct backend *b, const struct config *cfg, const char *policy,
+                          const char *key, size_t keylen, const char *json, size_t len, int remove,
+                          const struct buf *expect, backend_override_done_fn done, void *arg);
+    /* Reads every stored override (reply.values). Same rule; NULL as above. */
+    int (*override_load)(struct backend *b, const struct config *cfg, backend_override_done_fn done,
+                         void *arg);
+    /* The heaviest keys (core/top_keys.h). top_put keeps member's sketches
+     * (data, len bytes) of policy and minute (unix time / 60) for
+     * TOP_KEYS_TTL_S, replacing what member handed over for them before,
+     * where every daemon sharing the backend reads them: sent with no
+     * completion, -1 when it cannot be sent now (the next tick sends it
+     * again). top_get reads every member's sketches of minutes lo .. hi:
+     * the same completion rule as decide. */
+    int (*top_put)(struct backend *b, const struct config *cfg, const char *policy, int64_t minute,
+                   const char *member, const char *data, size_t len);
+    int (*top_get)(struct backend *b, const struct config *cfg, const char *policy, int64_t lo,
+                   int64_t hi, backend_top_done_fn done, void *arg);
     /* Listens for resets announced under cfg's key_prefix (again after a
      * reload that changes it), reporting them to on_reset. */
     void (*watch_resets)(struct backend *b, const struct config *cfg);
@@ -145,6 +209,8 @@ struct backend {
     int reported_ready; /* what on_state was last told */
     backend_reset_seen_fn on_reset;
     void *on_reset_arg;
+    backend_override_seen_fn on_override; /* heard with the resets */
+    void *on_override_arg;
 };
 
 static inline int backend_decide(struct backend *b, const struct config *cfg,
@@ -168,6 +234,9 @@ void backend_on_state(struct backend *b, backend_state_fn fn, void *arg);
 
 /* Who hears of resets (see backend_reset_seen_fn). */
 void backend_on_reset(struct backend *b, backend_reset_seen_fn fn, void *arg);
+
+/* Who hears of run-time overrides' changes (backend_override_seen_fn). */
+void backend_on_override(struct backend *b, backend_override_seen_fn fn, void *arg);
 
 static inline int backend_reset(struct backend *b, const struct config *cfg, const struct policy *p,
                                 const char *key, size_t keylen, backend_reset_done_fn done,

@@ -22,7 +22,9 @@
 #include "core/lease_id.h"
 #include "core/local_lease_calls.h"
 #include "core/metrics.h"
+#include "core/overrides.h"
 #include "core/pending.h"
+#include "core/top_keys.h"
 
 struct check {
     struct pending p; /* first: the life of the call */
@@ -80,6 +82,12 @@ static void count_checks(struct check *c, const struct verdict *v)
                 : p->shadow                          ? METRICS_SHADOW_DENIED
                                                      : METRICS_DENIED;
         metrics_check(c->core->metrics, p->name, d);
+        /* The heaviest keys: a denial, or a cost admitted (the whole
+         * request allowed: a check that passed in a denied one took
+         * nothing). A dry run is neither. */
+        if (decided && !c->req.dry_run)
+            top_keys_count(c->core->top, c->cfg, &c->req.checks[i],
+                           !decision_check_allowed(&v->sum, i), v->sum.allowed);
     }
 }
 
@@ -480,6 +488,12 @@ struct check *check_start(struct core *core, struct check_request *req, check_re
     c->ctx = ctx;
     c->started_us = util_monotonic_us();
     core->inflight++;
+    /* No clock read while no override exists (one atomic load). */
+    if (core->overrides && overrides_count(core->overrides) > 0) {
+        int64_t now = util_realtime_us();
+        for (size_t i = 0; i < c->req.nchecks; i++)
+            overrides_apply(core->overrides, &c->req.checks[i], now);
+    }
     int nonce_failed = 0;
     for (size_t i = 0; !c->req.dry_run && i < c->req.nchecks; i++) {
         if (policy_has_concurrency(c->req.checks[i].policy)) {

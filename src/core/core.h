@@ -29,6 +29,8 @@ struct check;
 struct deny_cache;
 struct local_lease_table;
 struct metrics;
+struct overrides;
+struct top_keys;
 
 /* The access log's status field for a verdict. It is in the HTTP front's
  * numbering whichever front asked (response_status), which the core must
@@ -41,22 +43,26 @@ typedef void (*core_idle_fn)(void *arg);
 struct core {
     struct event_base *base;
     const struct logger *log;
-    struct config *config;      /* the current snapshot (one reference, the embedder's) */
-    struct backend *backend;    /* decides */
-    struct backend *fallback;   /* failure_mode local decides here (in process,
-                                 * synchronous); NULL: answer as failure_mode open */
-    struct deny_cache *deny;    /* NULL: no deny cache */
-    struct metrics *metrics;    /* this loop's shard */
-    struct log_limit late_log;  /* "<backend> deadline passed" */
-    struct log_limit error_log; /* "<backend> error" */
-    size_t inflight;            /* checks started and not yet answered (read by
-                                 * other threads for /metrics: atomic loads) */
-    size_t *backend_pending;    /* process-wide: backend calls not yet
-                                 * completed, bounded by max_inflight */
-    int64_t reset_seen_us;      /* monotonic: the last reset announcement heard */
-    core_status_fn status_of;   /* for the access log; required when it is on */
-    core_idle_fn idle;          /* NULL: nobody waits for idleness */
+    struct config *config;       /* the current snapshot (one reference, the embedder's) */
+    struct backend *backend;     /* decides */
+    struct backend *fallback;    /* failure_mode local decides here (in process,
+                                  * synchronous); NULL: answer as failure_mode open */
+    struct deny_cache *deny;     /* NULL: no deny cache */
+    struct metrics *metrics;     /* this loop's shard */
+    struct log_limit late_log;   /* "<backend> deadline passed" */
+    struct log_limit error_log;  /* "<backend> error" */
+    size_t inflight;             /* checks started and not yet answered (read by
+                                  * other threads for /metrics: atomic loads) */
+    size_t *backend_pending;     /* process-wide: backend calls not yet
+                                  * completed, bounded by max_inflight */
+    int64_t reset_seen_us;       /* monotonic: the last reset announcement heard */
+    struct overrides *overrides; /* process-wide run-time overrides; NULL: none */
+    core_status_fn status_of;    /* for the access log; required when it is on */
+    core_idle_fn idle;           /* NULL: nobody waits for idleness */
     void *idle_arg;
+
+    /* This loop's sketches of the heaviest keys (top_keys.h); NULL: none. */
+    struct top_keys *top;
 
     /* Hot keys' leased blocks (local_lease.h); NULL: none. */
     struct local_lease_table *leases;

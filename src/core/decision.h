@@ -33,6 +33,11 @@ struct check_item {
      * override), which `policy` then points to; freed with the request.
      * NULL for every policy of the config snapshot. */
     struct policy *owned;
+    /* Bit i: tier i's limits are a run-time override's (overrides.h),
+     * set by check_start; file_override: policy is a variant of the policy
+     * file's overrides (set by the admin API, which reports both). */
+    uint16_t runtime_tiers;
+    unsigned char file_override;
 };
 
 /* What a caller asks: every check is decided together, atomically. */

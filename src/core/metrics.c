@@ -226,20 +226,6 @@ void metrics_http_status(struct metrics *m, int status)
     pthread_mutex_unlock(&m->lock);
 }
 
-void metrics_redis_latency(struct metrics *m, int64_t us)
-{
-    if (us < 0)
-        us = 0;
-    size_t i = 0;
-    while (i < NBUCKETS && us > metrics_bucket_us[i]) /* le: "less than or equal" */
-        i++;
-    pthread_mutex_lock(&m->lock);
-    m->latency[i]++;
-    m->latency_sum_us += (uint64_t)us;
-    m->latency_count++;
-    pthread_mutex_unlock(&m->lock);
-}
-
 void metrics_redis_batch(struct metrics *m, size_t n)
 {
     size_t i = 0;
@@ -283,6 +269,25 @@ static struct node_slot *node_slot(struct metrics *m, const char *node)
     memset(s, 0, sizeof *s);
     strcpy(s->name, node); /* fits: checked above, or "_other" */
     return s;
+}
+
+void metrics_redis_latency(struct metrics *m, const char *node, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    size_t i = 0;
+    while (i < NBUCKETS && us > metrics_bucket_us[i]) /* le: "less than or equal" */
+        i++;
+    pthread_mutex_lock(&m->lock);
+    m->latency[i]++;
+    m->latency_sum_us += (uint64_t)us;
+    m->latency_count++;
+    if (node) {
+        struct node_slot *s = node_slot(m, node);
+        s->latency_sum_us += (uint64_t)us;
+        s->latency_count++;
+    }
+    pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_node_count(struct metrics *m, const char *node, enum metrics_node_counter c)
@@ -383,7 +388,34 @@ void metrics_add(struct metrics *into, struct metrics *from)
         t->path_reports += f->path_reports;
         t->by_module += f->by_module;
         t->by_functions += f->by_functions;
+        t->latency_sum_us += f->latency_sum_us;
+        t->latency_count += f->latency_count;
     }
     pthread_mutex_unlock(&into->lock);
     pthread_mutex_unlock(&from->lock);
+}
+
+void metrics_each_policy(const struct metrics *m, metrics_policy_fn *fn, void *arg)
+{
+    for (size_t i = 0; i < m->npolicies; i++)
+        fn(arg, m->policies[i].name, m->policies[i].checks);
+}
+
+void metrics_each_node(const struct metrics *m, metrics_node_fn *fn, void *arg)
+{
+    for (size_t i = 0; i < m->nnodes; i++) {
+        const struct node_slot *s = &m->nodes[i];
+        struct metrics_node_view v = {
+            .name = s->name,
+            .up = s->up_reports == 0 ? -1 : s->up_count == s->up_reports,
+            .path = s->path_reports == 0                 ? -1
+                    : s->by_module == s->path_reports    ? 1
+                    : s->by_functions == s->path_reports ? 0
+                                                         : -1,
+            .errors = s->n[METRICS_NODE_ERRORS],
+            .latency_sum_us = s->latency_sum_us,
+            .latency_count = s->latency_count,
+        };
+        fn(arg, &v);
+    }
 }

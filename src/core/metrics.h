@@ -89,8 +89,10 @@ void metrics_rls_descriptor(struct metrics *m, const char *domain, const char *d
  * 100..599, which no answer carries, is ignored). */
 void metrics_http_status(struct metrics *m, int status);
 
-/* Records one Redis round trip of us microseconds (negative counts as 0). */
-void metrics_redis_latency(struct metrics *m, int64_t us);
+/* Records one Redis round trip of us microseconds (negative counts as 0),
+ * also under node's own sums when node is not NULL (the status page's
+ * latency per node). */
+void metrics_redis_latency(struct metrics *m, const char *node, int64_t us);
 
 /* Records one Redis call of the decision code carrying n requests (a
  * batch, redis.batch; 1 when sent alone). */
@@ -125,6 +127,22 @@ void metrics_node_path(struct metrics *m, const char *node, int module);
 /* Adds every count of from into into (a worker's shard into the sum that
  * is rendered); takes both locks, from first. */
 void metrics_add(struct metrics *into, struct metrics *from);
+
+/* What the status page (status.c) reads of a sum that its caller owns
+ * (metrics_add into a fresh set): no lock is taken. */
+typedef void metrics_policy_fn(void *arg, const char *policy,
+                               const uint64_t checks[METRICS_NDECISIONS]);
+void metrics_each_policy(const struct metrics *m, metrics_policy_fn *fn, void *arg);
+
+struct metrics_node_view {
+    const char *name; /* host:port or a unix path, as the node label */
+    int up;           /* 1 every shard's connection is ready, 0 not, -1 no word yet */
+    int path;         /* 1 the module, 0 the Functions, -1 neither (or mixed) */
+    uint64_t errors;  /* ratelimitd_redis_node_errors_total */
+    uint64_t latency_sum_us, latency_count; /* the round trips of every call */
+};
+typedef void metrics_node_fn(void *arg, const struct metrics_node_view *n);
+void metrics_each_node(const struct metrics *m, metrics_node_fn *fn, void *arg);
 
 /*
  * The whole exposition as text (metrics_render.c; Content-Type: text/plain; version=0.0.4;

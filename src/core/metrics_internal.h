@@ -62,6 +62,7 @@ struct node_slot {
     uint64_t n[METRICS_NODE_NCOUNTERS];
     uint64_t up_reports, up_count;
     uint64_t path_reports, by_module, by_functions; /* as up_*, per path */
+    uint64_t latency_sum_us, latency_count;         /* its calls' round trips */
 };
 
 struct metrics {

@@ -27,6 +27,7 @@ static const struct {
     [RC_INVALID_LIMIT] = {"invalid_limit", 400},
     [RC_INVALID_PATH] = {"invalid_path", 400},
     [RC_INVALID_FORMAT] = {"invalid_format", 400},
+    [RC_INVALID_QUERY] = {"invalid_query", 400},
     [RC_INVALID_LEASES] = {"invalid_leases", 400},
     [RC_NO_RELEASE_PATH] = {"no_release_path", 400},
     [RC_MISSING_KEY] = {"missing_key", 400},
@@ -42,6 +43,10 @@ static const struct {
     [RC_BACKEND_UNAVAILABLE] = {"backend_unavailable", 503},
     [RC_OVERLOADED] = {"overloaded", 503},
     [RC_TOO_MANY_CONNECTIONS] = {"too_many_connections", 503},
+    [RC_INVALID_BODY] = {"invalid_body", 400},
+    [RC_UNKNOWN_TIER] = {"unknown_tier", 400},
+    [RC_INVALID_TTL] = {"invalid_ttl", 400},
+    [RC_OVERRIDE_NOT_FOUND] = {"override_not_found", 404},
 };
 
 /* A code added to the enum without a row fails the build here (a row left

@@ -37,6 +37,7 @@ enum request_code {
     RC_INVALID_LIMIT,
     RC_INVALID_PATH,
     RC_INVALID_FORMAT,
+    RC_INVALID_QUERY,
     RC_INVALID_LEASES,
     RC_NO_RELEASE_PATH,
     RC_MISSING_KEY,
@@ -52,6 +53,10 @@ enum request_code {
     RC_BACKEND_UNAVAILABLE,
     RC_OVERLOADED,
     RC_TOO_MANY_CONNECTIONS,
+    RC_INVALID_BODY,
+    RC_UNKNOWN_TIER,
+    RC_INVALID_TTL,
+    RC_OVERRIDE_NOT_FOUND,
     RC_COUNT /* not a code: the table's size */
 };
 

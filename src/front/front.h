@@ -20,6 +20,7 @@
 
 #include "core/core.h"
 
+struct buf;
 struct config;
 struct event;
 struct front_ops;
@@ -43,6 +44,10 @@ struct front_host {
     const char *(*ready_detail)(void *arg, int ready);
     /* The whole process's metrics as Prometheus text; the caller frees it. */
     char *(*metrics_text)(void *arg);
+    /* The status page's JSON (GET /v1/status; GET /v1/rates of the last
+     * `seconds`), appended to out. */
+    void (*status_json)(void *arg, struct buf *out);
+    void (*rates_json)(void *arg, int seconds, struct buf *out);
     /* A front may have become idle (an answer written, a connection
      * closed): a drain ends once no check is in flight and every front is
      * idle. */

@@ -60,6 +60,18 @@ static size_t utf8_seq(const unsigned char *p, size_t n)
     return want;
 }
 
+int json_out_utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        size_t n = utf8_seq(p, (size_t)(end - p));
+        if (n == 0)
+            return 0;
+        p += n;
+    }
+    return 1;
+}
+
 void json_out_str(struct json_out *j, const char *s, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -132,6 +144,20 @@ void json_out_int(struct json_out *j, int64_t v)
 {
     sep(j);
     buf_append_int(j->b, (long long)v);
+    j->comma = 1;
+}
+
+void json_out_thousandths(struct json_out *j, int64_t v)
+{
+    sep(j);
+    if (v < 0) {
+        buf_append_char(j->b, '-');
+        v = -v;
+    }
+    buf_append_int(j->b, (long long)(v / 1000));
+    char frac[5] = {'.', (char)('0' + v / 100 % 10), (char)('0' + v / 10 % 10),
+                    (char)('0' + v % 10), 0};
+    buf_append(j->b, frac, 4);
     j->comma = 1;
 }
 

@@ -53,6 +53,11 @@ static inline void json_out_raw_key(struct json_out *j, const char *quoted, size
     buf_append(j->b, quoted, len);
 }
 
+/* 1 if s (len bytes) is valid UTF-8 as json_out_str writes it unchanged
+ * (no byte cleaned to '?'), else 0: what must survive a JSON round trip
+ * byte for byte (a run-time override's key) is checked with it. */
+int json_out_utf8_valid(const char *s, size_t len);
+
 /* A string of len bytes (may contain NUL: written as \u0000), cleaned. */
 void json_out_str(struct json_out *j, const char *s, size_t len);
 
@@ -60,6 +65,9 @@ void json_out_str(struct json_out *j, const char *s, size_t len);
 void json_out_cstr(struct json_out *j, const char *s);
 
 void json_out_int(struct json_out *j, int64_t v);
+
+/* v / 1000 with three decimals (1234 -> 1.234): a latency in ms from µs. */
+void json_out_thousandths(struct json_out *j, int64_t v);
 
 void json_out_bool(struct json_out *j, int v);
 

@@ -197,6 +197,15 @@ int64_t util_realtime_us(void)
     return clock_us(CLOCK_REALTIME);
 }
 
+const char *util_format_rfc3339(int64_t us, char *buf)
+{
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(buf, UTIL_RFC3339_BUF, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        strcpy(buf, "1970-01-01T00:00:00Z");
+    return buf;
+}
+
 /* Two digits per division: the answers' and the calls' numbers are
  * mostly of 10 to 16 digits (microseconds since the epoch, limits). */
 static const char digit_pairs[] = "00010203040506070809"

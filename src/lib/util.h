@@ -37,6 +37,12 @@ int64_t util_monotonic_us(void);
  * under `clock: local`, and the calendar bounds sent to Redis. */
 int64_t util_realtime_us(void);
 
+/* Writes the wall-clock time `us` (µs since the epoch) as RFC 3339 in UTC
+ * to the second ("2026-11-29T13:30:47Z") into buf (UTIL_RFC3339_BUF
+ * bytes), and returns buf. */
+#define UTIL_RFC3339_BUF 32
+const char *util_format_rfc3339(int64_t us, char *buf);
+
 /* Writes v in decimal (no NUL) into out, which has room for
  * UTIL_INT_CHARS bytes, and returns the length. snprintf's format machinery
  * was a tenth of the daemon's user time per answer. */

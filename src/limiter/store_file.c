@@ -160,10 +160,23 @@ size_t store_file_snapshot(const struct local_store *s, int64_t now_us, struct b
     return n;
 }
 
-void store_file_seal(struct buf *out, size_t start)
+void store_file_seal(struct buf *out, size_t start, const void *extra, size_t extra_len)
 {
+    unsigned char *p;
+    if (extra_len == 0) {
+        /* Nothing extra: the version 1 image, which the previous release
+         * reads too, so that rolling back (a restart, a hand-over) keeps
+         * the counters unless there are run-time overrides to carry. */
+        p = (unsigned char *)out->data + start + 8;
+        put_le(&p, 1, 4);
+    } else {
+        p = (unsigned char *)buf_reserve(out, 4);
+        put_le(&p, extra_len, 4);
+        out->len += 4;
+        buf_append(out, extra, extra_len);
+    }
     uint64_t sum = store_file_sum(out->data + start, out->len - start);
-    unsigned char *p = (unsigned char *)buf_reserve(out, SUM_LEN);
+    p = (unsigned char *)buf_reserve(out, SUM_LEN);
     put_le(&p, sum, 8);
     out->len += SUM_LEN;
 }
@@ -171,7 +184,7 @@ void store_file_seal(struct buf *out, size_t start)
 size_t store_file_encode(const struct local_store *s, int64_t now_us, struct buf *out)
 {
     size_t start = out->len, n = store_file_snapshot(s, now_us, out);
-    store_file_seal(out, start);
+    store_file_seal(out, start, NULL, 0);
     return n;
 }
 
@@ -360,14 +373,14 @@ static void get_entries(struct reader *r, uint64_t count, struct local_store *s,
 int store_file_decode(struct local_store *s, const void *data, size_t len, int64_t now_us,
                       struct store_file_counts *c, char *err, size_t errlen)
 {
-    *c = (struct store_file_counts){0, 0};
+    *c = (struct store_file_counts){0, 0, NULL, 0};
     if (len < HEADER_LEN + SUM_LEN || memcmp(data, MAGIC, 8) != 0) {
         snprintf(err, errlen, len < HEADER_LEN + SUM_LEN ? "truncated" : "not a state file");
         return -1;
     }
     struct reader r = {(const unsigned char *)data + 8, len - 8 - SUM_LEN, NULL};
     uint32_t version = (uint32_t)get_le(&r, 4);
-    if (version != STORE_FILE_VERSION) {
+    if (version != STORE_FILE_VERSION && version != 1) {
         snprintf(err, errlen, "format version %u, this binary reads %u", version,
                  STORE_FILE_VERSION);
         return -1;
@@ -381,6 +394,12 @@ int store_file_decode(struct local_store *s, const void *data, size_t len, int64
     uint64_t count = get_le(&r, 8);
     struct reader body = r;
     get_entries(&r, count, NULL, now_us, c);
+    if (version >= 2 && !r.bad) {
+        size_t n = (size_t)get_le(&r, 4);
+        refuse(&r, n > r.left, "an extra section longer than the image");
+        c->extra = r.bad ? NULL : get_bytes(&r, n);
+        c->extra_len = r.bad ? 0 : n;
+    }
     refuse(&r, r.left != 0, "bytes after the last entry");
     if (r.bad) {
         snprintf(err, errlen, "%s", r.bad);

@@ -18,7 +18,7 @@
  * after it, however long the process was away. Entries whose expiry has
  * passed when the image is read are dropped.
  *
- * Format, version 1, every integer little-endian:
+ * Format, version 2, every integer little-endian:
  *   "RLDSTATE" (8 bytes), u32 version, u32 0, i64 written_at_us, u64 count,
  *   count entries, oldest use first (so that loading keeps the LRU order):
  *     u32 keylen, the key's bytes, i64 expires_at, i64 expires_from_end,
@@ -28,10 +28,16 @@
  *       log    u32 n, n x (i64 score, count, before)
  *       buckets u32 n, n x (i64 start, count)
  *       leases u32 n, n x (i64 expires, units, LEASE_NONCE_LEN bytes)
+ *   u32 extra_len, extra_len bytes: the caller's section (the run-time
+ *     overrides of backend: memory, memory_state.h), opaque here, never
+ *     empty: an image with nothing extra is written as version 1,
  *   u64 SipHash-2-4, under a fixed key, of every byte before it.
  * A reader refuses another magic, another version, a bad checksum, a short
  * or long image and any entry the algorithms could not have written (a
  * zero scale, unsorted runs or buckets, a key too long): all or nothing.
+ * Version 1 (no extra section) is still read, and written when there is
+ * nothing extra: the previous release reads it, so a roll-back keeps the
+ * counters.
  */
 #ifndef RATELIMITD_STORE_FILE_H
 #define RATELIMITD_STORE_FILE_H
@@ -42,14 +48,16 @@
 #include "lib/buf.h"
 #include "lib/util.h"
 
-#define STORE_FILE_VERSION 1
+#define STORE_FILE_VERSION 2
 
 struct local_store;
 
 /* What a load did. */
 struct store_file_counts {
-    size_t loaded;  /* live entries read into the store */
-    size_t expired; /* entries in the image dropped as expired */
+    size_t loaded;     /* live entries read into the store */
+    size_t expired;    /* entries in the image dropped as expired */
+    const void *extra; /* the extra section, in the image read (NULL: none) */
+    size_t extra_len;
 };
 
 /* The checksum an image ends with, of its len bytes before it: for tests
@@ -66,7 +74,7 @@ size_t store_file_encode(const struct local_store *s, int64_t now_us, struct buf
  * call), then the checksum over them (the store not read). Between the
  * two, out holds no image yet. */
 size_t store_file_snapshot(const struct local_store *s, int64_t now_us, struct buf *out);
-void store_file_seal(struct buf *out, size_t start);
+void store_file_seal(struct buf *out, size_t start, const void *extra, size_t extra_len);
 
 /* Reads the image of len bytes into s (an entry under a key s already has
  * replaces it), dropping entries expired as of now_us; a full store evicts

@@ -70,6 +70,16 @@ def at_exit(fn):
     _cleanups.append(fn)
 
 
+def token_file(token):
+    """A file holding token, as auth_token_file wants it (mode 0600, in a
+    fresh temporary directory); its path."""
+    path = os.path.join(make_tempdir(), "token")
+    with open(path, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
 def make_tempdir(prefix="rl-test-"):
     """A fresh directory, removed with its contents when the test exits."""
     path = tempfile.mkdtemp(prefix=prefix)

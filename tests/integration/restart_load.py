@@ -30,6 +30,7 @@ class Load:
         self.lock = threading.Lock()
         self.ok = self.refused = self.reconnected = 0
         self.failures = []
+        self.answer = threading.local()  # each thread's last answer's body
         self.threads = [threading.Thread(target=self._run, args=(False,), daemon=True)
                         for _ in range(fresh)]
         self.threads += [threading.Thread(target=self._run, args=(True,), daemon=True)
@@ -57,7 +58,7 @@ class Load:
     def _one(self, conn):
         conn.request("POST", "/check", body=BODY, headers=HEADERS)
         r = conn.getresponse()
-        r.read()
+        self.answer.body = r.read()
         return r.status
 
     def _fresh(self):
@@ -79,7 +80,9 @@ class Load:
         if status == 200:
             self._count("ok")
         else:
-            self._count("failed", "status %d" % status)
+            # The body says which 503 it was (failure_mode, a drain, ...).
+            self._count("failed", "status %d %s" % (status,
+                                                    getattr(self.answer, "body", b"")[:160]))
 
     def _run(self, keep):
         conn = [None]  # the kept-alive connection, while open

@@ -77,4 +77,8 @@ def example(route):
         return "/auth/login"
     if route.path == "/v1/keys/":
         return "/v1/keys/login/a"
+    if route.path == "/v1/overrides/":
+        return "/v1/overrides/login/a"
+    if route.path == "/v1/top/":
+        return "/v1/top/login"
     return route.path

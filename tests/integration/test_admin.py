@@ -19,7 +19,6 @@ daemons.
 import os
 import signal
 import sys
-import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,14 +50,6 @@ POLICY = "policies:\n" + "".join(
     "  loc:\n"
     "    failure_mode: local\n"
     "    tiers: [{name: t, algorithm: fixed_window, limit: 3, window: 1h}]\n")
-
-
-def token_file():
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
-    return path
 
 
 def keys_url(policy, key):
@@ -198,7 +189,7 @@ def encoded_keys(d, redis):
 
 def memory_backend():
     d = Daemon("unix:/nonexistent", POLICY, admin=True,
-               extra="backend: memory\nauth_token_file: %s\n" % token_file()).start()
+               extra="backend: memory\nauth_token_file: %s\n" % harness.token_file(TOKEN)).start()
     for alg in ALGORITHMS:
         inspect_consumes_nothing(d, alg, "memory")
     for _ in range(3):
@@ -258,7 +249,7 @@ def listener_follows(b, redis, extra):
 def main():
     redis = harness.RedisServer().start()
     url = "unix:" + redis.socket_path
-    extra = "auth_token_file: %s\n" % token_file()
+    extra = "auth_token_file: %s\n" % harness.token_file(TOKEN)
     a = Daemon(url, POLICY, timeout="2s", admin=True, extra=extra).start()
     b = Daemon(url, POLICY, timeout="2s", admin=True, extra=extra).start()
     wait_subscribed(redis, 2)

@@ -22,7 +22,6 @@ Most cases run with backend: memory (no Redis needed); the last needs
 redis-server."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,14 +41,6 @@ NO_REDIS = "redis://127.0.0.1:1/0"
 TOKEN = "t0ken-for-the-defaults-test"
 AUTH = {"Authorization": "Bearer " + TOKEN}
 WARNING = "the admin API (/v1/keys/) is not served"
-
-
-def token_file():
-    path = os.path.join(harness.make_tempdir(), "token")
-    with open(path, "w") as f:
-        f.write(TOKEN + "\n")
-    os.chmod(path, 0o600)
-    return path
 
 
 def read(path):
@@ -95,7 +86,7 @@ def test_admin_default():
 
 
 def test_admin_token():
-    d = Daemon(NO_REDIS, POLICY, extra=MEMORY + "auth_token_file: %s\n" % token_file()).start()
+    d = Daemon(NO_REDIS, POLICY, extra=MEMORY + "auth_token_file: %s\n" % harness.token_file(TOKEN)).start()
     r = d.request("DELETE", "/v1/keys/api/k")
     harness.eq(r.status, 401, "auth_token_file: /v1/keys/ on listen asks for the token")
     harness.eq(d.request("DELETE", "/v1/keys/api/k", headers=AUTH).status, 200,

@@ -31,7 +31,7 @@ and admin_listen:
 
 With backend: memory the counters move with the hand-over: key k's
 remaining after each is the limit less every check either process
-answered (none lost, none decided twice). The Redis case needs
+answered (none lost, none decided twice); so do its run-time overrides. The Redis case needs
 redis-server."""
 import ctypes
 import http.client
@@ -228,6 +228,17 @@ def handover(s, what):
     harness.at_exit(lambda: kill_quietly(new))
 
 
+def override(s, method, body=None):
+    """A run-time override of key "vip" on the admin listener: (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", s.admin, timeout=10)
+    try:
+        conn.request(method, "/v1/overrides/p/vip", body=body)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        conn.close()
+
+
 def kill_quietly(pid):
     try:
         os.kill(pid, signal.SIGKILL)
@@ -360,7 +371,12 @@ def main():
                "the test reaps the processes the hand-overs start")
     s = Setup()
     s.probe()
+    harness.eq(override(s, "PUT", '{"tiers":{"t":{"limit":7}},"note":"kept"}')[0], 200,
+               "a run-time override set before the hand-over")
     handover(s, "first hand-over")
+    status, o = override(s, "GET")
+    harness.eq((status, o.get("tiers"), o.get("note")), (200, {"t": {"limit": 7}}, "kept"),
+               "backend memory's run-time overrides carried by the hand-over")
     handover(s, "second hand-over")
     harness.eq(s.fds[1], s.fds[0], "the second new process has as many descriptors open as "
                "the first: nothing leaks from one to the next")

@@ -228,7 +228,7 @@ def bad_files(tmp, clock):
         "truncated": good[:-5],
         "cut after the header": good[:40],
         "corrupted (a byte flipped)": bytes(flipped),
-        "a foreign version": good[:8] + struct.pack("<I", 2) + good[12:],
+        "a foreign version": good[:8] + struct.pack("<I", 99) + good[12:],
         "empty": b"",
         "not a state file": b"hello, world\n" * 10,
     }

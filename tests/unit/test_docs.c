@@ -228,11 +228,12 @@ static int is_test_file(const char *path)
     return has_prefix(base, "fuzz_") && has_suffix(base, ".c");
 }
 
-/* A source file of src/, not a generated one (scripts_lua.c, protoc-c's). */
+/* A source file of src/, not a generated one (scripts_lua.c, ui_page.c,
+ * protoc-c's). */
 static int is_source_file(const char *path)
 {
     return (has_suffix(path, ".c") || has_suffix(path, ".h")) && !has_suffix(path, "_lua.c") &&
-           strstr(path, ".pb-c.") == NULL;
+           !has_suffix(path, "/ui_page.c") && strstr(path, ".pb-c.") == NULL;
 }
 
 /* Every test file is named in docs/testing.md, which says what each one

@@ -310,15 +310,15 @@ static void test_scenario(void)
     /* a request's bytes: a newline and a non-ASCII byte become '_' */
     metrics_rls_descriptor(m, "edge", "user_a\n\xc3", 8, 1, METRICS_RLS_DESC_SHADOW_OVER_LIMIT);
     metrics_rls_descriptor(m, "edge", "user_a_b", 8, 1, METRICS_RLS_DESC_SHADOW_OVER_LIMIT);
-    metrics_redis_latency(m, 50);      /* le 0.0001 */
-    metrics_redis_latency(m, 100);     /* le 0.0001: the bound is inclusive */
-    metrics_redis_latency(m, 101);     /* le 0.00025 */
-    metrics_redis_latency(m, 2000);    /* le 0.0025 */
-    metrics_redis_batch(m, 1);         /* le 1 */
-    metrics_redis_batch(m, 3);         /* le 4 */
-    metrics_redis_batch(m, 64);        /* le 64: the bound is inclusive */
-    metrics_redis_batch(m, 2000);      /* +Inf */
-    metrics_redis_latency(m, 2000000); /* +Inf only */
+    metrics_redis_latency(m, NULL, 50);      /* le 0.0001 */
+    metrics_redis_latency(m, NULL, 100);     /* le 0.0001: the bound is inclusive */
+    metrics_redis_latency(m, NULL, 101);     /* le 0.00025 */
+    metrics_redis_latency(m, NULL, 2000);    /* le 0.0025 */
+    metrics_redis_batch(m, 1);               /* le 1 */
+    metrics_redis_batch(m, 3);               /* le 4 */
+    metrics_redis_batch(m, 64);              /* le 64: the bound is inclusive */
+    metrics_redis_batch(m, 2000);            /* +Inf */
+    metrics_redis_latency(m, NULL, 2000000); /* +Inf only */
     metrics_count(m, METRICS_REDIS_RECONNECTS);
     metrics_count(m, METRICS_REDIS_ERRORS);
     metrics_count(m, METRICS_REDIS_ERRORS);
@@ -461,8 +461,8 @@ static void test_histogram(void)
      * everything <= bound[i]. */
     for (size_t i = 0; i < nle - 1; i++) {
         for (size_t r = 0; r <= i % 3; r++) {
-            metrics_redis_latency(m, bound[i]);
-            metrics_redis_latency(m, bound[i] + 1);
+            metrics_redis_latency(m, NULL, bound[i]);
+            metrics_redis_latency(m, NULL, bound[i] + 1);
             sum += (uint64_t)(2 * bound[i] + 1);
             count += 2;
             for (size_t j = i; j < nle; j++)
@@ -471,9 +471,9 @@ static void test_histogram(void)
                 want[j]++;
         }
     }
-    metrics_redis_latency(m, -5); /* a clock step: counted as 0 */
-    metrics_redis_latency(m, 0);
-    metrics_redis_latency(m, INT64_C(3600000000)); /* an hour: +Inf only */
+    metrics_redis_latency(m, NULL, -5); /* a clock step: counted as 0 */
+    metrics_redis_latency(m, NULL, 0);
+    metrics_redis_latency(m, NULL, INT64_C(3600000000)); /* an hour: +Inf only */
     sum += UINT64_C(3600000000);
     count += 3;
     for (size_t j = 0; j < nle; j++)
@@ -743,7 +743,7 @@ static void test_statuses(void)
 static void test_no_redis(void)
 {
     struct metrics *m = metrics_new();
-    metrics_redis_latency(m, 50);
+    metrics_redis_latency(m, NULL, 50);
     metrics_count(m, METRICS_REDIS_ERRORS);
     metrics_count(m, METRICS_KEY_RESETS);
     struct metrics_gauges g = {.no_redis = 1};

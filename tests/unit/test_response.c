@@ -421,7 +421,7 @@ static void tier_bytes(const struct tier_result *now, const struct tier_result *
     const struct policy *p = config_find_policy(cfg, "shaped");
     struct buf b = {0};
     struct json_out j = json_out_start(&b);
-    response_tier_json(&j, &p->tiers[0], now, next, form);
+    response_tier_json(&j, &p->tiers[0], now, next, form, NULL);
     buf_append_char(&b, '\0');
     is_str(b.data, want, "%s", what);
     buf_free(&b);

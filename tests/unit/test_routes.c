@@ -47,7 +47,8 @@ static const struct route_case cases[] = {
     {"/metrics", BOTH, HTTP_POST, "405 use GET | GET, HEAD"},
     {"/healthz", BOTH, HTTP_DELETE, "405 use GET | GET, HEAD"},
     /* Exact paths are exact; prefixes need their slash. */
-    {"/", BOTH, HTTP_GET, "404"},
+    {"/ui", BOTH, HTTP_GET, "404"},
+    {"/index.html", BOTH, HTTP_GET, "404"},
     {"/checks", BOTH, HTTP_POST, "404"},
     {"/check/", BOTH, HTTP_POST, "404"},
     {"/auth", BOTH, HTTP_GET, "404"},
@@ -74,6 +75,18 @@ static const struct route_case cases[] = {
     {"/check", ADMIN | KEYS, HTTP_POST, "404"},
     {"/json", ADMIN | KEYS, HTTP_GET, "404"},
     {"/auth/api", ADMIN | KEYS, HTTP_GET, "404"},
+    /* The status page is where the keys are, without the token (it asks
+     * for it); its JSON is guarded as the keys are. */
+    {"/", ADMIN | KEYS, HTTP_GET, "/ open"},
+    {"/ui/", ADMIN | KEYS, HTTP_GET, "/ui/ open"},
+    {"/favicon.svg", ADMIN | KEYS, HTTP_GET, "/favicon.svg open"},
+    {"/", ADMIN | KEYS, HTTP_POST, "405 use GET | GET, HEAD"},
+    {"/v1/status", ADMIN | KEYS, HTTP_GET, "/v1/status guarded"},
+    {"/v1/rates", ADMIN | KEYS, HTTP_HEAD, "/v1/rates guarded"},
+    {"/", BOTH, HTTP_GET, "/ open"},
+    {"/", LISTEN, HTTP_GET, "404"},
+    {"/v1/status", LISTEN, HTTP_GET, "404"},
+    {"/", CHECKS, HTTP_GET, "404"},
 };
 
 static void outcome(const struct route_case *c, char *out, size_t outlen)

@@ -128,6 +128,10 @@ static struct buf forged(unsigned version, int kind, const void *state, size_t n
     e[21] = (unsigned char)kind;
     buf_append(&b, e, sizeof e);
     buf_append(&b, state, n);
+    if (version >= 2) { /* an empty extra section */
+        uint32_t none = 0;
+        buf_append(&b, &none, 4);
+    }
     uint64_t sum = store_file_sum(b.data, b.len);
     buf_append(&b, &sum, 8);
     return b;
@@ -142,6 +146,10 @@ static void test_forged(void)
     struct buf b = forged(STORE_FILE_VERSION, 3 /* KIND_TOKEN */, tb, sizeof tb);
     is_int(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err), 0,
            "a forged token bucket is read: %s", err);
+    buf_free(&b);
+    b = forged(1, 3, tb, sizeof tb);
+    is_int(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err), 0,
+           "a version 1 image (no extra section) is still read: %s", err);
     buf_free(&b);
     b = forged(STORE_FILE_VERSION + 1, 3, tb, sizeof tb);
     ok(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err) < 0 && strstr(err, "version"),
@@ -218,12 +226,50 @@ static void test_file(void)
     rmdir(dir);
 }
 
+/* The caller's extra section (the run-time overrides of backend: memory)
+ * comes back as written, and an image without one reports none. */
+static void test_extra(void)
+{
+    struct local_store *t = local_store_new(10, 1);
+    struct buf b = {0};
+    size_t n = store_file_snapshot(t, T0, &b);
+    store_file_seal(&b, 0, "{\"x\":1}\n", 8);
+    struct store_file_counts c;
+    char err[RL_ERRLEN] = "";
+    ok(n == 0 && store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err) == 0 &&
+           c.extra_len == 8 && memcmp(c.extra, "{\"x\":1}\n", 8) == 0,
+       "the extra section comes back as written: %s", err);
+    b.len = 0;
+    store_file_encode(t, T0, &b);
+    ok(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err) == 0 && c.extra_len == 0,
+       "no extra section: none reported: %s", err);
+    uint32_t version;
+    memcpy(&version, b.data + 8, 4);
+    is_int(version, 1, "nothing extra: written as version 1, which the previous release reads");
+    b.len = 0;
+    store_file_snapshot(t, T0, &b);
+    store_file_seal(&b, 0, "x", 1);
+    memcpy(&version, b.data + 8, 4);
+    is_int(version, STORE_FILE_VERSION, "an extra section: version %d", STORE_FILE_VERSION);
+    b.len = 0;
+    store_file_snapshot(t, T0, &b);
+    store_file_seal(&b, 0, "abc", 3);
+    b.data[b.len - 8 - 3 - 4] = 200; /* the length past the image's end */
+    uint64_t sum = store_file_sum(b.data, b.len - 8);
+    memcpy(b.data + b.len - 8, &sum, 8);
+    ok(store_file_decode(t, b.data, b.len, T0, &c, err, sizeof err) < 0,
+       "an extra section longer than the image is refused: %s", err);
+    buf_free(&b);
+    local_store_free(t);
+}
+
 int main(void)
 {
     store_policies(pols);
     test_round_trip();
     test_damage();
     test_forged();
+    test_extra();
     test_expiry_and_bounds();
     test_file();
     return tap_done();

@@ -19,9 +19,11 @@
 #include "backend/redis/backend_cluster.h"
 #include "backend/redis/cluster_calls.h"
 #include "backend/redis/cluster_topology.h"
+#include "backend/redis/overrides_store.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_tls.h"
 #include "backend/redis/resets.h"
+#include "backend/redis/top_store.h"
 #include "config/config.h"
 
 /* ---- resets (resets.h) ---- */
@@ -44,6 +46,44 @@ static int cluster_reset(struct backend *iface, const struct config *cfg, const 
     return rc;
 }
 
+/* ---- run-time overrides (overrides_store.h) ---- */
+
+/* The master of the overrides hash's slot, or NULL. */
+static struct redis_node *overrides_node(struct backend_cluster *b, const struct config *cfg)
+{
+    char hkey[POLICY_KEY_BUF];
+    int n = overrides_store_key(cfg->key_prefix, hkey, sizeof hkey);
+    if (!b->have_map || n < 0)
+        return NULL;
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(hkey, (size_t)n)];
+    return cn ? cn->node : NULL;
+}
+
+static int cluster_override_store(struct backend *iface, const struct config *cfg,
+                                  const char *policy, const char *key, size_t keylen,
+                                  const char *json, size_t len, int remove,
+                                  const struct buf *expect, backend_override_done_fn done,
+                                  void *arg)
+{
+    struct backend_cluster *b = (struct backend_cluster *)iface;
+    struct redis_node *n = overrides_node(b, cfg);
+    if (!n || !b->channel)
+        return -1;
+    return overrides_store_send(n, cfg->key_prefix, b->channel, policy, key, keylen, json, len,
+                                remove, expect, "connection to a redis cluster node lost", done,
+                                arg);
+}
+
+static int cluster_override_load(struct backend *iface, const struct config *cfg,
+                                 backend_override_done_fn done, void *arg)
+{
+    struct redis_node *n = overrides_node((struct backend_cluster *)iface, cfg);
+    if (!n)
+        return -1;
+    return overrides_store_load(n, cfg->key_prefix, "connection to a redis cluster node lost", done,
+                                arg);
+}
+
 /* The node the listener should use: a master of the map, the one after
  * the current in round robin, else a seed. */
 static struct cnode *sub_pick(struct backend_cluster *b)
@@ -58,6 +98,36 @@ static struct cnode *sub_pick(struct backend_cluster *b)
             return cn;
     }
     return b->nodes[start % b->nnodes];
+}
+
+/* ---- the heaviest keys (top_store.h), on the policy's slot's master ---- */
+
+static struct redis_node *top_node(struct backend_cluster *b, const struct config *cfg,
+                                   const char *policy)
+{
+    if (!b->have_map)
+        return NULL;
+    struct buf key = {0};
+    top_store_key(&key, cfg->key_prefix, policy, 0);
+    struct cnode *cn = b->slot_node[redis_cluster_keyslot(key.data, key.len)];
+    buf_free(&key);
+    return cn ? cn->node : NULL;
+}
+
+static int cluster_top_put(struct backend *iface, const struct config *cfg, const char *policy,
+                           int64_t minute, const char *member, const char *data, size_t len)
+{
+    struct redis_node *n = top_node((struct backend_cluster *)iface, cfg, policy);
+    return n ? top_store_put(n, cfg->key_prefix, policy, minute, member, data, len) : -1;
+}
+
+static int cluster_top_get(struct backend *iface, const struct config *cfg, const char *policy,
+                           int64_t lo, int64_t hi, backend_top_done_fn done, void *arg)
+{
+    struct redis_node *n = top_node((struct backend_cluster *)iface, cfg, policy);
+    return n ? top_store_get(n, cfg->key_prefix, policy, lo, hi,
+                             "connection to a redis cluster node lost", done, arg)
+             : -1;
 }
 
 static void on_sub_down(void *arg, struct resets_listener *l, const char *why)
@@ -195,6 +265,10 @@ static const struct backend_ops cluster_ops = {
     .lease = cluster_calls_lease,
     .reset = cluster_reset,
     .watch_resets = cluster_watch_resets,
+    .top_put = cluster_top_put,
+    .top_get = cluster_top_get,
+    .override_store = cluster_override_store,
+    .override_load = cluster_override_load,
     .call_timeout_us = cluster_call_timeout_us,
     .note_timeout = cluster_note_timeout,
     .start = cluster_start,

@@ -22,12 +22,14 @@
 #include <string.h>
 
 #include "backend/redis/backend_redis.h"
+#include "backend/redis/overrides_store.h"
 #include "backend/redis/redis_conn.h"
 #include "backend/redis/redis_node.h"
 #include "backend/redis/redis_sentinel.h"
 #include "backend/redis/redis_tls.h"
 #include "backend/redis/resets.h"
 #include "backend/redis/scripts.h"
+#include "backend/redis/top_store.h"
 #include "config/config.h"
 #include "config/redis_url.h"
 #include "core/metrics.h"
@@ -319,6 +321,46 @@ static int redis_reset(struct backend *iface, const struct config *cfg, const st
     return rc;
 }
 
+/* ---- the heaviest keys (top_store.h) ---- */
+
+static int redis_top_put(struct backend *iface, const struct config *cfg, const char *policy,
+                         int64_t minute, const char *member, const char *data, size_t len)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    return top_store_put(b->node, cfg->key_prefix, policy, minute, member, data, len);
+}
+
+static int redis_top_get(struct backend *iface, const struct config *cfg, const char *policy,
+                         int64_t lo, int64_t hi, backend_top_done_fn done, void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    return top_store_get(b->node, cfg->key_prefix, policy, lo, hi, "connection to redis lost", done,
+                         arg);
+}
+
+/* ---- run-time overrides (overrides_store.h) ---- */
+
+static int redis_override_store(struct backend *iface, const struct config *cfg, const char *policy,
+                                const char *key, size_t keylen, const char *json, size_t len,
+                                int remove, const struct buf *expect, backend_override_done_fn done,
+                                void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    if (!redis_node_ready(b->node) || !b->channel)
+        return -1;
+    return overrides_store_send(b->node, cfg->key_prefix, b->channel, policy, key, keylen, json,
+                                len, remove, expect, "connection to redis lost", done, arg);
+}
+
+static int redis_override_load(struct backend *iface, const struct config *cfg,
+                               backend_override_done_fn done, void *arg)
+{
+    struct backend_redis *b = (struct backend_redis *)iface;
+    if (!redis_node_ready(b->node))
+        return -1;
+    return overrides_store_load(b->node, cfg->key_prefix, "connection to redis lost", done, arg);
+}
+
 static void sub_start(struct backend_redis *b)
 {
     if (!b->channel || b->sub || !b->started || (b->sentinel && !b->master_known))
@@ -403,6 +445,10 @@ static const struct backend_ops redis_ops = {
     .lease = redis_lease,
     .reset = redis_reset,
     .watch_resets = redis_watch_resets,
+    .top_put = redis_top_put,
+    .top_get = redis_top_get,
+    .override_store = redis_override_store,
+    .override_load = redis_override_load,
     .call_timeout_us = redis_call_timeout_us,
     .note_timeout = redis_note_timeout,
     .start = redis_start,

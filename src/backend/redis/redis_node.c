@@ -510,7 +510,7 @@ static void on_call_reply(void *arg, redisReply *r)
          * and the node is dropped as one that does not answer. */
         if (!n->timeout_us || now - nc->sent_us <= n->timeout_us)
             n->stalled_timeouts = 0;
-        metrics_redis_latency(n->metrics, now - nc->sent_us);
+        metrics_redis_latency(n->metrics, redis_conn_target(n->conn), now - nc->sent_us);
     }
     if (r && r->type == REDIS_REPLY_ERROR && module_gone(r->str)) {
         /* The first of the calls in flight to see it says so. */

@@ -169,6 +169,13 @@ struct resets_listener {
  * program on the channel) is ignored. */
 static void on_message(struct resets_listener *l, const char *msg, size_t len)
 {
+    /* A run-time override's change (overrides_store.h): JSON, which no
+     * "<policy>:" starts with. */
+    if (len > 0 && msg[0] == '{') {
+        if (l->owner->on_override)
+            l->owner->on_override(l->owner->on_override_arg, msg, len);
+        return;
+    }
     const char *colon = memchr(msg, ':', len);
     if (!colon || colon == msg || (size_t)(colon - msg) > POLICY_NAME_MAX)
         return;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/overrides.h"
 #include "front/http/admin.h"
 #include "front/http/response.h"
 #include "lib/json_out.h"
@@ -57,16 +58,22 @@ static long percent_decode(const char *s, size_t len, char *out)
 int admin_parse_path(const struct config *cfg, const char *path, struct admin_target *out,
                      struct request_error *err)
 {
+    return admin_parse_path_in(cfg, ADMIN_KEYS_PREFIX, path, out, err);
+}
+
+int admin_parse_path_in(const struct config *cfg, const char *prefix, const char *path,
+                        struct admin_target *out, struct request_error *err)
+{
     memset(out, 0, sizeof *out);
-    const char *name = path + strlen(ADMIN_KEYS_PREFIX);
+    const char *name = path + strlen(prefix);
     const char *slash = strchr(name, '/');
     if (!slash)
-        return request_fail(err, RC_INVALID_PATH, "the path must be /v1/keys/<policy>/<key>");
+        return request_fail(err, RC_INVALID_PATH, "the path must be %s<policy>/<key>", prefix);
     char pname[POLICY_NAME_MAX + 1];
     size_t plen = (size_t)(slash - name);
     if (plen == 0)
         return request_fail(err, RC_UNKNOWN_POLICY_IN_PATH,
-                            "the path names no policy: use /v1/keys/<policy>/<key>");
+                            "the path names no policy: use %s<policy>/<key>", prefix);
     memcpy(pname, name, plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen);
     pname[plen > POLICY_NAME_MAX ? POLICY_NAME_MAX : plen] = '\0';
     const struct policy *p = plen > POLICY_NAME_MAX ? NULL : config_find_policy(cfg, pname);
@@ -95,6 +102,7 @@ int admin_parse_path(const struct config *cfg, const char *path, struct admin_ta
     key[n] = '\0';
     /* An overridden key is looked at and reset in its override's tiers. */
     out->policy = policy_for_key(p, key, (size_t)n);
+    out->base = p;
     out->key = key;
     out->keylen = (size_t)n;
     return 0;
@@ -109,8 +117,11 @@ void admin_inspect_request(struct admin_target *t, struct check_request *out)
     out->inspect = 1;
     out->nchecks = 2;
     out->checks = xcalloc(2, sizeof *out->checks);
-    out->checks[0] =
-        (struct check_item){.policy = t->policy, .key = t->key, .keylen = t->keylen, .cost = 0};
+    out->checks[0] = (struct check_item){.policy = t->policy,
+                                         .key = t->key,
+                                         .keylen = t->keylen,
+                                         .cost = 0,
+                                         .file_override = t->policy != t->base};
     out->checks[1] = out->checks[0];
     out->checks[1].key = xstrndup(t->key, t->keylen);
     out->checks[1].cost = 1;
@@ -154,8 +165,13 @@ int admin_render_inspect(struct buf *out, const struct verdict *v, unsigned flag
     }
     json_out_lkey(&j, "tiers");
     json_out_begin(&j, '[');
-    for (size_t i = 0; i < p->ntiers; i++)
-        response_tier_json(&j, &p->tiers[i], &now[i], &next[i], RESPONSE_TIER_INSPECT);
+    for (size_t i = 0; i < p->ntiers; i++) {
+        enum limit_source src = (c->runtime_tiers >> i) & 1 ? LIMIT_RUNTIME_OVERRIDE
+                                : c->file_override          ? LIMIT_FILE_OVERRIDE
+                                                            : LIMIT_POLICY;
+        response_tier_json(&j, &p->tiers[i], &now[i], &next[i], RESPONSE_TIER_INSPECT,
+                           limit_source_name(src));
+    }
     json_out_end(&j, ']');
     json_out_end(&j, '}');
     response_body(out, 200, NULL, body.data, body.len, flags);

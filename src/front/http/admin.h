@@ -28,6 +28,7 @@
 /* A decoded /v1/keys/<policy>/<key>. */
 struct admin_target {
     const struct policy *policy; /* points into the config given */
+    const struct policy *base;   /* the policy named (policy: its variant for the key) */
     char *key;                   /* owned (free it), keylen bytes, no NUL inside */
     size_t keylen;
 };
@@ -42,6 +43,10 @@ struct admin_target {
  */
 int admin_parse_path(const struct config *cfg, const char *path, struct admin_target *out,
                      struct request_error *err) RL_WUR;
+
+/* The same for a path that starts with prefix ("/v1/overrides/"). */
+int admin_parse_path_in(const struct config *cfg, const char *prefix, const char *path,
+                        struct admin_target *out, struct request_error *err) RL_WUR;
 
 /*
  * The request behind GET: a dry run of two checks of t's (policy, key),

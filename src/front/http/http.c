@@ -47,7 +47,9 @@
 #include "core/check.h"
 #include "core/lease.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
 #include "core/rls.h"
+#include "core/top_keys.h"
 #include "front/http/admin.h"
 #include "front/http/http.h"
 #include "front/http/http_conn.h"
@@ -74,10 +76,13 @@ static void conn_free(struct conn *c)
             check_cancel(c->slots[i].check);
         if (c->slots[i].reset)
             reset_cancel(c->slots[i].reset);
+        if (c->slots[i].ovr)
+            override_change_cancel(c->slots[i].ovr);
         if (c->slots[i].rls)
             rls_cancel(c->slots[i].rls);
         if (c->slots[i].lease)
             lease_cancel(c->slots[i].lease);
+        top_query_cancel(c->slots[i].top);
         buf_free(&c->slots[i].out);
     }
     front_conn_fini(&c->fc);
@@ -128,8 +133,10 @@ struct slot *http_slot_new(struct conn *c)
     s->c = c;
     s->check = NULL;
     s->reset = NULL;
+    s->ovr = NULL;
     s->rls = NULL;
     s->lease = NULL;
+    s->top = NULL;
     s->state = SLOT_WAITING;
     s->out.len = 0;
     s->flags = 0;

@@ -31,11 +31,13 @@ enum slot_state { SLOT_FREE, SLOT_WAITING, SLOT_READY };
 /* One request read and not yet answered. */
 struct slot {
     struct conn *c;
-    struct check *check;      /* while the core decides; NULL otherwise */
-    struct reset *reset;      /* while a reset is under way; NULL otherwise */
-    struct rls_call *rls;     /* while a POST /json is decided; NULL otherwise */
-    struct lease_call *lease; /* while a /release or /renew is under way */
-    struct buf out;           /* the rendered answer, until earlier ones are out */
+    struct check *check;         /* while the core decides; NULL otherwise */
+    struct reset *reset;         /* while a reset is under way; NULL otherwise */
+    struct override_change *ovr; /* while an override change is under way */
+    struct rls_call *rls;        /* while a POST /json is decided; NULL otherwise */
+    struct lease_call *lease;    /* while a /release or /renew is under way */
+    struct top_query *top;       /* while GET /v1/top is under way */
+    struct buf out;              /* the rendered answer, until earlier ones are out */
     enum slot_state state;
     unsigned flags; /* RESPONSE_* for the answer */
 };

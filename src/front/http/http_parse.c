@@ -398,3 +398,19 @@ void http_parse_free(struct http_parse *p)
 {
     buf_free(&p->store);
 }
+
+const char *http_query_param(const char *url, const char *name, size_t *len)
+{
+    const char *p = strchr(url, '?');
+    size_t nlen = strlen(name);
+    while (p && *p && *p != '#') {
+        p++;
+        size_t plen = strcspn(p, "&#");
+        if (plen > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            *len = plen - nlen - 1;
+            return p + nlen + 1;
+        }
+        p += plen;
+    }
+    return NULL;
+}

@@ -124,4 +124,9 @@ enum request_code http_parse_error(const struct http_parse *p, const char **mess
 /* Frees the buffers; the struct may be initialized again. */
 void http_parse_free(struct http_parse *p);
 
+/* The value of the query parameter `name` in url (up to '&' or '#'), with
+ * its length in *len; NULL if absent. No percent-decoding: the values
+ * asked for are plain words and numbers. Pure. */
+const char *http_query_param(const char *url, const char *name, size_t *len);
+
 #endif

@@ -19,8 +19,14 @@
 #include "config/domains_dump.h"
 #include "core/check.h"
 #include "core/metrics.h"
+#include "core/override_change.h"
+#include "core/override_json.h"
+#include "core/rate_headers.h"
+#include "core/rates.h"
 #include "core/rls.h"
 #include "front/http/admin.h"
+#include "front/http/admin_overrides.h"
+#include "front/http/admin_top.h"
 #include "front/http/auth.h"
 #include "front/http/check_json.h"
 #include "front/http/http_conn.h"
@@ -28,9 +34,11 @@
 #include "front/http/lease_json.h"
 #include "front/http/response.h"
 #include "front/http/rls_json.h"
+#include "front/http/ui_page.h"
 #include "lib/buf.h"
 #include "lib/client_ip.h"
 #include "lib/json_out.h"
+#include "lib/sha1.h"
 
 static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -189,6 +197,16 @@ static void on_reset_reply(void *ctx, const struct reset_result *res)
     http_slot_answered(s, admin_render_reset(&s->out, res, s->flags));
 }
 
+/* The client's address, for the log line of a change. */
+static const char *peer_of(const struct conn *c, char peer[CLIENT_IP_TEXT])
+{
+    if (c->peer.family == AF_UNSPEC)
+        snprintf(peer, CLIENT_IP_TEXT, "unix");
+    else
+        client_ip_format(&c->peer, peer);
+    return peer;
+}
+
 /* GET or HEAD looks at a key (a dry run through the core), DELETE resets it. */
 static void start_keys(struct slot *s, const struct http_request *req)
 {
@@ -207,15 +225,132 @@ static void start_keys(struct slot *s, const struct http_request *req)
             s->check = ch;
         return;
     }
-    /* The client's address for the reset's log line. */
     char peer[CLIENT_IP_TEXT];
-    if (s->c->peer.family == AF_UNSPEC)
-        snprintf(peer, sizeof peer, "unix");
-    else
-        client_ip_format(&s->c->peer, peer);
-    struct reset *r = admin_reset_start(core, &t, peer, on_reset_reply, s);
+    struct reset *r = admin_reset_start(core, &t, peer_of(s->c, peer), on_reset_reply, s);
     if (s->state == SLOT_WAITING)
         s->reset = r;
+}
+
+/* ---- the admin API on run-time overrides (admin_overrides.h) ---- */
+
+static void on_override_reply(void *ctx, const struct override_change_result *res)
+{
+    struct slot *s = ctx;
+    s->ovr = NULL;
+    http_slot_answered(s, admin_overrides_render_change(&s->out, res, s->flags));
+}
+
+/* Who made a change, for its log line and its "by": the token's identity
+ * is the start of its SHA-1 (never the token), "none" without one. */
+static void token_identity(const struct conn *c, char out[24])
+{
+    char hex[41];
+    if (!c->h->l.token) {
+        snprintf(out, 24, "none");
+        return;
+    }
+    sha1_hex(c->h->l.token, c->h->l.token_len, hex);
+    snprintf(out, 24, "sha1:%.12s", hex);
+}
+
+/* GET /v1/overrides/<policy>: a page, from ?cursor= for ?limit=. */
+static void list_overrides(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    const char *name = req->path + strlen(ADMIN_OVERRIDES_PREFIX);
+    const struct policy *p = config_find_policy(core->config, name);
+    if (!p) {
+        http_answer_error(s, RC_UNKNOWN_POLICY_IN_PATH, "no such policy", NULL, NULL);
+        return;
+    }
+    size_t clen = 0, llen = 0;
+    const char *cur = http_query_param(req->url, "cursor", &clen);
+    const char *lim = http_query_param(req->url, "limit", &llen);
+    char after[POLICY_KEY_MAX], num[16], why[RL_ERRLEN];
+    long alen = cur ? admin_overrides_cursor(cur, clen, after) : 0;
+    int64_t max = ADMIN_OVERRIDES_PAGE_DEFAULT;
+    snprintf(num, sizeof num, "%.*s", (int)(llen < 15 ? llen : 15), lim ? lim : "");
+    if (alen < 0) {
+        http_answer_error(s, RC_INVALID_REQUEST, "cursor is not one this API gave", NULL, NULL);
+        return;
+    }
+    if (lim && (llen > 15 ||
+                util_parse_int64(num, 1, ADMIN_OVERRIDES_PAGE_MAX, &max, why, sizeof why) < 0)) {
+        http_answer_error(s, RC_INVALID_REQUEST, "limit must be an integer from 1 to 1000", NULL,
+                          NULL);
+        return;
+    }
+    struct override **v;
+    size_t n;
+    int more;
+    overrides_page(core->overrides, p->name, cur ? after : NULL, (size_t)alen, (size_t)max,
+                   util_realtime_us(), &v, &n, &more);
+    http_slot_answered(s, admin_overrides_render_page(&s->out, p->name, v, n, more, s->flags));
+    for (size_t i = 0; i < n; i++)
+        override_free(v[i]);
+    free(v);
+}
+
+/* PUT sets a key's override, GET (HEAD) reads it, DELETE removes it. */
+static void start_overrides(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    if (!strchr(req->path + strlen(ADMIN_OVERRIDES_PREFIX), '/') && req->method != HTTP_PUT &&
+        req->method != HTTP_DELETE) {
+        list_overrides(s, req);
+        return;
+    }
+    struct admin_target t;
+    struct request_error err;
+    if (admin_parse_path_in(core->config, ADMIN_OVERRIDES_PREFIX, req->path, &t, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        return;
+    }
+    int64_t now = util_realtime_us();
+    struct override *o = NULL;
+    if (req->method == HTTP_GET || req->method == HTTP_HEAD) {
+        o = overrides_get(core->overrides, t.base->name, t.key, t.keylen, now);
+        http_slot_answered(s, admin_overrides_render_one(&s->out, o, s->flags));
+        override_free(o);
+        free(t.key);
+        return;
+    }
+    if (req->method == HTTP_PUT && override_body_parse(t.base, t.policy, t.key, t.keylen, req->body,
+                                                       req->body_len, now, &o, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        free(t.key);
+        return;
+    }
+    char peer[CLIENT_IP_TEXT], token[24];
+    token_identity(s->c, token);
+    struct override_change *ch = override_change_start(
+        core, o, t.base->name, t.key, t.keylen, peer_of(s->c, peer), token, on_override_reply, s);
+    free(t.key);
+    if (s->state == SLOT_WAITING)
+        s->ovr = ch;
+}
+
+/* ---- the heaviest keys (admin_top.h) ---- */
+
+static void on_top_reply(void *ctx, const struct top_result *r)
+{
+    struct slot *s = ctx;
+    s->top = NULL;
+    http_slot_answered(s, admin_render_top(&s->out, r, s->flags));
+}
+
+static void start_top(struct slot *s, const struct http_request *req)
+{
+    struct core *core = s->c->h->host->core;
+    struct admin_top_query q;
+    struct request_error err;
+    if (admin_top_parse(core->config, req->path, req->url, &q, &err) < 0) {
+        http_answer_error(s, err.code, err.message, NULL, NULL);
+        return;
+    }
+    struct top_query *t = top_query_start(core, q.policy, q.by, q.window, q.n, on_top_reply, s);
+    if (s->state == SLOT_WAITING)
+        s->top = t;
 }
 
 /* ---- health and metrics ---- */
@@ -262,25 +397,6 @@ static void start_metrics(struct slot *s, const struct http_request *req)
 
 /* ---- the loaded configuration (envoyproxy/ratelimit's /rlconfig) ---- */
 
-/* The value of the query parameter `name` in url (up to '&' or '#'), with
- * its length in *len; NULL if absent. No percent-decoding: the values
- * asked for here are plain words. */
-static const char *query_param(const char *url, const char *name, size_t *len)
-{
-    const char *p = strchr(url, '?');
-    size_t nlen = strlen(name);
-    while (p && *p && *p != '#') {
-        p++;
-        size_t plen = strcspn(p, "&#");
-        if (plen > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
-            *len = plen - nlen - 1;
-            return p + nlen + 1;
-        }
-        p += plen;
-    }
-    return NULL;
-}
-
 /* GET /rlconfig: the Envoy domains as understood (domains_dump.h), as
  * text, or as JSON with ?format=json or an Accept naming application/json
  * (?format=text wins over Accept). */
@@ -288,7 +404,7 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
 {
     const struct config *cfg = s->c->h->host->core->config;
     size_t flen = 0;
-    const char *format = query_param(req->url, "format", &flen);
+    const char *format = http_query_param(req->url, "format", &flen);
     int json;
     if (format && flen == 4 && strncmp(format, "json", 4) == 0) {
         json = 1;
@@ -311,6 +427,64 @@ static void start_rlconfig(struct slot *s, const struct http_request *req)
     buf_free(&b);
 }
 
+/* ---- the status page (docs/status-page.md) ---- */
+
+/* GET / and /ui/: the page, without a token (it asks for one, for its JSON
+ * calls), under a policy that runs its own inline blocks and nothing else. */
+static void start_page(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    struct rate_headers hs;
+    rate_headers_init(&hs);
+    rate_headers_add_ref(&hs, "Content-Security-Policy", ui_page_csp);
+    http_close_if_draining(s);
+    response_body_headers(&s->out, 200, "text/html; charset=utf-8", &hs, ui_page_html, ui_page_len,
+                          s->flags);
+    http_slot_ready(s, 200);
+}
+
+static void start_icon(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    http_answer_body(s, 200, "image/svg+xml", ui_icon_svg);
+}
+
+static void start_status(struct slot *s, const struct http_request *req)
+{
+    (void)req;
+    const struct front_host *h = s->c->h->host;
+    struct buf b = {0};
+    h->status_json(h->arg, &b);
+    buf_append_char(&b, '\0');
+    http_answer_body(s, 200, NULL, b.data);
+    buf_free(&b);
+}
+
+/* GET /v1/rates?seconds=N: 1 to RATES_SECONDS, 300 by default. */
+static void start_rates(struct slot *s, const struct http_request *req)
+{
+    const struct front_host *h = s->c->h->host;
+    size_t len = 0;
+    const char *v = http_query_param(req->url, "seconds", &len);
+    long seconds = RATES_SECONDS;
+    if (v) {
+        char num[8];
+        char *end;
+        snprintf(num, sizeof num, "%.*s", (int)(len < sizeof num ? len : sizeof num - 1), v);
+        seconds = strtol(num, &end, 10);
+        if (len == 0 || len >= sizeof num || *end || seconds < 1 || seconds > RATES_SECONDS) {
+            http_answer_error(s, RC_INVALID_QUERY, "seconds must be a whole number from 1 to 300",
+                              NULL, NULL);
+            return;
+        }
+    }
+    struct buf b = {0};
+    h->rates_json(h->arg, (int)seconds, &b);
+    buf_append_char(&b, '\0');
+    http_answer_body(s, 200, NULL, b.data);
+    buf_free(&b);
+}
+
 /* ---- the table ---- */
 
 #define M(m) HTTP_ROUTE_METHOD(HTTP_##m)
@@ -328,11 +502,21 @@ static const struct http_route routes[] = {
     {AUTH_PATH_PREFIX, 1, HTTP_ROLE_CHECKS, HTTP_ROUTE_ANY_METHOD, NULL, NULL, 1, start_auth},
     {ADMIN_KEYS_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(DELETE), "use GET, HEAD or DELETE",
      "GET, HEAD, DELETE", 1, start_keys},
+    {ADMIN_OVERRIDES_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD) | M(PUT) | M(DELETE),
+     "use GET, HEAD, PUT or DELETE", "GET, HEAD, PUT, DELETE", 1, start_overrides},
+    {ADMIN_TOP_PREFIX, 1, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_top},
     {"/healthz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_healthz},
     {"/readyz", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_readyz},
     {"/metrics", 0, HTTP_ROLE_ADMIN, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_metrics},
     /* Where and as the keys API is: it shows every limit. */
     {"/rlconfig", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rlconfig},
+    /* The status page's JSON shows what the keys API shows; the page
+     * itself holds nothing and must load to ask for the token. */
+    {"/v1/status", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_status},
+    {"/v1/rates", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 1, start_rates},
+    {"/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
+    {"/ui/", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_page},
+    {"/favicon.svg", 0, HTTP_ROLE_KEYS, M(GET) | M(HEAD), "use GET", "GET, HEAD", 0, start_icon},
 };
 
 unsigned http_routes_roles(unsigned socket_roles, int token, int admin_on_listen)

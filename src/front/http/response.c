@@ -110,7 +110,8 @@ static void ms_or_null(struct json_out *j, int64_t us)
 }
 
 void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
-                        const struct tier_result *next, enum response_tier_form form)
+                        const struct tier_result *next, enum response_tier_form form,
+                        const char *limit_source)
 {
     json_out_begin(j, '{');
     json_out_lkey(j, "name");
@@ -123,6 +124,10 @@ void response_tier_json(struct json_out *j, const struct tier *t, const struct t
     }
     json_out_lkey(j, "limit");
     json_out_int(j, now->limit);
+    if (limit_source) {
+        json_out_lkey(j, "limit_source");
+        json_out_cstr(j, limit_source);
+    }
     json_out_lkey(j, "remaining");
     json_out_int(j, now->remaining);
     json_out_lkey(j, "reset_ms");
@@ -174,7 +179,7 @@ static void checks_json(struct json_out *j, const struct check_request *req,
         json_out_lkey(j, "tiers");
         json_out_begin(j, '[');
         for (size_t t = 0; t < p->ntiers; t++, r++)
-            response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK);
+            response_tier_json(j, &p->tiers[t], r, r, RESPONSE_TIER_CHECK, NULL);
         json_out_end(j, ']');
         json_out_end(j, '}');
     }
@@ -494,15 +499,22 @@ void response_error(struct buf *out, enum request_code code, const char *message
     error_answer(out, code, message, &hs, flags);
 }
 
-void response_body(struct buf *out, int status, const char *content_type, const char *body,
-                   size_t len, unsigned flags)
+void response_body_headers(struct buf *out, int status, const char *content_type,
+                           const struct rate_headers *hs, const char *body, size_t len,
+                           unsigned flags)
 {
     size_t start = out->len;
     buf_append(out, body, len);
     /* finish adds the one final newline: drop the body's own. */
     if (len && body[len - 1] == '\n')
         out->len--;
-    finish(out, start, status, content_type, NULL, flags);
+    finish(out, start, status, content_type, hs, flags);
+}
+
+void response_body(struct buf *out, int status, const char *content_type, const char *body,
+                   size_t len, unsigned flags)
+{
+    response_body_headers(out, status, content_type, NULL, body, len, flags);
 }
 
 void response_continue(struct buf *out)

@@ -22,6 +22,8 @@
 #include "core/request_error.h"
 #include "lib/buf.h"
 
+struct rate_headers;
+
 /* How one response is written (flags, or-ed). */
 #define RESPONSE_HEAD 1u       /* the request was HEAD: headers only */
 #define RESPONSE_CLOSE 2u      /* Connection: close (the front then closes) */
@@ -59,9 +61,11 @@ enum response_tier_form {
  * every answer. now gives limit, remaining and reset_ms; next gives
  * allowed, retry_after_ms and delay_ms (leaky_bucket only). A check passes
  * its result as both; an inspection its state at cost 0 (now) and what a
- * request of cost 1 would get (next). */
+ * request of cost 1 would get (next). limit_source (NULL: left out) is
+ * where the limit in force came from (an inspection's). */
 void response_tier_json(struct json_out *j, const struct tier *t, const struct tier_result *now,
-                        const struct tier_result *next, enum response_tier_form form);
+                        const struct tier_result *next, enum response_tier_form form,
+                        const char *limit_source);
 
 /* An Envoy rate limit service answer (POST /json): RLS_DECIDED as the
  * protojson of RateLimitResponse (enum names as strings, zero fields left
@@ -88,6 +92,12 @@ void response_error(struct buf *out, enum request_code code, const char *message
  * metrics text with its content type; NULL: application/json). */
 void response_body(struct buf *out, int status, const char *content_type, const char *body,
                    size_t len, unsigned flags);
+
+/* The same with headers of the caller's (hs: NULL for none), such as the
+ * status page's Content-Security-Policy. */
+void response_body_headers(struct buf *out, int status, const char *content_type,
+                           const struct rate_headers *hs, const char *body, size_t len,
+                           unsigned flags);
 
 /* "HTTP/1.1 100 Continue" and its blank line. */
 void response_continue(struct buf *out);
